@@ -1,0 +1,495 @@
+"""Frozen, validated inputs: model architecture, cluster, training setup, ZeRO options, and the scenario joining them.
+
+All models are pydantic v2, frozen (a change is ``scenario.model_copy(update=...)`` or :func:`replace`) and
+``extra="forbid"``. Invalid values raise ``pydantic.ValidationError`` whose message names the field and the allowed
+range; cross-field rules raise ``ValueError`` inside a model validator, which pydantic reports the same way.
+
+ZeRO option names are DeepSpeed's own JSON keys (``deepspeed/runtime/zero/config.py``, DeepSpeed 0.18): the
+DeepSpeed config emitted by :mod:`zeroplanner.dsconfig` uses them verbatim.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .units import DTYPE_BYTES, GIB
+
+Precision = Literal["bf16", "fp16", "fp32"]
+OptimizerName = Literal["adamw", "adam", "sgd", "adam8bit"]
+Checkpointing = Literal["none", "selective", "full"]
+OffloadDevice = Literal["none", "cpu", "nvme"]
+Accounting = Literal["deepspeed", "paper"]
+
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+"""Canonical names of the linear layers LoRA can target (HF names: q_proj, k_proj, ..., down_proj)."""
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+class _Frozen(BaseModel):
+    model_config = _FROZEN
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model architecture
+# ----------------------------------------------------------------------------------------------------------------
+class Architecture(_Frozen):
+    """A decoder-only transformer, described the way HF ``config.json`` files describe it.
+
+    The exact parameter count is derived from the shapes (tied embeddings counted once, every MoE expert counted,
+    biases and norms included); :mod:`zeroplanner.hfconfig` builds this from any supported ``config.json`` and the
+    tests compare the count with ``transformers`` instantiated on the meta device.
+    """
+
+    name: str = Field(min_length=1, max_length=200)
+    family: str = Field(default="generic", max_length=50, description="HF model_type, or 'generic'")
+    n_layers: int = Field(ge=1, le=1000)
+    hidden_size: int = Field(ge=1, le=1_000_000)
+    n_heads: int = Field(ge=1, le=10_000)
+    n_kv_heads: int | None = Field(default=None, ge=1, le=10_000, description="None = n_heads (multi-head)")
+    head_dim: int | None = Field(default=None, ge=1, le=100_000, description="None = hidden_size // n_heads")
+    ffn_size: int = Field(ge=1, le=10_000_000, description="intermediate size of one MLP (one expert for MoE)")
+    ffn_kind: Literal["gelu", "swiglu"] = Field(
+        default="swiglu", description="gelu: two matrices (any pointwise activation); swiglu: gate, up and down"
+    )
+    vocab_size: int = Field(ge=1, le=10_000_000)
+    tied_embeddings: bool = False
+    learned_position_embeddings: int = Field(default=0, ge=0, le=10_000_000, description="rows; 0 = rotary/ALiBi")
+    norm_kind: Literal["layernorm", "rmsnorm"] = "rmsnorm"
+    norms_per_layer: int = Field(default=2, ge=0, le=4)
+    final_norm: bool = True
+    embedding_norm: bool = False
+    qkv_bias: bool = False
+    out_bias: bool = False
+    mlp_bias: bool = False
+    fused_qkv: bool = Field(default=False, description="Q, K, V are one nn.Linear (GPT-2, GPT-NeoX, BLOOM, Falcon)")
+    n_experts: int = Field(default=1, ge=1, le=10_000)
+    experts_per_token: int = Field(default=1, ge=1, le=10_000)
+    fused_experts: bool = Field(default=False, description="all experts' weights live in one module")
+    dropout: bool = Field(default=False, description="dropout active in training (saves 1-byte masks)")
+    extra_parameters: int = Field(
+        default=0, ge=0, description="parameters outside the blocks above, e.g. OPT's project_in/project_out"
+    )
+    parameter_count_override: int | None = Field(
+        default=None, ge=1, le=10**15, description="exact Ψ when the architecture is synthesised from a bare count"
+    )
+    max_position_embeddings: int | None = Field(default=None, ge=1)
+    source: str = Field(default="", max_length=500, description="where these numbers come from")
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> Architecture:
+        kv = self.kv_heads
+        if kv > self.n_heads or self.n_heads % kv:
+            raise ValueError(f"n_kv_heads={kv} must divide n_heads={self.n_heads}")
+        if self.experts_per_token > self.n_experts:
+            raise ValueError(f"experts_per_token={self.experts_per_token} exceeds n_experts={self.n_experts}")
+        if self.head_dim is None and self.hidden_size % self.n_heads:
+            raise ValueError(f"hidden_size={self.hidden_size} is not divisible by n_heads={self.n_heads}")
+        return self
+
+    # -- shapes --------------------------------------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.n_heads
+
+    @property
+    def q_size(self) -> int:
+        """Width of the query projection output (n_heads * head_dim)."""
+        return self.n_heads * self.dim_head
+
+    @property
+    def kv_size(self) -> int:
+        """Width of one of the key/value projection outputs (n_kv_heads * head_dim)."""
+        return self.kv_heads * self.dim_head
+
+    # -- parameter counts ---------------------------------------------------------------------------------
+    @property
+    def norm_params(self) -> int:
+        return 2 * self.hidden_size if self.norm_kind == "layernorm" else self.hidden_size
+
+    @property
+    def attention_params(self) -> int:
+        """Q, K, V and output projections of one layer, with biases."""
+        h = self.hidden_size
+        qkv = h * (self.q_size + 2 * self.kv_size) + (self.q_size + 2 * self.kv_size) * self.qkv_bias
+        out = self.q_size * h + h * self.out_bias
+        return qkv + out
+
+    @property
+    def mlp_params(self) -> int:
+        """One MLP (one expert for MoE), with biases."""
+        h, f = self.hidden_size, self.ffn_size
+        if self.ffn_kind == "swiglu":
+            return 3 * h * f + (2 * f + h) * self.mlp_bias
+        return 2 * h * f + (f + h) * self.mlp_bias
+
+    @property
+    def router_params(self) -> int:
+        return self.hidden_size * self.n_experts if self.n_experts > 1 else 0
+
+    @property
+    def layer_params(self) -> int:
+        return (
+            self.attention_params
+            + self.n_experts * self.mlp_params
+            + self.router_params
+            + self.norms_per_layer * self.norm_params
+        )
+
+    @property
+    def embedding_params(self) -> int:
+        h = self.hidden_size
+        return self.vocab_size * h + self.learned_position_embeddings * h + self.embedding_norm * self.norm_params
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def derived_parameter_count(self) -> int:
+        return (
+            self.embedding_params
+            + self.n_layers * self.layer_params
+            + self.final_norm * self.norm_params
+            + self.lm_head_params
+            + self.extra_parameters
+        )
+
+    @property
+    def parameter_count(self) -> int:
+        """Ψ: exact number of parameters (tied embeddings once, all experts)."""
+        return self.parameter_count_override or self.derived_parameter_count
+
+    @property
+    def largest_module_params(self) -> int:
+        """Parameters owned directly by the largest single module.
+
+        This is DeepSpeed's ``largest_layer_params`` (``model_to_params`` in deepspeed/runtime/zero/stage3.py:
+        ``sum(p.numel() for p in m.parameters(recurse=False))`` maximised over modules).
+        """
+        h, f = self.hidden_size, self.ffn_size
+        candidates = [self.vocab_size * h]
+        if self.fused_qkv:
+            candidates.append(h * (self.q_size + 2 * self.kv_size) + (self.q_size + 2 * self.kv_size) * self.qkv_bias)
+        else:
+            candidates.append(h * self.q_size + self.q_size * self.qkv_bias)
+        candidates.append(self.q_size * h + h * self.out_bias)
+        mlp_matrix = h * f + f * self.mlp_bias
+        if self.fused_experts and self.n_experts > 1:
+            candidates.append(self.n_experts * self.mlp_params)
+        else:
+            candidates.append(mlp_matrix)
+        largest = max(candidates)
+        if self.parameter_count_override:
+            scale = self.parameter_count_override / max(self.derived_parameter_count, 1)
+            largest = int(largest * scale)
+        return largest
+
+    @property
+    def matmul_params_per_token(self) -> int:
+        """Weights that take part in a matrix multiply for one token (active experts only, lm_head included,
+        input embedding lookup and norms excluded). Used for FLOPs (PaLM, arXiv 2204.02311, appendix B)."""
+        active_mlp = self.experts_per_token * self.mlp_params
+        per_layer = self.attention_params + active_mlp + self.router_params
+        total = self.n_layers * per_layer + self.vocab_size * self.hidden_size
+        if self.parameter_count_override:
+            total = int(total * self.parameter_count_override / max(self.derived_parameter_count, 1))
+        return total
+
+    def lora_parameters(self, rank: int, targets: tuple[str, ...]) -> int:
+        """Trainable LoRA parameters: rank * (in + out) per targeted matrix per layer (Hu et al., arXiv 2106.09685,
+        Sec. 4.1; every expert's matrices are targeted for MoE)."""
+        if rank <= 0:
+            return 0
+        h, f = self.hidden_size, self.ffn_size
+        shapes = {
+            "q": (h, self.q_size),
+            "k": (h, self.kv_size),
+            "v": (h, self.kv_size),
+            "o": (self.q_size, h),
+            "up": (h, f),
+            "down": (f, h),
+            "gate": (h, f) if self.ffn_kind == "swiglu" else None,
+        }
+        total = 0
+        for t in targets:
+            shape = shapes.get(t)
+            if shape is None:
+                continue
+            mult = self.n_experts if t in ("up", "down", "gate") else 1
+            total += rank * (shape[0] + shape[1]) * mult
+        return self.n_layers * total
+
+    @classmethod
+    def from_parameter_count(cls, parameters: int, name: str | None = None) -> Architecture:
+        """A Llama-shaped architecture with exactly ``parameters`` parameters (Ψ is exact; the shapes used for
+        activations and FLOPs are synthesised). Layer count follows Llama-2's aspect ratio hidden/layers = 128
+        (Llama-2-7B: 4096/32; 13B: 5120/40; Touvron et al., arXiv 2307.09288, Table 1 of the HF configs).
+
+        Raises ``ValueError`` for parameters < 1e6 or > 1e15.
+        """
+        if not (1_000_000 <= parameters <= 10**15):
+            raise ValueError(f"parameters={parameters} must be between 1e6 and 1e15")
+        hidden = max(128, int(round((128 * parameters / 12) ** (1 / 3) / 128)) * 128)
+        layers = max(1, int(round(parameters / (12 * hidden * hidden))))
+        ffn = int(math.ceil(8 * hidden / 3 / 256) * 256)
+        heads = max(1, hidden // 128)
+        return cls(
+            name=name or f"generic-{parameters / 1e9:.3g}B",
+            family="generic",
+            n_layers=layers,
+            hidden_size=hidden,
+            n_heads=heads,
+            ffn_size=ffn,
+            ffn_kind="swiglu",
+            vocab_size=32000,
+            parameter_count_override=int(parameters),
+            source="synthesised from a bare parameter count (Llama-2 proportions)",
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hardware
+# ----------------------------------------------------------------------------------------------------------------
+class GPUSpec(_Frozen):
+    """One accelerator model. Peak numbers are dense (no sparsity) vendor figures; each catalog entry cites them."""
+
+    name: str = Field(min_length=1, max_length=100)
+    memory_bytes: int = Field(ge=1 * GIB // 4, le=2**45)
+    peak_bf16_tflops: float = Field(ge=0, le=100_000, description="dense bf16 TFLOP/s (0 = unsupported)")
+    peak_fp16_tflops: float = Field(gt=0, le=100_000)
+    peak_fp32_tflops: float = Field(gt=0, le=100_000, description="fp32 matmul TFLOP/s (TF32 where that is default)")
+    hbm_bandwidth_gb_per_s: float = Field(gt=0, le=100_000, description="GB/s (1e9 bytes/s)")
+    intra_node_busbw_gb_per_s: float = Field(
+        gt=0, le=100_000, description="all-reduce bus bandwidth inside one node, GB/s (nccl-tests busbw)"
+    )
+    intra_node_latency_seconds: float = Field(default=10e-6, gt=0, le=1.0)
+    pcie_gb_per_s: float = Field(default=25.0, gt=0, le=10_000, description="host<->device GB/s, pinned")
+    source: str = Field(default="", max_length=1000)
+
+    def peak_tflops(self, precision: Precision) -> float:
+        """Dense peak TFLOP/s for the training precision; fp16 stands in where bf16 is unsupported (V100)."""
+        if precision == "bf16":
+            return self.peak_bf16_tflops or self.peak_fp16_tflops
+        if precision == "fp16":
+            return self.peak_fp16_tflops
+        return self.peak_fp32_tflops
+
+
+class NetworkSpec(_Frozen):
+    """Inter-node network: NICs per node of a given link rate (Gbit/s), the fraction of that rate NCCL reaches as
+    bus bandwidth on large messages, and the latency of one ring step."""
+
+    name: str = Field(min_length=1, max_length=100)
+    kind: Literal["none", "ethernet", "roce", "infiniband"] = "ethernet"
+    link_gbps: float = Field(gt=0, le=100_000, description="per NIC, Gbit/s")
+    nics_per_node: int = Field(default=1, ge=1, le=64)
+    efficiency: float = Field(default=0.8, gt=0, le=1.0, description="busbw / link rate on large messages")
+    latency_seconds: float = Field(default=10e-6, gt=0, le=1.0, description="per ring step")
+    source: str = Field(default="", max_length=1000)
+
+    @property
+    def node_busbw_bytes_per_second(self) -> float:
+        """Bus bandwidth one node's NICs sustain together, bytes/s."""
+        return self.link_gbps * 1e9 / 8 * self.nics_per_node * self.efficiency
+
+
+class ClusterSpec(_Frozen):
+    """GPUs, nodes, networks and host resources. Host RAM and NVMe are per node."""
+
+    gpu: GPUSpec
+    gpu_memory_bytes: int | None = Field(default=None, ge=GIB // 4, le=2**45, description="override gpu.memory_bytes")
+    gpus_per_node: int = Field(default=8, ge=1, le=64)
+    nodes: int = Field(default=1, ge=1, le=100_000)
+    network: NetworkSpec
+    cpu_memory_bytes: int = Field(default=1024 * GIB, ge=GIB, le=2**50, description="host RAM per node")
+    nvme_bytes: int = Field(default=4 * 2**40, ge=0, le=2**55, description="NVMe capacity per node")
+    nvme_gb_per_s: float = Field(default=6.0, gt=0, le=1000, description="NVMe read/write GB/s per node")
+    cpu_adam_params_per_second: float = Field(
+        default=4.0e9, gt=0, le=1e13, description="DeepSpeed CPU-Adam parameter updates per second per node"
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _check_tp(self) -> ClusterSpec:
+        if self.gpus_per_node % self.tensor_parallel_size:
+            raise ValueError(
+                f"tensor_parallel_size={self.tensor_parallel_size} must divide gpus_per_node={self.gpus_per_node}"
+            )
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def data_parallel_degree(self) -> int:
+        """ZeRO shards over the data-parallel group: world_size / tensor_parallel_size (DeepSpeed #237)."""
+        return self.world_size // self.tensor_parallel_size
+
+    @property
+    def memory_per_gpu_bytes(self) -> int:
+        return self.gpu_memory_bytes or self.gpu.memory_bytes
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------------------------
+class TrainingSpec(_Frozen):
+    """What one optimizer step does."""
+
+    precision: Precision = "bf16"
+    optimizer: OptimizerName = "adamw"
+    micro_batch: int = Field(default=1, ge=1, le=65_536, description="train_micro_batch_size_per_gpu")
+    grad_accum: int = Field(default=1, ge=1, le=65_536, description="gradient_accumulation_steps")
+    seq_len: int = Field(default=4096, ge=1, le=4_194_304)
+    checkpointing: Checkpointing = "full"
+    flash_attention: bool = True
+    lora_rank: int = Field(default=0, ge=0, le=65_536, description="0 = full fine-tune")
+    lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
+    qlora: bool = Field(default=False, description="4-bit NF4 base weights (bitsandbytes); needs lora_rank > 0")
+
+    @field_validator("lora_targets")
+    @classmethod
+    def _targets(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [t for t in value if t not in LORA_TARGETS]
+        if bad:
+            raise ValueError(f"unknown LoRA targets {bad}; allowed: {list(LORA_TARGETS)}")
+        return tuple(value)
+
+    @model_validator(mode="after")
+    def _check_qlora(self) -> TrainingSpec:
+        if self.qlora and self.lora_rank == 0:
+            raise ValueError("qlora=True needs lora_rank >= 1")
+        if self.qlora and self.precision == "fp32":
+            raise ValueError("qlora needs precision bf16 or fp16 (compute dtype of the 4-bit base)")
+        return self
+
+
+class OffloadSpec(_Frozen):
+    """DeepSpeed ``offload_optimizer`` / ``offload_param`` block."""
+
+    device: OffloadDevice = "none"
+    pin_memory: bool = True
+    nvme_path: str | None = Field(default=None, max_length=4096)
+
+
+class ZeroSpec(_Frozen):
+    """``zero_optimization`` block, with DeepSpeed's key names and defaults (deepspeed/runtime/zero/config.py)."""
+
+    stage: int = Field(default=2, ge=0, le=3)
+    offload_optimizer: OffloadSpec = OffloadSpec()
+    offload_param: OffloadSpec = OffloadSpec()
+    reduce_bucket_size: int = Field(default=500_000_000, ge=1, le=10**12, description="elements")
+    allgather_bucket_size: int = Field(default=500_000_000, ge=1, le=10**12, description="elements")
+    overlap_comm: bool | None = Field(default=None, description="None = DeepSpeed's default (True at stage 3)")
+    contiguous_gradients: bool = True
+    stage3_prefetch_bucket_size: int = Field(default=50_000_000, ge=0, le=10**12, description="elements")
+    stage3_param_persistence_threshold: int = Field(default=100_000, ge=0, le=10**12, description="elements")
+    stage3_max_live_parameters: int = Field(default=1_000_000_000, ge=0, le=10**13, description="elements")
+    stage3_max_reuse_distance: int = Field(default=1_000_000_000, ge=0, le=10**13, description="elements")
+    zero_hpz_partition_size: int = Field(default=1, ge=1, le=1024)
+    zero_quantized_weights: bool = False
+    zero_quantized_gradients: bool = False
+
+    @model_validator(mode="after")
+    def _check_stage_rules(self) -> ZeroSpec:
+        if self.offload_param.device != "none" and self.stage != 3:
+            raise ValueError(f"offload_param needs stage 3 (got stage {self.stage})")
+        if self.offload_optimizer.device != "none" and self.stage == 0:
+            raise ValueError("offload_optimizer needs stage 1, 2 or 3 (got stage 0)")
+        zpp = self.zero_hpz_partition_size > 1 or self.zero_quantized_weights or self.zero_quantized_gradients
+        if zpp and self.stage != 3:
+            raise ValueError(f"ZeRO++ (zero_hpz_partition_size, zero_quantized_*) needs stage 3 (got {self.stage})")
+        return self
+
+    @property
+    def overlap(self) -> bool:
+        """Effective overlap_comm: DeepSpeed defaults it to True for stage 3 only (DeepSpeedZeroConfig)."""
+        return self.stage == 3 if self.overlap_comm is None else self.overlap_comm
+
+
+class Assumptions(_Frozen):
+    """Model constants a user may override. Each default cites its source."""
+
+    mfu: float = Field(
+        default=0.40, gt=0, le=1.0,
+        description="model FLOP utilisation; 0.40 is the low end of Megatron-LM's published 41-56%% "
+        "(Korthikanti et al., arXiv 2205.05198, Table 5)",
+    )
+    gpu_memory_margin_fraction: float = Field(
+        default=0.05, ge=0, lt=1.0, description="fraction of GPU memory kept free as a safety margin"
+    )
+    cuda_context_bytes: int = Field(
+        default=int(0.75 * GIB), ge=0, le=64 * GIB,
+        description="CUDA context + cuBLAS/NCCL workspaces per process (PyTorch CUDA context is 300-1000 MiB "
+        "depending on GPU and CUDA version; PyTorch docs, 'CUDA semantics: memory management')",
+    )
+    allocator_fragmentation_fraction: float = Field(
+        default=0.05, ge=0, le=1.0, description="caching-allocator slack over live tensors"
+    )
+    host_buffer_factor: float = Field(
+        default=1.5, ge=1.0, le=10.0,
+        description="headroom on offloaded host RAM: DeepSpeed's estimators use additional_buffer_factor=1.5 "
+        "(deepspeed/runtime/zero/stage_1_and_2.py, estimate_zero2_model_states_mem_needs)",
+    )
+    accounting: Accounting = Field(
+        default="deepspeed", description="'deepspeed': what DeepSpeed allocates; 'paper': ZeRO paper's ideal"
+    )
+
+
+class Scenario(_Frozen):
+    """Everything that determines one training run's cost."""
+
+    model: Architecture
+    cluster: ClusterSpec
+    training: TrainingSpec = TrainingSpec()
+    zero: ZeroSpec = ZeroSpec()
+    assumptions: Assumptions = Assumptions()
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        tp = self.cluster.tensor_parallel_size
+        if self.model.n_heads % tp:
+            raise ValueError(f"tensor_parallel_size={tp} must divide the model's n_heads={self.model.n_heads}")
+        return self
+
+    @property
+    def parameters(self) -> int:
+        return self.model.parameter_count
+
+    @property
+    def trainable_parameters(self) -> int:
+        t = self.training
+        if t.lora_rank:
+            return self.model.lora_parameters(t.lora_rank, t.lora_targets)
+        return self.model.parameter_count
+
+    @property
+    def global_batch_size(self) -> int:
+        """train_batch_size = micro * grad_accum * data-parallel degree (DeepSpeed's rule, DeepSpeed #6914)."""
+        return self.training.micro_batch * self.training.grad_accum * self.cluster.data_parallel_degree
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.training.seq_len
+
+
+def replace(obj: BaseModel, **changes: Any) -> Any:
+    """Validated copy: like ``model_copy(update=...)`` but runs every validator again."""
+    data = obj.model_dump()
+    for key, value in changes.items():
+        data[key] = value.model_dump() if isinstance(value, BaseModel) else value
+    return type(obj).model_validate(data)
+
+
+def weight_bytes_per_param(training: TrainingSpec) -> float:
+    """Bytes of one working (compute) copy of a parameter."""
+    return DTYPE_BYTES[training.precision]
