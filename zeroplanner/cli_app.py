@@ -1,0 +1,89 @@
+"""``zeroplanner app``: serve the planner page (``notebooks/planner.ipynb``) with Voilà on 127.0.0.1.
+
+CLI plugin (see ``PLUGINS`` in :mod:`zeroplanner.cli`): :func:`register` adds the ``app`` subcommand. Voilà is
+imported only when the command runs, so the rest of the CLI works without the ``app`` extra; without it the command
+prints an install hint and exits with status 2. Server settings (loopback address, kernel culling) live in
+:mod:`zeroplanner.voila_config`.
+
+Also runnable directly: ``python -m zeroplanner.cli_app --port 8866 --no-browser``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from .voila_config import DEFAULT_PORT, PLANNER_NOTEBOOK_CELLS, repo_notebook, voila_argv
+
+INSTALL_HINT = "the app needs the 'app' extra: pip install 'zeroplanner[app]'"
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--port must be an integer between 1 and 65535, got {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"--port must be between 1 and 65535, got {port}")
+    return port
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"TCP port on 127.0.0.1 (default {DEFAULT_PORT})")
+    parser.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+
+
+def register(subparsers, add_scenario_options=None) -> None:
+    """Add ``app`` to the ``zeroplanner`` command (plugin protocol of :mod:`zeroplanner.cli`)."""
+    parser = subparsers.add_parser(
+        "app",
+        help="open the interactive planner (Voilà page on 127.0.0.1)",
+        description="Serve the planner page with Voilà on 127.0.0.1; idle kernels are culled.",
+    )
+    _add_options(parser)
+    parser.set_defaults(func=run_app)
+
+
+def notebook_path() -> Path:
+    """The page to serve: the repository's ``notebooks/planner.ipynb`` when present, otherwise a copy written to a
+    temporary folder from :data:`zeroplanner.voila_config.PLANNER_NOTEBOOK_CELLS` (wheel installs)."""
+    path = repo_notebook()
+    if path.is_file():
+        return path
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(src) if kind == "markdown" else nbformat.v4.new_code_cell(src)
+        for kind, src in PLANNER_NOTEBOOK_CELLS
+    ]
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    folder = Path(tempfile.mkdtemp(prefix="zeroplanner-app-"))
+    out = folder / "planner.ipynb"
+    nbformat.write(nb, str(out))
+    return out
+
+
+def run_app(args: argparse.Namespace) -> int:
+    """Run Voilà until interrupted. Returns the exit code (2 when the app extra is missing)."""
+    try:
+        from voila.app import Voila
+    except ImportError:
+        print(f"zeroplanner app: error: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    argv = voila_argv(notebook_path(), port=args.port, open_browser=not args.no_browser)
+    print(f"zeroplanner app: serving http://127.0.0.1:{args.port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    Voila.launch_instance(argv=argv)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="zeroplanner app", description="Serve the planner page with Voilà.")
+    _add_options(parser)
+    return run_app(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Server settings for serving the planner page with Voilà (``zeroplanner app``, binder).
+
+Kept as Python data (no package-data files needed) so a wheel install carries them. Nothing here imports voila,
+ipywidgets or bqplot; :mod:`zeroplanner.cli_app` imports voila only when the ``app`` command runs.
+
+Kernel culling: Voilà runs one kernel per open page. A page that is closed normally shuts its kernel down (Voilà's
+``shutdown_kernel_handler``); a tab that is killed or a laptop that sleeps leaves the kernel running. jupyter_server's
+``MappingKernelManager`` culler removes such kernels: every ``cull_interval`` seconds it shuts down kernels that have
+been idle for ``cull_idle_timeout`` seconds and have no open connection (``cull_connected=False`` keeps a page that
+is still open alive). The same values are used by ``binder/jupyter_config.json`` (a test checks they agree); the
+pattern follows Voilà's deployment guide (voila-dashboards/voila, docs/deploy.md, "Setting the kernel cull
+parameters").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CULL_SETTINGS: dict[str, dict[str, object]] = {
+    "MappingKernelManager": {
+        "cull_idle_timeout": 600,
+        "cull_interval": 60,
+        "cull_connected": False,
+        "cull_busy": False,
+    }
+}
+"""jupyter_server kernel-culling settings, seconds (idle 10 min, checked every minute)."""
+
+VOILA_SETTINGS: dict[str, dict[str, object]] = {
+    "Voila": {"ip": "127.0.0.1", "port_retries": 0},
+    "VoilaConfiguration": {"show_tracebacks": False, "strip_sources": True, "theme": "light"},
+}
+"""Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks."""
+
+DEFAULT_PORT = 8866
+"""Voilà's own default port."""
+
+PLANNER_NOTEBOOK_CELLS: tuple[tuple[str, str], ...] = (
+    (
+        "markdown",
+        "# ZeRO planner\n\nPick a model, GPUs and a network: see per-GPU memory, step time and the DeepSpeed "
+        "config for every ZeRO stage, recomputed as you move the controls.",
+    ),
+    ("code", "from zeroplanner.ui import PlannerApp\n\nPlannerApp()"),
+)
+"""Cells of ``notebooks/planner.ipynb`` (a test checks the file matches), used to write the page when the package
+is installed without the repository's ``notebooks/`` folder."""
+
+
+def repo_notebook() -> Path:
+    """``notebooks/planner.ipynb`` beside the package in a source checkout (may not exist in a wheel install)."""
+    return Path(__file__).resolve().parents[2] / "notebooks" / "planner.ipynb"
+
+
+def voila_argv(notebook: str | Path, port: int = DEFAULT_PORT, open_browser: bool = False) -> list[str]:
+    """Command-line arguments for ``voila`` (or ``Voila.launch_instance(argv=...)``) serving ``notebook``.
+
+    Raises ``ValueError`` if ``port`` is outside 1..65535.
+    """
+    if not 1 <= int(port) <= 65535:
+        raise ValueError(f"port={port} must be between 1 and 65535")
+    argv = [str(notebook), f"--port={int(port)}"]
+    for section in (VOILA_SETTINGS, CULL_SETTINGS):
+        for cls, values in section.items():
+            for key, value in values.items():
+                argv.append(f"--{cls}.{key}={value}")
+    if not open_browser:
+        argv.append("--no-browser")
+    return argv
