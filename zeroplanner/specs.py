@@ -66,6 +66,16 @@ class Architecture(_Frozen):
     out_bias: bool = False
     mlp_bias: bool = False
     fused_qkv: bool = Field(default=False, description="Q, K, V are one nn.Linear (GPT-2, GPT-NeoX, BLOOM, Falcon)")
+    parallel_attention: bool = Field(
+        default=False,
+        description="attention and MLP read the same block input and their outputs are added to one residual "
+        "(GPT-NeoX use_parallel_residual, Falcon parallel_attn / new_decoder_architecture); no parameter change",
+    )
+    embedding_dim: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="width of the token embedding and lm_head when it differs from hidden_size (OPT's "
+        "word_embed_proj_dim; its project_in/project_out matrices go in extra_parameters); None = hidden_size",
+    )
     n_experts: int = Field(default=1, ge=1, le=10_000)
     experts_per_token: int = Field(default=1, ge=1, le=10_000)
     fused_experts: bool = Field(default=False, description="all experts' weights live in one module")
@@ -109,6 +119,11 @@ class Architecture(_Frozen):
         """Width of one of the key/value projection outputs (n_kv_heads * head_dim)."""
         return self.kv_heads * self.dim_head
 
+    @property
+    def embed_width(self) -> int:
+        """Width of the token embedding and of the lm_head input (embedding_dim, else hidden_size)."""
+        return self.embedding_dim or self.hidden_size
+
     # -- parameter counts ---------------------------------------------------------------------------------
     @property
     def norm_params(self) -> int:
@@ -146,11 +161,15 @@ class Architecture(_Frozen):
     @property
     def embedding_params(self) -> int:
         h = self.hidden_size
-        return self.vocab_size * h + self.learned_position_embeddings * h + self.embedding_norm * self.norm_params
+        return (
+            self.vocab_size * self.embed_width
+            + self.learned_position_embeddings * h
+            + self.embedding_norm * self.norm_params
+        )
 
     @property
     def lm_head_params(self) -> int:
-        return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        return 0 if self.tied_embeddings else self.vocab_size * self.embed_width
 
     @property
     def derived_parameter_count(self) -> int:
@@ -175,7 +194,7 @@ class Architecture(_Frozen):
         ``sum(p.numel() for p in m.parameters(recurse=False))`` maximised over modules).
         """
         h, f = self.hidden_size, self.ffn_size
-        candidates = [self.vocab_size * h]
+        candidates = [self.vocab_size * self.embed_width, self.learned_position_embeddings * h]
         if self.fused_qkv:
             candidates.append(h * (self.q_size + 2 * self.kv_size) + (self.q_size + 2 * self.kv_size) * self.qkv_bias)
         else:
@@ -186,6 +205,7 @@ class Architecture(_Frozen):
             candidates.append(self.n_experts * self.mlp_params)
         else:
             candidates.append(mlp_matrix)
+            candidates.append(f * h + h * self.mlp_bias)  # down projection (larger than up only when h > f)
         largest = max(candidates)
         if self.parameter_count_override:
             scale = self.parameter_count_override / max(self.derived_parameter_count, 1)
@@ -198,7 +218,7 @@ class Architecture(_Frozen):
         input embedding lookup and norms excluded). Used for FLOPs (PaLM, arXiv 2204.02311, appendix B)."""
         active_mlp = self.experts_per_token * self.mlp_params
         per_layer = self.attention_params + active_mlp + self.router_params
-        total = self.n_layers * per_layer + self.vocab_size * self.hidden_size
+        total = self.n_layers * per_layer + self.vocab_size * self.embed_width
         if self.parameter_count_override:
             total = int(total * self.parameter_count_override / max(self.derived_parameter_count, 1))
         return total
