@@ -1,0 +1,125 @@
+"""Communication volume and time per optimizer step, per GPU.
+
+Volumes (ZeRO paper, arXiv 1910.02054, Sec. 7): data parallelism all-reduces the gradients (2Ψ per GPU as
+reduce-scatter + all-gather); ZeRO-1/2 reduce-scatter gradients and all-gather updated parameters (2Ψ); ZeRO-3
+all-gathers parameters in forward and again in backward and reduce-scatters gradients (3Ψ). ZeRO++ (Wang et al.,
+arXiv 2306.10209, Sec. 3; DeepSpeed blog): qwZ sends int8 weights in the forward all-gather (0.5x), hpZ keeps a
+secondary copy inside the node so the backward all-gather never crosses nodes, qgZ reduces gradients in int4
+(0.25x).
+
+When (DeepSpeed 0.19.8): stage 0 all-reduces once per step after backward (engine.allreduce_gradients); stage 1
+reduces at the gradient-accumulation boundary; stage 2 reduce-scatters every micro-step inside backward
+(stage_1_and_2.py ipg buckets); stage 3 gathers and reduces every micro-step (stage3.py). Updated parameters are
+all-gathered once per step for stages 1-2.
+
+Time (alpha-beta, Hockney 1994) of ring collectives over n ranks: steps * alpha + factor * bytes / busbw with
+factor 2(n-1)/n for all-reduce and (n-1)/n for reduce-scatter / all-gather and busbw as defined by nccl-tests
+(PERFORMANCE.md). Across nodes the ring's bandwidth is the smaller of the NVLink/PCIe bus bandwidth and the node's
+NICs together; its step latency is the network's. Each bucket is one collective and pays the latency again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .context import Candidates, Context, data_parallel_degree
+
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def ring_seconds(
+    ctx: Context,
+    kind: str,
+    message_bytes: np.ndarray,
+    ranks: np.ndarray,
+    collectives: np.ndarray,
+    cross_node: np.ndarray,
+) -> np.ndarray:
+    """Seconds for ``collectives`` ring collectives moving ``message_bytes`` in total among ``ranks`` ranks.
+
+    kind: "all_reduce" | "reduce_scatter" | "all_gather". message_bytes is the nccl-tests "size" (the full tensor
+    of an all-reduce, the input of a reduce-scatter, the output of an all-gather), summed over the buckets.
+    Returns 0 where ranks == 1.
+    """
+    n = np.maximum(ranks.astype(np.float64), 1.0)
+    if kind == "all_reduce":
+        factor, steps = 2.0 * (n - 1.0) / n, 2.0 * (n - 1.0)
+    else:
+        factor, steps = (n - 1.0) / n, n - 1.0
+    busbw = np.where(cross_node, min(ctx.intra_busbw, ctx.node_nic_busbw), ctx.intra_busbw)
+    alpha = np.where(cross_node, max(ctx.intra_latency, ctx.inter_latency), ctx.intra_latency)
+    t = collectives * steps * alpha + factor * message_bytes / busbw
+    return np.where(n > 1, t, 0.0)
+
+
+def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+    """Per-GPU message bytes per collective type per step, on-the-wire bytes, and seconds per phase.
+
+    Returns a dict of float arrays:
+      "all_reduce", "reduce_scatter", "all_gather": message bytes per step (nccl-tests "size", summed);
+      "wire_bytes": bytes each GPU sends per step (ring volume);
+      "seconds": total collective time per step;
+      "fwd_seconds_micro", "bwd_seconds_micro": stage-3 gathers/reduces per micro-step (overlappable);
+      "reduce_seconds_micro": stage-2 gradient reduce-scatter per micro-step (overlappable);
+      "boundary_seconds": collectives at the step boundary (not overlapped).
+    """
+    z = ctx.scenario.zero
+    n = data_parallel_degree(ctx, cand)
+    nf = n.astype(np.float64)
+    cross = cand.nodes > 1
+    st = cand.stage
+    ga = cand.grad_accum.astype(np.float64)
+    T, P = ctx.trainable, ctx.params
+    gw, w = ctx.grad_bytes, ctx.weight_bytes
+    qlora = ctx.scenario.training.qlora
+
+    grad_msg = T * gw
+    reduce_buckets = np.ceil(T / z.reduce_bucket_size)
+    gather_buckets = np.ceil(T / z.allgather_bucket_size)
+
+    # stage 0: one all-reduce of all gradients per step
+    ar_bytes = np.where(st == 0, grad_msg, 0.0)
+    ar_t = np.where(st == 0, ring_seconds(ctx, "all_reduce", grad_msg + 0.0 * nf, n, reduce_buckets, cross), 0.0)
+
+    # stages 1-2: reduce-scatter (stage 1 once, stage 2 every micro-step), all-gather updated params once
+    rs_times = np.where(st == 2, ga, 1.0)
+    rs12_micro = ring_seconds(ctx, "reduce_scatter", grad_msg + 0.0 * nf, n, reduce_buckets, cross)
+    ag12 = ring_seconds(ctx, "all_gather", T * w + 0.0 * nf, n, gather_buckets, cross)
+
+    # stage 3: gathers of the partitioned (non-persistent) parameters, forward and backward, every micro-step
+    gathered = (T if qlora else P) - ctx.persistent_params
+    gathered = max(gathered, 0.0)
+    fetches = max(ctx.param_modules, np.ceil(gathered / max(z.stage3_prefetch_bucket_size, 1)))
+    fwd_elem_bytes = np.where(cand.qwz > 0, 1.0, w)  # qwZ: int8 weights
+    fwd_msg = gathered * fwd_elem_bytes
+    ag3_fwd = ring_seconds(ctx, "all_gather", fwd_msg, n, fetches + 0.0 * nf, cross)
+    hpz = cand.hpz > 1
+    bwd_ranks = np.where(hpz, np.minimum(cand.hpz, n), n)
+    ag3_bwd = ring_seconds(ctx, "all_gather", gathered * w + 0.0 * nf, bwd_ranks, fetches + 0.0 * nf, cross & ~hpz)
+    rs3_msg = np.where(cand.qgz > 0, T * 0.5, grad_msg)  # qgZ: int4 gradients
+    rs3 = ring_seconds(ctx, "reduce_scatter", rs3_msg + 0.0 * nf, n, reduce_buckets + 0.0 * nf, cross)
+
+    is3 = st == 3
+    is12 = (st == 1) | (st == 2)
+    rs_bytes = np.select([is12, is3], [grad_msg * rs_times, rs3_msg * ga], 0.0)
+    ag_bytes = np.select([is12, is3], [T * w + 0.0 * nf, (fwd_msg + gathered * w) * ga], 0.0)
+
+    fwd_micro = np.where(is3, ag3_fwd, 0.0)
+    bwd_micro = np.where(is3, ag3_bwd + rs3, 0.0)
+    reduce_micro = np.where(st == 2, rs12_micro, 0.0)
+    boundary = ar_t + np.where(st == 1, rs12_micro, 0.0) + np.where(is12, ag12, 0.0)
+    seconds = boundary + ga * (fwd_micro + bwd_micro + reduce_micro)
+
+    frac = np.where(nf > 1, (nf - 1.0) / nf, 0.0)
+    wire = ar_bytes * 2.0 * frac + (rs_bytes + ag_bytes) * frac
+    return {
+        "all_reduce": ar_bytes + 0.0 * nf,
+        "reduce_scatter": rs_bytes + 0.0 * nf,
+        "all_gather": ag_bytes + 0.0 * nf,
+        "wire_bytes": wire,
+        "seconds": seconds,
+        "fwd_seconds_micro": fwd_micro,
+        "bwd_seconds_micro": bwd_micro,
+        "reduce_seconds_micro": reduce_micro,
+        "boundary_seconds": boundary,
+    }

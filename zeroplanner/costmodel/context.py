@@ -1,0 +1,170 @@
+"""Scalar facts of a scenario and the candidate arrays the vectorised cost model evaluates.
+
+The cost model is written once, over numpy arrays: every function takes a :class:`Context` (scalars derived from
+one :class:`~zeroplanner.specs.Scenario`) and a :class:`Candidates` (equal-shaped integer arrays, one element per
+candidate configuration) and returns arrays of the same shape. A single estimate is the 1-element case.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..specs import Scenario
+from ..units import DTYPE_BYTES
+
+OFFLOAD_CODES = {"none": 0, "cpu": 1, "nvme": 2}
+CHECKPOINT_CODES = {"none": 0, "selective": 1, "full": 2}
+
+OPTIMIZER_STATE_BYTES = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0, "adam8bit": 2.0}
+"""Optimizer-state bytes per trainable parameter, excluding fp32 master weights: Adam keeps fp32 momentum and
+variance (ZeRO paper, arXiv 1910.02054, Sec. 3.1: K = 12 = 4 master + 4 + 4); SGD with momentum one fp32 buffer;
+bitsandbytes 8-bit Adam one byte each for both moments (Dettmers et al., arXiv 2110.02861, Sec. 2)."""
+
+OPTIMIZER_BYTES_TOUCHED = {"adamw": 34.0, "adam": 34.0, "sgd": 22.0, "adam8bit": 22.0}
+"""HBM bytes read+written per parameter by one fused optimizer step in mixed precision (fp32 master r/w 8,
+moments r/w 16 or 8, fp32 gradient read 4, 16-bit parameter write 2, 16-bit gradient read 2, rounded up to whole
+tensors); the step is memory-bound, so time = bytes / HBM bandwidth (roofline; Williams et al., CACM 2009)."""
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Equal-shaped arrays, one element per candidate configuration.
+
+    stage: 0-3; offload_optimizer / offload_param: 0 none, 1 cpu, 2 nvme; checkpointing: 0 none, 1 selective,
+    2 full; micro_batch, grad_accum, nodes: positive integers; hpz: zero_hpz_partition_size; qwz / qgz: 0/1 for
+    zero_quantized_weights / zero_quantized_gradients.
+    """
+
+    stage: np.ndarray
+    offload_optimizer: np.ndarray
+    offload_param: np.ndarray
+    checkpointing: np.ndarray
+    micro_batch: np.ndarray
+    grad_accum: np.ndarray
+    nodes: np.ndarray
+    hpz: np.ndarray
+    qwz: np.ndarray
+    qgz: np.ndarray
+
+    @classmethod
+    def from_scenario(cls, scenario: Scenario) -> Candidates:
+        z, t = scenario.zero, scenario.training
+        return cls.build(
+            stage=z.stage,
+            offload_optimizer=OFFLOAD_CODES[z.offload_optimizer.device],
+            offload_param=OFFLOAD_CODES[z.offload_param.device],
+            checkpointing=CHECKPOINT_CODES[t.checkpointing],
+            micro_batch=t.micro_batch,
+            grad_accum=t.grad_accum,
+            nodes=scenario.cluster.nodes,
+            hpz=z.zero_hpz_partition_size,
+            qwz=int(z.zero_quantized_weights),
+            qgz=int(z.zero_quantized_gradients),
+        )
+
+    @classmethod
+    def build(cls, **arrays) -> Candidates:
+        """Broadcast keyword arrays (all fields required) to one shape."""
+        names = [f.name for f in fields(cls)]
+        missing = set(names) - set(arrays)
+        if missing:
+            raise TypeError(f"missing candidate fields: {sorted(missing)}")
+        broadcast = np.broadcast_arrays(*(np.asarray(arrays[n], dtype=np.int64) for n in names))
+        return cls(**{n: np.ascontiguousarray(a) for n, a in zip(names, broadcast)})
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.stage.shape
+
+    def take(self, index) -> Candidates:
+        return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class Context:
+    """Scalars of one scenario, in bytes, elements, seconds and FLOP/s."""
+
+    scenario: Scenario
+    params: float  # Ψ per tensor-parallel rank
+    trainable: float  # trainable parameters per tensor-parallel rank
+    frozen: float
+    weight_bytes: float  # bytes per element of the 16-bit (or fp32) working copy
+    frozen_weight_bytes: float  # NF4 for QLoRA, else weight_bytes
+    grad_bytes: float  # gradient element bytes as communicated
+    master_bytes: float  # fp32 master copy per trainable parameter (0 in pure fp32)
+    optimizer_state_bytes: float
+    mixed: bool
+    gpus_per_node: int
+    tp: int
+    largest_module: float
+    persistent_params: float  # stage-3 parameters below stage3_param_persistence_threshold (kept whole)
+    param_modules: int  # modules whose parameters stage 3 gathers separately
+    peak_flops: float
+    hbm_bytes_per_second: float
+    pcie_bytes_per_second: float
+    intra_busbw: float  # bytes/s
+    intra_latency: float
+    node_nic_busbw: float  # bytes/s
+    inter_latency: float
+    gpu_memory_bytes: float
+
+
+def make_context(scenario: Scenario) -> Context:
+    """Derive the scalars the vectorised functions need. Pure; raises nothing beyond the Scenario's validation."""
+    m, c, t = scenario.model, scenario.cluster, scenario.training
+    tp = c.tensor_parallel_size
+    params = scenario.parameters / tp
+    trainable = scenario.trainable_parameters / tp
+    frozen = params - trainable if t.lora_rank else 0.0
+    mixed = t.precision != "fp32"
+    w = DTYPE_BYTES[t.precision]
+    threshold = scenario.zero.stage3_param_persistence_threshold
+    small_tensors = []
+    if m.hidden_size < threshold:
+        # norm weights (and LayerNorm biases): norms_per_layer per layer + final norm (+ embedding norm)
+        per_norm = m.norm_params
+        small_tensors.append((m.n_layers * m.norms_per_layer + m.final_norm + m.embedding_norm) * per_norm)
+        if m.out_bias:
+            small_tensors.append(m.n_layers * m.hidden_size)
+        if m.mlp_bias:
+            small_tensors.append(m.n_layers * m.hidden_size * m.n_experts)
+    if m.qkv_bias and (m.q_size + 2 * m.kv_size) < threshold:
+        small_tensors.append(m.n_layers * (m.q_size + 2 * m.kv_size))
+    if m.mlp_bias and m.ffn_size < threshold:
+        small_tensors.append(m.n_layers * m.ffn_size * (2 if m.ffn_kind == "swiglu" else 1) * m.n_experts)
+    if m.router_params and m.router_params < threshold:
+        small_tensors.append(m.n_layers * m.router_params)
+    linears = (2 if m.fused_qkv else 4) + (3 if m.ffn_kind == "swiglu" else 2) * (1 if m.fused_experts else m.n_experts)
+    gpu = c.gpu
+    return Context(
+        scenario=scenario,
+        params=float(params),
+        trainable=float(trainable),
+        frozen=float(frozen),
+        weight_bytes=w,
+        frozen_weight_bytes=DTYPE_BYTES["nf4"] if t.qlora else w,
+        grad_bytes=w,
+        master_bytes=4.0 if mixed else 0.0,
+        optimizer_state_bytes=OPTIMIZER_STATE_BYTES[t.optimizer],
+        mixed=mixed,
+        gpus_per_node=c.gpus_per_node,
+        tp=tp,
+        largest_module=float(m.largest_module_params),
+        persistent_params=float(min(sum(small_tensors), scenario.parameters)) / tp,
+        param_modules=int(m.n_layers * linears + 2),
+        peak_flops=gpu.peak_tflops(t.precision) * 1e12,
+        hbm_bytes_per_second=gpu.hbm_bandwidth_gb_per_s * 1e9,
+        pcie_bytes_per_second=gpu.pcie_gb_per_s * 1e9,
+        intra_busbw=gpu.intra_node_busbw_gb_per_s * 1e9,
+        intra_latency=gpu.intra_node_latency_seconds,
+        node_nic_busbw=c.network.node_busbw_bytes_per_second,
+        inter_latency=c.network.latency_seconds,
+        gpu_memory_bytes=float(c.memory_per_gpu_bytes),
+    )
+
+
+def data_parallel_degree(ctx: Context, cand: Candidates) -> np.ndarray:
+    """N_d = nodes * gpus_per_node / tensor_parallel_size (ZeRO shards over the data-parallel group only)."""
+    return cand.nodes * ctx.gpus_per_node // ctx.tp

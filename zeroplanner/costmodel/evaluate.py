@@ -1,0 +1,266 @@
+"""Joins memory, communication and compute into step time, throughput and fit verdicts.
+
+:func:`evaluate` is vectorised over :class:`~.context.Candidates`; :func:`estimate` is the one-scenario view with
+labelled terms, warnings and the JSON shape the CLI prints.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from ..specs import Scenario
+from ..units import gib
+from .communication import communication_terms
+from .compute import compute_terms, optimizer_and_offload_terms
+from .context import Candidates, Context, data_parallel_degree, make_context
+from .memory import TERMS, memory_terms
+
+COMM_SHARE_WARNING = 0.30
+"""Exposed communication above 30% of the step is a bottleneck (the seed article's DeepSpeed-profiler threshold:
+'allgather or reduce above 30% of the time')."""
+
+
+def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+    """Every number of the cost model for every candidate. Float/bool arrays shaped like ``cand``.
+
+    Step time = compute + exposed communication + exposed offload traffic + optimizer step, where
+    - stage 3 forward gathers hide behind forward compute and backward gathers + reduce-scatters behind backward
+      compute when overlap_comm is on (prefetching; stage3.py), per micro-step;
+    - stage 2 reduce-scatters hide behind backward compute with overlap_comm (stage_1_and_2.py);
+    - collectives at the step boundary (stage 0 all-reduce, stage 1 reduce, stages 1-2 parameter all-gather) and
+      the optimizer step are exposed;
+    - PCIe offload traffic per micro-step hides behind compute; NVMe swapping and the upload are exposed.
+    """
+    mem = memory_terms(ctx, cand)
+    comm = communication_terms(ctx, cand)
+    comp = compute_terms(ctx, cand)
+    opt = optimizer_and_offload_terms(ctx, cand)
+    z = ctx.scenario.zero
+    a = ctx.scenario.assumptions
+    c = ctx.scenario.cluster
+    ga = cand.grad_accum.astype(np.float64)
+
+    if z.overlap:
+        fwd_exposed = np.maximum(0.0, comm["fwd_seconds_micro"] - comp["fwd_seconds_micro"])
+        bwd_exposed = np.maximum(0.0, comm["bwd_seconds_micro"] + comm["reduce_seconds_micro"]
+                                 - comp["bwd_seconds_micro"])
+    else:
+        fwd_exposed = comm["fwd_seconds_micro"]
+        bwd_exposed = comm["bwd_seconds_micro"] + comm["reduce_seconds_micro"]
+    comm_exposed = comm["boundary_seconds"] + ga * (fwd_exposed + bwd_exposed)
+    micro_compute = comp["fwd_seconds_micro"] + comp["bwd_seconds_micro"]
+    pcie_exposed = ga * np.maximum(0.0, opt["pcie_seconds_micro"] - micro_compute) + opt["pcie_seconds_boundary"]
+    offload_seconds = pcie_exposed + opt["nvme_seconds"]
+    step = comp["seconds"] + comm_exposed + offload_seconds + opt["optimizer_seconds"]
+
+    n = data_parallel_degree(ctx, cand)
+    tokens = cand.micro_batch * ga * n * ctx.scenario.training.seq_len
+    usable = ctx.gpu_memory_bytes * (1.0 - a.gpu_memory_margin_fraction)
+    fits_gpu = mem["total"] <= usable
+    fits_cpu = mem["host_per_node"] * a.host_buffer_factor <= c.cpu_memory_bytes
+    fits_nvme = mem["nvme_per_node"] <= c.nvme_bytes
+    out = dict(mem)
+    out.update(
+        {
+            "data_parallel_degree": n,
+            "comm_all_reduce": comm["all_reduce"],
+            "comm_reduce_scatter": comm["reduce_scatter"],
+            "comm_all_gather": comm["all_gather"],
+            "comm_wire_bytes": comm["wire_bytes"],
+            "comm_seconds": comm["seconds"],
+            "comm_exposed_seconds": comm_exposed,
+            "compute_seconds": comp["seconds"],
+            "offload_seconds": offload_seconds,
+            "optimizer_seconds": opt["optimizer_seconds"],
+            "step_seconds": step,
+            "tokens_per_second": tokens / step,
+            "tflops_per_gpu": comp["model_flops"] / step / 1e12,
+            "mfu": comp["model_flops"] / step / ctx.peak_flops,
+            "fits_gpu": fits_gpu,
+            "fits_cpu": fits_cpu,
+            "fits_nvme": fits_nvme,
+            "fits": fits_gpu & fits_cpu & fits_nvme,
+        }
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One scenario: labelled terms, warnings, JSON shape
+# ---------------------------------------------------------------------------------------------------------------
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MemoryBreakdown(_Out):
+    """Per-GPU bytes by term."""
+
+    parameters: int
+    gradients: int
+    optimizer_states: int
+    activations: int
+    buffers: int
+    overhead: int
+    total: int
+
+
+class Communication(_Out):
+    """Per-GPU communication per optimizer step."""
+
+    bytes_per_gpu_per_step: int
+    seconds_per_step: float
+    exposed_seconds_per_step: float
+    by_collective: dict[str, int]
+
+
+class Term(_Out):
+    """One labelled memory term: bytes per GPU, the formula in words, and where it comes from."""
+
+    name: str
+    category: str
+    bytes: int
+    formula: str
+    source: str
+
+
+class Estimate(_Out):
+    """Everything the cost model says about one scenario. Bytes, seconds, tokens/s, TFLOP/s."""
+
+    parameters: int
+    trainable_parameters: int
+    data_parallel_degree: int
+    per_gpu_bytes: MemoryBreakdown
+    gpu_memory_bytes: int
+    per_node_cpu_bytes: int
+    nvme_bytes: int
+    fits_gpu: bool
+    fits_cpu: bool
+    fits: bool
+    communication: Communication
+    compute_seconds_per_step: float
+    offload_seconds_per_step: float
+    optimizer_seconds_per_step: float
+    step_seconds: float
+    tokens_per_second: float
+    tflops_per_gpu: float
+    mfu: float
+    warnings: list[str]
+    terms: list[Term]
+    deepspeed_version: str = "0.19.8"
+
+    def summary(self) -> str:
+        """Two lines for humans (GiB, s, tokens/s)."""
+        m = self.per_gpu_bytes
+        verdict = "fits" if self.fits else "does NOT fit"
+        return (
+            f"{gib(m.total):.1f} GiB per GPU of {gib(self.gpu_memory_bytes):.1f} GiB ({verdict}); "
+            f"host {gib(self.per_node_cpu_bytes):.1f} GiB/node\n"
+            f"step {self.step_seconds:.3f} s (compute {self.compute_seconds_per_step:.3f} s, exposed comm "
+            f"{self.communication.exposed_seconds_per_step:.3f} s), {self.tokens_per_second:,.0f} tokens/s"
+        )
+
+
+_TERM_DOCS = {
+    "parameters": ("parameters", "16-bit weights: Ψ·2 (stages 0-2), Ψ·2/N_d + persistent small tensors (stage 3); "
+                   "NF4 0.516 B/param for a QLoRA base", "ZeRO paper Sec. 5; deepspeed/runtime/zero/stage3.py"),
+    "gradients": ("gradients", "16-bit gradients Ψ_t·2 (stages 0-1) or Ψ_t·2/N_d (stages 2-3), plus DeepSpeed's fp32 "
+                  "gradient partition Ψ_t·4/N_d (stages 1-3, no optimizer offload)",
+                  "deepspeed/runtime/zero/stage_1_and_2.py estimate_zero2_model_states_mem_needs (18 = 2+4+4+8)"),
+    "optimizer_states": ("optimizer states", "fp32 master 4·Ψ_t + optimizer states (Adam 8·Ψ_t, SGD 4, 8-bit Adam 2), "
+                         "divided by N_d from stage 1; 0 on GPU with offload_optimizer",
+                         "ZeRO paper Sec. 3.1 (K = 12)"),
+    "activations": ("activations", "saved-for-backward tensors per layer s·b·h·(…) by block, times layers (or layer "
+                    "inputs only with full checkpointing), plus 16-bit logits and fp32 log-softmax 6·s·b·V",
+                    "Korthikanti et al. arXiv 2205.05198 Eq. 1-2, generalised (zeroplanner/costmodel/activations.py)"),
+    "buffers": ("buffers", "reduce bucket (x2 with overlap_comm); stage 3: gathered live parameters "
+                "min(max_live, largest module + prefetch bucket) + largest module's gradient",
+                "deepspeed/runtime/zero/stage_1_and_2.py ipg_buffer; stage3.py prefetch coordinator"),
+    "overhead": ("overhead", "CUDA context + workspaces + allocator fragmentation × live bytes",
+                 "Assumptions.cuda_context_bytes, allocator_fragmentation_fraction"),
+}
+
+
+def _scalar(arr) -> float:
+    return float(np.asarray(arr).reshape(-1)[0])
+
+
+def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]:
+    """Plain-language warnings for one evaluated scenario (REFERENCES.md section 7 behaviours)."""
+    z, t, c = scenario.zero, scenario.training, scenario.cluster
+    w: list[str] = []
+    n = c.data_parallel_degree
+    if n == 1 and z.stage > 0:
+        w.append(f"data-parallel degree is 1: ZeRO-{z.stage} partitions nothing and saves no memory "
+                 "(DeepSpeed #4953); use stage 0 or add GPUs")
+    if z.stage == 2 and z.offload_optimizer.device != "none":
+        w.append("ZeRO-2 with offload_optimizer still keeps full 16-bit weights on every GPU: GPU model states do "
+                 "not fall with more GPUs (DeepSpeed #1883)")
+    step = values["step_seconds"]
+    share = values["comm_exposed_seconds"] / step if step > 0 else 0.0
+    if share > COMM_SHARE_WARNING:
+        w.append(f"exposed communication is {share:.0%} of the step (> 30%): raise bucket sizes, use gradient "
+                 "accumulation, a faster network or a lower ZeRO stage")
+    if t.qlora and z.stage == 3:
+        w.append("QLoRA with ZeRO-3: 4-bit bitsandbytes weights are often not partitioned (DeepSpeed #5819, "
+                 "peft #2016); modelled as unsharded")
+    if not values["fits_gpu"]:
+        w.append(f"GPU memory: needs {gib(values['total']):.1f} GiB per GPU, "
+                 f"{gib(c.memory_per_gpu_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB "
+                 "usable")
+    if not values["fits_cpu"]:
+        w.append(f"host RAM: offload needs {gib(values['host_per_node']):.0f} GiB per node x "
+                 f"{scenario.assumptions.host_buffer_factor} buffer factor, node has {gib(c.cpu_memory_bytes):.0f} GiB "
+                 "(pinned memory cannot swap)")
+    if not values["fits_nvme"]:
+        w.append(f"NVMe: needs {gib(values['nvme_per_node']):.0f} GiB per node, node has {gib(c.nvme_bytes):.0f} GiB")
+    if (z.offload_optimizer.device == "nvme" or z.offload_param.device == "nvme"):
+        w.append("NVMe offload needs libaio and pinned host buffers and can be ~10x slower than ZeRO-2 "
+                 "(DeepSpeed #1130, #3000)")
+    if c.nodes > 1 and z.stage == 3 and c.network.link_gbps * c.network.nics_per_node < 200 and n >= 64:
+        w.append("ZeRO-3 at 64+ GPUs needs 200-400 Gb/s between nodes; 100 Gb/s is not enough (DeepSpeed #2928)")
+    return w
+
+
+def estimate(scenario: Scenario) -> Estimate:
+    """Evaluate one scenario: per-GPU memory by term, host/NVMe, communication, step time, throughput.
+
+    Raises nothing for a valid Scenario (validation happens when the Scenario is built).
+    """
+    ctx = make_context(scenario)
+    cand = Candidates.from_scenario(scenario)
+    arrays = evaluate(ctx, cand)
+    v = {k: _scalar(a) for k, a in arrays.items()}
+    mem = MemoryBreakdown(**{k: int(round(v[k])) for k in (*TERMS, "total")})
+    terms = [
+        Term(name=_TERM_DOCS[k][0], category=k, bytes=getattr(mem, k), formula=_TERM_DOCS[k][1],
+             source=_TERM_DOCS[k][2])
+        for k in TERMS
+    ]
+    return Estimate(
+        parameters=scenario.parameters,
+        trainable_parameters=scenario.trainable_parameters,
+        data_parallel_degree=scenario.cluster.data_parallel_degree,
+        per_gpu_bytes=mem,
+        gpu_memory_bytes=scenario.cluster.memory_per_gpu_bytes,
+        per_node_cpu_bytes=int(round(v["host_per_node"])),
+        nvme_bytes=int(round(v["nvme_per_node"])),
+        fits_gpu=bool(v["fits_gpu"]),
+        fits_cpu=bool(v["fits_cpu"]),
+        fits=bool(v["fits"]),
+        communication=Communication(
+            bytes_per_gpu_per_step=int(round(v["comm_wire_bytes"])),
+            seconds_per_step=v["comm_seconds"],
+            exposed_seconds_per_step=v["comm_exposed_seconds"],
+            by_collective={k: int(round(v[f"comm_{k}"])) for k in ("all_reduce", "reduce_scatter", "all_gather")},
+        ),
+        compute_seconds_per_step=v["compute_seconds"],
+        offload_seconds_per_step=v["offload_seconds"],
+        optimizer_seconds_per_step=v["optimizer_seconds"],
+        step_seconds=v["step_seconds"],
+        tokens_per_second=v["tokens_per_second"],
+        tflops_per_gpu=v["tflops_per_gpu"],
+        mfu=v["mfu"],
+        warnings=scenario_warnings(scenario, v),
+        terms=terms,
+    )

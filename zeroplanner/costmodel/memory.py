@@ -1,0 +1,143 @@
+"""Per-GPU memory by term, host RAM and NVMe per node, for ZeRO stages 0-3 with offload.
+
+Two accountings (``Assumptions.accounting``):
+
+- ``"paper"``: the ZeRO paper's ideal model states (Rajbhandari et al., arXiv 1910.02054, Sec. 5, Fig. 1):
+  baseline (2 + 2 + K)Ψ; P_os 4Ψ + KΨ/N_d; P_os+g 2Ψ + (2 + K)Ψ/N_d; P_os+g+p (4 + K)Ψ/N_d, with K = fp32 master
+  weights + optimizer states.
+- ``"deepspeed"`` (default): what DeepSpeed 0.19.8 allocates (deepspeed/runtime/zero/stage_1_and_2.py and
+  stage3.py; its own estimators say the same: ZeRO-2 keeps ``2Ψ + 18Ψ/N_d``, i.e. also an fp32 gradient partition
+  of 4Ψ/N_d beside the 16-bit one, and ZeRO-3 ``18Ψ/N_d`` plus the gathered working set). Bucket buffers and the
+  stage-3 working set are counted as ``buffers``.
+
+Every function takes a :class:`~.context.Context` and :class:`~.context.Candidates` and returns float arrays of
+bytes shaped like the candidates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .activations import activation_bytes
+from .context import Candidates, Context, data_parallel_degree
+
+TERMS = ("parameters", "gradients", "optimizer_states", "activations", "buffers", "overhead")
+
+OFFLOAD_PARAM_BUFFER_COUNT = 5
+OFFLOAD_PARAM_BUFFER_SIZE = 100_000_000
+"""DeepSpeedZeroOffloadParamConfig defaults (deepspeed/runtime/zero/offload_config.py): buffer_count=5,
+buffer_size=1e8 elements of pinned host memory per rank for NVMe parameter swapping."""
+OFFLOAD_OPTIMIZER_BUFFER_COUNT = 4
+SUB_GROUP_SIZE = 1_000_000_000
+"""DeepSpeedZeroOffloadOptimizerConfig buffer_count=4 and zero_optimization.sub_group_size=1e9 defaults: NVMe
+optimizer swapping keeps buffer_count sub-groups of fp32 state in pinned host memory per rank."""
+
+
+def model_state_bytes(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+    """GPU bytes for parameters, gradients and optimizer states (incl. fp32 master weights) per GPU.
+
+    Returns dict with keys "parameters", "gradients", "optimizer_states" (float arrays, bytes).
+    """
+    n = data_parallel_degree(ctx, cand).astype(np.float64)
+    st = cand.stage
+    P, T, F = ctx.params, ctx.trainable, ctx.frozen
+    w, fw = ctx.weight_bytes, ctx.frozen_weight_bytes
+    K = ctx.master_bytes + ctx.optimizer_state_bytes
+    qlora = ctx.scenario.training.qlora
+    paper = ctx.scenario.assumptions.accounting == "paper"
+    off_opt = cand.offload_optimizer > 0
+    off_par = cand.offload_param > 0
+
+    # --- parameters -----------------------------------------------------------------------------------------
+    full = F * fw + T * w
+    # QLoRA + ZeRO-3: bitsandbytes 4-bit weights are not partitioned by most DeepSpeed versions and fall back to
+    # full copies (DeepSpeed #5819, peft #2016): keep the frozen base whole.
+    frozen_part = F * fw if qlora else F * fw / n
+    sharded = frozen_part + T * w / n
+    persistent = ctx.persistent_params * w * (1.0 - 1.0 / n)
+    hpz_secondary = np.where(cand.hpz > 1, P * w / np.maximum(cand.hpz, 1), 0.0)
+    stage3_params = np.where(off_par, ctx.persistent_params * w + (F * fw if qlora else 0.0), sharded + persistent)
+    if paper:
+        stage3_params = P * w / n + 0.0 * n
+        persistent = 0.0
+    parameters = np.where(st == 3, stage3_params + hpz_secondary, full)
+
+    # --- gradients ------------------------------------------------------------------------------------------
+    g16 = ctx.weight_bytes  # gradients are kept in the working precision
+    g32 = 0.0 if (paper or not ctx.mixed) else 4.0  # DeepSpeed's fp32 gradient partition (stage >= 1)
+    grads_partitioned = np.where(st >= 2, T * g16 / n, T * g16)
+    grads_partitioned = np.where((st == 2) & off_opt & (not paper), 0.0, grads_partitioned)
+    fp32_grads = np.where((st >= 1) & ~off_opt, g32 * T / n, 0.0)
+    gradients = grads_partitioned + fp32_grads
+
+    # --- optimizer states (+ fp32 master weights) -----------------------------------------------------------
+    shard = np.where(st >= 1, n, 1.0)
+    optimizer_states = np.where(off_opt, 0.0, K * T / shard)
+    return {"parameters": parameters, "gradients": gradients, "optimizer_states": optimizer_states}
+
+
+def buffer_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
+    """Communication buffers and the stage-3 gathered working set, bytes per GPU.
+
+    - stage 0: one flattened all-reduce bucket of min(reduce_bucket_size, Ψ_trainable) elements
+      (DeepSpeedEngine.allreduce_gradients buckets by ``allreduce_bucket_size``);
+    - stages 1-2: the ipg bucket of reduce_bucket_size elements, doubled with overlap_comm
+      (stage_1_and_2.py ``ipg_buffer``; DeepSpeed #1302 measures less than the quoted 4.5x upper bound);
+    - stage 3: gathered parameters min(stage3_max_live_parameters, largest module + stage3_prefetch_bucket_size),
+      the gradient of the module being computed, and the reduce bucket (doubled with overlap_comm).
+    """
+    z = ctx.scenario.zero
+    w = ctx.weight_bytes
+    T = ctx.trainable
+    overlap = 2.0 if z.overlap else 1.0
+    reduce_bucket = min(z.reduce_bucket_size, T) * w
+    live = min(z.stage3_max_live_parameters, ctx.largest_module + z.stage3_prefetch_bucket_size) * w
+    stage3 = live + ctx.largest_module * w + reduce_bucket * overlap
+    st = cand.stage
+    return np.select([st == 0, st <= 2], [reduce_bucket + 0.0 * st, reduce_bucket * overlap + 0.0 * st], stage3)
+
+
+def host_and_nvme_bytes(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """Host RAM per node and NVMe bytes per node for offloaded states, including pinned swap buffers.
+
+    CPU optimizer offload keeps fp32 master, optimizer states and the fp32 gradient partition per rank in host
+    memory (stage_1_and_2.py ``single_partition_of_fp32_groups`` on CPU; stage3.py); NVMe optimizer offload keeps
+    master + states on NVMe, gradients and buffer_count sub-groups in pinned host memory; parameter offload keeps
+    each rank's 16-bit parameter partition on the host (cpu) or on NVMe with pinned swap buffers.
+    Returns (host_bytes_per_node, nvme_bytes_per_node), float arrays.
+    """
+    n = data_parallel_degree(ctx, cand).astype(np.float64)
+    g = float(ctx.gpus_per_node)
+    T, P = ctx.trainable, ctx.params
+    K = ctx.master_bytes + ctx.optimizer_state_bytes
+    fp32_grad = 4.0
+    per_rank_states = K * T / n
+    per_rank_grads = fp32_grad * T / n
+    opt_host = np.select(
+        [cand.offload_optimizer == 1, cand.offload_optimizer == 2],
+        [per_rank_states + per_rank_grads,
+         per_rank_grads + OFFLOAD_OPTIMIZER_BUFFER_COUNT * np.minimum(SUB_GROUP_SIZE, T / n) * K],
+        0.0,
+    )
+    opt_nvme = np.where(cand.offload_optimizer == 2, per_rank_states, 0.0)
+    param_part = P * ctx.weight_bytes / n
+    par_host = np.select(
+        [cand.offload_param == 1, cand.offload_param == 2],
+        [param_part, OFFLOAD_PARAM_BUFFER_COUNT * OFFLOAD_PARAM_BUFFER_SIZE * ctx.weight_bytes + 0.0 * n],
+        0.0,
+    )
+    par_nvme = np.where(cand.offload_param == 2, param_part, 0.0)
+    return g * (opt_host + par_host), g * (opt_nvme + par_nvme)
+
+
+def memory_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+    """All per-GPU terms (keys :data:`TERMS` plus "total"), and "host_per_node", "nvme_per_node", bytes."""
+    terms = model_state_bytes(ctx, cand)
+    terms["activations"] = activation_bytes(ctx, cand)
+    terms["buffers"] = buffer_bytes(ctx, cand)
+    a = ctx.scenario.assumptions
+    live = sum(terms[k] for k in ("parameters", "gradients", "optimizer_states", "activations", "buffers"))
+    terms["overhead"] = a.cuda_context_bytes + a.allocator_fragmentation_fraction * live
+    terms["total"] = live + terms["overhead"]
+    terms["host_per_node"], terms["nvme_per_node"] = host_and_nvme_bytes(ctx, cand)
+    return terms
