@@ -870,11 +870,7 @@ def from_deepspeed_config(
     for key in config:
         if not isinstance(key, str):
             r.note("error", str(key), "config keys must be strings", "", "wrong_type")
-        elif key in REMOVED_TOP_LEVEL_KEYS:
-            r.note("error", key, f"DeepSpeed 0.19.8 removed {key!r} and raises DeepSpeedConfigError on it "
-                   "(deepspeed/runtime/config.py, _REMOVED_TOP_LEVEL_CONFIG_KEYS).", "Remove the block.",
-                   "removed_key")
-        elif key not in TOP_LEVEL_KEYS:
+        elif key not in TOP_LEVEL_KEYS and key not in REMOVED_TOP_LEVEL_KEYS:  # removed keys: lint reports them
             r.unknown(key, "the top level", rejected=False)
 
     micro, accum = _read_batch(r, config)
@@ -925,10 +921,7 @@ def _read_zero(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
     # the base's values below stage 3, where they change nothing.
     fields: dict[str, Any] = ZeroSpec().model_dump()
     for k in block:
-        if k in REMOVED_ZERO_KEYS:
-            r.note("error", f"zero_optimization.{k}", f"DeepSpeed 0.19.8 removed {k!r} and raises on it.", "Remove it.",
-                   "removed_key")
-        elif k not in ZERO_KEYS:
+        if k not in ZERO_KEYS and k not in REMOVED_ZERO_KEYS:  # removed keys: lint reports them
             r.unknown(f"zero_optimization.{k}", "zero_optimization", rejected=True)
 
     stage_raw = block.get("stage", 0)

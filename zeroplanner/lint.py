@@ -1,0 +1,496 @@
+"""Lint a DeepSpeed config against the pitfalls users hit (REFERENCES.md section 7, issue 5, the seed article).
+
+:func:`lint` returns :class:`~zeroplanner.dsconfig.Finding` objects: severity, the dotted key concerned, why it is
+a problem, and the fix. Rules that depend only on the config run without a scenario; rules about the cluster
+(world size, nodes, network, GPUs per node, QLoRA) need ``scenario``; two rules (pinned host memory, communication
+share of the step) also need the cost model (:func:`zeroplanner.costmodel.estimate`).
+
+Every rule tolerates malformed input (wrong types anywhere): it reports what it can and never raises. The rules, by
+``Finding.rule``:
+
+============================  =========  ========================================================================
+rule                          severity   source
+============================  =========  ========================================================================
+integer_type                  error/warn bucket sizes etc. must be integers, not 15099494.4 or "5e8"
+                                         (LlamaFactory #5252; DeepSpeedZeroConfig's pydantic int fields)
+nonpositive_value             error      zero/negative buckets and batch sizes (DeepSpeed #8260; gt=0 / ge=0)
+batch_mismatch                error      train_batch_size != micro * grad_accum * world size (DeepSpeed #6914)
+fp16_and_bf16                 error      both enabled (DeepSpeedConfig asserts)
+offload_param_below_stage3    error      offload_param is read only by ZeRO-3 (ignored below; REFERENCES 7)
+offload_optimizer_stage0      error      offload_optimizer needs stage 1-3 (REFERENCES 7)
+nvme_optimizer_below_stage3   warning    stage 1/2 treat any offload_optimizer device as CPU (stage_1_and_2.py)
+auto_outside_hf               error      "auto" outside the HF Trainer (REFERENCES 7); info in HF mode
+auto_not_filled               warning    "auto" in a key the HF Trainer does not fill
+removed_key                   error      keys DeepSpeed 0.19.8 removed and rejects
+max_grad_norm_param           error      optimizer.params.max_grad_norm (DeepSpeed raises; use gradient_clipping)
+untested_optimizer            error      non-DeepSpeed optimizer type with ZeRO needs zero_allow_untested_optimizer
+offload_client_optimizer      error      ZeRO-Offload with a non-DeepSpeed optimizer needs
+                                         zero_force_ds_cpu_optimizer=false (engine.py raises)
+small_buckets_multinode       warning    buckets < 1e8 elements on a multi-node run (seed: 5e7 -> 2e8 gave 2.1x)
+zero3_slow_network            warning    ZeRO-3 across nodes on <= 25 Gb/s, or <= 100 Gb/s at 64+ GPUs
+                                         (DeepSpeed #2928, #5770)
+offload_without_pin           warning    ZeRO-3 offload with pin_memory false (seed article's anecdote)
+pinned_exceeds_host           error      pinned host memory above host RAM (DeepSpeed #3448, #3481)
+host_ram_short                warning    unpinned offload above host RAM (it swaps)
+nvme_without_path             error      NVMe offload without nvme_path
+hpz_not_dividing              error      zero_hpz_partition_size must divide GPUs per node (ZeRO++ hpZ)
+zero_at_dp1                   warning    data-parallel degree 1: ZeRO shards nothing (DeepSpeed #4953)
+qlora_stage3                  warning    QLoRA / 4-bit with ZeRO-3 (DeepSpeed #5819, peft #2016)
+communication_share           warning    exposed communication > 30% of the step (the seed's threshold)
+zero2_offload_full_weights    info       ZeRO-1/2 + offload_optimizer keeps full 16-bit weights per GPU
+                                         (DeepSpeed #1883, #3770)
+============================  =========  ========================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .dsconfig import (
+    AUTO,
+    HF_TRAINER_AUTO_KEYS,
+    INTEGER_KEYS,
+    REMOVED_TOP_LEVEL_KEYS,
+    REMOVED_ZERO_KEYS,
+    Finding,
+    Mode,
+    hf_auto_values,
+)
+from .specs import Scenario
+from .units import GIB
+
+SMALL_BUCKET_ELEMENTS = 100_000_000
+"""Buckets below this on a multi-node run are flagged. The seed article's multi-node ZeRO-2 run was slow at 5e7 and
+2.1x faster at 2e8 elements; 1e8 separates the two."""
+
+COMMUNICATION_SHARE_LIMIT = 0.30
+"""The seed article: if allgather or reduce takes more than 30% of the step, communication is the bottleneck."""
+
+SLOW_INTER_NODE_GBPS = 25.0
+"""ZeRO-3 across nodes at or below this per-node rate is flagged (DeepSpeed #5770: slower with more nodes)."""
+LARGE_RUN_GPUS = 64
+LARGE_RUN_MIN_GBPS = 100.0
+"""DeepSpeed maintainers (DeepSpeed #2928): ZeRO-3 at 64+ GPUs needs 200-400 Gb/s; 100 Gb/s is not enough."""
+
+DEEPSPEED_OPTIMIZER_TYPES = frozenset({
+    "adagrad", "adam", "adamw", "lamb", "muadam", "muadamw", "musgd", "lion", "muon", "onebitadam", "zerooneadam",
+    "onebitlamb",
+})
+"""Optimizer types DeepSpeed builds itself (deepspeed/runtime/config.py DEEPSPEED_OPTIMIZERS, plus the 1-bit
+family); any other ``type`` is looked up in ``torch.optim`` and is "untested" for ZeRO."""
+CPU_OFFLOAD_OPTIMIZER_TYPES = frozenset({"adam", "adamw", "adagrad", "lion"})
+"""Types for which DeepSpeed builds its CPU optimizer under offload (engine.py, _configure_basic_optimizer)."""
+
+_MISSING = object()
+
+
+def _get(config: Any, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _number(value: Any) -> float | None:
+    """A finite number DeepSpeed would accept after pydantic's lax int coercion; None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(int(value.strip()))
+        except ValueError:
+            return None
+    return None
+
+
+def _stage(config: dict[str, Any]) -> int:
+    zero = config.get("zero_optimization")
+    if isinstance(zero, bool):
+        return 1 if zero else 0
+    value = _get(config, "zero_optimization.stage")
+    number = _number(value) if value is not _MISSING else 0
+    if number is None or number not in (0, 1, 2, 3):
+        return -1
+    return int(number)
+
+
+def _device(config: dict[str, Any], block: str) -> str:
+    value = _get(config, f"zero_optimization.{block}.device")
+    return value if value in ("cpu", "nvme") else "none"
+
+
+def _enabled(config: dict[str, Any], name: str) -> bool:
+    return _get(config, f"{name}.enabled") is True
+
+
+def _walk(node: Any, prefix: str = ""):
+    """Yield (dotted_key, value) for every leaf; iterative, depth-bounded by the reader's limits."""
+    stack = [(prefix, node)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, dict):
+            for k, v in item.items():
+                stack.append((f"{path}.{k}" if path else str(k), v))
+        else:
+            yield path, item
+
+
+def _add(out: list[Finding], severity: str, key: str, rule: str, message: str, fix: str = "") -> None:
+    out.append(Finding(severity=severity, key=key, rule=rule, message=message, fix=fix))
+
+
+def _gib(num_bytes: float) -> str:
+    return f"{num_bytes / GIB:.1f} GiB"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Config-only rules
+# ----------------------------------------------------------------------------------------------------------------
+_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+_POSITIVE_KEYS = frozenset(_BATCH_KEYS) | {"zero_optimization.reduce_bucket_size",
+                                            "zero_optimization.allgather_bucket_size"}
+
+
+def _rule_integers(config: dict[str, Any], out: list[Finding]) -> None:
+    for key in sorted(INTEGER_KEYS):
+        value = _get(config, key)
+        if value is _MISSING or value is None or (isinstance(value, str) and value == AUTO):
+            continue
+        if isinstance(value, bool):
+            _add(out, "error", key, "integer_type", f"{key} is {str(value).lower()}, DeepSpeed needs an integer "
+                 "(pydantic reads true as 1).", f"Write an integer, e.g. \"{key.rsplit('.', 1)[-1]}\": 1.")
+        elif isinstance(value, str):
+            try:
+                int(value.strip())
+                _add(out, "warning", key, "integer_type", f"{key} is the string {value!r}; DeepSpeed's config model "
+                     "happens to parse integer strings, the batch logic and the HF Trainer do not.",
+                     f"Write the bare integer {int(value.strip())}.")
+            except ValueError:
+                number = _number_loose(value)
+                fix = f"Write the integer {int(round(number))}." if number is not None else "Write an integer."
+                _add(out, "error", key, "integer_type", f"{key} is the string {value!r}; DeepSpeed needs an integer "
+                     "and rejects it ('unable to parse string as an integer'; LlamaFactory #5252).", fix)
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                _add(out, "error", key, "integer_type", f"{key} is {value}, not a finite integer.", "Write an integer.")
+            elif value != int(value):
+                _add(out, "error", key, "integer_type", f"{key} is {value!r}, a number with a fractional part; "
+                     "DeepSpeed rejects it ('got a number with a fractional part'; LlamaFactory #5252).",
+                     f"Write the integer {int(round(value))}.")
+            elif key in _BATCH_KEYS:
+                _add(out, "warning", key, "integer_type", f"{key} is the float {value!r}; DeepSpeed passes it to the "
+                     "DataLoader as a batch size, which needs an int.", f"Write {int(value)}.")
+            else:
+                _add(out, "info", key, "integer_type", f"{key} is written as the float {value!r}; DeepSpeed accepts "
+                     "it only because the value has no fractional part.", f"Write {int(value)}.")
+        elif not isinstance(value, int):
+            _add(out, "error", key, "integer_type", f"{key} must be an integer, got {type(value).__name__}.",
+                 "Write an integer.")
+
+
+def _number_loose(value: str) -> float | None:
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _rule_nonpositive(config: dict[str, Any], out: list[Finding]) -> None:
+    for key in sorted(INTEGER_KEYS | _POSITIVE_KEYS):
+        value = _get(config, key)
+        if value is _MISSING:
+            continue
+        number = _number(value)
+        if number is None:
+            continue
+        must_be_positive = key in _POSITIVE_KEYS or key.endswith(".zero_hpz_partition_size")
+        if number < 0 or (must_be_positive and number == 0):
+            why = {
+                "zero_optimization.reduce_bucket_size": "DeepSpeed rejects it (gt=0)",
+                "zero_optimization.allgather_bucket_size": "DeepSpeed accepts 0 and then fails at the first "
+                "all-gather (DeepSpeed #8260)",
+            }.get(key, "DeepSpeed needs a positive count")
+            _add(out, "error", key, "nonpositive_value", f"{key} = {value}: {why}.",
+                 "Use a positive integer; DeepSpeed's default bucket is 500000000 elements.")
+
+
+def _rule_batch(config: dict[str, Any], scenario: Scenario | None, out: list[Finding]) -> None:
+    values = {k: _number(config.get(k)) for k in _BATCH_KEYS}
+    tb, mb, ga = (values[k] for k in _BATCH_KEYS)
+    if all(v is None for v in values.values()):
+        if not any(config.get(k) == AUTO for k in _BATCH_KEYS):
+            _add(out, "error", "train_batch_size", "batch_mismatch", "neither train_batch_size nor "
+                 "train_micro_batch_size_per_gpu is set; DeepSpeed asserts one of them is.",
+                 "Set train_micro_batch_size_per_gpu and gradient_accumulation_steps.")
+        return
+    if any(v is not None and v <= 0 for v in values.values()):
+        return  # nonpositive_value reports it
+    world = scenario.cluster.data_parallel_degree if scenario is not None else None
+    if tb is not None and mb is not None and ga is not None:
+        if world is not None and tb != mb * ga * world:
+            _add(out, "error", "train_batch_size", "batch_mismatch",
+                 f"train_batch_size {int(tb)} != micro-batch {int(mb)} x gradient accumulation {int(ga)} x "
+                 f"data-parallel degree {world} = {int(mb * ga * world)}; DeepSpeed asserts they are equal "
+                 "(DeepSpeed #6914).", f"Set train_batch_size to {int(mb * ga * world)} or leave it out.")
+        elif world is None and tb % (mb * ga):
+            _add(out, "error", "train_batch_size", "batch_mismatch",
+                 f"train_batch_size {int(tb)} is not a multiple of micro-batch x gradient accumulation "
+                 f"{int(mb * ga)}, so no world size satisfies DeepSpeed's assertion (DeepSpeed #6914).",
+                 "Leave train_batch_size out; DeepSpeed computes it.")
+    elif tb is not None and world is not None:
+        per = (mb if mb is not None else 1) * (ga if ga is not None else 1) * world
+        if mb is not None or ga is not None:
+            if tb % per:
+                _add(out, "error", "train_batch_size", "batch_mismatch",
+                     f"train_batch_size {int(tb)} is not divisible by {int(per)} (the given per-GPU factor x "
+                     f"data-parallel degree {world}); DeepSpeed rounds down and then fails its assertion "
+                     "(DeepSpeed #6914).", "Give train_micro_batch_size_per_gpu and gradient_accumulation_steps "
+                     "and leave train_batch_size out.")
+        elif tb % world:
+            _add(out, "error", "train_batch_size", "batch_mismatch",
+                 f"train_batch_size {int(tb)} is not divisible by the data-parallel degree {world} "
+                 "(DeepSpeed #6914).", f"Use a multiple of {world}.")
+
+
+def _rule_precision(config: dict[str, Any], out: list[Finding]) -> None:
+    bf16 = _enabled(config, "bf16") or _enabled(config, "bfloat16")
+    if bf16 and _enabled(config, "fp16"):
+        _add(out, "error", "fp16.enabled", "fp16_and_bf16", "fp16 and bf16 are both enabled; DeepSpeed asserts "
+             "'bfloat16 and fp16 modes cannot be simultaneously enabled'.",
+             "Keep one: bf16 on Ampere or newer, fp16 (with loss scaling) on V100/T4.")
+
+
+def _rule_offload_stage(config: dict[str, Any], out: list[Finding]) -> None:
+    stage = _stage(config)
+    if stage < 0:
+        return
+    if _device(config, "offload_param") != "none" and stage != 3:
+        _add(out, "error", "zero_optimization.offload_param", "offload_param_below_stage3",
+             f"offload_param is read only by ZeRO-3; at stage {stage} DeepSpeed ignores it and the parameters "
+             "stay on the GPU (REFERENCES.md section 7).", "Use stage 3, or remove offload_param.")
+    if _device(config, "offload_optimizer") != "none" and stage == 0:
+        _add(out, "error", "zero_optimization.offload_optimizer", "offload_optimizer_stage0",
+             "offload_optimizer works through the ZeRO optimizer (stages 1-3); at stage 0 it is ignored.",
+             "Use stage 1, 2 or 3, or remove offload_optimizer.")
+    if _device(config, "offload_optimizer") == "nvme" and stage in (1, 2):
+        _add(out, "warning", "zero_optimization.offload_optimizer.device", "nvme_optimizer_below_stage3",
+             f"At stage {stage} DeepSpeed treats any offload_optimizer device as CPU offload "
+             "(stage_1_and_2.py: cpu_offload = device != none): optimizer states go to host RAM, not NVMe.",
+             "Use stage 3 for NVMe (ZeRO-Infinity), or write device 'cpu' and size host RAM for it.")
+    for block in ("offload_optimizer", "offload_param"):
+        if _device(config, block) == "nvme":
+            path = _get(config, f"zero_optimization.{block}.nvme_path")
+            if path is _MISSING or not isinstance(path, str) or not path.strip():
+                _add(out, "error", f"zero_optimization.{block}.nvme_path", "nvme_without_path",
+                     f"{block} offloads to NVMe but names no nvme_path; DeepSpeed fails when it builds the swap "
+                     "folder (os.path.join(None, ...)).", "Set nvme_path to a directory on a local NVMe drive.")
+
+
+def _rule_auto(config: dict[str, Any], mode: Mode, scenario: Scenario | None, out: list[Finding]) -> None:
+    filled = hf_auto_values(scenario) if scenario is not None else {}
+    stage = _stage(config)
+    resolved: list[str] = []
+    for key, value in sorted(_walk(config)):
+        if not (isinstance(value, str) and value == AUTO):
+            continue
+        if mode == "hf_trainer":
+            stage3_key = key in ("zero_optimization.stage3_prefetch_bucket_size",
+                                 "zero_optimization.stage3_param_persistence_threshold")
+            if key in HF_TRAINER_AUTO_KEYS and not (stage3_key and stage != 3):
+                resolved.append(f"{key}={filled[key]}" if key in filled else key)
+            else:
+                _add(out, "warning", key, "auto_not_filled", f"the HF Trainer does not fill 'auto' in {key}"
+                     + (" below stage 3" if stage3_key else "") + "; DeepSpeed drops it and uses its default.",
+                     "Write a number, or remove the key.")
+            continue
+        top = key.split(".", 1)[0]
+        if key in _BATCH_KEYS:
+            effect = "DeepSpeed's batch-size arithmetic fails on the string"
+        elif top in ("zero_optimization", "bf16", "fp16", "bfloat16"):
+            effect = "DeepSpeed silently drops it and uses its own default, so the value you expect is not used"
+        else:
+            effect = "DeepSpeed passes the string on (to the optimizer/scheduler/clipping) and fails"
+        _add(out, "error", key, "auto_outside_hf", f"{key} is \"auto\", which only the HF Trainer/accelerate "
+             f"resolve; with raw DeepSpeed {effect} (REFERENCES.md section 7).",
+             "Write the value (zeroplanner config writes them all), or launch through the HF Trainer.")
+    if resolved:
+        _add(out, "info", "", "auto_outside_hf", f"The HF Trainer fills {len(resolved)} 'auto' fields "
+             f"(transformers integrations/deepspeed.py): {', '.join(resolved)}; the training-step counts come from "
+             "the dataset at train time.")
+
+
+def _rule_removed(config: dict[str, Any], out: list[Finding]) -> None:
+    for key in config:
+        if key in REMOVED_TOP_LEVEL_KEYS:
+            _add(out, "error", key, "removed_key", f"DeepSpeed 0.19.8 removed {key!r} and raises "
+                 "DeepSpeedConfigError (deepspeed/runtime/config.py, _REMOVED_TOP_LEVEL_CONFIG_KEYS).",
+                 "Remove the block.")
+    zero = config.get("zero_optimization")
+    if isinstance(zero, dict):
+        for key in zero:
+            if key in REMOVED_ZERO_KEYS:
+                _add(out, "error", f"zero_optimization.{key}", "removed_key", f"DeepSpeed 0.19.8 removed {key!r} "
+                     "and raises on it.", "Remove it.")
+
+
+def _rule_optimizer(config: dict[str, Any], out: list[Finding]) -> None:
+    params = _get(config, "optimizer.params")
+    if isinstance(params, dict) and "max_grad_norm" in params:
+        _add(out, "error", "optimizer.params.max_grad_norm", "max_grad_norm_param", "DeepSpeed raises ValueError on "
+             "max_grad_norm as an optimizer parameter (engine.py, _configure_basic_optimizer).",
+             "Move it to the top-level \"gradient_clipping\".")
+    kind = _get(config, "optimizer.type")
+    name = kind.lower() if isinstance(kind, str) else None
+    stage = _stage(config)
+    if name is not None and name not in DEEPSPEED_OPTIMIZER_TYPES and stage >= 1 \
+            and config.get("zero_allow_untested_optimizer") is not True:
+        _add(out, "error", "zero_allow_untested_optimizer", "untested_optimizer", f"optimizer {kind!r} is not a "
+             "DeepSpeed optimizer (torch.optim is used); with ZeRO DeepSpeed asserts unless "
+             "zero_allow_untested_optimizer is true (engine.py, _do_optimizer_sanity_check).",
+             "Add \"zero_allow_untested_optimizer\": true.")
+    if _device(config, "offload_optimizer") != "none" and stage >= 1 \
+            and config.get("zero_force_ds_cpu_optimizer") is not False \
+            and (name is None or name not in CPU_OFFLOAD_OPTIMIZER_TYPES):
+        what = f"optimizer {kind!r}" if name else "a client-built optimizer (no optimizer block)"
+        _add(out, "error", "zero_force_ds_cpu_optimizer", "offload_client_optimizer", f"ZeRO-Offload with {what}: "
+             "DeepSpeed raises ZeRORuntimeException unless the optimizer is DeepSpeedCPUAdam/CPULion or "
+             "zero_force_ds_cpu_optimizer is false (engine.py, _configure_optimizer).",
+             "Use \"optimizer\": {\"type\": \"AdamW\"} (DeepSpeed builds DeepSpeedCPUAdam), or set "
+             "\"zero_force_ds_cpu_optimizer\": false.")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Rules that need the scenario (cluster) and possibly the cost model
+# ----------------------------------------------------------------------------------------------------------------
+def _rule_cluster(config: dict[str, Any], scenario: Scenario, out: list[Finding]) -> None:
+    cluster = scenario.cluster
+    stage = _stage(config)
+    if cluster.nodes > 1 and stage >= 1:
+        keys = ["reduce_bucket_size"] + (["allgather_bucket_size"] if stage in (1, 2) else [])
+        for name in keys:
+            number = _number(_get(config, f"zero_optimization.{name}"))
+            if number is not None and 0 < number < SMALL_BUCKET_ELEMENTS:
+                _add(out, "warning", f"zero_optimization.{name}", "small_buckets_multinode",
+                     f"{name} = {int(number)} elements on a {cluster.nodes}-node run: many small collectives, each "
+                     "paying the inter-node latency. The seed article's multi-node ZeRO-2 run went 2.1x faster "
+                     "when its buckets went from 5e7 to 2e8.", f"Use at least 200000000 for {name}.")
+    network = cluster.network
+    node_gbps = network.link_gbps * network.nics_per_node
+    if stage == 3 and cluster.nodes > 1:
+        slow = node_gbps <= SLOW_INTER_NODE_GBPS
+        large = cluster.world_size >= LARGE_RUN_GPUS and node_gbps <= LARGE_RUN_MIN_GBPS
+        if slow or large:
+            hpz = _number(_get(config, "zero_optimization.zero_hpz_partition_size")) or 1
+            fix = "Prefer ZeRO-2 (one all-reduce volume per step), or keep ZeRO-3 with \"zero_hpz_partition_size\": " \
+                  f"{cluster.gpus_per_node} (hierarchical partitioning inside the node)."
+            if hpz == cluster.gpus_per_node:
+                fix = "zero_hpz_partition_size already keeps parameter all-gathers inside the node; gradients " \
+                      "still cross the network: prefer ZeRO-2 or a faster network."
+            _add(out, "warning", "zero_optimization.stage", "zero3_slow_network",
+                 f"ZeRO-3 over {node_gbps:g} Gb/s per node ({network.name}) across {cluster.nodes} nodes: it "
+                 "all-gathers every parameter twice a step over that link and gets slower with more nodes "
+                 "(DeepSpeed #5770); maintainers say 64+ GPUs need 200-400 Gb/s (DeepSpeed #2928).", fix)
+    if stage == 3:
+        for block in ("offload_optimizer", "offload_param"):
+            if _device(config, block) != "none" and _get(config, f"zero_optimization.{block}.pin_memory") is False:
+                _add(out, "warning", f"zero_optimization.{block}.pin_memory", "offload_without_pin",
+                     f"ZeRO-3 {block} without pinned memory: every transfer is staged through pageable memory, "
+                     "slow and memory-hungry (the seed article's 'CUDA malloc error' came from this).",
+                     "Set \"pin_memory\": true (and check that host RAM can hold the pinned buffers).")
+    hpz = _number(_get(config, "zero_optimization.zero_hpz_partition_size"))
+    if hpz is not None and hpz > 1 and cluster.gpus_per_node % int(hpz):
+        _add(out, "error", "zero_optimization.zero_hpz_partition_size", "hpz_not_dividing",
+             f"zero_hpz_partition_size {int(hpz)} does not divide the {cluster.gpus_per_node} GPUs per node; "
+             "ZeRO++'s secondary partition must sit inside one node.",
+             f"Use {cluster.gpus_per_node} (GPUs per node) or one of its divisors.")
+    if stage >= 1 and cluster.data_parallel_degree == 1:
+        _add(out, "warning", "zero_optimization.stage", "zero_at_dp1",
+             f"Data-parallel degree 1: ZeRO-{stage} has nobody to shard with, so it saves no GPU memory "
+             "(DeepSpeed #4953); only offload helps.", "Use stage 0 (plus offload if memory is short), or more GPUs.")
+    if scenario.training.qlora and stage == 3:
+        _add(out, "warning", "zero_optimization.stage", "qlora_stage3",
+             "QLoRA (4-bit bitsandbytes base) with ZeRO-3 depends on exact versions and often silently falls back "
+             "to unsharded weights (DeepSpeed #5819, peft #2016).",
+             "Use ZeRO-2 for QLoRA (the 4-bit base is small), or verify bnb_4bit_quant_storage and versions.")
+    if stage in (1, 2) and _device(config, "offload_optimizer") != "none":
+        weights = scenario.parameters * (2 if scenario.training.precision in ("bf16", "fp16") else 4)
+        _add(out, "info", "zero_optimization.offload_optimizer", "zero2_offload_full_weights",
+             f"ZeRO-{stage} with offload_optimizer still keeps the full 16-bit weights on every GPU "
+             f"({_gib(weights)} here), and that does not fall with more GPUs (DeepSpeed #1883, #3770).",
+             "If the weights do not fit, use ZeRO-3 (with offload_param).")
+
+
+def _attr(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name)
+
+
+def _rule_costmodel(config: dict[str, Any], scenario: Scenario, out: list[Finding]) -> None:
+    try:
+        from .costmodel import estimate
+    except ImportError as exc:  # the core cost model is a sibling module; report, do not crash
+        _add(out, "info", "", "costmodel_unavailable", f"cost-model rules skipped ({exc}).")
+        return
+    try:
+        est = estimate(scenario)
+    except (ValueError, ArithmeticError) as exc:
+        _add(out, "info", "", "costmodel_unavailable", f"cost-model rules skipped: {str(exc).splitlines()[0][:200]}")
+        return
+    cpu_bytes = float(_attr(est, "per_node_cpu_bytes"))
+    host = scenario.cluster.cpu_memory_bytes
+    offloaded = [b for b in ("offload_optimizer", "offload_param") if _device(config, b) != "none"]
+    if offloaded and cpu_bytes > host:
+        pinned = any(_get(config, f"zero_optimization.{b}.pin_memory") is not False for b in offloaded)
+        if pinned:
+            _add(out, "error", f"zero_optimization.{offloaded[0]}.pin_memory", "pinned_exceeds_host",
+                 f"Offload needs {_gib(cpu_bytes)} of host RAM per node (incl. DeepSpeed's 1.5x buffer factor), "
+                 f"more than the node's {_gib(host)}; pinned memory cannot be swapped out, so the run is killed "
+                 "(DeepSpeed #3448, #3481).", "Add nodes (offload RAM is per node), offload to NVMe, or get more "
+                 "host RAM.")
+        else:
+            _add(out, "warning", f"zero_optimization.{offloaded[0]}", "host_ram_short",
+                 f"Offload needs {_gib(cpu_bytes)} of host RAM per node, more than the node's {_gib(host)}; "
+                 "unpinned pages will swap and the step crawls.", "Add nodes, offload to NVMe, or more host RAM.")
+    comm = _attr(est, "communication")
+    exposed = float(_attr(comm, "exposed_seconds_per_step"))
+    step = float(_attr(est, "step_seconds"))
+    if step > 0 and exposed / step > COMMUNICATION_SHARE_LIMIT:
+        _add(out, "warning", "zero_optimization", "communication_share",
+             f"Exposed communication is {100 * exposed / step:.0f}% of the step ({exposed:.3g} s of "
+             f"{step:.3g} s), above the seed article's 30% threshold: the GPUs wait on the network.",
+             "Raise reduce/allgather bucket sizes, accumulate more micro-batches per step, use ZeRO-2 instead of "
+             "ZeRO-3, or zero_hpz_partition_size = GPUs per node.")
+
+
+def lint(config: Any, scenario: Scenario | None = None, mode: Mode = "deepspeed") -> list[Finding]:
+    """Findings for a DeepSpeed config ``dict`` (as read by :func:`zeroplanner.dsconfig.load_config_text`).
+
+    ``scenario``: the run the config is for (cluster, model); needed by the cluster and cost-model rules, usually
+    the scenario :func:`zeroplanner.dsconfig.from_deepspeed_config` built from this config. ``mode``:
+    ``"hf_trainer"`` when the config goes through the HF Trainer/accelerate (then ``"auto"`` is fine where the
+    Trainer fills it). Never raises on malformed content; a non-dict ``config`` gives one error finding.
+    Findings come sorted errors first, then warnings, then info.
+    """
+    out: list[Finding] = []
+    if not isinstance(config, dict):
+        return [Finding(severity="error", key="", rule="wrong_type",
+                        message=f"a DeepSpeed config is a JSON object, got {type(config).__name__}",
+                        fix="Pass the parsed JSON object.")]
+    _rule_removed(config, out)
+    _rule_integers(config, out)
+    _rule_nonpositive(config, out)
+    _rule_batch(config, scenario, out)
+    _rule_precision(config, out)
+    _rule_offload_stage(config, out)
+    _rule_auto(config, mode, scenario, out)
+    _rule_optimizer(config, out)
+    if scenario is not None:
+        _rule_cluster(config, scenario, out)
+        _rule_costmodel(config, scenario, out)
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(out, key=lambda f: order[f.severity])
