@@ -11,6 +11,7 @@ DeepSpeed config emitted by :mod:`zeroplanner.dsconfig` uses them verbatim.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -149,7 +150,7 @@ class Architecture(_Frozen):
     def router_params(self) -> int:
         return self.hidden_size * self.n_experts if self.n_experts > 1 else 0
 
-    @property
+    @cached_property
     def layer_params(self) -> int:
         return (
             self.attention_params
@@ -171,7 +172,7 @@ class Architecture(_Frozen):
     def lm_head_params(self) -> int:
         return 0 if self.tied_embeddings else self.vocab_size * self.embed_width
 
-    @property
+    @cached_property
     def derived_parameter_count(self) -> int:
         return (
             self.embedding_params
@@ -181,12 +182,12 @@ class Architecture(_Frozen):
             + self.extra_parameters
         )
 
-    @property
+    @cached_property
     def parameter_count(self) -> int:
         """Ψ: exact number of parameters (tied embeddings once, all experts)."""
         return self.parameter_count_override or self.derived_parameter_count
 
-    @property
+    @cached_property
     def largest_module_params(self) -> int:
         """Parameters owned directly by the largest single module.
 
@@ -212,7 +213,7 @@ class Architecture(_Frozen):
             largest = int(largest * scale)
         return largest
 
-    @property
+    @cached_property
     def matmul_params_per_token(self) -> int:
         """Weights that take part in a matrix multiply for one token (active experts only, lm_head included,
         input embedding lookup and norms excluded). Used for FLOPs (PaLM, arXiv 2204.02311, appendix B)."""

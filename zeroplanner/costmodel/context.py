@@ -168,3 +168,12 @@ def make_context(scenario: Scenario) -> Context:
 def data_parallel_degree(ctx: Context, cand: Candidates) -> np.ndarray:
     """N_d = nodes * gpus_per_node / tensor_parallel_size (ZeRO shards over the data-parallel group only)."""
     return cand.nodes * ctx.gpus_per_node // ctx.tp
+
+
+def overlap_comm(ctx: Context, cand: Candidates) -> np.ndarray:
+    """Effective overlap_comm per candidate: the user's value, or DeepSpeed's default (True only at stage 3;
+    DeepSpeedZeroConfig.overlap_comm validator in deepspeed/runtime/zero/config.py)."""
+    value = ctx.scenario.zero.overlap_comm
+    if value is None:
+        return cand.stage == 3
+    return np.full(cand.shape, bool(value))

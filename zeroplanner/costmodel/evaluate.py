@@ -13,7 +13,7 @@ from ..specs import Scenario
 from ..units import gib
 from .communication import communication_terms
 from .compute import compute_terms, optimizer_and_offload_terms
-from .context import Candidates, Context, data_parallel_degree, make_context
+from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
 from .memory import TERMS, memory_terms
 
 COMM_SHARE_WARNING = 0.30
@@ -36,18 +36,15 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     comm = communication_terms(ctx, cand)
     comp = compute_terms(ctx, cand)
     opt = optimizer_and_offload_terms(ctx, cand)
-    z = ctx.scenario.zero
     a = ctx.scenario.assumptions
     c = ctx.scenario.cluster
     ga = cand.grad_accum.astype(np.float64)
 
-    if z.overlap:
-        fwd_exposed = np.maximum(0.0, comm["fwd_seconds_micro"] - comp["fwd_seconds_micro"])
-        bwd_exposed = np.maximum(0.0, comm["bwd_seconds_micro"] + comm["reduce_seconds_micro"]
-                                 - comp["bwd_seconds_micro"])
-    else:
-        fwd_exposed = comm["fwd_seconds_micro"]
-        bwd_exposed = comm["bwd_seconds_micro"] + comm["reduce_seconds_micro"]
+    overlap = overlap_comm(ctx, cand)
+    fwd_exposed = np.where(overlap, np.maximum(0.0, comm["fwd_seconds_micro"] - comp["fwd_seconds_micro"]),
+                           comm["fwd_seconds_micro"])
+    bwd_comm = comm["bwd_seconds_micro"] + comm["reduce_seconds_micro"]
+    bwd_exposed = np.where(overlap, np.maximum(0.0, bwd_comm - comp["bwd_seconds_micro"]), bwd_comm)
     comm_exposed = comm["boundary_seconds"] + ga * (fwd_exposed + bwd_exposed)
     micro_compute = comp["fwd_seconds_micro"] + comp["bwd_seconds_micro"]
     pcie_exposed = ga * np.maximum(0.0, opt["pcie_seconds_micro"] - micro_compute) + opt["pcie_seconds_boundary"]
@@ -181,10 +178,6 @@ _TERM_DOCS = {
 }
 
 
-def _scalar(arr) -> float:
-    return float(np.asarray(arr).reshape(-1)[0])
-
-
 def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]:
     """Plain-language warnings for one evaluated scenario (REFERENCES.md section 7 behaviours)."""
     z, t, c = scenario.zero, scenario.training, scenario.cluster
@@ -227,10 +220,15 @@ def estimate(scenario: Scenario) -> Estimate:
 
     Raises nothing for a valid Scenario (validation happens when the Scenario is built).
     """
-    ctx = make_context(scenario)
-    cand = Candidates.from_scenario(scenario)
-    arrays = evaluate(ctx, cand)
-    v = {k: _scalar(a) for k, a in arrays.items()}
+    values = evaluate(make_context(scenario), Candidates.from_scenario(scenario))
+    return estimate_from_values(scenario, values, 0)
+
+
+def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], index) -> Estimate:
+    """The Estimate of candidate ``index`` of an :func:`evaluate` result; ``scenario`` must be that candidate's
+    scenario (same stage, offload, checkpointing, batch and nodes)."""
+    v = {k: float(np.asarray(a).reshape(-1)[index] if np.ndim(index) == 0 else np.asarray(a)[index])
+         for k, a in values.items()}
     mem = MemoryBreakdown(**{k: int(round(v[k])) for k in (*TERMS, "total")})
     terms = [
         Term(name=_TERM_DOCS[k][0], category=k, bytes=getattr(mem, k), formula=_TERM_DOCS[k][1],

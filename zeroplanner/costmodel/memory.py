@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .activations import activation_bytes
-from .context import Candidates, Context, data_parallel_degree
+from .context import Candidates, Context, data_parallel_degree, overlap_comm
 
 TERMS = ("parameters", "gradients", "optimizer_states", "activations", "buffers", "overhead")
 
@@ -89,7 +89,7 @@ def buffer_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
     z = ctx.scenario.zero
     w = ctx.weight_bytes
     T = ctx.trainable
-    overlap = 2.0 if z.overlap else 1.0
+    overlap = np.where(overlap_comm(ctx, cand), 2.0, 1.0)
     reduce_bucket = min(z.reduce_bucket_size, T) * w
     live = min(z.stage3_max_live_parameters, ctx.largest_module + z.stage3_prefetch_bucket_size) * w
     stage3 = live + ctx.largest_module * w + reduce_bucket * overlap

@@ -1,0 +1,356 @@
+"""The planner: evaluate every candidate configuration, keep those that fit, rank them, explain the choice.
+
+Candidates: ZeRO stage x offload_optimizer x offload_param (stage 3) x activation checkpointing x micro-batch
+(the samples per GPU per step, micro_batch x gradient_accumulation_steps, stay fixed, so the global batch is the
+user's) x ZeRO++ (stage 3 on more than one node). All are evaluated in one vectorised call.
+
+Ranking policy (documented, and tested against the seed article's recommendation table):
+1. Keep candidates that fit GPU memory (with the safety margin), host RAM (with DeepSpeed's 1.5x buffer factor)
+   and NVMe.
+2. Candidates within ``tolerance`` (default 10%) of the best predicted throughput are treated as equal: the
+   model's step-time error is of that order (docs/validation.md), and the seed article warns that choosing a higher
+   stage "to look advanced" often runs slower than ZeRO-2.
+3. Among equals prefer, in order: no offload (offload is a last resort: PCIe/CPU-bound; DeepSpeed #1130), stages
+   0-2 over stage 3 (2Ψ instead of 3Ψ per step; ZeRO paper Sec. 7), no ZeRO++, then the most GPU memory headroom
+   (ZeRO-2 frees gradients at ZeRO-1's communication volume), then throughput.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from .costmodel import Candidates, Estimate, estimate, evaluate, make_context
+from .costmodel.evaluate import estimate_from_values
+from .costmodel.context import CHECKPOINT_CODES, OFFLOAD_CODES
+from .specs import Architecture, Scenario
+from .units import gib
+
+DEFAULT_TOLERANCE = 0.10
+
+_OFFLOAD_NAMES = {v: k for k, v in OFFLOAD_CODES.items()}
+_CKPT_NAMES = {v: k for k, v in CHECKPOINT_CODES.items()}
+
+VARIANTS: tuple[tuple[str, int, int, int], ...] = (
+    ("ZeRO-0", 0, 0, 0),
+    ("ZeRO-1", 1, 0, 0),
+    ("ZeRO-2", 2, 0, 0),
+    ("ZeRO-3", 3, 0, 0),
+    ("ZeRO-2 + CPU optimizer", 2, 1, 0),
+    ("ZeRO-3 + CPU optimizer", 3, 1, 0),
+    ("ZeRO-3 + CPU optimizer & params", 3, 1, 1),
+    ("ZeRO-3 + NVMe optimizer & params", 3, 2, 2),
+)
+"""(label, stage, offload_optimizer code, offload_param code) shown side by side in charts."""
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class Choice(_Out):
+    """One configuration the planner can pick (DeepSpeed key names where they exist)."""
+
+    stage: int
+    offload_optimizer: str
+    offload_param: str
+    checkpointing: str
+    micro_batch: int
+    grad_accum: int
+    zero_hpz_partition_size: int = 1
+    zero_quantized_weights: bool = False
+    zero_quantized_gradients: bool = False
+
+    @property
+    def label(self) -> str:
+        parts = [f"ZeRO-{self.stage}"]
+        off = []
+        if self.offload_optimizer != "none":
+            off.append(f"{self.offload_optimizer.upper() if self.offload_optimizer == 'cpu' else 'NVMe'} optimizer")
+        if self.offload_param != "none":
+            off.append(f"{self.offload_param.upper() if self.offload_param == 'cpu' else 'NVMe'} params")
+        if off:
+            parts.append("+ " + " & ".join(off))
+        if self.zero_quantized_weights or self.zero_hpz_partition_size > 1:
+            parts.append("+ ZeRO++")
+        parts.append(f"({self.checkpointing} ckpt, micro {self.micro_batch} x accum {self.grad_accum})")
+        return " ".join(parts)
+
+
+class Option(_Out):
+    """A labelled, evaluated configuration."""
+
+    label: str
+    choice: Choice
+    scenario: Scenario
+    estimate: Estimate
+
+
+class Plan(_Out):
+    """The planner's answer for one scenario."""
+
+    fits: bool
+    choice: Choice | None
+    scenario: Scenario
+    estimate: Estimate
+    reasons: list[str]
+    warnings: list[str]
+    alternatives: list[Option]
+    variants: list[Option]
+    candidates_evaluated: int
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidate_grid(scenario: Scenario) -> Candidates:
+    """Every candidate for the scenario (see module docstring). Returns 1-D Candidates."""
+    t, c = scenario.training, scenario.cluster
+    samples = t.micro_batch * t.grad_accum
+    micros = [m for m in _divisors(samples) if m <= 64] or [1]
+    zpp = [(1, 0, 0)]
+    if c.nodes > 1:
+        zpp.append((c.gpus_per_node, 1, 1))
+    rows = []
+    for stage in range(4):
+        for oo in ((0,) if stage == 0 else (0, 1, 2)):
+            for op in ((0, 1, 2) if stage == 3 else (0,)):
+                for hpz, qw, qg in (zpp if stage == 3 else [(1, 0, 0)]):
+                    for ck in (0, 1, 2):
+                        for m in micros:
+                            rows.append((stage, oo, op, ck, m, samples // m, hpz, qw, qg))
+    a = np.array(rows, dtype=np.int64)
+    return Candidates.build(
+        stage=a[:, 0], offload_optimizer=a[:, 1], offload_param=a[:, 2], checkpointing=a[:, 3],
+        micro_batch=a[:, 4], grad_accum=a[:, 5], nodes=c.nodes, hpz=a[:, 6], qwz=a[:, 7], qgz=a[:, 8],
+    )
+
+
+def _choice_at(cand: Candidates, i: int) -> Choice:
+    return Choice(
+        stage=int(cand.stage[i]),
+        offload_optimizer=_OFFLOAD_NAMES[int(cand.offload_optimizer[i])],
+        offload_param=_OFFLOAD_NAMES[int(cand.offload_param[i])],
+        checkpointing=_CKPT_NAMES[int(cand.checkpointing[i])],
+        micro_batch=int(cand.micro_batch[i]),
+        grad_accum=int(cand.grad_accum[i]),
+        zero_hpz_partition_size=int(cand.hpz[i]),
+        zero_quantized_weights=bool(cand.qwz[i]),
+        zero_quantized_gradients=bool(cand.qgz[i]),
+    )
+
+
+def apply_choice(scenario: Scenario, choice: Choice, *, validate: bool = True) -> Scenario:
+    """The scenario with the choice's settings. ``validate=False`` skips re-validation for choices the planner
+    built itself from valid candidate codes (fast path)."""
+    z = scenario.zero.model_copy(update={
+        "stage": choice.stage,
+        "offload_optimizer": scenario.zero.offload_optimizer.model_copy(update={"device": choice.offload_optimizer}),
+        "offload_param": scenario.zero.offload_param.model_copy(update={"device": choice.offload_param}),
+        "zero_hpz_partition_size": choice.zero_hpz_partition_size,
+        "zero_quantized_weights": choice.zero_quantized_weights,
+        "zero_quantized_gradients": choice.zero_quantized_gradients,
+    })
+    t = scenario.training.model_copy(update={
+        "checkpointing": choice.checkpointing, "micro_batch": choice.micro_batch, "grad_accum": choice.grad_accum,
+    })
+    if validate:
+        return Scenario.model_validate({**scenario.model_dump(), "zero": z.model_dump(), "training": t.model_dump()})
+    return scenario.model_copy(update={"zero": z, "training": t})
+
+
+def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: float = DEFAULT_TOLERANCE,
+                    gpu_memory_bytes: float = 0.0) -> np.ndarray:
+    """Indices of fitting candidates, best first, by the module's ranking policy."""
+    fits = np.flatnonzero(values["fits"])
+    if fits.size == 0:
+        return fits
+    tps = values["tokens_per_second"][fits]
+    near = tps >= (1.0 - tolerance) * tps.max()
+    offloads = (cand.offload_optimizer[fits] > 0).astype(int) + (cand.offload_param[fits] > 0).astype(int)
+    stage3 = (cand.stage[fits] == 3).astype(int)
+    zpp = ((cand.hpz[fits] > 1) | (cand.qwz[fits] > 0)).astype(int)
+    headroom = gpu_memory_bytes - values["total"][fits]
+    # np.lexsort: last key is primary
+    order = np.lexsort((-tps, -headroom, zpp, stage3, offloads, ~near))
+    return fits[order]
+
+
+def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, ranked, tolerance) -> list[str]:
+    r: list[str] = []
+    n = scenario.cluster.data_parallel_degree
+    r.append(f"{best.label} fits: {gib(est.per_gpu_bytes.total):.1f} GiB of {gib(est.gpu_memory_bytes):.1f} GiB "
+             f"per GPU, {est.tokens_per_second:,.0f} tokens/s predicted ({est.step_seconds:.2f} s per step).")
+    fastest = ranked[np.argmax(values["tokens_per_second"][ranked])]
+    if values["tokens_per_second"][fastest] > est.tokens_per_second * 1.0001:
+        fc = _choice_at(cand, int(fastest))
+        r.append(f"The fastest fitting option, {fc.label}, is only "
+                 f"{values['tokens_per_second'][fastest] / est.tokens_per_second - 1:.0%} faster (within the "
+                 f"{tolerance:.0%} model tolerance); this choice is simpler or safer.")
+    if n == 1:
+        r.append("Data-parallel degree 1: no ZeRO stage saves memory here (DeepSpeed #4953), so the simplest "
+                 "configuration is preferred.")
+    for st in range(best.stage):
+        mask = (cand.stage == st) & (cand.offload_optimizer == 0)
+        if mask.any() and not values["fits_gpu"][mask].any():
+            need = values["total"][mask].min()
+            r.append(f"ZeRO-{st} without offload does not fit: at least {gib(need):.1f} GiB per GPU.")
+    if best.offload_optimizer != "none" or best.offload_param != "none":
+        r.append(f"Offload is needed; host RAM per node {gib(est.per_node_cpu_bytes):.0f} GiB "
+                 f"(x{scenario.assumptions.host_buffer_factor} buffer factor) of "
+                 f"{gib(scenario.cluster.cpu_memory_bytes):.0f} GiB.")
+    if best.stage == 3 and best.offload_optimizer == "none":
+        r.append("ZeRO-3 without offload: parameters, gradients and optimizer states are all sharded "
+                 f"{n} ways and the network hides the 1.5x communication.")
+    if best.stage in (1, 2) and n > 1:
+        r.append(f"ZeRO-{best.stage} moves 2Ψ per step like plain data parallelism (ZeRO paper Sec. 7) while "
+                 "sharding optimizer states" + (" and gradients." if best.stage == 2 else "."))
+    comm_share = est.communication.exposed_seconds_per_step / est.step_seconds
+    r.append(f"Exposed communication is {comm_share:.0%} of the step.")
+    return r
+
+
+def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternatives: int = 5) -> Plan:
+    """Evaluate every candidate for ``scenario`` and recommend one.
+
+    Returns a Plan; when nothing fits, ``fits`` is False, ``choice`` is None and ``estimate`` is the scenario as
+    given, with warnings saying what is short. Raises ValueError for tolerance outside [0, 1).
+    """
+    if not 0.0 <= tolerance < 1.0:
+        raise ValueError(f"tolerance={tolerance} must be in [0, 1)")
+    ctx = make_context(scenario)
+    cand = candidate_grid(scenario)
+    values = evaluate(ctx, cand)
+    ranked = rank_candidates(values, cand, tolerance, ctx.gpu_memory_bytes)
+    variants = variant_options(scenario, ctx)
+    if ranked.size == 0:
+        est = estimate(scenario)
+        smallest = int(np.argmin(values["total"]))
+        warn = list(est.warnings)
+        warn.insert(0, f"Nothing fits: the smallest candidate ({_choice_at(cand, smallest).label}) needs "
+                       f"{gib(values['total'][smallest]):.1f} GiB per GPU and "
+                       f"{gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node. Add GPUs or nodes, "
+                       "shorten the sequence, use LoRA/QLoRA, or a larger GPU.")
+        return Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=warn,
+                    alternatives=[], variants=variants, candidates_evaluated=int(cand.stage.size))
+    best_i = int(ranked[0])
+    best = _choice_at(cand, best_i)
+    chosen = apply_choice(scenario, best, validate=False)
+    est = estimate_from_values(chosen, values, best_i)
+    alts: list[Option] = []
+    seen = {(best.stage, best.offload_optimizer, best.offload_param, best.zero_hpz_partition_size)}
+    for i in ranked[1:]:
+        ch = _choice_at(cand, int(i))
+        key = (ch.stage, ch.offload_optimizer, ch.offload_param, ch.zero_hpz_partition_size)
+        if key in seen:
+            continue
+        seen.add(key)
+        sc = apply_choice(scenario, ch, validate=False)
+        alts.append(Option(label=ch.label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, int(i))))
+        if len(alts) >= alternatives:
+            break
+    warnings = list(est.warnings)
+    if scenario.training.qlora:
+        warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds communication for little gain (seed article).")
+    return Plan(
+        fits=True, choice=best, scenario=chosen, estimate=est,
+        reasons=_reasons(scenario, best, est, values, cand, ranked, tolerance),
+        warnings=warnings, alternatives=alts, variants=variants, candidates_evaluated=int(cand.stage.size),
+    )
+
+
+def variant_options(scenario: Scenario, ctx=None) -> list[Option]:
+    """The chart variants (:data:`VARIANTS`) evaluated with the scenario's other settings, in one vectorised call."""
+    t = scenario.training
+    ctx = ctx or make_context(scenario)
+    labels, cand = _variant_candidates(scenario, np.array([scenario.cluster.nodes]))
+    values = evaluate(ctx, cand)
+    out = []
+    for i, (label, stage, oo, op) in enumerate(VARIANTS):
+        ch = Choice(stage=stage, offload_optimizer=_OFFLOAD_NAMES[oo], offload_param=_OFFLOAD_NAMES[op],
+                    checkpointing=t.checkpointing, micro_batch=t.micro_batch, grad_accum=t.grad_accum)
+        sc = apply_choice(scenario, ch, validate=False)
+        out.append(Option(label=label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, (i, 0))))
+    return out
+
+
+def _variant_candidates(scenario: Scenario, nodes: np.ndarray) -> tuple[list[str], Candidates]:
+    t = scenario.training
+    labels = [v[0] for v in VARIANTS]
+    st = np.array([v[1] for v in VARIANTS])[:, None]
+    oo = np.array([v[2] for v in VARIANTS])[:, None]
+    op = np.array([v[3] for v in VARIANTS])[:, None]
+    cand = Candidates.build(
+        stage=st, offload_optimizer=oo, offload_param=op, checkpointing=CHECKPOINT_CODES[t.checkpointing],
+        micro_batch=t.micro_batch, grad_accum=t.grad_accum, nodes=nodes[None, :], hpz=1, qwz=0, qgz=0,
+    )
+    return labels, cand
+
+
+def scaling(scenario: Scenario, nodes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64)) -> dict[str, dict[str, list]]:
+    """Tokens/s and fit per variant against node count (per-GPU batch fixed).
+
+    Returns {label: {"nodes": [...], "tokens_per_second": [...], "fits": [...]}}. Raises ValueError for node
+    counts < 1.
+    """
+    nodes_arr = np.asarray(list(nodes), dtype=np.int64)
+    if nodes_arr.size == 0 or nodes_arr.min() < 1:
+        raise ValueError(f"nodes must be >= 1 (got {list(nodes)})")
+    labels, cand = _variant_candidates(scenario, nodes_arr)
+    values = evaluate(make_context(scenario), cand)
+    return {
+        label: {"nodes": nodes_arr.tolist(), "tokens_per_second": values["tokens_per_second"][i].tolist(),
+                "fits": values["fits"][i].tolist()}
+        for i, label in enumerate(labels)
+    }
+
+
+def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, points: int = 81) -> dict[str, int]:
+    """Largest parameter count each variant can train on the scenario's cluster (0 if none on the grid).
+
+    Models are Llama-shaped (:meth:`Architecture.from_parameter_count`) on a log grid between ``low`` and
+    ``high``, with the scenario's training settings; the answer is the largest grid point that fits
+    (grid spacing 10**(log10(high/low)/(points-1)), 15% for the defaults).
+    """
+    grid = np.geomspace(low, high, points)
+    labels = [v[0] for v in VARIANTS]
+    best = dict.fromkeys(labels, 0)
+    for p in grid:
+        arch = Architecture.from_parameter_count(int(p))
+        try:
+            sc = Scenario.model_validate({**scenario.model_dump(), "model": arch.model_dump()})
+        except ValueError:
+            continue
+        _, cand = _variant_candidates(sc, np.array([sc.cluster.nodes]))
+        fits = evaluate(make_context(sc), cand)["fits"][:, 0]
+        for i, label in enumerate(labels):
+            if fits[i]:
+                best[label] = int(p)
+    return best
+
+
+def sweep(scenario: Scenario, **axes: Sequence[int]) -> dict[str, np.ndarray]:
+    """Evaluate the cartesian product of candidate axes (Candidates field names -> values); unspecified axes take
+    the scenario's value. Returns the raw arrays of :func:`zeroplanner.costmodel.evaluate` (flattened) plus the
+    axes. Raises TypeError for unknown axis names."""
+    base = Candidates.from_scenario(scenario)
+    names = list(axes)
+    unknown = set(names) - set(base.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"unknown sweep axes {sorted(unknown)}")
+    grids = np.meshgrid(*[np.asarray(axes[n]) for n in names], indexing="ij")
+    fields = {f: getattr(base, f) for f in base.__dataclass_fields__}
+    for n, g in zip(names, grids):
+        fields[n] = g.reshape(-1)
+    cand = Candidates.build(**fields)
+    out = evaluate(make_context(scenario), cand)
+    out.update({f"axis_{n}": fields[n] for n in names})
+    return out
+
+
+__all__ = ["Choice", "Option", "Plan", "plan", "scaling", "largest_model", "sweep", "candidate_grid",
+           "apply_choice", "VARIANTS"]
