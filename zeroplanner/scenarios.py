@@ -51,7 +51,7 @@ def build_scenario(
     precision: str = "bf16",
     optimizer: str = "adamw",
     micro_batch: int = 1,
-    grad_accum: int = 1,
+    grad_accum: int = 8,
     seq_len: int = 4096,
     checkpointing: str = "full",
     flash_attention: bool = True,
@@ -61,7 +61,7 @@ def build_scenario(
     zero_overrides: dict | None = None,
 ) -> Scenario:
     """A validated Scenario from plain values. Defaults: Llama-2-7B on one node of 8 A100-80GB, InfiniBand HDR,
-    ZeRO-2, bf16, AdamW, micro-batch 1, sequence 4096, full activation checkpointing.
+    ZeRO-2, bf16, AdamW, micro-batch 1 x 8 accumulation steps, sequence 4096, full activation checkpointing.
 
     Raises pydantic.ValidationError naming the field, KeyError for unknown catalog names.
     """
