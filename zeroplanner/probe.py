@@ -164,7 +164,7 @@ _GPU_LINE = re.compile(r"^GPU\s+(\d+):")
 
 def parse_nvlink_status(text: str) -> dict[int, dict[str, float]]:
     """Parse ``nvidia-smi nvlink --status``: {gpu index: {"active_links", "gb_per_s"}} (GB/s summed over active
-    links, as nvidia-smi prints per link; inactive links print ``<inactive>`` and are not counted)."""
+    links, as nvidia-smi prints per link; links printed ``<inactive>`` or ``0 GB/s`` are not counted)."""
     out: dict[int, dict[str, float]] = {}
     current: int | None = None
     for line in text.splitlines():
@@ -174,7 +174,7 @@ def parse_nvlink_status(text: str) -> dict[int, dict[str, float]]:
             out[current] = {"active_links": 0, "gb_per_s": 0.0}
             continue
         m = _NVLINK_LINE.match(line)
-        if m and current is not None:
+        if m and current is not None and float(m.group(1)) > 0:  # "0 GB/s" is a down link
             out[current]["active_links"] += 1
             out[current]["gb_per_s"] += float(m.group(1))
     return out
