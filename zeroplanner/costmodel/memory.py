@@ -91,7 +91,7 @@ def buffer_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
     T = ctx.trainable
     overlap = np.where(overlap_comm(ctx, cand), 2.0, 1.0)
     reduce_bucket = min(z.reduce_bucket_size, T) * w
-    live = min(z.stage3_max_live_parameters, ctx.largest_module + z.stage3_prefetch_bucket_size) * w
+    live = min(z.stage3_max_live_parameters, ctx.largest_module + z.stage3_prefetch_bucket_size, ctx.params) * w
     stage3 = live + ctx.largest_module * w + reduce_bucket * overlap
     st = cand.stage
     return np.select([st == 0, st <= 2], [reduce_bucket + 0.0 * st, reduce_bucket * overlap + 0.0 * st], stage3)

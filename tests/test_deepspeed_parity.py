@@ -1,0 +1,58 @@
+"""DeepSpeed 0.19.8's estimators reproduced to the byte (REFERENCES.md section 2: P = 2851e6, Lg = 32e6, 8 GPUs,
+1 node)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zeroplanner.cli import main
+from zeroplanner.costmodel import deepspeed_estimate_table
+
+EXPECTED = [  # stage, offload_param, offload_optimizer, zero_init, per CPU, per GPU (REFERENCES.md s.2)
+    (3, "cpu", "cpu", 1, 76977000000, 128000000),
+    (3, "cpu", "cpu", 0, 136848000000, 128000000),
+    (3, "none", "cpu", 1, 68424000000, 840750000),
+    (3, "none", "cpu", 0, 136848000000, 840750000),
+    (3, "none", "none", 1, 1536000000, 6542750000),
+    (3, "none", "none", 0, 136848000000, 6542750000),
+    (2, "none", "cpu", None, 136848000000, 5702000000),
+    (2, "none", "none", None, 136848000000, 12116750000),
+]
+
+
+def test_rows_to_the_byte():
+    rows = deepspeed_estimate_table(2851_000_000, 32_000_000, num_gpus_per_node=8, num_nodes=1)
+    got = [(r.stage, r.offload_param, r.offload_optimizer, r.zero_init, r.per_cpu_bytes, r.per_gpu_bytes)
+           for r in rows]
+    assert got == EXPECTED
+
+
+def test_cli_json(capsys):
+    rc = main(["deepspeed-estimate", "--params", "2851000000", "--largest-layer-params", "32000000",
+               "--gpus-per-node", "8", "--nodes", "1", "--json"])
+    assert rc == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["per_cpu_bytes"], r["per_gpu_bytes"]) for r in rows] == [(e[4], e[5]) for e in EXPECTED]
+
+
+def test_matches_installed_deepspeed():
+    """The same numbers from DeepSpeed's own functions, when DeepSpeed is installed."""
+    stage3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
+    stage12 = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
+    for p, lg, g, n in [(2851_000_000, 32_000_000, 8, 1), (70_000_000_000, 1_050_000_000, 8, 4), (124_439_808, 38_597_376, 2, 1)]:
+        rows = deepspeed_estimate_table(p, lg, g, n)
+        for r in rows:
+            if r.stage == 3:
+                cpu, gpu, _ = stage3.estimate_zero3_model_states_mem_needs(
+                    p, lg, g, n, cpu_offload=r.offload_optimizer == "cpu", cpu_offload_params=r.offload_param == "cpu",
+                    zero_init=bool(r.zero_init))
+            else:
+                cpu, gpu = stage12.estimate_zero2_model_states_mem_needs(p, g, n, cpu_offload=r.offload_optimizer == "cpu")
+            assert (r.per_cpu_bytes, r.per_gpu_bytes) == (cpu, gpu)
+
+
+def test_bad_counts_rejected():
+    with pytest.raises(ValueError, match="total_params"):
+        deepspeed_estimate_table(0, 1)
