@@ -15,7 +15,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .voila_config import DEFAULT_PORT, PLANNER_NOTEBOOK_CELLS, repo_notebook, voila_argv
+import os
+
+from .voila_config import DEFAULT_PORT, PLANNER_NOTEBOOK_CELLS, repo_notebook, voila_argv, voila_env
 
 INSTALL_HINT = "the app needs the 'app' extra: pip install 'zeroplanner[app]'"
 
@@ -75,6 +77,7 @@ def run_app(args: argparse.Namespace) -> int:
         return 2
     argv = voila_argv(notebook_path(), port=args.port, open_browser=not args.no_browser)
     print(f"zeroplanner app: serving http://127.0.0.1:{args.port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    os.environ.update(voila_env())
     Voila.launch_instance(argv=argv)
     return 0
 

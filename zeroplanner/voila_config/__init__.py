@@ -14,6 +14,7 @@ parameters").
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 CULL_SETTINGS: dict[str, dict[str, object]] = {
@@ -26,11 +27,27 @@ CULL_SETTINGS: dict[str, dict[str, object]] = {
 }
 """jupyter_server kernel-culling settings, seconds (idle 10 min, checked every minute)."""
 
+TEMPLATE = "zeroplanner"
+"""Voilà template shipped in ``share/voila/templates/zeroplanner`` (the "lab" template without CDN stylesheets)."""
+
 VOILA_SETTINGS: dict[str, dict[str, object]] = {
     "Voila": {"ip": "127.0.0.1", "port_retries": 0},
-    "VoilaConfiguration": {"show_tracebacks": False, "strip_sources": True, "theme": "light"},
+    "VoilaConfiguration": {"show_tracebacks": False, "strip_sources": True, "theme": "light", "template": TEMPLATE},
 }
-"""Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks."""
+"""Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
+use the offline-clean template."""
+
+SHARE_DIR = Path(__file__).resolve().parent / "share"
+"""A Jupyter data directory holding ``voila/templates/zeroplanner``; put it on ``JUPYTER_PATH``."""
+
+
+def voila_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) with :data:`SHARE_DIR` first on ``JUPYTER_PATH`` so Voilà finds the
+    template."""
+    env = dict(os.environ if base is None else base)
+    parts = [str(SHARE_DIR)] + [p for p in env.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+    env["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(parts))
+    return env
 
 DEFAULT_PORT = 8866
 """Voilà's own default port."""

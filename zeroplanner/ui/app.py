@@ -1,0 +1,238 @@
+"""``PlannerApp``: the interactive planner, an ipywidgets container usable inline (``PlannerApp()``) and as the
+Voilà page ``notebooks/planner.ipynb``.
+
+Data flow (one direction): a control reports ``(key, value)`` -> the change is queued -> :meth:`PlannerApp.flush`
+applies every queued change to the frozen state at once (:func:`~zeroplanner.ui.state.apply_changes`), derives the
+view with one call to :func:`~zeroplanner.ui.state.derive` (the planner) and pushes it to the charts, the banner
+and the config preview. Watchers only queue changes and cause effects; nothing is computed inside them.
+
+Coalescing: the first change after a quiet period is applied at once (no added latency for a single slider move);
+changes arriving within ``debounce_seconds`` after that are queued and applied together when the window closes,
+so a burst of N changes costs at most two recomputes and ends in the state of the last change. Coalescing needs a
+running asyncio loop (the Jupyter/Voilà kernel has one); without one every change is applied immediately.
+
+Invalid input (``ValidationError``, ``ValueError``, ``KeyError``) is shown as a message above the charts; the last
+valid plan stays on screen. No traceback reaches the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import time
+from importlib import metadata
+from typing import Any
+
+import ipywidgets as w
+from pydantic import ValidationError
+
+from .charts import HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
+from .controls import Controls
+from .state import RECOMMENDED, AppState, View, apply_changes, data_uri, default_state, derive, error_message
+
+_CSS = """
+<style>
+.zp-app { font-family: var(--jp-ui-font-family, sans-serif); }
+.zp-banner { padding: 8px 12px; border-radius: 4px; margin: 4px 0; line-height: 1.35; }
+.zp-good { background: #e8f5e9; border-left: 5px solid #2e7d32; }
+.zp-bad { background: #ffebee; border-left: 5px solid #c62828; }
+.zp-banner ul { margin: 4px 0 0 0; padding-left: 20px; }
+.zp-warn-title { margin-top: 4px; font-weight: bold; color: #8a5a00; }
+.zp-warnings li { color: #8a5a00; }
+.zp-error { background: #fff3e0; border-left: 5px solid #ef6c00; padding: 6px 10px; margin: 4px 0; }
+.zp-config textarea { font-family: var(--jp-code-font-family, monospace); font-size: 12px; }
+.zp-muted { color: #666; font-size: 12px; }
+.zp-button { padding: 3px 10px; margin-right: 8px; border: 1px solid #999; border-radius: 3px; background: #f5f5f5;
+             color: #222; text-decoration: none; font-size: 13px; cursor: pointer; }
+</style>
+"""
+
+ABOUT_PACKAGES = ("zeroplanner", "voila", "ipywidgets", "jupyterlab_widgets", "bqplot", "deepspeed")
+"""Packages whose installed versions the About section lists."""
+
+
+def installed_versions(packages: tuple[str, ...] = ABOUT_PACKAGES) -> dict[str, str]:
+    """Installed version of each package ("not installed" when absent), from the distribution metadata."""
+    out = {}
+    for name in packages:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class PlannerApp(w.VBox):
+    """The planner. ``PlannerApp()`` opens on :func:`~zeroplanner.ui.state.default_state`; pass ``state=`` (an
+    :class:`~zeroplanner.ui.state.AppState`) to open elsewhere.
+
+    Attributes for scripts and tests: ``state`` (current :class:`AppState`), ``view`` (current :class:`View`),
+    ``controls.widgets`` (control key -> widget), ``memory_chart``, ``host_chart``, ``time_chart``,
+    ``scaling_chart`` (bqplot figures), ``banner``, ``message``, ``config_area``, ``recomputes`` (how many times
+    the plan was derived), ``last_recompute_seconds``.
+    """
+
+    def __init__(self, state: AppState | None = None, debounce_seconds: float = 0.05) -> None:
+        self.debounce_seconds = float(debounce_seconds)
+        self.state = state or default_state()
+        self.view: View | None = None
+        self.recomputes = 0
+        self.last_recompute_seconds = 0.0
+        self._pending: dict[str, Any] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+        self.controls = Controls(self.state, self._queue)
+        self.memory_chart = MemoryChart()
+        self.host_chart = HostMemoryChart()
+        self.time_chart = StepTimeChart()
+        self.scaling_chart = ScalingChart()
+        self.banner = w.HTML()
+        self.message = w.HTML()
+        self.timing = w.HTML()
+
+        # config preview
+        self.variant_picker = w.Dropdown(options=[RECOMMENDED], value=RECOMMENDED, description="Config for",
+                                         style={"description_width": "80px"}, layout=w.Layout(width="330px"))
+        self.mode_toggle = w.ToggleButtons(options=[("DeepSpeed JSON", "deepspeed"), ("HF Trainer (auto)",
+                                                                                       "hf_trainer")],
+                                           value=self.state.config_mode, style={"button_width": "130px"})
+        self.variant_picker.observe(lambda ch: self._queue("config_variant", ch["new"]), names="value")
+        self.mode_toggle.observe(lambda ch: self._queue("config_mode", ch["new"]), names="value")
+        self.config_area = w.Textarea(layout=w.Layout(width="100%", height="340px"), disabled=False)
+        self.config_area.add_class("zp-config")
+        self.config_actions = w.HTML()
+        config_box = w.VBox([
+            w.HTML("<b>DeepSpeed config</b> <span class='zp-muted'>(updates with every change; select the text "
+                   "or use the buttons)</span>"),
+            w.HBox([self.variant_picker, self.mode_toggle]),
+            self.config_actions,
+            self.config_area,
+        ])
+
+        self.extras = self._build_extras()
+        about = w.Accordion(children=[w.HTML(self._about_html())], selected_index=None)
+        about.set_title(0, "About")
+
+        charts = w.GridBox(
+            [self.memory_chart, self.time_chart, self.host_chart, self.scaling_chart],
+            layout=w.Layout(grid_template_columns="repeat(2, minmax(380px, 1fr))", width="100%"),
+        )
+        right = w.VBox([self.banner, self.message, charts, self.timing], layout=w.Layout(flex="1 1 auto",
+                                                                                        min_width="0"))
+        self.controls.extra.children = self.extras
+        top = w.HBox([self.controls, right], layout=w.Layout(width="100%", align_items="flex-start"))
+        super().__init__([w.HTML(_CSS), top, config_box, about], layout=w.Layout(width="100%"))
+        self.add_class("zp-app")
+        self.flush()
+
+    # -- change handling ----------------------------------------------------------------------------------------
+    def _queue(self, key: str, value: Any) -> None:
+        """Record a control change and schedule the recompute (leading edge now, then one per window)."""
+        self._pending.pop(key, None)
+        self._pending[key] = value
+        loop = _running_loop()
+        if loop is None or self.debounce_seconds <= 0:
+            self.flush()
+            return
+        if self._timer is None:
+            self.flush()
+            self._timer = loop.call_later(self.debounce_seconds, self._window_closed)
+
+    def _window_closed(self) -> None:
+        self._timer = None
+        if self._pending:
+            self.flush()
+            loop = _running_loop()
+            if loop is not None:
+                self._timer = loop.call_later(self.debounce_seconds, self._window_closed)
+
+    def set(self, **changes: Any) -> None:
+        """Apply control changes by key (``app.set(nodes=4, network="ib-ndr")``) with one recompute, and make the
+        widgets show the result."""
+        self._pending.update(changes)
+        self.flush()
+        self.controls.show(self.state)
+
+    def flush(self) -> None:
+        """Apply queued changes and recompute once (no-op when nothing is queued and a view exists)."""
+        changes, self._pending = self._pending, {}
+        if not changes and self.view is not None:
+            return
+        started = time.perf_counter()
+        try:
+            new_state = apply_changes(self.state, changes) if changes else self.state
+            view = derive(new_state)
+        except (ValidationError, ValueError, KeyError, TypeError) as exc:
+            self.recomputes += 1
+            self.message.value = (
+                f"<div class='zp-error'><b>Not a valid setup:</b> {html.escape(error_message(exc))}. "
+                "The charts still show the last valid setup.</div>"
+            )
+            return
+        self.recomputes += 1
+        self.state = new_state
+        self.view = view
+        self.message.value = ""
+        self._render(view)
+        if any(k in changes for k in ("model", "gpu", "network")) or not changes:
+            self.controls.show(new_state)
+        self.last_recompute_seconds = time.perf_counter() - started
+        self.timing.value = (f"<span class='zp-muted'>Planned {len(view.memory.labels)} ZeRO variants in "
+                             f"{1e3 * self.last_recompute_seconds:.0f} ms.</span>")
+
+    # -- rendering ------------------------------------------------------------------------------------------
+    def _render(self, view: View) -> None:
+        self.memory_chart.update(view.memory)
+        self.host_chart.update(view.memory)
+        self.time_chart.update(view.time)
+        self.scaling_chart.update(view.scaling)
+        self.banner.value = view.banner_html
+        if tuple(self.variant_picker.options) != view.variant_options:
+            with self.variant_picker.hold_trait_notifications():
+                picked = self.state.config_variant
+                self.variant_picker.unobserve_all("value")
+                self.variant_picker.options = view.variant_options
+                self.variant_picker.value = picked if picked in view.variant_options else RECOMMENDED
+                self.variant_picker.observe(lambda ch: self._queue("config_variant", ch["new"]), names="value")
+        if view.config_error:
+            self.config_area.value = ""
+            self.config_actions.value = f"<div class='zp-error'>{html.escape(view.config_error)}</div>"
+        else:
+            self.config_area.value = view.config_text
+            self.config_actions.value = self._config_actions_html(view)
+
+    @staticmethod
+    def _config_actions_html(view: View) -> str:
+        uri = data_uri(view.config_text)
+        b64 = uri.split(",", 1)[1]
+        name = html.escape(view.config_filename)
+        copy_js = (
+            f"navigator.clipboard.writeText(atob('{b64}')).then(()=>{{this.textContent='Copied'}},"
+            "()=>{this.textContent='Copy failed: select the text below'})"
+        )
+        return (
+            f"<div style='margin:4px 0'><a class='zp-button zp-download' download='{name}' href='{uri}'>"
+            f"Download {name}</a>"
+            f"<button class='zp-button zp-copy' onclick=\"{html.escape(copy_js)}\">Copy to clipboard</button></div>"
+        )
+
+    # -- extras (filled in by _build_extras) --------------------------------------------------------------------
+    def _build_extras(self) -> list[w.Widget]:
+        return []
+
+    @staticmethod
+    def _about_html() -> str:
+        rows = "".join(f"<tr><td>{html.escape(k)}</td><td><code>{html.escape(v)}</code></td></tr>"
+                       for k, v in installed_versions().items())
+        return (
+            "<p>zeroplanner estimates per-GPU memory, host RAM, communication and step time of DeepSpeed ZeRO "
+            "runs from the model's architecture and the cluster. GiB = 2<sup>30</sup> bytes; network rates in "
+            "Gbit/s.</p><table>" + rows + "</table>"
+        )

@@ -1,0 +1,268 @@
+"""bqplot charts of the planner: per-GPU memory, host RAM per node, step time, scaling.
+
+Each chart is a ``bqplot.Figure`` subclass that builds its scales, axes and marks once and exposes ``update(view)``,
+which replaces the marks' data inside ``with mark.hold_sync():`` so each mark sends one message per update. The data
+come from :mod:`zeroplanner.ui.state` (GiB, seconds, tokens/s); nothing is computed here beyond placing labels.
+"""
+
+from __future__ import annotations
+
+import html
+
+import bqplot as bq
+import ipywidgets as w
+import numpy as np
+
+from .state import MEMORY_TERMS, TIME_PARTS, MemoryView, ScalingView, TimeView
+
+TERM_COLORS = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#b279a2")
+TIME_COLORS = ("#4c78a8", "#e45756", "#eeca3b")
+LINE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf")
+FIT_COLOR = "#2e7d32"
+OOM_COLOR = "#c62828"
+
+_FIG_LAYOUT = dict(width="100%", height="340px", min_width="380px")
+_MARGIN = {"top": 45, "bottom": 80, "left": 65, "right": 15}
+
+
+def _short(label: str) -> str:
+    """Axis tick text for a variant label: 'ZeRO-3 + CPU optimizer & params' -> 'Z3+CPU opt&param'."""
+    return (label.replace("ZeRO-", "Z").replace(" + ", "+").replace("CPU optimizer", "CPU opt")
+            .replace("NVMe optimizer", "NVMe opt").replace(" & params", "&param").replace("optimizer", "opt"))
+
+
+def _figure(title: str, marks, axes, legend: str = "top-right", **layout) -> dict:
+    return dict(
+        marks=marks,
+        axes=axes,
+        title=title,
+        fig_margin=dict(_MARGIN),
+        layout=w.Layout(**{**_FIG_LAYOUT, **layout}),
+        legend_location=legend,
+        legend_style={"stroke-width": 0, "fill": "white", "fill-opacity": 0.8},
+        animation_duration=0,
+    )
+
+
+class MemoryChart(bq.Figure):
+    """Stacked bars: per-GPU memory of every variant by term (GiB), the GPU's capacity as a dashed line, and a
+    "fits" / "OOM" label over each bar. Hovering a segment shows its GiB and the cost-model terms (formula names)."""
+
+    def __init__(self) -> None:
+        self.x_scale = bq.OrdinalScale()
+        self.y_scale = bq.LinearScale(min=0.0)
+        self.bars = bq.Bars(
+            x=[], y=[], type="stacked", colors=list(TERM_COLORS), labels=[name for _, name in MEMORY_TERMS],
+            display_legend=True, scales={"x": self.x_scale, "y": self.y_scale}, padding=0.25,
+            stroke="white", opacity_mode="auto",
+        )
+        self.capacity = bq.Lines(
+            x=[], y=[], colors=[OOM_COLOR], line_style="dashed", stroke_width=2, labels=["GPU memory"],
+            display_legend=True, scales={"x": self.x_scale, "y": self.y_scale},
+        )
+        self.fit_labels = bq.Label(x=[], y=[], text=[], colors=[FIT_COLOR], align="middle", default_size=12,
+                                   font_weight="bold", y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
+        self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=12,
+                                   font_weight="bold", y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
+        self.tooltip_html = w.HTML(layout=w.Layout(max_width="420px"))
+        self.bars.tooltip = self.tooltip_html
+        self.bars.on_hover(self._on_hover)
+        self._view: MemoryView | None = None
+        axes = [
+            bq.Axis(scale=self.x_scale, label="ZeRO variant", tick_rotate=-25, label_offset="62px",
+                    tick_style={"font-size": "11px"}),
+            bq.Axis(scale=self.y_scale, orientation="vertical", label="GiB per GPU", tick_format=".0f",
+                    label_offset="45px", grid_lines="dashed"),
+        ]
+        super().__init__(**_figure("Memory per GPU (GiB)",
+                                   [self.bars, self.capacity, self.fit_labels, self.oom_labels], axes))
+
+    def update(self, view: MemoryView) -> None:
+        self._view = view
+        ticks = [_short(label) for label in view.labels]
+        top = float(max(view.total_gib.max(initial=0.0), view.capacity_gib)) * 1.3 or 1.0
+        with self.x_scale.hold_sync():
+            self.x_scale.domain = ticks
+        with self.y_scale.hold_sync():
+            self.y_scale.max = top
+        with self.bars.hold_sync():
+            self.bars.x = ticks
+            self.bars.y = view.gib
+        with self.capacity.hold_sync():
+            self.capacity.x = ticks
+            self.capacity.y = [view.capacity_gib] * len(ticks)
+        fit = [i for i, ok in enumerate(view.fits_gpu) if ok]
+        oom = [i for i, ok in enumerate(view.fits_gpu) if not ok]
+        for mark, idx, word in ((self.fit_labels, fit, "fits"), (self.oom_labels, oom, "OOM")):
+            with mark.hold_sync():
+                mark.x = [ticks[i] for i in idx]
+                mark.y = [float(min(view.total_gib[i], top / 1.08)) for i in idx]
+                mark.text = [word for _ in idx]
+
+    def _on_hover(self, mark, event) -> None:
+        view = self._view
+        point = event.get("data") or event.get("point") or {}
+        v = point.get("index")
+        t = point.get("sub_index")
+        if view is None or v is None or t is None or not (0 <= v < len(view.labels)) or not (
+                0 <= t < len(MEMORY_TERMS)):
+            return
+        self.tooltip_html.value = segment_tooltip(view, int(t), int(v))
+
+
+def segment_tooltip(view: MemoryView, term: int, variant: int) -> str:
+    """HTML for one bar segment: variant, term name, GiB, the cost-model terms summed into it."""
+    name = MEMORY_TERMS[term][1]
+    detail = view.term_formulas[term][variant]
+    fits = "fits" if view.fits_gpu[variant] else "does not fit"
+    return (
+        f"<div style='padding:4px 6px;font-size:12px'><b>{html.escape(view.labels[variant])}</b> ({fits})<br>"
+        f"{name}: <b>{view.gib[term, variant]:.2f} GiB</b> of {view.total_gib[variant]:.2f} GiB per GPU"
+        + (f"<br><span style='color:#555'>{detail}</span>" if detail else "")
+        + "</div>"
+    )
+
+
+class HostMemoryChart(bq.Figure):
+    """Host RAM per node (GiB) of every variant, with the node's RAM as a dashed line."""
+
+    def __init__(self) -> None:
+        self.x_scale = bq.OrdinalScale()
+        self.y_scale = bq.LinearScale(min=0.0)
+        self.bars = bq.Bars(x=[], y=[], colors=["#9d755d"], scales={"x": self.x_scale, "y": self.y_scale},
+                            padding=0.25, labels=["Host RAM used"], display_legend=True)
+        self.capacity = bq.Lines(x=[], y=[], colors=[OOM_COLOR], line_style="dashed", stroke_width=2,
+                                 labels=["Host RAM per node"], display_legend=True,
+                                 scales={"x": self.x_scale, "y": self.y_scale})
+        self.bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["variant", "GiB per node"], formats=["", ".1f"])
+        axes = [
+            bq.Axis(scale=self.x_scale, label="ZeRO variant", tick_rotate=-25, label_offset="62px",
+                    tick_style={"font-size": "11px"}),
+            bq.Axis(scale=self.y_scale, orientation="vertical", label="GiB per node", tick_format=".0f",
+                    label_offset="45px", grid_lines="dashed"),
+        ]
+        super().__init__(**_figure("Host RAM per node (GiB)", [self.bars, self.capacity], axes))
+
+    def update(self, view: MemoryView) -> None:
+        ticks = [_short(label) for label in view.labels]
+        top = float(max(view.host_gib.max(initial=0.0), view.host_capacity_gib)) * 1.3 or 1.0
+        with self.x_scale.hold_sync():
+            self.x_scale.domain = ticks
+        with self.y_scale.hold_sync():
+            self.y_scale.max = top
+        with self.bars.hold_sync():
+            self.bars.x = ticks
+            self.bars.y = view.host_gib
+        with self.capacity.hold_sync():
+            self.capacity.x = ticks
+            self.capacity.y = [view.host_capacity_gib] * len(ticks)
+
+
+def _rate(tps: float) -> str:
+    if not np.isfinite(tps) or tps <= 0:
+        return ""
+    return f"{tps / 1e3:.3g}k" if tps >= 1e3 else f"{tps:.3g}"
+
+
+class StepTimeChart(bq.Figure):
+    """Stacked bars: step time of every variant split into compute, exposed communication and offload/CPU
+    optimizer time (s); tokens/s over each bar (thousands, "k"); "OOM" over variants that do not fit."""
+
+    def __init__(self) -> None:
+        self.x_scale = bq.OrdinalScale()
+        self.y_scale = bq.LinearScale(min=0.0)
+        self.bars = bq.Bars(
+            x=[], y=[], type="stacked", colors=list(TIME_COLORS), labels=[name for _, name in TIME_PARTS],
+            display_legend=True, scales={"x": self.x_scale, "y": self.y_scale}, padding=0.25, stroke="white",
+        )
+        self.bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["variant", "seconds"], formats=["", ".3f"])
+        self.rate_labels = bq.Label(x=[], y=[], text=[], colors=["#333333"], align="middle", default_size=11,
+                                    y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
+        self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=11,
+                                   font_weight="bold", y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
+        axes = [
+            bq.Axis(scale=self.x_scale, label="ZeRO variant (tokens/s over bars)", tick_rotate=-25,
+                    label_offset="62px", tick_style={"font-size": "11px"}),
+            bq.Axis(scale=self.y_scale, orientation="vertical", label="seconds per step", tick_format=".3g",
+                    label_offset="45px", grid_lines="dashed"),
+        ]
+        super().__init__(**_figure("Step time (s) and tokens/s", [self.bars, self.rate_labels, self.oom_labels],
+                                   axes, legend="top-left"))
+
+    def update(self, view: TimeView) -> None:
+        ticks = [_short(label) for label in view.labels]
+        totals = view.seconds.sum(axis=0)
+        top = float(totals.max(initial=0.0)) * 1.6 or 1.0
+        with self.x_scale.hold_sync():
+            self.x_scale.domain = ticks
+        with self.y_scale.hold_sync():
+            self.y_scale.max = top
+        with self.bars.hold_sync():
+            self.bars.x = ticks
+            self.bars.y = view.seconds
+        fit = [i for i, ok in enumerate(view.fits) if ok]
+        oom = [i for i, ok in enumerate(view.fits) if not ok]
+        with self.rate_labels.hold_sync():
+            self.rate_labels.x = [ticks[i] for i in fit]
+            self.rate_labels.y = [float(totals[i]) for i in fit]
+            self.rate_labels.text = [_rate(view.tokens_per_second[i]) for i in fit]
+        with self.oom_labels.hold_sync():
+            self.oom_labels.x = [ticks[i] for i in oom]
+            self.oom_labels.y = [float(totals[i]) for i in oom]
+            self.oom_labels.text = ["OOM" for _ in oom]
+
+
+class ScalingChart(bq.Figure):
+    """Tokens/s against node count (log axis), one line per variant over the node counts where it fits, and the
+    current node count as a vertical dotted line. One ``Lines`` mark per variant, created once (more are added only
+    if a plan ever has more variants than before)."""
+
+    def __init__(self) -> None:
+        self.x_scale = bq.LogScale()
+        self.y_scale = bq.LinearScale(min=0.0)
+        self.lines: list[bq.Lines] = []
+        self.current = bq.Lines(x=[1.0, 1.0], y=[0.0, 1.0], colors=["#555555"], line_style="dotted",
+                                stroke_width=2, labels=["current nodes"], display_legend=True,
+                                scales={"x": self.x_scale, "y": self.y_scale})
+        axes = [
+            bq.Axis(scale=self.x_scale, label="nodes", tick_format=".0f", label_offset="35px"),
+            bq.Axis(scale=self.y_scale, orientation="vertical", label="tokens/s", tick_format=".2s",
+                    label_offset="45px", grid_lines="dashed"),
+        ]
+        super().__init__(**_figure("Scaling: tokens/s vs nodes", [self.current], axes, legend="top-left"))
+        self.fig_margin = {"top": 45, "bottom": 50, "left": 65, "right": 15}
+
+    def _line(self, i: int) -> bq.Lines:
+        while len(self.lines) <= i:
+            k = len(self.lines)
+            line = bq.Lines(x=[], y=[], colors=[LINE_COLORS[k % len(LINE_COLORS)]], marker="circle",
+                            marker_size=18, stroke_width=2, display_legend=True, labels=[""],
+                            scales={"x": self.x_scale, "y": self.y_scale})
+            line.tooltip = bq.Tooltip(fields=["x", "y"], labels=["nodes", "tokens/s"], formats=[".0f", ",.0f"])
+            self.lines.append(line)
+            self.marks = [*self.lines, self.current]
+        return self.lines[i]
+
+    def update(self, view: ScalingView) -> None:
+        y = view.tokens_per_second
+        finite = np.isfinite(y)
+        top = float(y[finite].max()) * 1.45 if finite.any() else 1.0
+        with self.x_scale.hold_sync():
+            self.x_scale.min = float(view.nodes.min())
+            self.x_scale.max = float(view.nodes.max())
+        with self.y_scale.hold_sync():
+            self.y_scale.max = top
+        for i, label in enumerate(view.labels):
+            line = self._line(i)
+            ok = finite[i]
+            with line.hold_sync():
+                line.x = view.nodes[ok]
+                line.y = y[i][ok]
+                line.labels = [label if ok.any() else f"{label} (does not fit)"]
+                line.visible = bool(ok.any())
+        for line in self.lines[len(view.labels):]:
+            line.visible = False
+        with self.current.hold_sync():
+            self.current.x = [float(view.current_nodes)] * 2
+            self.current.y = [0.0, top]

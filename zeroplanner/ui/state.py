@@ -1,0 +1,564 @@
+"""The planner app's state and the pure functions that derive everything it shows.
+
+One typed, frozen :class:`AppState` holds the :class:`~zeroplanner.specs.Scenario` plus the UI's own choices
+(which catalog entries are selected, which variant the config preview shows). A control change is applied by
+:func:`apply_changes`, which returns a *new* validated state (``ValidationError`` / ``ValueError`` / ``KeyError``
+for invalid input; the app shows :func:`error_message` of it). Everything on screen is :func:`derive`-d from the
+state by pure functions: the plan (``zeroplanner.planner.plan``), chart arrays in GiB / seconds / tokens/s, the
+recommendation text and the DeepSpeed config text. Nothing here imports ipywidgets or bqplot, so these functions
+are tested directly.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .. import catalog
+from ..specs import Architecture, Scenario
+from ..units import GIB
+
+CUSTOM_MODEL = "(custom size)"
+"""Model dropdown entry meaning "a Llama-shaped model of the slider's size" (Architecture.from_parameter_count)."""
+RECOMMENDED = "Recommended"
+"""Config-preview entry meaning "the planner's choice"."""
+
+MEMORY_TERMS: tuple[tuple[str, str], ...] = (
+    ("parameters", "Parameters"),
+    ("gradients", "Gradients"),
+    ("optimizer_states", "Optimizer states"),
+    ("activations", "Activations"),
+    ("buffers", "Buffers"),
+    ("overhead", "Overhead"),
+)
+"""Keys of ``Estimate.per_gpu_bytes`` stacked in the memory chart, bottom to top, with their on-screen names."""
+
+TIME_PARTS: tuple[tuple[str, str], ...] = (
+    ("compute", "Compute"),
+    ("communication", "Exposed communication"),
+    ("offload", "Offload + CPU optimizer"),
+)
+"""Segments of the step-time chart, bottom to top."""
+
+SCALING_NODES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+"""Node counts of the scaling chart (the current node count is added when it is not one of them)."""
+
+ConfigMode = Literal["deepspeed", "hf_trainer"]
+
+
+class AppState(BaseModel):
+    """Everything the app's output depends on. Frozen: a change makes a new state (:func:`apply_changes`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scenario: Scenario
+    model_name: str = CUSTOM_MODEL
+    gpu_name: str
+    network_name: str
+    config_variant: str = RECOMMENDED
+    config_mode: ConfigMode = "deepspeed"
+
+
+def default_state() -> AppState:
+    """The app's opening state: ``zeroplanner.scenarios.default_scenario()`` (a 7B model on one node of 8
+    A100-80GB), with the catalog entries it came from selected."""
+    from ..scenarios import default_scenario
+
+    scenario = default_scenario()
+    return state_from_scenario(scenario)
+
+
+def _catalog_match(names: list[str], wanted: str) -> str | None:
+    low = {n.lower(): n for n in names}
+    return low.get(wanted.lower())
+
+
+def state_from_scenario(scenario: Scenario, **ui: Any) -> AppState:
+    """Wrap a scenario, selecting the catalog entries whose names match its model, GPU and network."""
+    model_name = _catalog_match(catalog.model_names(), scenario.model.name) or CUSTOM_MODEL
+    gpu_name = _catalog_match(catalog.gpu_names(), scenario.cluster.gpu.name) or scenario.cluster.gpu.name
+    net_name = _catalog_match(catalog.network_names(), scenario.cluster.network.name) or catalog.network_names()[0]
+    return AppState(scenario=scenario, model_name=model_name, gpu_name=gpu_name, network_name=net_name, **ui)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Changes
+# --------------------------------------------------------------------------------------------------------------
+def _set(data: dict, path: str, value: Any) -> None:
+    keys = path.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+
+
+def _model(data: dict, ui: dict, value: str) -> None:
+    if value == CUSTOM_MODEL:
+        ui["model_name"] = CUSTOM_MODEL
+        return
+    data["model"] = catalog.model(value).model_dump()
+    ui["model_name"] = value
+
+
+def _model_params_b(data: dict, ui: dict, value: float) -> None:
+    parameters = int(round(float(value) * 1e9))
+    data["model"] = Architecture.from_parameter_count(parameters).model_dump()
+    ui["model_name"] = CUSTOM_MODEL
+
+
+def _gpu(data: dict, ui: dict, value: str) -> None:
+    data["cluster"]["gpu"] = catalog.gpu(value).model_dump()
+    data["cluster"]["gpu_memory_bytes"] = None
+    ui["gpu_name"] = value
+
+
+def _gpu_memory_gib(data: dict, ui: dict, value: float) -> None:
+    data["cluster"]["gpu_memory_bytes"] = int(round(float(value) * GIB))
+
+
+def _network(data: dict, ui: dict, value: str) -> None:
+    data["cluster"]["network"] = catalog.network(value).model_dump()
+    ui["network_name"] = value
+
+
+def _inter_node_gbps(data: dict, ui: dict, value: float) -> None:
+    """Per-node inter-node bandwidth (all NICs together), Gbit/s: keeps the preset's NIC count, efficiency and
+    latency and sets the per-NIC link rate."""
+    net = data["cluster"]["network"]
+    nics = int(net.get("nics_per_node", 1))
+    net["link_gbps"] = float(value) / nics
+    preset = ui["network_name"]
+    net["name"] = f"{preset} at {float(value):.4g} Gb/s per node"
+
+
+def _offload_device(data: dict, ui: dict, value: str) -> None:
+    """Device of the offload variants the planner prices ('cpu' or 'nvme'), recorded on the scenario's offload
+    blocks only where the scenario already offloads."""
+    for block in ("offload_optimizer", "offload_param"):
+        if data["zero"][block]["device"] != "none":
+            data["zero"][block]["device"] = value
+    ui["offload_device"] = value
+
+
+def _pin_memory(data: dict, ui: dict, value: bool) -> None:
+    for block in ("offload_optimizer", "offload_param"):
+        data["zero"][block]["pin_memory"] = bool(value)
+
+
+def _overlap_comm(data: dict, ui: dict, value: Any) -> None:
+    data["zero"]["overlap_comm"] = {"default": None, "on": True, "off": False}.get(value, value)
+
+
+def _int_path(path: str):
+    def setter(data: dict, ui: dict, value: Any) -> None:
+        _set(data, path, int(round(float(value))))
+
+    return setter
+
+
+def _float_path(path: str):
+    def setter(data: dict, ui: dict, value: Any) -> None:
+        _set(data, path, float(value))
+
+    return setter
+
+
+def _plain_path(path: str):
+    def setter(data: dict, ui: dict, value: Any) -> None:
+        _set(data, path, value)
+
+    return setter
+
+
+def _gib_path(path: str):
+    def setter(data: dict, ui: dict, value: Any) -> None:
+        _set(data, path, int(round(float(value) * GIB)))
+
+    return setter
+
+
+def _ui(key: str):
+    def setter(data: dict, ui: dict, value: Any) -> None:
+        ui[key] = value
+
+    return setter
+
+
+SETTERS = {
+    # main controls
+    "model": _model,
+    "model_params_b": _model_params_b,
+    "gpu": _gpu,
+    "gpu_memory_gib": _gpu_memory_gib,
+    "gpus_per_node": _int_path("cluster.gpus_per_node"),
+    "nodes": _int_path("cluster.nodes"),
+    "network": _network,
+    "inter_node_gbps": _inter_node_gbps,
+    # advanced
+    "cpu_memory_gib": _gib_path("cluster.cpu_memory_bytes"),
+    "seq_len": _int_path("training.seq_len"),
+    "micro_batch": _int_path("training.micro_batch"),
+    "grad_accum": _int_path("training.grad_accum"),
+    "precision": _plain_path("training.precision"),
+    "optimizer": _plain_path("training.optimizer"),
+    "checkpointing": _plain_path("training.checkpointing"),
+    "flash_attention": _plain_path("training.flash_attention"),
+    "lora_rank": _int_path("training.lora_rank"),
+    "qlora": _plain_path("training.qlora"),
+    "pin_memory": _pin_memory,
+    "reduce_bucket_size": _int_path("zero.reduce_bucket_size"),
+    "allgather_bucket_size": _int_path("zero.allgather_bucket_size"),
+    "stage3_prefetch_bucket_size": _int_path("zero.stage3_prefetch_bucket_size"),
+    "overlap_comm": _overlap_comm,
+    "zero_hpz_partition_size": _int_path("zero.zero_hpz_partition_size"),
+    "zero_quantized_weights": _plain_path("zero.zero_quantized_weights"),
+    "zero_quantized_gradients": _plain_path("zero.zero_quantized_gradients"),
+    "mfu": _float_path("assumptions.mfu"),
+    # UI-only choices
+    "config_variant": _ui("config_variant"),
+    "config_mode": _ui("config_mode"),
+}
+"""Control key -> how its value changes the state. Keys are the names :mod:`zeroplanner.ui.controls` uses."""
+
+
+def apply_changes(state: AppState, changes: Mapping[str, Any]) -> AppState:
+    """A new state with ``changes`` (control key -> value) applied in order and validated once.
+
+    Raises ``KeyError`` for an unknown control key or catalog name, ``pydantic.ValidationError`` or ``ValueError``
+    for values the specs reject (the message names the field and the allowed range).
+    """
+    data = state.scenario.model_dump()
+    ui = state.model_dump(exclude={"scenario"})
+    for key, value in changes.items():
+        if key not in SETTERS:
+            raise KeyError(f"unknown control {key!r}")
+        SETTERS[key](data, ui, value)
+    ui.pop("offload_device", None)
+    scenario = Scenario.model_validate(data)
+    return AppState(scenario=scenario, **ui)
+
+
+def error_message(exc: BaseException) -> str:
+    """One or a few plain lines for an invalid input, naming the field (no traceback)."""
+    if isinstance(exc, ValidationError):
+        lines = []
+        for err in exc.errors()[:4]:
+            loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+            msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+            lines.append(f"{loc}: {msg}" if loc else msg)
+        return "; ".join(lines)
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    return str(exc) or type(exc).__name__
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Derived view
+# --------------------------------------------------------------------------------------------------------------
+def _attr(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """Per-GPU memory per variant. ``gib[t, v]`` is term ``t`` of :data:`MEMORY_TERMS` for variant ``v``, GiB."""
+
+    labels: tuple[str, ...]
+    gib: np.ndarray
+    total_gib: np.ndarray
+    capacity_gib: float
+    usable_gib: float
+    fits_gpu: tuple[bool, ...]
+    fits: tuple[bool, ...]
+    host_gib: np.ndarray
+    host_capacity_gib: float
+    fits_cpu: tuple[bool, ...]
+    term_formulas: tuple[tuple[str, ...], ...]
+    """``term_formulas[t][v]``: names and formulas of the cost-model terms summed into segment (t, v)."""
+
+
+@dataclass(frozen=True)
+class TimeView:
+    """Step time per variant, seconds: ``seconds[p, v]`` is part ``p`` of :data:`TIME_PARTS`."""
+
+    labels: tuple[str, ...]
+    seconds: np.ndarray
+    step_seconds: np.ndarray
+    tokens_per_second: np.ndarray
+    fits: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class ScalingView:
+    """Tokens/s against node count, one row per variant (NaN where the variant does not fit)."""
+
+    labels: tuple[str, ...]
+    nodes: np.ndarray
+    tokens_per_second: np.ndarray
+    current_nodes: int
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything the app draws, derived from one :class:`AppState`."""
+
+    state: AppState
+    plan: Any
+    memory: MemoryView
+    time: TimeView
+    scaling: ScalingView
+    banner_html: str
+    config_text: str
+    config_filename: str
+    config_error: str | None
+    variant_options: tuple[str, ...]
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _variants(plan: Any) -> list[tuple[str, Scenario, Any]]:
+    out = []
+    for v in _attr(plan, "variants", []) or []:
+        out.append((str(_attr(v, "label")), _attr(v, "scenario"), _attr(v, "estimate")))
+    return out
+
+
+def _term_text(estimate: Any) -> dict[str, list[str]]:
+    """Category -> "name: formula" lines from ``Estimate.terms``."""
+    by_cat: dict[str, list[str]] = {}
+    for term in _attr(estimate, "terms", []) or []:
+        cat = str(_attr(term, "category", ""))
+        name = str(_attr(term, "name", ""))
+        formula = str(_attr(term, "formula", ""))
+        nbytes = _attr(term, "bytes", 0) or 0
+        by_cat.setdefault(cat, []).append(f"{name} = {formula} = {nbytes / GIB:.2f} GiB" if formula else name)
+    return by_cat
+
+
+def memory_view(plan: Any) -> MemoryView:
+    """Stacked-bar data for the per-GPU memory chart (GiB) and host RAM per node (GiB) of every variant."""
+    variants = _variants(plan)
+    n = len(variants)
+    gib = np.zeros((len(MEMORY_TERMS), n))
+    host = np.zeros(n)
+    formulas: list[list[str]] = [[""] * n for _ in MEMORY_TERMS]
+    fits_gpu, fits_cpu, fits = [], [], []
+    capacity = usable = host_cap = 0.0
+    for v, (_, scenario, est) in enumerate(variants):
+        per_gpu = _attr(est, "per_gpu_bytes")
+        terms = _term_text(est)
+        for t, (key, _) in enumerate(MEMORY_TERMS):
+            gib[t, v] = float(_attr(per_gpu, key, 0.0) or 0.0) / GIB
+            formulas[t][v] = "<br>".join(terms.get(key, []))
+        host[v] = float(_attr(est, "per_node_cpu_bytes", 0.0) or 0.0) / GIB
+        fits_gpu.append(bool(_attr(est, "fits_gpu", True)))
+        fits_cpu.append(bool(_attr(est, "fits_cpu", True)))
+        fits.append(bool(_attr(est, "fits", True)))
+        capacity = scenario.cluster.memory_per_gpu_bytes / GIB
+        usable = capacity * (1.0 - scenario.assumptions.gpu_memory_margin_fraction)
+        host_cap = scenario.cluster.cpu_memory_bytes / GIB
+    total = gib.sum(axis=0)
+    return MemoryView(
+        labels=tuple(label for label, _, _ in variants),
+        gib=gib,
+        total_gib=total,
+        capacity_gib=capacity,
+        usable_gib=usable,
+        fits_gpu=tuple(fits_gpu),
+        fits=tuple(fits),
+        host_gib=host,
+        host_capacity_gib=host_cap,
+        fits_cpu=tuple(fits_cpu),
+        term_formulas=tuple(tuple(row) for row in formulas),
+    )
+
+
+def time_view(plan: Any) -> TimeView:
+    """Stacked-bar data for the step-time chart (seconds) and tokens/s of every variant."""
+    variants = _variants(plan)
+    n = len(variants)
+    seconds = np.zeros((len(TIME_PARTS), n))
+    step = np.zeros(n)
+    tps = np.zeros(n)
+    fits = []
+    for v, (_, _, est) in enumerate(variants):
+        comm = _attr(est, "communication")
+        seconds[0, v] = float(_attr(est, "compute_seconds_per_step", 0.0) or 0.0)
+        seconds[1, v] = float(_attr(comm, "exposed_seconds_per_step", 0.0) or 0.0)
+        seconds[2, v] = float(_attr(est, "offload_seconds_per_step", 0.0) or 0.0) + float(
+            _attr(est, "optimizer_seconds_per_step", 0.0) or 0.0
+        )
+        step[v] = float(_attr(est, "step_seconds", 0.0) or 0.0)
+        tps[v] = float(_attr(est, "tokens_per_second", 0.0) or 0.0)
+        fits.append(bool(_attr(est, "fits", True)))
+    return TimeView(
+        labels=tuple(label for label, _, _ in variants),
+        seconds=seconds,
+        step_seconds=step,
+        tokens_per_second=tps,
+        fits=tuple(fits),
+    )
+
+
+def scaling_nodes(current: int) -> np.ndarray:
+    """Node counts for the scaling chart: :data:`SCALING_NODES` plus the current count, sorted."""
+    return np.array(sorted(set(SCALING_NODES) | {int(current)}), dtype=float)
+
+
+def scaling_view(plan: Any, scenario: Scenario) -> ScalingView:
+    """Tokens/s of each variant's configuration at each node count (NaN where it does not fit): the cost model's
+    vectorised ``evaluate`` of the variant's scenario with only the node count varied."""
+    from ..costmodel import Candidates, evaluate, make_context
+
+    nodes = scaling_nodes(scenario.cluster.nodes)
+    variants = _variants(plan)
+    tps = np.full((len(variants), len(nodes)), np.nan)
+    for v, (_, var_scenario, _) in enumerate(variants):
+        base = Candidates.from_scenario(var_scenario)
+        arrays = {f: getattr(base, f) for f in base.__dataclass_fields__}
+        arrays["nodes"] = nodes.astype(np.int64)
+        out = evaluate(make_context(var_scenario), Candidates.build(**arrays))
+        ok = np.asarray(out["fits"], dtype=bool)
+        tps[v] = np.where(ok, np.asarray(out["tokens_per_second"], dtype=float), np.nan)
+    return ScalingView(
+        labels=tuple(label for label, _, _ in variants),
+        nodes=nodes,
+        tokens_per_second=tps,
+        current_nodes=int(scenario.cluster.nodes),
+    )
+
+
+def _fmt_gib(nbytes: float) -> str:
+    return f"{nbytes / GIB:.1f} GiB"
+
+
+def _fmt_rate(tps: float) -> str:
+    if not math.isfinite(tps):
+        return "n/a"
+    if tps >= 1e6:
+        return f"{tps / 1e6:.2f} M tokens/s"
+    if tps >= 1e3:
+        return f"{tps / 1e3:.1f} k tokens/s"
+    return f"{tps:.0f} tokens/s"
+
+
+def choice_text(choice: Any) -> str:
+    """Plain words for ``Plan.choice``: "ZeRO-3, optimizer offloaded to CPU, full activation checkpointing,
+    micro-batch 4, gradient accumulation 8"."""
+    stage = _attr(choice, "stage")
+    parts = [f"ZeRO-{stage}" if stage else "ZeRO-0 (plain data parallel)"]
+    opt, par = _attr(choice, "offload_optimizer", "none"), _attr(choice, "offload_param", "none")
+    if par not in (None, "none"):
+        parts.append(f"parameters and optimizer offloaded to {str(par).upper()}")
+    elif opt not in (None, "none"):
+        parts.append(f"optimizer offloaded to {str(opt).upper()}")
+    ckpt = _attr(choice, "checkpointing")
+    if ckpt:
+        parts.append({"none": "no activation checkpointing"}.get(ckpt, f"{ckpt} activation checkpointing"))
+    mb, ga = _attr(choice, "micro_batch"), _attr(choice, "grad_accum")
+    if mb:
+        parts.append(f"micro-batch {mb}")
+    if ga:
+        parts.append(f"gradient accumulation {ga}")
+    return ", ".join(parts)
+
+
+def banner_html(plan: Any) -> str:
+    """The recommendation banner: the planner's choice, its key numbers, reasons and warnings (HTML)."""
+    est = _attr(plan, "estimate")
+    scenario = _attr(plan, "scenario")
+    reasons = [str(r) for r in (_attr(plan, "reasons", []) or [])]
+    warnings = [str(w) for w in (_attr(plan, "warnings", []) or [])]
+    esc = html.escape
+    if not _attr(plan, "fits", False):
+        head = (
+            '<div class="zp-banner zp-bad"><b>Does not fit.</b> No ZeRO stage or offload choice fits this model '
+            "on this cluster."
+        )
+    else:
+        total = _attr(_attr(est, "per_gpu_bytes"), "total", 0.0) or 0.0
+        cap = scenario.cluster.memory_per_gpu_bytes if scenario is not None else 0
+        head = (
+            f'<div class="zp-banner zp-good"><b>Recommended: {esc(choice_text(_attr(plan, "choice")))}.</b> '
+            f"{_fmt_gib(total)} of {_fmt_gib(cap)} per GPU, step {float(_attr(est, 'step_seconds', 0)):.3g} s, "
+            f"{_fmt_rate(float(_attr(est, 'tokens_per_second', 0)))}."
+        )
+    items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
+    witems = "".join(f"<li>{esc(w)}</li>" for w in warnings)
+    body = f"<ul class='zp-reasons'>{items}</ul>" if items else ""
+    if witems:
+        body += f"<div class='zp-warn-title'>Warnings</div><ul class='zp-warnings'>{witems}</ul>"
+    return head + body + "</div>"
+
+
+def variant_scenario(plan: Any, variant: str) -> Scenario:
+    """The scenario of the config preview's selection: the plan's chosen one, or the named variant's.
+
+    Raises ``KeyError`` naming the known variants if ``variant`` is unknown.
+    """
+    if variant == RECOMMENDED:
+        return _attr(plan, "scenario")
+    for label, scenario, _ in _variants(plan):
+        if label == variant:
+            return scenario
+    raise KeyError(f"unknown variant {variant!r}; known: {[label for label, _, _ in _variants(plan)]}")
+
+
+def config_text(plan: Any, variant: str, mode: ConfigMode) -> tuple[str, str, str | None]:
+    """(JSON text, file name, error) of the DeepSpeed config for the selected variant, via
+    ``zeroplanner.dsconfig.to_deepspeed_config(scenario, mode=...)``. On failure the text is empty and error says
+    why (e.g. the selected variant does not fit, or dsconfig is not installed)."""
+    filename = "ds_config_hf_trainer.json" if mode == "hf_trainer" else "ds_config.json"
+    try:
+        from ..dsconfig import to_deepspeed_config
+    except ImportError:
+        return "", filename, "The DeepSpeed config generator (zeroplanner.dsconfig) is not available."
+    try:
+        scenario = variant_scenario(plan, variant)
+        if scenario is None:
+            return "", filename, "No configuration fits, so there is no config to show."
+        config = to_deepspeed_config(scenario, mode=mode)
+    except (ValueError, KeyError, TypeError, ValidationError) as exc:
+        return "", filename, error_message(exc)
+    if not isinstance(config, str):
+        config = json.dumps(config, indent=2)
+    return config, filename, None
+
+
+def data_uri(text: str, mime: str = "application/json") -> str:
+    """``data:`` URI of ``text`` (base64), for a download link that needs no server round trip."""
+    return f"data:{mime};base64,{base64.b64encode(text.encode('utf-8')).decode('ascii')}"
+
+
+def derive(state: AppState) -> View:
+    """Everything the app shows for ``state``: one call to ``zeroplanner.planner.plan`` and pure functions of it.
+
+    Raises what the planner raises for an impossible scenario (``ValueError``); the app shows the message.
+    """
+    from ..planner import plan as make_plan
+
+    plan = make_plan(state.scenario)
+    variants = tuple(label for label, _, _ in _variants(plan))
+    variant = state.config_variant if state.config_variant in variants else RECOMMENDED
+    text, filename, cerr = config_text(plan, variant, state.config_mode)
+    return View(
+        state=state,
+        plan=plan,
+        memory=memory_view(plan),
+        time=time_view(plan),
+        scaling=scaling_view(plan, state.scenario),
+        banner_html=banner_html(plan),
+        config_text=text,
+        config_filename=filename,
+        config_error=cerr,
+        variant_options=(RECOMMENDED, *variants),
+        warnings=tuple(str(w) for w in (_attr(plan, "warnings", []) or [])),
+    )
