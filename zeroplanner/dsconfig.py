@@ -255,6 +255,12 @@ def hf_auto_values(scenario: Any) -> dict[str, Any]:
         "bf16.enabled": t.precision == "bf16",
         "zero_optimization.reduce_bucket_size": h * h,
     }
+    if t.optimizer == "adam8bit":  # no optimizer block (see to_deepspeed_config)
+        for key in ("lr", "betas", "eps", "weight_decay"):
+            del values[f"optimizer.params.{key}"]
+    elif t.optimizer == "sgd":  # SGD's block has lr (and momentum, which the Trainer does not fill)
+        for key in ("betas", "eps", "weight_decay"):
+            del values[f"optimizer.params.{key}"]
     if s.zero.stage == 3:
         values["zero_optimization.stage3_prefetch_bucket_size"] = int(0.9 * h * h)
         values["zero_optimization.stage3_param_persistence_threshold"] = 10 * h
