@@ -28,7 +28,17 @@ from pydantic import ValidationError
 
 from .charts import HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
 from .controls import Controls
-from .state import RECOMMENDED, AppState, View, apply_changes, data_uri, default_state, derive, error_message
+from .state import (
+    RECOMMENDED,
+    AppState,
+    View,
+    apply_changes,
+    data_uri,
+    default_state,
+    derive,
+    error_message,
+    state_from_scenario,
+)
 
 _CSS = """
 <style>
@@ -86,6 +96,7 @@ class PlannerApp(w.VBox):
         self.recomputes = 0
         self.last_recompute_seconds = 0.0
         self._pending: dict[str, Any] = {}
+        self._rejected: dict[str, Any] = {}
         self._timer: asyncio.TimerHandle | None = None
 
         self.controls = Controls(self.state, self._queue)
@@ -165,18 +176,22 @@ class PlannerApp(w.VBox):
         changes, self._pending = self._pending, {}
         if not changes and self.view is not None:
             return
+        # Widgets keep showing a rejected value, so it stays part of the input until it is fixed or replaced.
+        changes = {**{k: v for k, v in self._rejected.items() if k not in changes}, **changes}
         started = time.perf_counter()
         try:
             new_state = apply_changes(self.state, changes) if changes else self.state
             view = derive(new_state)
         except (ValidationError, ValueError, KeyError, TypeError) as exc:
             self.recomputes += 1
+            self._rejected = changes
             self.message.value = (
                 f"<div class='zp-error'><b>Not a valid setup:</b> {html.escape(error_message(exc))}. "
                 "The charts still show the last valid setup.</div>"
             )
             return
         self.recomputes += 1
+        self._rejected = {}
         self.state = new_state
         self.view = view
         self.message.value = ""
@@ -225,7 +240,96 @@ class PlannerApp(w.VBox):
 
     # -- extras (filled in by _build_extras) --------------------------------------------------------------------
     def _build_extras(self) -> list[w.Widget]:
-        return []
+        """"Use this machine" (probe in a subprocess) and "Paste your config" (read + lint a DeepSpeed config)."""
+        self.probe_button = w.Button(description="Use this machine", tooltip="Probe this machine's GPUs and host "
+                                     "RAM in a short-lived subprocess and fill the controls",
+                                     layout=w.Layout(width="100%"))
+        self.probe_message = w.HTML()
+        self.probe_button.on_click(lambda _: self.use_this_machine())
+        self.paste_area = w.Textarea(placeholder="Paste a DeepSpeed config (JSON) here, then Load",
+                                     layout=w.Layout(width="100%", height="120px"))
+        self.paste_mode = w.Checkbox(value=False, description="HF Trainer config (\"auto\" allowed)", indent=False)
+        self.paste_button = w.Button(description="Load config", layout=w.Layout(width="120px"))
+        self.paste_findings = w.HTML()
+        self.paste_button.on_click(lambda _: self.load_config(self.paste_area.value))
+        paste = w.VBox([self.paste_area, w.HBox([self.paste_button, self.paste_mode]), self.paste_findings])
+        acc = w.Accordion(children=[paste], selected_index=None)
+        acc.set_title(0, "Paste your DeepSpeed config")
+        return [w.HTML("<b>Your setup</b>"), self.probe_button, self.probe_message, acc]
+
+    def _replace_scenario(self, scenario) -> None:
+        """Adopt a whole new scenario (probe, pasted config): one recompute, widgets updated to show it."""
+        ui = self.state.model_dump(exclude={"scenario", "model_name", "gpu_name", "network_name"})
+        new_state = state_from_scenario(scenario, **ui)
+        view = derive(new_state)
+        self.recomputes += 1
+        self.state, self.view = new_state, view
+        self._rejected = {}
+        self.message.value = ""
+        self._render(view)
+        self.controls.show(new_state)
+
+    def use_this_machine(self, timeout_seconds: float = 60.0) -> dict:
+        """Run ``zeroplanner.probe`` in a subprocess (no CUDA context in this kernel) and apply what it found to
+        the cluster. Says plainly when no GPU is found (host RAM is still applied). Returns the probe dict."""
+        from ..probe import cluster_changes, cluster_from_probe, probe_in_subprocess
+
+        self.probe_button.disabled = True
+        self.probe_button.description = "Probing this machine..."
+        try:
+            result = probe_in_subprocess(timeout_seconds=timeout_seconds)
+            lines = []
+            if not result.get("cuda_available"):
+                lines.append(f"<b>No CUDA GPU found on this machine.</b> {html.escape(str(result.get('message')))}")
+            try:
+                _, notes = cluster_changes(result, self.state.scenario.cluster)
+                cluster = cluster_from_probe(result, self.state.scenario.cluster)
+                self._replace_scenario(self.state.scenario.model_copy(update={"cluster": cluster}))
+                lines += [html.escape(n) for n in notes]
+                if not result.get("cuda_available"):
+                    lines.append("GPU settings were left as they were.")
+            except (ValidationError, ValueError, KeyError, TypeError) as exc:
+                lines.append(f"Could not use the probe result: {html.escape(error_message(exc))}")
+            self.probe_message.value = "<div class='zp-muted'>" + "<br>".join(lines) + "</div>"
+            return result
+        finally:
+            self.probe_button.disabled = False
+            self.probe_button.description = "Use this machine"
+
+    def load_config(self, text: str) -> list:
+        """Read a pasted DeepSpeed config into the controls (``dsconfig.from_deepspeed_config``) and show its
+        findings (``lint.lint``) and the cost model's estimate of it. Never raises for bad text. Returns the
+        findings."""
+        from ..costmodel import estimate
+        from ..dsconfig import ConfigError, from_deepspeed_config, load_config_text
+        from ..lint import lint
+
+        mode = "hf_trainer" if self.paste_mode.value else "deepspeed"
+        try:
+            config, read_findings = load_config_text(text)
+            scenario, findings = from_deepspeed_config(config, base=self.state.scenario, mode=mode)
+            findings = [*read_findings, *findings, *lint(config, scenario, mode=mode)]
+            est = estimate(scenario)
+        except (ConfigError, ValidationError, ValueError, KeyError, TypeError) as exc:
+            self.paste_findings.value = (f"<div class='zp-error'><b>Cannot read this config:</b> "
+                                         f"{html.escape(error_message(exc))}</div>")
+            return []
+        self._replace_scenario(scenario)
+        colors = {"error": "#c62828", "warning": "#8a5a00", "info": "#555"}
+        items = "".join(
+            f"<li style='color:{colors.get(f.severity, '#333')}'><b>{html.escape(f.severity)}</b> "
+            f"<code>{html.escape(f.key or '(config)')}</code>: {html.escape(f.message)}"
+            + (f" <i>Fix: {html.escape(f.fix)}</i>" if f.fix else "") + "</li>"
+            for f in findings
+        )
+        verdict = "fits" if est.fits else "does NOT fit"
+        self.paste_findings.value = (
+            f"<div><b>This config as written:</b> ZeRO-{scenario.zero.stage}, "
+            f"{est.per_gpu_bytes.total / 2**30:.1f} GiB per GPU ({verdict}), step {est.step_seconds:.3g} s, "
+            f"{est.tokens_per_second:,.0f} tokens/s. The controls now show it; the charts compare every stage."
+            f"</div><ul style='padding-left:18px;margin:4px 0'>{items or '<li>No findings.</li>'}</ul>"
+        )
+        return findings
 
     @staticmethod
     def _about_html() -> str:

@@ -99,12 +99,12 @@ class Controls(w.VBox):
             "overlap_comm": w.Dropdown(options=[("DeepSpeed default", "default"), ("on", "on"), ("off", "off")],
                                        value={None: "default", True: "on", False: "off"}[z.overlap_comm],
                                        description="overlap_comm", style=_DESC, layout=_WIDE),
-            "zero_hpz_partition_size": w.BoundedIntText(value=z.zero_hpz_partition_size, min=1, max=1024,
+            "zero_hpz_partition_size": w.BoundedIntText(value=state.zero_hpz_partition_size, min=1, max=1024,
                                                         description="zero_hpz_partition_size", style=_DESC,
                                                         layout=_WIDE),
-            "zero_quantized_weights": w.Checkbox(value=z.zero_quantized_weights,
+            "zero_quantized_weights": w.Checkbox(value=state.zero_quantized_weights,
                                                  description="zero_quantized_weights (qwZ)", indent=False),
-            "zero_quantized_gradients": w.Checkbox(value=z.zero_quantized_gradients,
+            "zero_quantized_gradients": w.Checkbox(value=state.zero_quantized_gradients,
                                                    description="zero_quantized_gradients (qgZ)", indent=False),
         }
         for key, widget in self.widgets.items():
@@ -123,7 +123,8 @@ class Controls(w.VBox):
             w.HTML("<small>Bucket sizes in elements (DeepSpeed's keys).</small>"),
             W["reduce_bucket_size"], W["allgather_bucket_size"], W["stage3_prefetch_bucket_size"],
             W["overlap_comm"],
-            w.HTML("<small>ZeRO++ (stage 3, multi-node).</small>"),
+            w.HTML("<small>ZeRO++: adds a 'ZeRO-3 + ZeRO++' variant to the charts (the planner already tries "
+                   "hpZ = GPUs per node with qwZ + qgZ on multi-node runs).</small>"),
             W["zero_hpz_partition_size"], W["zero_quantized_weights"], W["zero_quantized_gradients"],
         ])
         self.advanced = w.Accordion(children=[training, zero, offload, lora], selected_index=None)
@@ -185,7 +186,7 @@ class Controls(w.VBox):
             "allgather_bucket_size": z.allgather_bucket_size,
             "stage3_prefetch_bucket_size": max(z.stage3_prefetch_bucket_size, 1e6),
             "overlap_comm": {None: "default", True: "on", False: "off"}[z.overlap_comm],
-            "zero_hpz_partition_size": z.zero_hpz_partition_size,
-            "zero_quantized_weights": z.zero_quantized_weights,
-            "zero_quantized_gradients": z.zero_quantized_gradients,
+            "zero_hpz_partition_size": state.zero_hpz_partition_size,
+            "zero_quantized_weights": state.zero_quantized_weights,
+            "zero_quantized_gradients": state.zero_quantized_gradients,
         })

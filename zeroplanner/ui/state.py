@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .. import catalog
 from ..specs import Architecture, Scenario
@@ -64,6 +64,15 @@ class AppState(BaseModel):
     network_name: str
     config_variant: str = RECOMMENDED
     config_mode: ConfigMode = "deepspeed"
+    zero_hpz_partition_size: int = Field(default=1, ge=1, le=1024)
+    zero_quantized_weights: bool = False
+    zero_quantized_gradients: bool = False
+    """ZeRO++ settings of the extra "ZeRO-3 + ZeRO++" variant (shown when any is on; ZeRO++ needs stage 3, so
+    they live here rather than on the scenario, whose stage the planner chooses)."""
+
+    @property
+    def zeropp(self) -> bool:
+        return self.zero_hpz_partition_size > 1 or self.zero_quantized_weights or self.zero_quantized_gradients
 
 
 def default_state() -> AppState:
@@ -217,9 +226,9 @@ SETTERS = {
     "allgather_bucket_size": _int_path("zero.allgather_bucket_size"),
     "stage3_prefetch_bucket_size": _int_path("zero.stage3_prefetch_bucket_size"),
     "overlap_comm": _overlap_comm,
-    "zero_hpz_partition_size": _int_path("zero.zero_hpz_partition_size"),
-    "zero_quantized_weights": _plain_path("zero.zero_quantized_weights"),
-    "zero_quantized_gradients": _plain_path("zero.zero_quantized_gradients"),
+    "zero_hpz_partition_size": _ui("zero_hpz_partition_size"),
+    "zero_quantized_weights": _ui("zero_quantized_weights"),
+    "zero_quantized_gradients": _ui("zero_quantized_gradients"),
     "mfu": _float_path("assumptions.mfu"),
     # UI-only choices
     "config_variant": _ui("config_variant"),
@@ -328,7 +337,44 @@ def _variants(plan: Any) -> list[tuple[str, Scenario, Any]]:
     out = []
     for v in _attr(plan, "variants", []) or []:
         out.append((str(_attr(v, "label")), _attr(v, "scenario"), _attr(v, "estimate")))
+    for label, scenario, estimate in _attr(plan, "extra_variants", ()) or ():
+        out.append((str(label), scenario, estimate))
     return out
+
+
+def zeropp_label(state: AppState) -> str:
+    """Chart label of the ZeRO++ variant, e.g. 'ZeRO-3 + ZeRO++ (hpZ 8, qwZ, qgZ)'."""
+    parts = []
+    if state.zero_hpz_partition_size > 1:
+        parts.append(f"hpZ {state.zero_hpz_partition_size}")
+    if state.zero_quantized_weights:
+        parts.append("qwZ")
+    if state.zero_quantized_gradients:
+        parts.append("qgZ")
+    return f"ZeRO-3 + ZeRO++ ({', '.join(parts)})"
+
+
+def zeropp_scenario(state: AppState) -> Scenario:
+    """The state's scenario at ZeRO-3 without offload and with its ZeRO++ settings (validated: raises
+    ``ValidationError`` naming the field, e.g. for zero_hpz_partition_size that does not divide the GPUs)."""
+    data = state.scenario.model_dump()
+    data["zero"].update(stage=3, zero_hpz_partition_size=state.zero_hpz_partition_size,
+                        zero_quantized_weights=state.zero_quantized_weights,
+                        zero_quantized_gradients=state.zero_quantized_gradients)
+    for block in ("offload_optimizer", "offload_param"):
+        data["zero"][block]["device"] = "none"
+    return Scenario.model_validate(data)
+
+
+@dataclass(frozen=True)
+class PlanWithExtras:
+    """A planner Plan plus the app's extra chart variants (``extra_variants``: label, scenario, estimate)."""
+
+    plan: Any
+    extra_variants: tuple = ()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.plan, name)
 
 
 def _term_text(estimate: Any) -> dict[str, list[str]]:
@@ -413,27 +459,36 @@ def scaling_nodes(current: int) -> np.ndarray:
     return np.array(sorted(set(SCALING_NODES) | {int(current)}), dtype=float)
 
 
-def scaling_view(plan: Any, scenario: Scenario) -> ScalingView:
-    """Tokens/s of each variant's configuration at each node count (NaN where it does not fit): the cost model's
-    vectorised ``evaluate`` of the variant's scenario with only the node count varied."""
+def _scaling_row(scenario: Scenario, nodes: np.ndarray) -> dict[str, Any]:
+    """Tokens/s and fit of one scenario's configuration at each node count (vectorised cost-model call)."""
     from ..costmodel import Candidates, evaluate, make_context
 
+    base = Candidates.from_scenario(scenario)
+    arrays = {name: getattr(base, name) for name in base.__dataclass_fields__}
+    arrays["nodes"] = nodes.astype(np.int64)
+    out = evaluate(make_context(scenario), Candidates.build(**arrays))
+    return {"tokens_per_second": out["tokens_per_second"], "fits": out["fits"]}
+
+
+def scaling_view(plan: Any, scenario: Scenario) -> ScalingView:
+    """Tokens/s of each chart variant at each node count (NaN where it does not fit), per GPU batch fixed, from
+    ``zeroplanner.planner.scaling`` (one vectorised evaluation)."""
+    from ..planner import scaling
+
     nodes = scaling_nodes(scenario.cluster.nodes)
-    variants = _variants(plan)
-    tps = np.full((len(variants), len(nodes)), np.nan)
-    for v, (_, var_scenario, _) in enumerate(variants):
-        base = Candidates.from_scenario(var_scenario)
-        arrays = {f: getattr(base, f) for f in base.__dataclass_fields__}
-        arrays["nodes"] = nodes.astype(np.int64)
-        out = evaluate(make_context(var_scenario), Candidates.build(**arrays))
-        ok = np.asarray(out["fits"], dtype=bool)
-        tps[v] = np.where(ok, np.asarray(out["tokens_per_second"], dtype=float), np.nan)
-    return ScalingView(
-        labels=tuple(label for label, _, _ in variants),
-        nodes=nodes,
-        tokens_per_second=tps,
-        current_nodes=int(scenario.cluster.nodes),
-    )
+    table = scaling(scenario, nodes=[int(n) for n in nodes])
+    labels = tuple(label for label, _, _ in _variants(plan)) or tuple(table)
+    tps = np.full((len(labels), len(nodes)), np.nan)
+    extra = {label: sc for label, sc, _ in _variants(plan) if label not in table}
+    for v, label in enumerate(labels):
+        row = table.get(label)
+        if row is None and label in extra:
+            row = _scaling_row(extra[label], nodes)
+        if row is None:
+            continue
+        ok = np.asarray(row["fits"], dtype=bool)
+        tps[v] = np.where(ok, np.asarray(row["tokens_per_second"], dtype=float), np.nan)
+    return ScalingView(labels=labels, nodes=nodes, tokens_per_second=tps, current_nodes=int(scenario.cluster.nodes))
 
 
 def _fmt_gib(nbytes: float) -> str:
@@ -543,9 +598,13 @@ def derive(state: AppState) -> View:
 
     Raises what the planner raises for an impossible scenario (``ValueError``); the app shows the message.
     """
+    from ..costmodel import estimate
     from ..planner import plan as make_plan
 
     plan = make_plan(state.scenario)
+    if state.zeropp:
+        zs = zeropp_scenario(state)
+        plan = PlanWithExtras(plan, ((zeropp_label(state), zs, estimate(zs)),))
     variants = tuple(label for label, _, _ in _variants(plan))
     variant = state.config_variant if state.config_variant in variants else RECOMMENDED
     text, filename, cerr = config_text(plan, variant, state.config_mode)
