@@ -169,6 +169,23 @@ def test_console_command_when_registered():
     assert json.loads(run.stdout)["cuda_available"] is CUDA
 
 
+def test_cluster_from_option_on_scenario_commands(tmp_path):
+    try:
+        from zeroplanner import cli
+    except ImportError:
+        pytest.skip("zeroplanner.cli not written yet")
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(inventory()))
+    code = cli.main(["estimate", "--cluster-from", str(path), "--json"])
+    assert code == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"a": 1}')
+    run = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "estimate", "--cluster-from", str(bad)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--cluster-from" in run.stderr and "not a probe result" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Collectives for real: gloo on 2 and 4 CPU ranks
 # ------------------------------------------------------------------------------------------------------------
@@ -187,6 +204,7 @@ def _expected_factor(collective: str, n: int) -> float:
     return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n}[collective]
 
 
+@pytest.mark.engine
 def test_gloo_collectives_busbw_follows_nccl_tests(gloo_run):
     ranks, result = gloo_run
     assert result["backend"] == "gloo" and result["device"] == "cpu"
@@ -210,6 +228,7 @@ def test_gloo_collectives_busbw_follows_nccl_tests(gloo_run):
                     r["algbw_gb_per_s"] * _expected_factor(collective, n), rel=1e-12)
 
 
+@pytest.mark.engine
 def test_gloo_alpha_beta_fit(gloo_run):
     ranks, result = gloo_run
     for key, fits in result["fits"].items():
@@ -231,6 +250,7 @@ def test_gloo_alpha_beta_fit(gloo_run):
     assert result["fits"]["world"]["all_reduce"]["ok"]
 
 
+@pytest.mark.engine
 def test_gloo_fit_is_accepted_by_the_planner(gloo_run):
     estimate, default_scenario, replace = _core()
     ranks, result = gloo_run
@@ -443,6 +463,12 @@ def test_cluster_from_probe_names_a_bad_field():
     tiny = {"cuda_available": False, "host": {"ram_available_bytes": 2**20}}
     with pytest.raises(ValueError, match="host.ram_available_bytes"):
         cluster_from_probe(tiny, base)
+    with pytest.raises(ValueError, match="not a probe result"):
+        cluster_from_probe({"gpus": []}, base)
+    huge = {"cuda_available": False, "host": {"ram_available_bytes": 2**60}}
+    with pytest.raises(ValueError, match="cluster field cpu_memory_bytes") as err:
+        cluster_from_probe(huge, base)
+    assert "\n" not in str(err.value)
 
 
 # ------------------------------------------------------------------------------------------------------------

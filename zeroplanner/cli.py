@@ -25,6 +25,7 @@ from .units import GIB
 
 PLUGINS: tuple[str, ...] = (
     "zeroplanner.cli_app",
+    "zeroplanner.cli_probe",
 )
 """Modules that add subcommands (one line each)."""
 

@@ -679,8 +679,9 @@ def cluster_changes(probe: dict, base: Any) -> tuple[dict[str, Any], list[str]]:
     """
     from .specs import Assumptions, replace
 
-    if not isinstance(probe, dict):
-        raise ValueError("probe must be a JSON object (the output of 'zeroplanner probe --json')")
+    if not isinstance(probe, dict) or not ("cuda_available" in probe or "world" in probe):
+        raise ValueError("not a probe result (expected the JSON object 'zeroplanner probe --json' writes, "
+                         "with 'cuda_available')")
     changes: dict[str, Any] = {}
     notes: list[str] = []
     gib = 2**30
@@ -794,12 +795,20 @@ def cluster_changes(probe: dict, base: Any) -> tuple[dict[str, Any], list[str]]:
 
 def cluster_from_probe(probe: dict, base: Any) -> Any:
     """``base`` (a :class:`~zeroplanner.specs.ClusterSpec`) with what ``probe`` measured (rules in
-    :func:`cluster_changes`). Pure: no torch, no I/O. Raises ``ValueError`` (pydantic ``ValidationError`` is one)
-    naming the field when the probe holds a value the cluster cannot take."""
+    :func:`cluster_changes`). Pure: no torch, no I/O. Raises ``ValueError`` with a one-line message naming the
+    probe or cluster field when the probe is not a probe result or holds a value the cluster cannot take."""
+    from pydantic import ValidationError
+
     from .specs import replace
 
     changes, _notes = cluster_changes(probe, base)
-    return replace(base, **changes)
+    try:
+        return replace(base, **changes)
+    except ValidationError as exc:  # one line naming the cluster field, for the CLI's one-line errors
+        err = exc.errors()[0]
+        field = ".".join(str(x) for x in err["loc"])
+        raise ValueError(f"the probe gives cluster field {field}={err.get('input')!r}: "
+                         f"{err['msg'].removeprefix('Value error, ')}") from None
 
 
 # ----------------------------------------------------------------------------------------------------------------
