@@ -38,6 +38,11 @@ SMALL_CONFIGS: dict[str, dict] = {
                              num_attention_heads=8, vocab_size=1000),
     "qwen2-untied": dict(model_type="qwen2", hidden_size=56, intermediate_size=296, num_hidden_layers=2,
                          num_attention_heads=7, num_key_value_heads=1, vocab_size=1000, tie_word_embeddings=False),
+    # Mistral-Nemo-style head_dim (num_heads * head_dim != hidden_size)
+    "mistral-head-dim": dict(model_type="mistral", hidden_size=64, intermediate_size=224, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=1000),
+    "qwen2-head-dim": dict(model_type="qwen2", hidden_size=64, intermediate_size=200, num_hidden_layers=1,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=24, vocab_size=1000),
     "qwen2-tied": dict(model_type="qwen2", hidden_size=64, intermediate_size=200, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=True),
     "mixtral": dict(model_type="mixtral", hidden_size=64, intermediate_size=112, num_hidden_layers=2,
