@@ -501,3 +501,92 @@ def test_nothing_in_the_text_is_executed(tmp_path):
     with pytest.raises(ConfigError):
         load_config_text(f"!!python/object/apply:os.system ['touch {marker}']")
     assert not marker.exists()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# CLI: zeroplanner config / check
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.fixture
+def cli_main(monkeypatch):
+    from zeroplanner import cli
+
+    if "zeroplanner.cli_config" not in cli.PLUGINS:
+        monkeypatch.setattr(cli, "PLUGINS", cli.PLUGINS + ("zeroplanner.cli_config",))
+    return cli.main
+
+
+def test_cli_config_writes_deepspeed_and_accelerate_files(cli_main, tmp_path, capsys, ds_world):
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    out = tmp_path / "ds.json"
+    code = cli_main(["config", "--stage", "3", "--offload-optimizer", "cpu", "--nodes", "2", "--micro-batch", "2",
+                     "--grad-accum", "4", "-o", str(out), "--accelerate"])
+    assert code == 0
+    config = json.loads(out.read_text())
+    assert config["zero_optimization"]["stage"] == 3
+    assert config["train_batch_size"] == 2 * 4 * 16
+    ds_world(16)
+    DeepSpeedConfig(config)
+    yaml_cfg = ClusterConfig.from_yaml_file(str(tmp_path / "ds.accelerate.yaml"))
+    assert yaml_cfg.deepspeed_config["deepspeed_config_file"] == str(out) and yaml_cfg.num_processes == 16
+    assert "wrote" in capsys.readouterr().err
+
+    assert cli_main(["config", "--hf-trainer", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["config"]["train_batch_size"] == "auto" and obj["mode"] == "hf_trainer"
+    assert cli_main(["config", "--accelerate"]) == 2
+    assert "--accelerate" in capsys.readouterr().err
+
+
+def test_cli_check_reports_findings_and_estimate(cli_main, tmp_path, capsys):
+    path = tmp_path / "user.json"
+    path.write_text(json.dumps({
+        "train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+        "bf16": {"enabled": True},
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": "5e8", "offload_param": {"device": "cpu"},
+                              "typo_key": 1}}))
+    code = cli_main(["check", str(path), "--nodes", "2", "--json"])
+    obj = json.loads(capsys.readouterr().out)
+    assert code == 1 and obj["errors"] >= 2
+    keys = {(f["rule"], f["key"]) for f in obj["findings"]}
+    assert ("integer_type", "zero_optimization.reduce_bucket_size") in keys
+    assert ("unknown_key", "zero_optimization.typo_key") in keys
+    assert obj["scenario"]["zero"]["stage"] == 3 and obj["scenario"]["zero"]["offload_param"]["device"] == "cpu"
+    assert obj["estimate"]["data_parallel_degree"] == 16 and obj["estimate"]["step_seconds"] > 0
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(to_deepspeed_config(scenario(2, nodes=1, micro=1, accum=8))))
+    assert cli_main(["check", str(good)]) == 0
+    assert "0 error(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content,expect", [
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2, 3]", "JSON object"),
+    (b"[" * 100_000 + b"]" * 100_000, "deeper"),
+    (b"\x00\xff\xfe", "UTF-8"),
+])
+def test_cli_check_bad_input_one_line_exit_2(cli_main, tmp_path, capsys, content, expect):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    assert cli_main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert expect in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_check_fifty_megabytes_subprocess(tmp_path):
+    """The real command line on a 50 MB file: exit 2, one line on stderr, no traceback, nothing parsed."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as fh:
+        fh.write(b'{"pad": "' + b"x" * (50 * 2**20) + b'"}')
+    code = ("import sys; from zeroplanner import cli\n"
+            "if 'zeroplanner.cli_config' not in cli.PLUGINS: cli.PLUGINS += ('zeroplanner.cli_config',)\n"
+            "sys.exit(cli.main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, "check", str(path), "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == "" and proc.stderr.count("\n") == 1 and "1 MB" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,203 @@
+"""``zeroplanner config`` and ``zeroplanner check``: write a DeepSpeed config for a scenario, or check and price one.
+
+CLI plugin (see ``PLUGINS`` in :mod:`zeroplanner.cli`)::
+
+    zeroplanner config [scenario options] [--recommend] [--hf-trainer] [--accelerate] [--total-steps N] -o FILE
+    zeroplanner check CONFIG.json [scenario options] [--hf-trainer] [--json]
+
+``config`` writes the DeepSpeed JSON for the scenario (``--recommend``: for the planner's choice) to FILE, or to
+stdout without ``-o``. ``--hf-trainer`` writes ``"auto"`` where the HF Trainer fills values. ``--accelerate`` also
+writes ``FILE``'s sibling ``<stem>.accelerate.yaml`` for ``accelerate launch --config_file``, pointing at FILE
+exactly as given (launch from the directory the path is relative to). Notes and lint findings go to stderr (or into
+the ``--json`` object).
+
+``check`` reads a user's config (at most 1 MB, JSON only, nothing executed), builds the scenario from the scenario
+options (model, cluster, sequence length, ...) overridden by what the config says (stage, offload, buckets, batch,
+precision, optimizer), and prints the findings (reading + lint) and the estimate of that scenario. With ``--json``:
+one object ``{"findings": [...], "errors": n, "warnings": n, "scenario": {"training": ..., "zero": ...},
+"estimate": {...}}`` (estimate as in ``zeroplanner estimate --json``).
+
+Exit status: 0 = done (``check``: no error findings), 1 = ``check`` found errors, 2 = bad input (one line on
+stderr naming the option or the file, never a traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .dsconfig import (
+    MAX_CONFIG_BYTES,
+    ConfigError,
+    Finding,
+    from_deepspeed_config,
+    generation_notes,
+    load_config_text,
+    to_accelerate_config,
+    to_deepspeed_config,
+)
+from .lint import lint
+
+
+def register(subparsers, add_scenario_options) -> None:
+    """Add ``config`` and ``check`` (plugin protocol of :mod:`zeroplanner.cli`)."""
+    p = subparsers.add_parser(
+        "config", help="write a DeepSpeed config (and optionally an accelerate YAML) for a scenario",
+        description="Write a complete DeepSpeed config for the scenario: batch keys that multiply out, precision, "
+        "optimizer and scheduler, zero_optimization with integer bucket sizes, offload and ZeRO++ keys.",
+    )
+    add_scenario_options(p)
+    p.add_argument("--recommend", action="store_true", help="use the planner's recommended configuration")
+    p.add_argument("--hf-trainer", action="store_true", help="'auto' where the HF Trainer fills values")
+    p.add_argument("--accelerate", action="store_true",
+                   help="also write <stem>.accelerate.yaml next to -o FILE for accelerate launch --config_file")
+    p.add_argument("--total-steps", type=_steps, default=None, help="total optimizer steps (WarmupDecayLR)")
+    p.add_argument("-o", "--output", default=None, metavar="FILE", help="write the DeepSpeed JSON here")
+    p.add_argument("--json", action="store_true", help="print one JSON object: config, notes, findings, files")
+    p.set_defaults(func=run_config)
+
+    p = subparsers.add_parser(
+        "check", help="lint a DeepSpeed config and estimate what it costs on the given cluster",
+        description="Read CONFIG (JSON, at most 1 MB; '-' for stdin), report unknown keys, 'auto' values and "
+        "pitfalls, and estimate memory and step time of that config with the scenario options' model and cluster.",
+    )
+    p.add_argument("config_path", metavar="CONFIG", help="DeepSpeed config JSON file, or - for stdin")
+    add_scenario_options(p)
+    p.add_argument("--hf-trainer", action="store_true", help="the config goes through the HF Trainer ('auto' ok)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run_check)
+
+
+def _steps(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--total-steps must be an integer >= 1 (got {text!r})") from None
+    if value < 1 or value > 10**12:
+        raise argparse.ArgumentTypeError(f"--total-steps must be an integer in [1, 1e12] (got {text!r})")
+    return value
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"zeroplanner: error: {message}\n")
+    return 2
+
+
+def _finding_line(f: Finding) -> str:
+    where = f" {f.key}:" if f.key else ":"
+    fix = f" Fix: {f.fix}" if f.fix else ""
+    return f"{f.severity}{where} {f.message}{fix}"
+
+
+def run_config(args) -> int:
+    from .cli import scenario_from_args
+
+    scenario = scenario_from_args(args)
+    if args.recommend:
+        from .planner import plan
+
+        p = plan(scenario)
+        if not p.fits:
+            return _error("--recommend: nothing fits this cluster; see `zeroplanner recommend`")
+        scenario = p.scenario
+    mode = "hf_trainer" if args.hf_trainer else "deepspeed"
+    if args.accelerate and not args.output:
+        return _error("--accelerate: needs -o FILE (the YAML points at the DeepSpeed JSON file)")
+    config = to_deepspeed_config(scenario, mode=mode, total_num_steps=args.total_steps)
+    notes = generation_notes(scenario, mode)
+    findings = lint(config, scenario, mode)
+    text = json.dumps(config, indent=2) + "\n"
+    files: list[str] = []
+    if args.output:
+        out = Path(args.output)
+        try:
+            out.write_text(text, encoding="utf-8")
+            files.append(str(out))
+            if args.accelerate:
+                yaml_path = out.with_name(out.stem + ".accelerate.yaml")
+                yaml_path.write_text(to_accelerate_config(scenario, str(out)), encoding="utf-8")
+                files.append(str(yaml_path))
+        except OSError as exc:
+            return _error(f"-o {args.output!r}: {exc.strerror or exc}")
+    if args.json:
+        obj = {"config": config, "mode": mode, "notes": [n.model_dump() for n in notes],
+               "findings": [f.model_dump() for f in findings], "files": files}
+        sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+        return 0
+    if not args.output:
+        sys.stdout.write(text)
+    for path in files:
+        sys.stderr.write(f"wrote {path}\n")
+    for f in notes + [f for f in findings if f.severity != "info" or f.rule == "zero2_offload_full_weights"]:
+        sys.stderr.write(_finding_line(f) + "\n")
+    if args.hf_trainer:
+        from .dsconfig import hf_training_arguments
+
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in hf_training_arguments(scenario, files[0] if files else
+                                                                          "ds_config.json").items())
+        sys.stderr.write(f"TrainingArguments({kwargs})\n")
+    return 0
+
+
+def _read_config_bytes(path: str) -> bytes:
+    """At most MAX_CONFIG_BYTES + 1 bytes: a huge file is refused without reading it all."""
+    if path == "-":
+        return sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1)
+    with open(path, "rb") as fh:
+        return fh.read(MAX_CONFIG_BYTES + 1)
+
+
+def run_check(args) -> int:
+    from .cli import estimate_json, scenario_from_args
+    from .costmodel import estimate
+
+    try:
+        data = _read_config_bytes(args.config_path)
+    except OSError as exc:
+        return _error(f"CONFIG {args.config_path!r}: {exc.strerror or exc}")
+    if len(data) > MAX_CONFIG_BYTES:
+        return _error(f"CONFIG {args.config_path!r}: larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
+    try:
+        config, read_findings = load_config_text(data)
+    except ConfigError as exc:
+        return _error(f"CONFIG {args.config_path!r}: {exc}")
+    base = scenario_from_args(args)
+    mode = "hf_trainer" if args.hf_trainer else "deepspeed"
+    try:
+        scenario, parse_findings = from_deepspeed_config(config, base=base, mode=mode)
+    except ConfigError as exc:
+        return _error(f"CONFIG {args.config_path!r}: {exc}")
+    findings = read_findings + lint(config, scenario, mode) + parse_findings
+    order = {"error": 0, "warning": 1, "info": 2}
+    findings.sort(key=lambda f: order[f.severity])
+    try:
+        est = estimate(scenario)
+    except ValueError as exc:
+        return _error(f"CONFIG {args.config_path!r}: cannot estimate this scenario: {str(exc).splitlines()[0]}")
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = sum(f.severity == "warning" for f in findings)
+    if args.json:
+        obj = {
+            "findings": [f.model_dump() for f in findings],
+            "errors": errors,
+            "warnings": warnings,
+            "scenario": {"training": scenario.training.model_dump(), "zero": scenario.zero.model_dump()},
+            "estimate": estimate_json(est),
+        }
+        sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    else:
+        z, t = scenario.zero, scenario.training
+        lines = [_finding_line(f) for f in findings]
+        lines.append(
+            f"Read as: ZeRO-{z.stage}, offload_optimizer={z.offload_optimizer.device}, "
+            f"offload_param={z.offload_param.device}, {t.precision}, {t.optimizer}, micro-batch {t.micro_batch} x "
+            f"gradient accumulation {t.grad_accum} x data-parallel degree {scenario.cluster.data_parallel_degree}"
+        )
+        summary = est.summary() if hasattr(est, "summary") else ""
+        lines.append(summary)
+        lines.append(f"{errors} error(s), {warnings} warning(s)")
+        sys.stdout.write("\n".join(x for x in lines if x) + "\n")
+    return 1 if errors else 0
