@@ -26,6 +26,7 @@ from .units import GIB
 PLUGINS: tuple[str, ...] = (
     "zeroplanner.cli_app",
     "zeroplanner.cli_probe",
+    "zeroplanner.cli_config",
 )
 """Modules that add subcommands (one line each)."""
 
