@@ -57,16 +57,26 @@ def test_stage0_baseline_is_16_bytes_per_parameter():
 def test_communication_volume(stage, volume_psi, dp):
     """ZeRO paper Sec. 7: all-reduce = 2Ψ elements per GPU (ring: 2(n-1)/n Ψ); ZeRO-1/2 the same;
     ZeRO-3 3Ψ (parameter all-gather in forward and backward + gradient reduce-scatter)."""
-    s = make_scenario(7.5e9, dp=dp, stage=stage, stage3_param_persistence_threshold=0)
+    s = make_scenario(7.5e9, dp=dp, stage=stage, stage3_param_persistence_threshold=0, accounting="paper")
     e = estimate(s)
     psi_bytes = e.parameters * 2  # bf16 elements
     ring = (dp - 1) / dp
     assert e.communication.bytes_per_gpu_per_step == pytest.approx(volume_psi * ring * psi_bytes, rel=1e-9)
 
 
+@pytest.mark.parametrize("stage", [1, 2])
+def test_deepspeed_stage12_all_reduces_buckets(stage):
+    """DeepSpeed 0.19.8 reduces ZeRO-1/2 gradient buckets with all-reduce (use_multi_rank_bucket_allreduce=True,
+    deepspeed/runtime/zero/config.py), then all-gathers parameters: 3Ψ on the wire, not the paper's 2Ψ."""
+    e = estimate(make_scenario(7.5e9, dp=8, stage=stage))
+    psi_bytes = e.parameters * 2
+    assert e.communication.by_collective == {"all_reduce": psi_bytes, "reduce_scatter": 0, "all_gather": psi_bytes}
+    assert e.communication.bytes_per_gpu_per_step == pytest.approx(3 * 7 / 8 * psi_bytes, rel=1e-9)
+
+
 def test_zero3_volume_is_one_and_a_half_times_zero2():
-    z2 = estimate(make_scenario(7.5e9, dp=16, stage=2, stage3_param_persistence_threshold=0))
-    z3 = estimate(make_scenario(7.5e9, dp=16, stage=3, stage3_param_persistence_threshold=0))
+    z2 = estimate(make_scenario(7.5e9, dp=16, stage=2, stage3_param_persistence_threshold=0, accounting="paper"))
+    z3 = estimate(make_scenario(7.5e9, dp=16, stage=3, stage3_param_persistence_threshold=0, accounting="paper"))
     ratio = z3.communication.bytes_per_gpu_per_step / z2.communication.bytes_per_gpu_per_step
     assert ratio == pytest.approx(1.5, rel=1e-9)
 

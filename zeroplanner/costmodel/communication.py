@@ -7,10 +7,13 @@ arXiv 2306.10209, Sec. 3; DeepSpeed blog): qwZ sends int8 weights in the forward
 secondary copy inside the node so the backward all-gather never crosses nodes, qgZ reduces gradients in int4
 (0.25x).
 
-When (DeepSpeed 0.19.8): stage 0 all-reduces once per step after backward (engine.allreduce_gradients); stage 1
-reduces at the gradient-accumulation boundary; stage 2 reduce-scatters every micro-step inside backward
-(stage_1_and_2.py ipg buckets); stage 3 gathers and reduces every micro-step (stage3.py). Updated parameters are
-all-gathered once per step for stages 1-2.
+What DeepSpeed 0.19.8 actually sends (accounting "deepspeed"): stage 0 all-reduces once per step after backward
+(engine.allreduce_gradients); stages 1-2 reduce each gradient bucket with an ALL-REDUCE, not a reduce-scatter
+(stage_1_and_2.py ``average_tensor``: ``use_multi_rank_bucket_allreduce`` defaults to True in
+deepspeed/runtime/zero/config.py, so buckets go through ``allreduce_and_scatter``), i.e. 2Ψ for the gradients plus
+Ψ for the parameter all-gather; stage 1 reduces at the gradient-accumulation boundary, stage 2 every micro-step
+inside backward (ipg buckets); stage 3 gathers and reduces every micro-step (stage3.py). Accounting "paper" uses
+the paper's reduce-scatter.
 
 Time (alpha-beta, Hockney 1994) of ring collectives over n ranks: steps * alpha + factor * bytes / busbw with
 factor 2(n-1)/n for all-reduce and (n-1)/n for reduce-scatter / all-gather and busbw as defined by nccl-tests
@@ -22,7 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .context import Candidates, Context, data_parallel_degree
+from .context import Candidates, Context, data_parallel_degree, overlap_comm
+
+STAGE0_ALLREDUCE_BUCKET = 500_000_000
+"""DeepSpeed's stage-0 gradient all-reduce bucket (MEMORY_OPT_ALLREDUCE_SIZE in deepspeed/runtime/engine.py,
+used by engine.allreduce_gradients -> buffered_allreduce_fallback)."""
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 
@@ -79,11 +86,16 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
 
     # stage 0: one all-reduce of all gradients per step
     ar_bytes = np.where(st == 0, grad_msg, 0.0)
-    ar_t = np.where(st == 0, ring_seconds(ctx, "all_reduce", grad_msg + 0.0 * nf, n, reduce_buckets, cross), 0.0)
+    stage0_buckets = np.ceil(T / STAGE0_ALLREDUCE_BUCKET)
+    ar_t = np.where(st == 0, ring_seconds(ctx, "all_reduce", grad_msg + 0.0 * nf, n, stage0_buckets, cross), 0.0)
 
-    # stages 1-2: reduce-scatter (stage 1 once, stage 2 every micro-step), all-gather updated params once
-    rs_times = np.where(st == 2, ga, 1.0)
-    rs12_micro = ring_seconds(ctx, "reduce_scatter", grad_msg + 0.0 * nf, n, reduce_buckets, cross)
+    # stages 1-2: gradient reduction (stage 1 once, stage 2 every micro-step), all-gather updated params once
+    # stage 1 reduces in backward hooks every micro-step only with overlap_comm (stage_1_and_2.py: hooks are
+    # created when partition_gradients or overlap_comm), else once at the boundary (engine.allreduce_gradients)
+    per_micro = (st == 2) | ((st == 1) & overlap_comm(ctx, cand))
+    rs_times = np.where(per_micro, ga, 1.0)
+    kind12 = "reduce_scatter" if ctx.scenario.assumptions.accounting == "paper" else "all_reduce"
+    rs12_micro = ring_seconds(ctx, kind12, grad_msg + 0.0 * nf, n, reduce_buckets, cross)
     ag12 = ring_seconds(ctx, "all_gather", T * w + 0.0 * nf, n, gather_buckets, cross)
 
     # stage 3: gathers of the partitioned (non-persistent) parameters, forward and backward, every micro-step
@@ -101,13 +113,17 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
 
     is3 = st == 3
     is12 = (st == 1) | (st == 2)
-    rs_bytes = np.select([is12, is3], [grad_msg * rs_times, rs3_msg * ga], 0.0)
+    if kind12 == "all_reduce":
+        ar_bytes = ar_bytes + np.where(is12, grad_msg * rs_times, 0.0)
+        rs_bytes = np.where(is3, rs3_msg * ga, 0.0)
+    else:
+        rs_bytes = np.select([is12, is3], [grad_msg * rs_times, rs3_msg * ga], 0.0)
     ag_bytes = np.select([is12, is3], [T * w + 0.0 * nf, (fwd_msg + gathered * w) * ga], 0.0)
 
     fwd_micro = np.where(is3, ag3_fwd, 0.0)
     bwd_micro = np.where(is3, ag3_bwd + rs3, 0.0)
-    reduce_micro = np.where(st == 2, rs12_micro, 0.0)
-    boundary = ar_t + np.where(st == 1, rs12_micro, 0.0) + np.where(is12, ag12, 0.0)
+    reduce_micro = np.where(per_micro, rs12_micro, 0.0)
+    boundary = ar_t + np.where((st == 1) & ~per_micro, rs12_micro, 0.0) + np.where(is12, ag12, 0.0)
     seconds = boundary + ga * (fwd_micro + bwd_micro + reduce_micro)
 
     frac = np.where(nf > 1, (nf - 1.0) / nf, 0.0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .activations import activation_bytes
+from .communication import STAGE0_ALLREDUCE_BUCKET
 from .context import Candidates, Context, data_parallel_degree, overlap_comm
 
 TERMS = ("parameters", "gradients", "optimizer_states", "activations", "buffers", "overhead")
@@ -79,8 +80,8 @@ def model_state_bytes(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
 def buffer_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
     """Communication buffers and the stage-3 gathered working set, bytes per GPU.
 
-    - stage 0: one flattened all-reduce bucket of min(reduce_bucket_size, Ψ_trainable) elements
-      (DeepSpeedEngine.allreduce_gradients buckets by ``allreduce_bucket_size``);
+    - stage 0: one flattened all-reduce bucket of min(5e8, Ψ_trainable) elements (engine.allreduce_gradients ->
+      buffered_allreduce_fallback with MEMORY_OPT_ALLREDUCE_SIZE);
     - stages 1-2: the ipg bucket of reduce_bucket_size elements, doubled with overlap_comm
       (stage_1_and_2.py ``ipg_buffer``; DeepSpeed #1302 measures less than the quoted 4.5x upper bound);
     - stage 3: gathered parameters min(stage3_max_live_parameters, largest module + stage3_prefetch_bucket_size),
@@ -91,10 +92,11 @@ def buffer_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
     T = ctx.trainable
     overlap = np.where(overlap_comm(ctx, cand), 2.0, 1.0)
     reduce_bucket = min(z.reduce_bucket_size, T) * w
+    stage0_bucket = min(STAGE0_ALLREDUCE_BUCKET, T) * w
     live = min(z.stage3_max_live_parameters, ctx.largest_module + z.stage3_prefetch_bucket_size, ctx.params) * w
     stage3 = live + ctx.largest_module * w + reduce_bucket * overlap
     st = cand.stage
-    return np.select([st == 0, st <= 2], [reduce_bucket + 0.0 * st, reduce_bucket * overlap + 0.0 * st], stage3)
+    return np.select([st == 0, st <= 2], [stage0_bucket + 0.0 * st, reduce_bucket * overlap + 0.0 * st], stage3)
 
 
 def host_and_nvme_bytes(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
