@@ -196,8 +196,7 @@ class PlannerApp(w.VBox):
         self.view = view
         self.message.value = ""
         self._render(view)
-        if any(k in changes for k in ("model", "gpu", "network")) or not changes:
-            self.controls.show(new_state)
+        self.controls.show(new_state)  # presets move other widgets (model -> size, GPU -> memory, ...)
         self.last_recompute_seconds = time.perf_counter() - started
         self.timing.value = (f"<span class='zp-muted'>Planned {len(view.memory.labels)} ZeRO variants in "
                              f"{1e3 * self.last_recompute_seconds:.0f} ms.</span>")

@@ -72,7 +72,7 @@ class MemoryChart(bq.Figure):
         axes = [
             bq.Axis(scale=self.x_scale, label="ZeRO variant", tick_rotate=-25, label_offset="62px",
                     tick_style={"font-size": "11px"}),
-            bq.Axis(scale=self.y_scale, orientation="vertical", label="GiB per GPU", tick_format=".0f",
+            bq.Axis(scale=self.y_scale, side="left", label="GiB per GPU", tick_format=".0f",
                     label_offset="45px", grid_lines="dashed"),
         ]
         super().__init__(**_figure("Memory per GPU (GiB)",
@@ -139,7 +139,7 @@ class HostMemoryChart(bq.Figure):
         axes = [
             bq.Axis(scale=self.x_scale, label="ZeRO variant", tick_rotate=-25, label_offset="62px",
                     tick_style={"font-size": "11px"}),
-            bq.Axis(scale=self.y_scale, orientation="vertical", label="GiB per node", tick_format=".0f",
+            bq.Axis(scale=self.y_scale, side="left", label="GiB per node", tick_format=".0f",
                     label_offset="45px", grid_lines="dashed"),
         ]
         super().__init__(**_figure("Host RAM per node (GiB)", [self.bars, self.capacity], axes))
@@ -184,7 +184,7 @@ class StepTimeChart(bq.Figure):
         axes = [
             bq.Axis(scale=self.x_scale, label="ZeRO variant (tokens/s over bars)", tick_rotate=-25,
                     label_offset="62px", tick_style={"font-size": "11px"}),
-            bq.Axis(scale=self.y_scale, orientation="vertical", label="seconds per step", tick_format=".3g",
+            bq.Axis(scale=self.y_scale, side="left", label="seconds per step", tick_format=".3g",
                     label_offset="45px", grid_lines="dashed"),
         ]
         super().__init__(**_figure("Step time (s) and tokens/s", [self.bars, self.rate_labels, self.oom_labels],
@@ -227,7 +227,7 @@ class ScalingChart(bq.Figure):
                                 scales={"x": self.x_scale, "y": self.y_scale})
         axes = [
             bq.Axis(scale=self.x_scale, label="nodes", tick_format=".0f", label_offset="35px"),
-            bq.Axis(scale=self.y_scale, orientation="vertical", label="tokens/s", tick_format=".2s",
+            bq.Axis(scale=self.y_scale, side="left", label="tokens/s", tick_format=".2s",
                     label_offset="45px", grid_lines="dashed"),
         ]
         super().__init__(**_figure("Scaling: tokens/s vs nodes", [self.current], axes, legend="top-left"))

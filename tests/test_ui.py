@@ -1,0 +1,310 @@
+"""The planner app without a browser: set a control's value, check the charts' mark data, the banner and the
+config text against the cost model and planner run on the same scenario (built independently with
+``zeroplanner.scenarios.build_scenario``), count recomputes during bursts, and check invalid input gives a
+message, not an exception."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from unittest import mock
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("bqplot")
+
+from zeroplanner import catalog  # noqa: E402
+from zeroplanner.dsconfig import to_deepspeed_config  # noqa: E402
+from zeroplanner.planner import plan as make_plan  # noqa: E402
+from zeroplanner.planner import scaling  # noqa: E402
+from zeroplanner.scenarios import build_scenario  # noqa: E402
+from zeroplanner.ui import PlannerApp  # noqa: E402
+from zeroplanner.ui import app as app_module  # noqa: E402
+from zeroplanner.ui.charts import segment_tooltip  # noqa: E402
+from zeroplanner.ui.state import MEMORY_TERMS, apply_changes, choice_text, scaling_nodes  # noqa: E402
+from zeroplanner.units import GIB  # noqa: E402
+
+
+def _memory_gib(plan) -> np.ndarray:
+    return np.array([[getattr(v.estimate.per_gpu_bytes, key) / GIB for v in plan.variants] for key, _ in MEMORY_TERMS])
+
+
+def _step_parts(plan) -> np.ndarray:
+    return np.array([
+        [v.estimate.compute_seconds_per_step for v in plan.variants],
+        [v.estimate.communication.exposed_seconds_per_step for v in plan.variants],
+        [v.estimate.offload_seconds_per_step + v.estimate.optimizer_seconds_per_step for v in plan.variants],
+    ])
+
+
+def assert_shows(app: PlannerApp, scenario) -> None:
+    """Every output of ``app`` is what the planner / cost model / dsconfig say for ``scenario``."""
+    plan = make_plan(scenario)
+    n = len(plan.variants)
+    np.testing.assert_allclose(np.asarray(app.memory_chart.bars.y)[:, :n], _memory_gib(plan), rtol=1e-9)
+    cap = scenario.cluster.memory_per_gpu_bytes / GIB
+    np.testing.assert_allclose(np.asarray(app.memory_chart.capacity.y, dtype=float), cap, rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(app.time_chart.bars.y)[:, :n], _step_parts(plan), rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(app.host_chart.bars.y)[:n],
+                               [v.estimate.per_node_cpu_bytes / GIB for v in plan.variants], rtol=1e-9)
+    # fits / OOM markings over the memory bars
+    n_oom = sum(not v.estimate.fits_gpu for v in plan.variants)
+    assert len(app.memory_chart.oom_labels.text) == n_oom
+    assert len(app.memory_chart.fit_labels.text) == n - n_oom
+    # scaling: each visible line is the planner's tokens/s at the node counts where the variant fits
+    nodes = scaling_nodes(scenario.cluster.nodes)
+    table = scaling(scenario, nodes=[int(x) for x in nodes])
+    for line, v in zip(app.scaling_chart.lines, plan.variants):
+        row = table[v.label]
+        fits = np.asarray(row["fits"], dtype=bool)
+        np.testing.assert_allclose(np.asarray(line.x, dtype=float), nodes[fits])
+        np.testing.assert_allclose(np.asarray(line.y, dtype=float),
+                                   np.asarray(row["tokens_per_second"])[fits], rtol=1e-9)
+    assert float(app.scaling_chart.current.x[0]) == scenario.cluster.nodes
+    # banner and config
+    if plan.fits:
+        assert choice_text(plan.choice) in app.banner.value
+    else:
+        assert "Does not fit" in app.banner.value
+    expected = json.dumps(to_deepspeed_config(plan.scenario, mode=app.state.config_mode), indent=2)
+    assert app.config_area.value == expected
+    assert app.message.value == ""
+
+
+def _outputs(app: PlannerApp):
+    return (np.asarray(app.memory_chart.bars.y).tobytes(), np.asarray(app.time_chart.bars.y).tobytes(),
+            tuple(np.asarray(line.y).tobytes() for line in app.scaling_chart.lines), app.banner.value,
+            app.config_area.value)
+
+
+def test_opening_page_shows_the_default_scenario():
+    app = PlannerApp()
+    assert_shows(app, build_scenario())
+    assert app.recomputes == 1
+
+
+# (control key, value, build_scenario keywords of the expected scenario, keywords set before the change)
+MAIN_CONTROLS = [
+    ("model", "qwen2.5-14b", dict(model="qwen2.5-14b"), {}),
+    ("model_params_b", 30.0, dict(params=30_000_000_000), {}),
+    ("gpu", "H100-80GB", dict(gpu="H100-80GB"), {}),
+    ("gpu", "A100-40GB", dict(gpu="A100-40GB"), {}),
+    ("gpu_memory_gib", 24.0, dict(gpu_memory_gib=24.0), {}),
+    ("gpus_per_node", 2, dict(gpus_per_node=2), {}),
+    ("nodes", 4, dict(nodes=4), {}),
+    ("network", "eth-25g", dict(nodes=4, network="eth-25g"), {"nodes": 4}),
+    ("inter_node_gbps", 10.0, dict(nodes=4, inter_node_gbps=10.0), {"nodes": 4}),
+]
+
+
+@pytest.mark.parametrize("key,value,expected,before", MAIN_CONTROLS, ids=[f"{c[0]}={c[1]}" for c in MAIN_CONTROLS])
+def test_each_main_control_updates_charts_banner_and_config(key, value, expected, before):
+    app = PlannerApp()
+    if before:
+        app.set(**before)
+    previous = _outputs(app)
+    app.controls.widgets[key].value = value
+    assert_shows(app, build_scenario(**expected))
+    assert _outputs(app) != previous, f"changing {key} changed nothing on screen"
+
+
+def test_model_preset_moves_the_size_slider_and_the_size_slider_makes_a_custom_model():
+    app = PlannerApp()
+    app.controls.widgets["model"].value = "llama-2-13b"
+    assert app.controls.widgets["model_params_b"].value == pytest.approx(
+        catalog.model("llama-2-13b").parameter_count / 1e9)
+    app.controls.widgets["model_params_b"].value = 3.0
+    assert app.state.model_name == "(custom size)"
+    assert app.controls.widgets["model"].value == "(custom size)"
+    assert app.state.scenario.parameters == 3_000_000_000
+
+
+def test_gpu_preset_sets_the_memory_slider():
+    app = PlannerApp()
+    app.controls.widgets["gpu"].value = "H200"
+    assert app.controls.widgets["gpu_memory_gib"].value == pytest.approx(
+        round(catalog.gpu("H200").memory_bytes / GIB, 1))
+
+
+def test_fifty_rapid_changes_cost_at_most_two_recomputes_and_end_in_the_last_state(monkeypatch):
+    app = PlannerApp(debounce_seconds=0.05)
+    counter = mock.Mock(wraps=app_module.derive)
+    monkeypatch.setattr(app_module, "derive", counter)
+    slider = app.controls.widgets["nodes"]
+
+    async def burst():
+        for i in range(50):
+            slider.value = 1 + (i * 7) % 64
+        slider.value = 6
+        await asyncio.sleep(0.3)
+
+    asyncio.run(burst())
+    assert counter.call_count <= 2
+    assert app.state.scenario.cluster.nodes == 6
+    assert_shows(app, build_scenario(nodes=6))
+
+
+def test_burst_across_different_controls_keeps_every_last_value(monkeypatch):
+    app = PlannerApp(debounce_seconds=0.05)
+    counter = mock.Mock(wraps=app_module.derive)
+    monkeypatch.setattr(app_module, "derive", counter)
+    w = app.controls.widgets
+
+    async def burst():
+        for i in range(25):
+            w["nodes"].value = 2 + i % 5
+            w["gpus_per_node"].value = 1 + i % 8
+        w["network"].value = "ib-ndr"
+        await asyncio.sleep(0.3)
+
+    asyncio.run(burst())
+    assert counter.call_count <= 2
+    assert_shows(app, build_scenario(nodes=2 + 24 % 5, gpus_per_node=1 + 24 % 8, network="ib-ndr"))
+
+
+@pytest.mark.parametrize("changes,field", [
+    ({"qlora": True}, "lora_rank"),  # TrainingSpec: qlora needs lora_rank >= 1
+    ({"lora_rank": 8, "precision": "fp32", "qlora": True}, "precision"),  # QLoRA needs bf16/fp16
+])
+def test_invalid_combination_shows_a_message_and_keeps_the_last_valid_plan(changes, field):
+    app = PlannerApp()
+    *valid, (last_key, last_value) = changes.items()
+    for key, value in valid:
+        app.controls.widgets[key].value = value
+    before = _outputs(app)
+    app.controls.widgets[last_key].value = last_value  # must not raise
+    assert "Not a valid setup" in app.message.value and field in app.message.value
+    assert "Traceback" not in app.message.value
+    assert _outputs(app) == before
+
+
+def test_rejected_value_is_kept_until_fixed():
+    app = PlannerApp()
+    app.controls.widgets["qlora"].value = True
+    assert "lora_rank" in app.message.value
+    app.controls.widgets["lora_rank"].value = 16
+    assert app.message.value == ""
+    assert app.state.scenario.training.qlora and app.state.scenario.training.lora_rank == 16
+    assert_shows(app, build_scenario(lora_rank=16, qlora=True))
+
+
+def test_unknown_catalog_name_is_a_message():
+    app = PlannerApp()
+    app.set(gpu="no-such-gpu")
+    assert "unknown gpu" in app.message.value
+
+
+def test_apply_changes_is_pure_and_validates():
+    app = PlannerApp()
+    state = app.state
+    new = apply_changes(state, {"nodes": 3, "micro_batch": 2})
+    assert state.scenario.cluster.nodes == 1 and new.scenario.cluster.nodes == 3
+    assert new.scenario.training.micro_batch == 2
+    with pytest.raises(KeyError):
+        apply_changes(state, {"no_such_control": 1})
+
+
+def test_advanced_controls_reach_the_scenario():
+    app = PlannerApp()
+    app.set(seq_len=2048, micro_batch=2, grad_accum=4, precision="fp16", optimizer="sgd", checkpointing="none",
+            flash_attention=False, mfu=0.5, cpu_memory_gib=256, reduce_bucket_size=2e8, overlap_comm="on",
+            pin_memory=False)
+    s = app.state.scenario
+    assert (s.training.seq_len, s.training.micro_batch, s.training.grad_accum) == (2048, 2, 4)
+    assert (s.training.precision, s.training.optimizer, s.training.checkpointing) == ("fp16", "sgd", "none")
+    assert s.training.flash_attention is False and s.assumptions.mfu == 0.5
+    assert s.cluster.cpu_memory_bytes == 256 * GIB
+    assert s.zero.reduce_bucket_size == 200_000_000 and s.zero.overlap_comm is True
+    assert s.zero.offload_optimizer.pin_memory is False
+    assert_shows(app, s)
+
+
+def test_zeropp_options_add_a_variant_priced_by_the_cost_model():
+    from zeroplanner.costmodel import estimate
+    from zeroplanner.specs import replace
+
+    app = PlannerApp()
+    app.set(nodes=4, zero_hpz_partition_size=8, zero_quantized_weights=True, zero_quantized_gradients=True)
+    label = app.view.memory.labels[-1]
+    assert label == "ZeRO-3 + ZeRO++ (hpZ 8, qwZ, qgZ)"
+    base = build_scenario(nodes=4)
+    zpp = replace(base, zero=replace(base.zero, stage=3, zero_hpz_partition_size=8, zero_quantized_weights=True,
+                                     zero_quantized_gradients=True))
+    est = estimate(zpp)
+    assert app.view.time.tokens_per_second[-1] == pytest.approx(est.tokens_per_second)
+    assert np.asarray(app.memory_chart.bars.y)[:, -1].sum() == pytest.approx(est.per_gpu_bytes.total / GIB)
+    app.variant_picker.value = label
+    assert json.loads(app.config_area.value)["zero_optimization"]["zero_quantized_weights"] is True
+
+
+def test_config_preview_follows_variant_picker_and_hf_toggle():
+    app = PlannerApp()
+    plan = make_plan(build_scenario())
+    app.variant_picker.value = "ZeRO-3 + CPU optimizer"
+    cfg = json.loads(app.config_area.value)
+    assert cfg["zero_optimization"]["stage"] == 3
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    app.mode_toggle.value = "hf_trainer"
+    variant = next(v for v in plan.variants if v.label == "ZeRO-3 + CPU optimizer")
+    assert app.config_area.value == json.dumps(to_deepspeed_config(variant.scenario, mode="hf_trainer"), indent=2)
+    assert '"auto"' in app.config_area.value
+    assert "download=\"ds_config_hf_trainer.json\"" in app.config_actions.value.replace("'", '"')
+    assert "data:application/json;base64," in app.config_actions.value
+
+
+def test_tooltip_names_the_term_and_its_gib():
+    app = PlannerApp()
+    view = app.view.memory
+    html = segment_tooltip(view, 2, 0)  # optimizer states of ZeRO-0
+    assert "Optimizer states" in html and f"{view.gib[2, 0]:.2f} GiB" in html and "ZeRO-0" in html
+    assert "fp32 master" in html  # the cost model's formula text for this term
+    app.memory_chart._on_hover(app.memory_chart.bars, {"event": "hover", "point": {"index": 3, "sub_index": 0}})
+    assert "ZeRO-3" in app.memory_chart.tooltip_html.value and "Parameters" in app.memory_chart.tooltip_html.value
+
+
+def test_about_lists_the_pinned_versions():
+    app = PlannerApp()
+    about = app.children[-1].children[0].value
+    for name, version in [("voila", "0.5.13"), ("ipywidgets", "8.1.9"), ("jupyterlab_widgets", "3.0.17"),
+                          ("bqplot", "0.13.1")]:
+        assert f"<td>{name}</td><td><code>{version}</code></td>" in about
+
+
+def test_paste_config_loads_controls_and_shows_findings():
+    app = PlannerApp()
+    text = json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+                       "bf16": {"enabled": True}, "fp16": {"enabled": True},
+                       "zero_optimization": {"stage": 3, "reduce_bucket_size": 5e7}})
+    findings = app.load_config(text)
+    assert app.controls.widgets["micro_batch"].value == 2 and app.controls.widgets["grad_accum"].value == 4
+    assert app.state.scenario.zero.reduce_bucket_size == 50_000_000
+    assert any(f.severity == "error" for f in findings)  # fp16 and bf16 both enabled (lint rule)
+    assert "error" in app.paste_findings.value
+    assert_shows(app, app.state.scenario)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", "x" * 2_000_000])
+def test_paste_bad_config_is_a_message(text):
+    app = PlannerApp()
+    before = _outputs(app)
+    assert app.load_config(text) == []
+    assert "Cannot read this config" in app.paste_findings.value
+    assert _outputs(app) == before
+
+
+def test_use_this_machine_without_cuda_says_so():
+    """Runs the real probe in a subprocess (this test machine has no CUDA device: torch is the CPU build)."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this test covers the no-CUDA path")
+    app = PlannerApp()
+    result = app.use_this_machine(timeout_seconds=120)
+    assert result["cuda_available"] is False
+    assert "No CUDA GPU found" in app.probe_message.value
+    host = result.get("host") or {}
+    if "ram_available_bytes" in host:
+        assert app.state.scenario.cluster.cpu_memory_bytes == int(host["ram_available_bytes"])
+        assert app.controls.widgets["cpu_memory_gib"].value == round(host["ram_available_bytes"] / GIB)
+    assert_shows(app, app.state.scenario)
