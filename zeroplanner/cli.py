@@ -171,7 +171,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         err = exc.errors()[0]
         field = next((str(x) for x in reversed(err["loc"]) if str(x) in _FIELD_OPTIONS), None)
         if field is None:  # a cross-field rule: name the first option its message mentions
-            field = next((f for f in _FIELD_OPTIONS if f in err["msg"]), None)
+            found = [(err["msg"].find(f), f) for f in _FIELD_OPTIONS if f in err["msg"]]
+            field = min(found)[1] if found else None
         option = _FIELD_OPTIONS.get(field, "--" + "-".join(str(x) for x in err["loc"][-1:]) if err["loc"] else "input")
         fail(option, err["msg"].removeprefix("Value error, "))
     except (ValueError, KeyError) as exc:

@@ -59,6 +59,7 @@ class Choice(_Out):
     checkpointing: str
     micro_batch: int
     grad_accum: int
+    overlap_comm: bool | None = None
     zero_hpz_partition_size: int = 1
     zero_quantized_weights: bool = False
     zero_quantized_gradients: bool = False
@@ -120,13 +121,15 @@ def candidate_grid(scenario: Scenario) -> Candidates:
         for oo in ((0,) if stage == 0 else (0, 1, 2)):
             for op in ((0, 1, 2) if stage == 3 else (0,)):
                 for hpz, qw, qg in (zpp if stage == 3 else [(1, 0, 0)]):
-                    for ck in (0, 1, 2):
-                        for m in micros:
-                            rows.append((stage, oo, op, ck, m, samples // m, hpz, qw, qg))
+                    for ov in ((0, 1) if stage in (1, 2) else (1,) if stage == 3 else (0,)):
+                        for ck in (0, 1, 2):
+                            for m in micros:
+                                rows.append((stage, oo, op, ck, m, samples // m, hpz, qw, qg, ov))
     a = np.array(rows, dtype=np.int64)
     return Candidates.build(
         stage=a[:, 0], offload_optimizer=a[:, 1], offload_param=a[:, 2], checkpointing=a[:, 3],
         micro_batch=a[:, 4], grad_accum=a[:, 5], nodes=c.nodes, hpz=a[:, 6], qwz=a[:, 7], qgz=a[:, 8],
+        overlap=a[:, 9],
     )
 
 
@@ -138,6 +141,7 @@ def _choice_at(cand: Candidates, i: int) -> Choice:
         checkpointing=_CKPT_NAMES[int(cand.checkpointing[i])],
         micro_batch=int(cand.micro_batch[i]),
         grad_accum=int(cand.grad_accum[i]),
+        overlap_comm=None if cand.overlap[i] < 0 else bool(cand.overlap[i]),
         zero_hpz_partition_size=int(cand.hpz[i]),
         zero_quantized_weights=bool(cand.qwz[i]),
         zero_quantized_gradients=bool(cand.qgz[i]),
@@ -154,6 +158,7 @@ def apply_choice(scenario: Scenario, choice: Choice, *, validate: bool = True) -
         "zero_hpz_partition_size": choice.zero_hpz_partition_size,
         "zero_quantized_weights": choice.zero_quantized_weights,
         "zero_quantized_gradients": choice.zero_quantized_gradients,
+        "overlap_comm": choice.overlap_comm,
     })
     t = scenario.training.model_copy(update={
         "checkpointing": choice.checkpointing, "micro_batch": choice.micro_batch, "grad_accum": choice.grad_accum,
@@ -272,7 +277,8 @@ def variant_options(scenario: Scenario, ctx=None) -> list[Option]:
     out = []
     for i, (label, stage, oo, op) in enumerate(VARIANTS):
         ch = Choice(stage=stage, offload_optimizer=_OFFLOAD_NAMES[oo], offload_param=_OFFLOAD_NAMES[op],
-                    checkpointing=t.checkpointing, micro_batch=t.micro_batch, grad_accum=t.grad_accum)
+                    checkpointing=t.checkpointing, micro_batch=t.micro_batch, grad_accum=t.grad_accum,
+                    overlap_comm=scenario.zero.overlap_comm)
         sc = apply_choice(scenario, ch, validate=False)
         out.append(Option(label=label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, (i, 0))))
     return out
@@ -287,6 +293,7 @@ def _variant_candidates(scenario: Scenario, nodes: np.ndarray) -> tuple[list[str
     cand = Candidates.build(
         stage=st, offload_optimizer=oo, offload_param=op, checkpointing=CHECKPOINT_CODES[t.checkpointing],
         micro_batch=t.micro_batch, grad_accum=t.grad_accum, nodes=nodes[None, :], hpz=1, qwz=0, qgz=0,
+        overlap=-1 if scenario.zero.overlap_comm is None else int(scenario.zero.overlap_comm),
     )
     return labels, cand
 

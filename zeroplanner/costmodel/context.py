@@ -34,7 +34,7 @@ class Candidates:
 
     stage: 0-3; offload_optimizer / offload_param: 0 none, 1 cpu, 2 nvme; checkpointing: 0 none, 1 selective,
     2 full; micro_batch, grad_accum, nodes: positive integers; hpz: zero_hpz_partition_size; qwz / qgz: 0/1 for
-    zero_quantized_weights / zero_quantized_gradients.
+    zero_quantized_weights / zero_quantized_gradients; overlap: overlap_comm 0/1, or -1 for DeepSpeed's default.
     """
 
     stage: np.ndarray
@@ -47,6 +47,7 @@ class Candidates:
     hpz: np.ndarray
     qwz: np.ndarray
     qgz: np.ndarray
+    overlap: np.ndarray
 
     @classmethod
     def from_scenario(cls, scenario: Scenario) -> Candidates:
@@ -62,6 +63,7 @@ class Candidates:
             hpz=z.zero_hpz_partition_size,
             qwz=int(z.zero_quantized_weights),
             qgz=int(z.zero_quantized_gradients),
+            overlap=-1 if z.overlap_comm is None else int(z.overlap_comm),
         )
 
     @classmethod
@@ -171,9 +173,6 @@ def data_parallel_degree(ctx: Context, cand: Candidates) -> np.ndarray:
 
 
 def overlap_comm(ctx: Context, cand: Candidates) -> np.ndarray:
-    """Effective overlap_comm per candidate: the user's value, or DeepSpeed's default (True only at stage 3;
-    DeepSpeedZeroConfig.overlap_comm validator in deepspeed/runtime/zero/config.py)."""
-    value = ctx.scenario.zero.overlap_comm
-    if value is None:
-        return cand.stage == 3
-    return np.full(cand.shape, bool(value))
+    """Effective overlap_comm per candidate: the candidate's value, or DeepSpeed's default where it is -1 (True only
+    at stage 3; DeepSpeedZeroConfig.overlap_comm validator in deepspeed/runtime/zero/config.py)."""
+    return np.where(cand.overlap < 0, cand.stage == 3, cand.overlap > 0)

@@ -1,0 +1,108 @@
+"""The CLI contract: JSON keys scripts depend on, one-line errors with exit status 2, defaults."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zeroplanner import build_scenario, estimate, plan
+from zeroplanner.cli import main
+
+ESTIMATE_KEYS = {"parameters", "trainable_parameters", "data_parallel_degree", "per_gpu_bytes", "gpu_memory_bytes",
+                 "per_node_cpu_bytes", "nvme_bytes", "fits_gpu", "fits_cpu", "fits", "communication",
+                 "compute_seconds_per_step", "step_seconds", "tokens_per_second", "warnings"}
+PER_GPU_KEYS = {"parameters", "gradients", "optimizer_states", "activations", "buffers", "overhead", "total"}
+
+
+def run_json(capsys, *argv):
+    rc = main(list(argv) + ["--json"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    return json.loads(out)
+
+
+def test_estimate_defaults_match_python_api(capsys):
+    d = run_json(capsys, "estimate")
+    assert ESTIMATE_KEYS <= set(d)
+    assert set(d["per_gpu_bytes"]) == PER_GPU_KEYS
+    assert {"bytes_per_gpu_per_step", "seconds_per_step", "exposed_seconds_per_step"} <= set(d["communication"])
+    # default scenario: Llama-2-7B (6,738,415,616 params, REFERENCES.md s.3) on one node of 8 A100-80GB
+    assert d["parameters"] == 6_738_415_616
+    assert d["data_parallel_degree"] == 8
+    assert d["gpu_memory_bytes"] == 80 * 2**30
+    e = estimate(build_scenario())
+    assert d["per_gpu_bytes"]["total"] == e.per_gpu_bytes.total
+    assert d["step_seconds"] == pytest.approx(e.step_seconds)
+
+
+def test_estimate_options_change_the_answer(capsys):
+    base = run_json(capsys, "estimate", "--stage", "2")
+    z3 = run_json(capsys, "estimate", "--stage", "3")
+    assert z3["per_gpu_bytes"]["parameters"] < base["per_gpu_bytes"]["parameters"]
+    off = run_json(capsys, "estimate", "--stage", "2", "--offload-optimizer", "cpu")
+    assert off["per_gpu_bytes"]["optimizer_states"] == 0 and off["per_node_cpu_bytes"] > 0
+    two = run_json(capsys, "estimate", "--nodes", "2", "--network", "eth-25g")
+    assert two["data_parallel_degree"] == 16
+    assert two["communication"]["exposed_seconds_per_step"] > base["communication"]["exposed_seconds_per_step"]
+
+
+def test_params_and_hf_config(capsys, tmp_path):
+    d = run_json(capsys, "estimate", "--params", "13e9")
+    assert d["parameters"] == 13_000_000_000
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    d = run_json(capsys, "estimate", "--hf-config", str(path))
+    assert d["parameters"] == 6_738_415_616  # Llama-2-7B shapes (REFERENCES.md s.3)
+
+
+def test_recommend_json(capsys):
+    d = run_json(capsys, "recommend")
+    assert {"fits", "choice", "estimate", "reasons", "warnings", "alternatives"} <= set(d)
+    assert {"stage", "offload_optimizer", "offload_param", "checkpointing", "micro_batch"} <= set(d["choice"])
+    p = plan(build_scenario())
+    assert d["choice"]["stage"] == p.choice.stage
+    assert d["reasons"] == p.reasons
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["estimate", "--micro-batch", "0"], "--micro-batch"),
+    (["estimate", "--micro-batch", "x"], "--micro-batch"),
+    (["estimate", "--nodes", "-1"], "--nodes"),
+    (["estimate", "--model", "no-such-model"], "--model"),
+    (["estimate", "--gpu", "no-such-gpu"], "--gpu"),
+    (["estimate", "--network", "carrier-pigeon"], "--network"),
+    (["estimate", "--stage", "4"], "--stage"),
+    (["estimate", "--qlora"], "--qlora"),
+    (["estimate", "--params", "12"], "--params"),
+    (["estimate", "--hf-config", "/nonexistent/config.json"], "--hf-config"),
+    (["estimate", "--stage", "2", "--offload-param", "cpu"], "--offload-param"),
+    (["recommend", "--gpu-memory-gib", "0"], "--gpu-memory-gib"),
+    (["deepspeed-estimate", "--params", "0", "--largest-layer-params", "1"], "--params"),
+])
+def test_bad_input_is_one_line_exit_2(argv, option):
+    proc = subprocess.run([sys.executable, "-m", "zeroplanner.cli", *argv], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert option in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_hf_config_content(tmp_path):
+    bad = tmp_path / "c.json"
+    bad.write_text("{not json")
+    proc = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "estimate", "--hf-config", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--hf-config" in proc.stderr and "Traceback" not in proc.stderr
+    big = tmp_path / "big.json"
+    big.write_text(" " * 2_000_000 + "{}")
+    proc = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "estimate", "--hf-config", str(big)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "limit" in proc.stderr
