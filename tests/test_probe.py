@@ -107,6 +107,18 @@ def test_probe_in_subprocess_without_cuda():
     assert result["host"]["ram_total_bytes"] == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+@no_cuda_only
+def test_probe_in_subprocess_bounds_its_benchmarks():
+    # 12 s leaves the child 9 s: too little to launch torchrun ranks, so the collective step says it was skipped
+    # instead of outliving the caller's timeout
+    result = probe_in_subprocess(timeout_seconds=12, benchmarks=True)
+    assert result["cuda_available"] is False
+    bench = result["benchmarks"]
+    assert bench["matmul"][0]["message"].startswith("no CUDA device: ")
+    assert bench["collectives"] == {"ok": False,
+                                    "message": "collective benchmark skipped: under 10 s of the 9 s timeout left"}
+
+
 def test_probe_in_subprocess_timeout_is_a_result_not_an_exception():
     # 0.05 s is less than Python needs to import torch in the child, so this really times out
     result = probe_in_subprocess(timeout_seconds=0.05)
@@ -126,7 +138,7 @@ def test_module_cli_json_without_cuda(tmp_path):
 @pytest.mark.parametrize(
     "argv, option",
     [(["--ranks", "1"], "--ranks"), (["--nvme-path", "/nonexistent/x"], "--nvme-path"),
-     (["--budget-seconds", "0"], "--budget-seconds")],
+     (["--budget-seconds", "0"], "--budget-seconds"), (["--timeout-seconds", "0.5"], "--timeout-seconds")],
 )
 def test_module_cli_bad_option_exits_2_with_one_line(argv, option):
     run = subprocess.run([sys.executable, "-m", "zeroplanner.probe", *argv], capture_output=True, text=True,

@@ -561,11 +561,17 @@ def run_probe(
     message_bytes: Sequence[int] | None = None,
     iterations: int | None = None,
     budget_seconds: float = 30.0,
+    timeout_seconds: float | None = None,
 ) -> dict[str, Any]:
     """:func:`inventory`, plus with ``benchmarks`` a ``benchmarks`` dict: ``matmul`` (one entry per GPU),
     ``host_transfer`` (GPU 0) and ``collectives`` (:func:`benchmark_collectives`). Without CUDA the GPU
     benchmarks report "no CUDA device: ..." and the collectives run on CPU ranks with gloo. Runs in this process
-    (creates CUDA contexts); see :func:`probe_in_subprocess`."""
+    (creates CUDA contexts); see :func:`probe_in_subprocess`.
+
+    ``timeout_seconds`` bounds the whole call: the collective launch gets what is left (less 5 s for the
+    torchrun teardown) and is skipped, saying so, when under 10 s are left. Without it the launch is bounded by
+    max(60, 4 x ``budget_seconds``) seconds."""
+    start = time.monotonic()
     result = inventory(nvme_path)
     if not benchmarks:
         return result
@@ -577,9 +583,16 @@ def run_probe(
     else:
         bench["matmul"] = [benchmark_matmul()]
         bench["host_transfer"] = benchmark_host_transfer()
-    bench["collectives"] = benchmark_collectives(ranks=ranks, message_bytes=message_bytes, iterations=iterations,
-                                                 budget_seconds=budget_seconds,
-                                                 timeout_seconds=max(60.0, 4 * budget_seconds))
+    launch_timeout = max(60.0, 4 * budget_seconds)
+    if timeout_seconds is not None:
+        launch_timeout = min(launch_timeout, timeout_seconds - (time.monotonic() - start) - 5.0)
+    if launch_timeout < 10.0:
+        bench["collectives"] = {"ok": False, "message": "collective benchmark skipped: under 10 s of the "
+                                f"{timeout_seconds:g} s timeout left"}
+    else:
+        bench["collectives"] = benchmark_collectives(
+            ranks=ranks, message_bytes=message_bytes, iterations=iterations,
+            budget_seconds=min(budget_seconds, launch_timeout / 2), timeout_seconds=launch_timeout)
     result["benchmarks"] = bench
     return result
 
@@ -592,7 +605,9 @@ def probe_in_subprocess(timeout_seconds: float = 60, benchmarks: bool = False,
     "message": "probe failed: ..."}`` (or "probe timed out ..."), never an exception."""
     cmd = [sys.executable, "-m", "zeroplanner.probe", "--json"]
     if benchmarks:
-        cmd += ["--benchmarks", "--budget-seconds", str(max(5.0, 0.5 * float(timeout_seconds)))]
+        # the child bounds its own torchrun launch (which runs in its own session) inside our timeout
+        cmd += ["--benchmarks", "--budget-seconds", str(min(600.0, max(1.0, 0.4 * float(timeout_seconds)))),
+                "--timeout-seconds", str(max(1.0, float(timeout_seconds) - 3.0))]
     if nvme_path is not None:
         cmd += ["--nvme-path", os.fspath(nvme_path)]
     try:
@@ -907,6 +922,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ranks for the collective benchmark (default: the GPU count; 2 CPU ranks without CUDA)")
     parser.add_argument("--budget-seconds", type=float, default=30.0,
                         help="time budget of the collective sweep, seconds (1-600; default 30)")
+    parser.add_argument("--timeout-seconds", type=float, default=None,
+                        help="bound on the whole probe with --benchmarks, seconds (1-3600; default: none)")
 
 
 def probe_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -915,10 +932,12 @@ def probe_from_args(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--ranks: {args.ranks} is out of range (2-1024)")
     if not (1 <= args.budget_seconds <= 600):
         raise ValueError(f"--budget-seconds: {args.budget_seconds:g} is out of range (1-600)")
+    if args.timeout_seconds is not None and not (1 <= args.timeout_seconds <= 3600):
+        raise ValueError(f"--timeout-seconds: {args.timeout_seconds:g} is out of range (1-3600)")
     if not os.path.isdir(args.nvme_path):
         raise ValueError(f"--nvme-path: {args.nvme_path!r} is not a directory")
     return run_probe(benchmarks=args.benchmarks, nvme_path=args.nvme_path, ranks=args.ranks,
-                     budget_seconds=args.budget_seconds)
+                     budget_seconds=args.budget_seconds, timeout_seconds=args.timeout_seconds)
 
 
 def format_text(result: dict[str, Any]) -> str:
