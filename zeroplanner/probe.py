@@ -44,6 +44,7 @@ __all__ = [
     "busbw_factor",
     "host_inventory",
     "match_catalog",
+    "parse_nvlink_status",
     "inventory",
     "benchmark_matmul",
     "benchmark_host_transfer",
