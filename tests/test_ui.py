@@ -27,42 +27,55 @@ from zeroplanner.ui.state import MEMORY_TERMS, apply_changes, choice_text, scali
 from zeroplanner.units import GIB  # noqa: E402
 
 
+def _bars(plan) -> list:
+    """(label, scenario, estimate) of the expected bars: the recommendation first when something fits, then the
+    planner's fixed variants."""
+    head = [("Recommended", plan.scenario, plan.estimate)] if plan.fits else []
+    return head + [(v.label, v.scenario, v.estimate) for v in plan.variants]
+
+
 def _memory_gib(plan) -> np.ndarray:
-    return np.array([[getattr(v.estimate.per_gpu_bytes, key) / GIB for v in plan.variants] for key, _ in MEMORY_TERMS])
+    return np.array([[getattr(e.per_gpu_bytes, key) / GIB for _, _, e in _bars(plan)] for key, _ in MEMORY_TERMS])
 
 
 def _step_parts(plan) -> np.ndarray:
     return np.array([
-        [v.estimate.compute_seconds_per_step for v in plan.variants],
-        [v.estimate.communication.exposed_seconds_per_step for v in plan.variants],
-        [v.estimate.offload_seconds_per_step + v.estimate.optimizer_seconds_per_step for v in plan.variants],
+        [e.compute_seconds_per_step for _, _, e in _bars(plan)],
+        [e.communication.exposed_seconds_per_step for _, _, e in _bars(plan)],
+        [e.offload_seconds_per_step + e.optimizer_seconds_per_step for _, _, e in _bars(plan)],
     ])
 
 
 def assert_shows(app: PlannerApp, scenario) -> None:
     """Every output of ``app`` is what the planner / cost model / dsconfig say for ``scenario``."""
     plan = make_plan(scenario)
-    n = len(plan.variants)
+    bars = _bars(plan)
+    n = len(bars)
     np.testing.assert_allclose(np.asarray(app.memory_chart.bars.y)[:, :n], _memory_gib(plan), rtol=1e-9)
     cap = scenario.cluster.memory_per_gpu_bytes / GIB
     np.testing.assert_allclose(np.asarray(app.memory_chart.capacity.y, dtype=float), cap, rtol=1e-9)
     np.testing.assert_allclose(np.asarray(app.time_chart.bars.y)[:, :n], _step_parts(plan), rtol=1e-9)
     np.testing.assert_allclose(np.asarray(app.host_chart.bars.y)[:n],
-                               [v.estimate.per_node_cpu_bytes / GIB for v in plan.variants], rtol=1e-9)
+                               [e.per_node_cpu_bytes / GIB for _, _, e in bars], rtol=1e-9)
     # fits / OOM markings over the memory bars
-    n_oom = sum(not v.estimate.fits_gpu for v in plan.variants)
+    n_oom = sum(not e.fits_gpu for _, _, e in bars)
     assert len(app.memory_chart.oom_labels.text) == n_oom
     assert len(app.memory_chart.fit_labels.text) == n - n_oom
     # scaling: each visible line is the planner's tokens/s at the node counts where the variant fits
     nodes = scaling_nodes(scenario.cluster.nodes)
     table = scaling(scenario, nodes=[int(x) for x in nodes])
-    for line, v in zip(app.scaling_chart.lines, plan.variants):
+    lines = app.scaling_chart.lines[1:] if plan.fits else app.scaling_chart.lines
+    for line, v in zip(lines, plan.variants):
         row = table[v.label]
         fits = np.asarray(row["fits"], dtype=bool)
         np.testing.assert_allclose(np.asarray(line.x, dtype=float), nodes[fits])
         np.testing.assert_allclose(np.asarray(line.y, dtype=float),
                                    np.asarray(row["tokens_per_second"])[fits], rtol=1e-9)
     assert float(app.scaling_chart.current.x[0]) == scenario.cluster.nodes
+    if plan.fits:  # the recommendation's line passes through its own estimate at the current node count
+        rec = app.scaling_chart.lines[0]
+        at = list(np.asarray(rec.x, dtype=float)).index(float(scenario.cluster.nodes))
+        assert float(np.asarray(rec.y)[at]) == pytest.approx(plan.estimate.tokens_per_second, rel=1e-9)
     # banner and config
     if plan.fits:
         assert choice_text(plan.choice) in app.banner.value
@@ -228,6 +241,7 @@ def test_zeropp_options_add_a_variant_priced_by_the_cost_model():
     app = PlannerApp()
     app.set(nodes=4, zero_hpz_partition_size=8, zero_quantized_weights=True, zero_quantized_gradients=True)
     label = app.view.memory.labels[-1]
+    assert app.view.memory.labels[0] == "Recommended"
     assert label == "ZeRO-3 + ZeRO++ (hpZ 8, qwZ, qgZ)"
     base = build_scenario(nodes=4)
     zpp = replace(base, zero=replace(base.zero, stage=3, zero_hpz_partition_size=8, zero_quantized_weights=True,
@@ -257,10 +271,11 @@ def test_config_preview_follows_variant_picker_and_hf_toggle():
 def test_tooltip_names_the_term_and_its_gib():
     app = PlannerApp()
     view = app.view.memory
-    html = segment_tooltip(view, 2, 0)  # optimizer states of ZeRO-0
-    assert "Optimizer states" in html and f"{view.gib[2, 0]:.2f} GiB" in html and "ZeRO-0" in html
+    z0 = view.labels.index("ZeRO-0")
+    html = segment_tooltip(view, 2, z0)  # optimizer states of ZeRO-0
+    assert "Optimizer states" in html and f"{view.gib[2, z0]:.2f} GiB" in html and "ZeRO-0" in html
     assert "fp32 master" in html  # the cost model's formula text for this term
-    app.memory_chart._on_hover(app.memory_chart.bars, {"event": "hover", "point": {"index": 3, "sub_index": 0}})
+    app.memory_chart._on_hover(app.memory_chart.bars, {"event": "hover", "point": {"index": view.labels.index("ZeRO-3"), "sub_index": 0}})
     assert "ZeRO-3" in app.memory_chart.tooltip_html.value and "Parameters" in app.memory_chart.tooltip_html.value
 
 

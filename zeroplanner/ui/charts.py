@@ -28,6 +28,8 @@ _MARGIN = {"top": 45, "bottom": 80, "left": 65, "right": 15}
 
 def _short(label: str) -> str:
     """Axis tick text for a variant label: 'ZeRO-3 + CPU optimizer & params' -> 'Z3+CPU opt&param'."""
+    if label == "Recommended":
+        return "Recommended"
     return (label.replace("ZeRO-", "Z").replace(" + ", "+").replace("CPU optimizer", "CPU opt")
             .replace("NVMe optimizer", "NVMe opt").replace(" & params", "&param").replace("optimizer", "opt"))
 
@@ -184,7 +186,7 @@ class StepTimeChart(bq.Figure):
         axes = [
             bq.Axis(scale=self.x_scale, label="ZeRO variant (tokens/s over bars)", tick_rotate=-25,
                     label_offset="62px", tick_style={"font-size": "11px"}),
-            bq.Axis(scale=self.y_scale, side="left", label="seconds per step", tick_format=".3g",
+            bq.Axis(scale=self.y_scale, side="left", label="seconds per step", tick_format=".3~g",
                     label_offset="45px", grid_lines="dashed"),
         ]
         super().__init__(**_figure("Step time (s) and tokens/s", [self.bars, self.rate_labels, self.oom_labels],

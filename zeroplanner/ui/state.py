@@ -334,7 +334,12 @@ class View:
 
 
 def _variants(plan: Any) -> list[tuple[str, Scenario, Any]]:
+    """(label, scenario, estimate) of every chart bar: the planner's recommendation first (when something fits;
+    it may differ from every fixed variant in micro-batch, checkpointing or ZeRO++), then ``Plan.variants``, then
+    the app's extra variants."""
     out = []
+    if _attr(plan, "fits", False) and _attr(plan, "choice") is not None:
+        out.append((RECOMMENDED, _attr(plan, "scenario"), _attr(plan, "estimate")))
     for v in _attr(plan, "variants", []) or []:
         out.append((str(_attr(v, "label")), _attr(v, "scenario"), _attr(v, "estimate")))
     for label, scenario, estimate in _attr(plan, "extra_variants", ()) or ():
@@ -479,7 +484,7 @@ def scaling_view(plan: Any, scenario: Scenario) -> ScalingView:
     table = scaling(scenario, nodes=[int(n) for n in nodes])
     labels = tuple(label for label, _, _ in _variants(plan)) or tuple(table)
     tps = np.full((len(labels), len(nodes)), np.nan)
-    extra = {label: sc for label, sc, _ in _variants(plan) if label not in table}
+    extra = {label: sc for label, sc, _ in _variants(plan) if label not in table}  # recommended, ZeRO++
     for v, label in enumerate(labels):
         row = table.get(label)
         if row is None and label in extra:
@@ -515,6 +520,15 @@ def choice_text(choice: Any) -> str:
         parts.append(f"parameters and optimizer offloaded to {str(par).upper()}")
     elif opt not in (None, "none"):
         parts.append(f"optimizer offloaded to {str(opt).upper()}")
+    zpp = []
+    if (_attr(choice, "zero_hpz_partition_size", 1) or 1) > 1:
+        zpp.append(f"hpZ {_attr(choice, 'zero_hpz_partition_size')}")
+    if _attr(choice, "zero_quantized_weights", False):
+        zpp.append("qwZ")
+    if _attr(choice, "zero_quantized_gradients", False):
+        zpp.append("qgZ")
+    if zpp:
+        parts[0] += f" + ZeRO++ ({', '.join(zpp)})"
     ckpt = _attr(choice, "checkpointing")
     if ckpt:
         parts.append({"none": "no activation checkpointing"}.get(ckpt, f"{ckpt} activation checkpointing"))
@@ -605,7 +619,7 @@ def derive(state: AppState) -> View:
     if state.zeropp:
         zs = zeropp_scenario(state)
         plan = PlanWithExtras(plan, ((zeropp_label(state), zs, estimate(zs)),))
-    variants = tuple(label for label, _, _ in _variants(plan))
+    variants = tuple(label for label, _, _ in _variants(plan) if label != RECOMMENDED)
     variant = state.config_variant if state.config_variant in variants else RECOMMENDED
     text, filename, cerr = config_text(plan, variant, state.config_mode)
     return View(

@@ -1,0 +1,194 @@
+"""The planner page in a real browser: ``zeroplanner app`` (Voilà) on 127.0.0.1, Playwright driving Debian Chromium.
+
+Checks: no "not registered" / "Failed to load" console errors, bars and lines render as SVG, moving the node-count
+slider and changing the network preset change the charts and the JSON preview, and a screenshot
+(artifacts/planner.png, gitignored) is saved and is not blank. Run with ``pytest -m browser tests/test_browser.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts"
+CHROMIUM = os.environ.get("ZEROPLANNER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run"]
+BAD_CONSOLE = re.compile(r"not registered|failed to load", re.IGNORECASE)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    """``zeroplanner app --port P --no-browser`` in a subprocess; killed at teardown."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    port = free_port()
+    log = tmp_path_factory.mktemp("voila") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser"],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        server_log = log.read_text(errors="replace")
+        assert "Traceback" not in server_log, server_log[-3000:]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_sync.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, app_url):
+    """The loaded planner page, with its console messages and page errors recorded in ``page.zp_console``."""
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1250})
+    pg = ctx.new_page()
+    pg.zp_console = []
+    pg.on("console", lambda m: pg.zp_console.append(f"{m.type}: {m.text}"))
+    pg.on("pageerror", lambda e: pg.zp_console.append(f"pageerror: {e}"))
+    pg.on("requestfailed", lambda r: pg.zp_console.append(f"error: Failed to load {r.url}"))
+    pg.goto(app_url, timeout=120_000)
+    pg.wait_for_selector(".zp-app .bqplot svg .bargroup rect", timeout=120_000)
+    yield pg
+    ctx.close()
+
+
+def widget(pg, kind: str, label: str):
+    """The ipywidgets element of ``kind`` (``widget-slider``, ``widget-dropdown``) whose description is ``label``."""
+    return pg.locator(f".zp-app .{kind}", has=pg.locator("label.widget-label", has_text=re.compile(f"^{re.escape(label)}$")))
+
+
+def set_slider(pg, label: str, value) -> None:
+    """Type into the slider's editable readout (what a user can do; sends one value, like a released drag)."""
+    readout = widget(pg, "widget-slider", label).locator(".widget-readout")
+    readout.click()
+    pg.keyboard.press("Control+A")
+    pg.keyboard.type(str(value))
+    pg.keyboard.press("Enter")
+
+
+def chart_svgs(pg) -> list[str]:
+    return pg.locator(".zp-app .bqplot > svg").evaluate_all("els => els.map(e => e.innerHTML)")
+
+
+def config_text(pg) -> str:
+    return pg.locator(".zp-config textarea").input_value()
+
+
+def wait_changed(get, before, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = get()
+        if now != before:
+            return now
+        time.sleep(0.05)
+    raise AssertionError("the page did not change")
+
+
+def png_is_not_blank(path: Path) -> tuple[int, int, int]:
+    """(width, height, distinct byte values in the decompressed image data). Stdlib only (zlib)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height = 8, b"", 0, 0
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    return width, height, len(set(raw))
+
+
+def test_page_loads_without_widget_errors_and_draws_bars_and_lines(page):
+    bad = [m for m in page.zp_console if BAD_CONSOLE.search(m)]
+    assert not bad, bad
+    assert not [m for m in page.zp_console if m.startswith("pageerror")], page.zp_console
+    assert page.locator(".zp-app .bqplot").count() == 4
+    assert page.locator(".zp-app .bqplot svg .bargroup rect").count() >= 8 * 6  # 8 variants x 6 memory terms
+    assert page.locator(".zp-app .bqplot svg path.line").count() >= 2  # capacity line + scaling lines
+    body = page.locator("body").inner_text()
+    assert "Recommended:" in body and "GiB per GPU" in body and "tokens/s" in body
+    assert "Traceback" not in body
+    assert config_text(page).lstrip().startswith("{")
+
+
+def test_node_slider_and_network_preset_change_charts_and_config(page):
+    charts, cfg = chart_svgs(page), config_text(page)
+    set_slider(page, "Nodes", 4)
+    cfg = wait_changed(lambda: config_text(page), cfg)
+    assert '"train_batch_size": 256' in cfg  # 1 x 8 accumulation x 32 GPUs (DeepSpeed's batch rule)
+    charts = wait_changed(lambda: chart_svgs(page), charts)
+
+    widget(page, "widget-dropdown", "Network").locator("select").select_option("eth-25g")
+    wait_changed(lambda: config_text(page), cfg)
+    wait_changed(lambda: chart_svgs(page), charts)
+    bad = [m for m in page.zp_console if BAD_CONSOLE.search(m) or m.startswith("pageerror")]
+    assert not bad, bad
+
+
+def test_screenshot_is_saved_and_not_blank(page):
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / "planner.png"
+    page.screenshot(path=str(path), full_page=True)
+    width, height, distinct = png_is_not_blank(path)
+    assert width >= 1000 and height >= 800
+    assert distinct > 40, "screenshot looks blank"
+
+
+def test_invalid_input_shows_a_message_not_a_traceback(page):
+    checkbox = page.locator(".zp-app .widget-checkbox", has_text="QLoRA").locator("input")
+    page.get_by_text("Advanced", exact=True).click()
+    page.get_by_text("LoRA / QLoRA", exact=True).click()
+    checkbox.check()
+    page.wait_for_selector(".zp-error", timeout=20_000)
+    text = page.locator(".zp-error").first.inner_text()
+    assert "lora_rank" in text and "Traceback" not in page.locator("body").inner_text()
+    checkbox.uncheck()
+    page.wait_for_selector(".zp-error", state="detached", timeout=20_000)
