@@ -416,10 +416,12 @@ def test_cluster_from_a_cuda_probe_file(tmp_path):
     gib = 2**30
     gpus = [{"index": i, "name": f"NVIDIA {known}", "total_memory_bytes": int(spec.memory_bytes * 0.99),
              "free_memory_bytes": int(spec.memory_bytes * 0.99) - i * 3 * gib, "other_processes_bytes": None,
-             "compute_capability": "8.0", "multi_processor_count": 108, "catalog": None} for i in range(4)]
+             "compute_capability": "8.0", "multi_processor_count": 108,
+             "catalog": {"name": "a catalog entry of another version", "memory_matches": True}} for i in range(4)]
     data = {"format": probe.PROBE_FORMAT, "cuda_available": True, "message": "4 GPUs", "gpu_count": 4,
             "gpus": gpus, "host": {"ram_total_bytes": 512 * gib, "ram_available_bytes": 500 * gib,
                                    "disk_free_bytes": 3 * 2**40, "disk_path": "/nvme"},
+            "nvlink": {"source": "nvidia-smi nvlink --status", "active_links_per_gpu": [0] * 4, "detected": False},
             "benchmarks": {"host_transfer": {"ok": True, "h2d_pinned_gb_per_s": 22.5}}}
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(data))
@@ -435,9 +437,13 @@ def test_cluster_from_a_cuda_probe_file(tmp_path):
     assert cluster.gpu_memory_bytes == min(gpus[3]["total_memory_bytes"],
                                            fullest_free + Assumptions().cuda_context_bytes)
     assert any("catalog" in n for n in notes) and len(notes) == len(set(notes))
+    assert any(n.startswith("no active NVLink found") for n in notes)  # no collectives measured to say otherwise
     # an unknown GPU keeps the base's compute figures under its own name and measured memory
     data["gpus"] = [dict(g, name="Mystery Accelerator 9000") for g in gpus]
     data["benchmarks"]["matmul"] = [{"ok": True, "tflops": 123.0}]
+    data["gpus"][1] = dict(data["gpus"][1], name="Mystery Accelerator 8000")
+    _changes, notes = cluster_changes(data, base)
+    assert any(n.startswith("mixed GPUs") for n in notes)
     unknown = cluster_from_probe(data, base)
     assert unknown.gpu.name == "Mystery Accelerator 9000"
     assert unknown.gpu.memory_bytes == gpus[0]["total_memory_bytes"]

@@ -733,9 +733,11 @@ def cluster_changes(probe: dict, base: Any) -> tuple[dict[str, Any], list[str]]:
                 usable.append(min(totals[i], free + Assumptions().cuda_context_bytes))
         first = gpus[0]
         name = str(first.get("name", "unknown GPU"))[:100] or "unknown GPU"
-        match = first.get("catalog")
-        if match is None:
-            match = match_catalog(name, int(totals[0]))
+        # matched again against this version's catalog (the file may come from another version)
+        match = match_catalog(name, int(totals[0]))
+        kinds = sorted({str(g.get("name")) for g in gpus})
+        if len(kinds) > 1:
+            notes.append(f"mixed GPUs ({', '.join(kinds)}): planning with {name} and the smallest memory")
         matmul = [m for m in bench.get("matmul", []) if isinstance(m, dict) and m.get("ok")]
         if match:
             from . import catalog
@@ -768,6 +770,10 @@ def cluster_changes(probe: dict, base: Any) -> tuple[dict[str, Any], list[str]]:
             notes.append(f"host->device: {pcie:.1f} GB/s pinned (measured)")
 
     coll = _collectives(probe)
+    nvlink = probe.get("nvlink") or {}
+    if coll is None and probe.get("cuda_available") and len(gpus) > 1 and nvlink.get("detected") is False:
+        notes.append(f"no active NVLink found ({nvlink.get('source')}): the catalog's intra-node busbw "
+                     f"{gpu.intra_node_busbw_gb_per_s:g} GB/s may be too high; run 'zeroplanner probe --benchmarks'")
     if coll is not None:
         fits = coll.get("fits") or {}
         nodes = int(coll.get("nodes", 1))
