@@ -388,6 +388,10 @@ def test_parse_nvlink_status():
     got = parse_nvlink_status(text)
     assert got[0]["active_links"] == 3 and got[0]["gb_per_s"] == pytest.approx(3 * 26.562)
     assert got[1]["active_links"] == 1 and got[1]["gb_per_s"] == pytest.approx(26.562)
+    # keyed for matching with torch's props.uuid (no "GPU-" prefix), since NVML and CUDA order GPUs differently
+    assert got[0]["uuid"] == "6968dfc2-d444-d92c-c36b-6abe53445cb9"
+    assert parse_nvlink_status("GPU 3: NVIDIA A100-SXM4-80GB\n\t Link 0: 25 GB/s\n")[3] == {
+        "uuid": "", "active_links": 1, "gb_per_s": 25.0}
     assert parse_nvlink_status("NVML: Unable to find NVLink") == {}
 
 
@@ -542,6 +546,7 @@ def test_gpu_inventory_matches_device_properties():
         assert g["total_memory_bytes"] == props.total_memory
         assert g["compute_capability"] == f"{props.major}.{props.minor}"
         assert g["multi_processor_count"] == props.multi_processor_count
+        assert g["uuid"] == probe._uuid_key(props.uuid) and len(g["uuid"]) == 36
         assert 0 < g["free_memory_bytes"] <= g["total_memory_bytes"]
     n = result["gpu_count"]
     assert len(result["peer_access"]) == n and all(result["peer_access"][i][i] for i in range(n))

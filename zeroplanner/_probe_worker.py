@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         "torch_version": torch.__version__,
     }
     if backend == "nccl":
-        result["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        version = torch.cuda.nccl.version()  # a tuple in torch 2.x, an int in older releases
+        result["nccl_version"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     # whole world: across nodes when nodes > 1 (the inter-node ring), else the local ranks
     budget = args.budget_seconds / (2 if nodes > 1 else 1)
     records, truncated = measure(dist.group.WORLD, world, args.message_bytes, args.iterations, args.warmup,

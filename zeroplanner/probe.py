@@ -160,19 +160,27 @@ def match_catalog(name: str, memory_bytes: int, catalog: Sequence[tuple[str, int
 
 
 _NVLINK_LINE = re.compile(r"^\s*Link\s+\d+:\s*([\d.]+)\s*GB/s", re.IGNORECASE)
-_GPU_LINE = re.compile(r"^GPU\s+(\d+):")
+_GPU_LINE = re.compile(r"^GPU\s+(\d+):.*?(?:\(UUID:\s*([^)\s]+)\s*\))?\s*$")
 
 
-def parse_nvlink_status(text: str) -> dict[int, dict[str, float]]:
-    """Parse ``nvidia-smi nvlink --status``: {gpu index: {"active_links", "gb_per_s"}} (GB/s summed over active
-    links, as nvidia-smi prints per link; links printed ``<inactive>`` or ``0 GB/s`` are not counted)."""
-    out: dict[int, dict[str, float]] = {}
+def _uuid_key(uuid: Any) -> str:
+    """A GPU UUID as one comparable key: NVML writes "GPU-58c5...", torch's ``props.uuid`` prints "58c5..."."""
+    text = str(uuid or "").strip().lower()
+    return text[4:] if text.startswith("gpu-") else text
+
+
+def parse_nvlink_status(text: str) -> dict[int, dict[str, Any]]:
+    """Parse ``nvidia-smi nvlink --status``: {nvidia-smi GPU index: {"uuid" (key form, "" if not printed),
+    "active_links", "gb_per_s"}} (GB/s summed over active links, as nvidia-smi prints per link; links printed
+    ``<inactive>`` or ``0 GB/s`` are not counted). nvidia-smi indices are NVML's, which need not be CUDA's: map by
+    UUID."""
+    out: dict[int, dict[str, Any]] = {}
     current: int | None = None
     for line in text.splitlines():
         m = _GPU_LINE.match(line)
         if m:
             current = int(m.group(1))
-            out[current] = {"active_links": 0, "gb_per_s": 0.0}
+            out[current] = {"uuid": _uuid_key(m.group(2)), "active_links": 0, "gb_per_s": 0.0}
             continue
         m = _NVLINK_LINE.match(line)
         if m and current is not None and float(m.group(1)) > 0:  # "0 GB/s" is a down link
@@ -181,16 +189,31 @@ def parse_nvlink_status(text: str) -> dict[int, dict[str, float]]:
     return out
 
 
-def _nvlink(count: int) -> dict[str, Any]:
-    """Active NVLink links per GPU, from NVML (``pynvml``) if importable, else ``nvidia-smi nvlink --status``."""
+def _nvml_handles(pynvml, uuids: Sequence[str]) -> list:
+    """NVML handles for CUDA devices given by UUID key (NVML and CUDA number GPUs differently); None where the
+    UUID is unknown."""
+    handles = []
+    for uuid in uuids:
+        try:
+            handles.append(pynvml.nvmlDeviceGetHandleByUUID("GPU-" + uuid) if uuid else None)
+        except Exception:  # noqa: BLE001 - NVMLError, or a MIG/odd UUID
+            handles.append(None)
+    return handles
+
+
+def _nvlink(uuids: Sequence[str]) -> dict[str, Any]:
+    """Active NVLink links per CUDA GPU (matched by UUID), from NVML (``pynvml``) if importable, else
+    ``nvidia-smi nvlink --status`` (fixed arguments, 10 s timeout). Unknown where neither works."""
     try:
         import pynvml  # type: ignore[import-not-found]
 
         pynvml.nvmlInit()
         try:
-            per_gpu = []
-            for i in range(count):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            per_gpu: list[int | None] = []
+            for handle in _nvml_handles(pynvml, uuids):
+                if handle is None:
+                    per_gpu.append(None)
+                    continue
                 active = 0
                 for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
                     try:
@@ -198,7 +221,9 @@ def _nvlink(count: int) -> dict[str, Any]:
                     except pynvml.NVMLError:
                         break
                 per_gpu.append(active)
-            return {"source": "nvml", "active_links_per_gpu": per_gpu, "detected": any(per_gpu)}
+            known = [a for a in per_gpu if a is not None]
+            return {"source": "nvml", "active_links_per_gpu": per_gpu,
+                    "detected": any(known) if known else None}
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001 - pynvml absent or NVML unusable: try nvidia-smi
@@ -208,33 +233,38 @@ def _nvlink(count: int) -> dict[str, Any]:
         try:
             text = subprocess.run([exe, "nvlink", "--status"], capture_output=True, text=True, timeout=10,
                                   check=False).stdout
-            parsed = parse_nvlink_status(text)
-            links = [int(parsed.get(i, {}).get("active_links", 0)) for i in range(count)]
-            return {"source": "nvidia-smi nvlink --status", "active_links_per_gpu": links,
-                    "gb_per_s_per_gpu": [parsed.get(i, {}).get("gb_per_s", 0.0) for i in range(count)],
-                    "detected": any(links)}
         except (OSError, subprocess.SubprocessError):
-            pass
+            text = ""
+        by_uuid = {v["uuid"]: v for v in parse_nvlink_status(text).values() if v["uuid"]}
+        rows = [by_uuid.get(u) for u in uuids]
+        if any(r is not None for r in rows):
+            return {"source": "nvidia-smi nvlink --status",
+                    "active_links_per_gpu": [r["active_links"] if r else None for r in rows],
+                    "gb_per_s_per_gpu": [r["gb_per_s"] if r else None for r in rows],
+                    "detected": any(r["active_links"] for r in rows if r)}
     return {"source": None, "active_links_per_gpu": None, "detected": None}
 
 
-def _other_processes_bytes(count: int) -> list[int | None]:
-    """GPU memory held by processes other than this one, per GPU, from NVML; None where NVML is unavailable."""
+def _other_processes_bytes(uuids: Sequence[str]) -> list[int | None]:
+    """GPU memory held by processes other than this one, per CUDA GPU (matched by UUID), from NVML; None where
+    NVML (``pynvml``) is unavailable or the GPU is not found."""
     try:
         import pynvml  # type: ignore[import-not-found]
 
         pynvml.nvmlInit()
         try:
             out: list[int | None] = []
-            for i in range(count):
-                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for handle in _nvml_handles(pynvml, uuids):
+                if handle is None:
+                    out.append(None)
+                    continue
                 procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
                 out.append(sum(int(p.usedGpuMemory or 0) for p in procs if p.pid != os.getpid()))
             return out
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001
-        return [None] * count
+        return [None] * len(uuids)
 
 
 def _no_cuda(reason: str) -> dict[str, Any]:
@@ -264,7 +294,7 @@ def inventory(nvme_path: str | os.PathLike = ".") -> dict[str, Any]:
     processes).
 
     Returns a dict with ``format``, ``cuda_available`` (bool), ``message`` (one line for people), ``gpu_count``,
-    ``gpus`` (per GPU: ``index``, ``name``, ``total_memory_bytes`` (``get_device_properties``),
+    ``gpus`` (per GPU: ``index`` (CUDA's), ``uuid``, ``name``, ``total_memory_bytes`` (``get_device_properties``),
     ``free_memory_bytes`` (``torch.cuda.mem_get_info``, after this process's own CUDA context),
     ``other_processes_bytes`` (NVML, or None), ``compute_capability`` "major.minor", ``multi_processor_count``,
     ``catalog`` (:func:`match_catalog` result or None)), ``peer_access`` (n x n booleans,
@@ -284,14 +314,16 @@ def inventory(nvme_path: str | os.PathLike = ".") -> dict[str, Any]:
         result["nvlink"] = {"source": None, "active_links_per_gpu": None, "detected": None}
         return result
     count = torch.cuda.device_count()
-    others = _other_processes_bytes(count)
+    props_all = [torch.cuda.get_device_properties(i) for i in range(count)]
+    uuids = [_uuid_key(getattr(p, "uuid", "")) for p in props_all]
+    others = _other_processes_bytes(uuids)
     gpus = []
-    for i in range(count):
-        props = torch.cuda.get_device_properties(i)
+    for i, props in enumerate(props_all):
         free, _total = torch.cuda.mem_get_info(i)
         gpus.append(
             {
                 "index": i,
+                "uuid": uuids[i],
                 "name": props.name,
                 "total_memory_bytes": int(props.total_memory),
                 "free_memory_bytes": int(free),
@@ -311,7 +343,7 @@ def inventory(nvme_path: str | os.PathLike = ".") -> dict[str, Any]:
             "gpu_count": count,
             "gpus": gpus,
             "peer_access": peer,
-            "nvlink": _nvlink(count),
+            "nvlink": _nvlink(uuids),
         }
     )
     return result
@@ -331,6 +363,11 @@ def benchmark_matmul(device: int = 0, size: int = 8192, budget_seconds: float = 
     torch, reason = _cuda_status()
     if reason is not None:
         return {"ok": False, "message": f"no CUDA device: {reason}"}
+    with torch.cuda.device(device):  # events and streams on this GPU, not the current one
+        return _matmul(torch, device, size, budget_seconds)
+
+
+def _matmul(torch, device: int, size: int, budget_seconds: float) -> dict[str, Any]:
     dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     dev = torch.device("cuda", device)
     a = torch.randn(size, size, device=dev, dtype=dtype)
@@ -375,6 +412,11 @@ def benchmark_host_transfer(device: int = 0, size_bytes: int = 256 * 2**20, iter
     torch, reason = _cuda_status()
     if reason is not None:
         return {"ok": False, "message": f"no CUDA device: {reason}"}
+    with torch.cuda.device(device):  # events and streams on this GPU, not the current one
+        return _host_transfer(torch, device, size_bytes, iterations)
+
+
+def _host_transfer(torch, device: int, size_bytes: int, iterations: int) -> dict[str, Any]:
     dev = torch.device("cuda", device)
     gpu_buf = torch.empty(size_bytes, dtype=torch.uint8, device=dev)
     pinned = torch.empty(size_bytes, dtype=torch.uint8, pin_memory=True)
