@@ -297,7 +297,7 @@ def _offload_block(spec: OffloadSpec) -> dict[str, Any] | None:
     return block
 
 
-def _optimizer_block(t: TrainingSpec, mode: Mode) -> dict[str, Any] | None:
+def _optimizer_block(t: TrainingSpec, mode: Mode, torch_adam: bool = False) -> dict[str, Any] | None:
     auto = mode == "hf_trainer"
     if t.optimizer in ("adamw", "adam"):
         params: dict[str, Any] = {
@@ -306,6 +306,9 @@ def _optimizer_block(t: TrainingSpec, mode: Mode) -> dict[str, Any] | None:
             "eps": AUTO if auto else DEFAULT_EPS,
             "weight_decay": AUTO if auto else DEFAULT_WEIGHT_DECAY,
         }
+        if torch_adam:
+            # torch.optim.Adam/AdamW instead of FusedAdam (engine.py get_optimizer_configuration: TORCH_ADAM_PARAM)
+            params["torch_adam"] = True
         if t.optimizer == "adam":
             # DeepSpeed's "Adam" runs AdamW (decoupled weight decay) unless adam_w_mode is false
             # (deepspeed/runtime/engine.py, _configure_basic_optimizer: ADAM_W_MODE_DEFAULT = True).
@@ -339,7 +342,7 @@ def _scheduler_block(mode: Mode, total_num_steps: int | None) -> dict[str, Any]:
 
 
 def to_deepspeed_config(
-    scenario: Any, mode: Mode = "deepspeed", total_num_steps: int | None = None
+    scenario: Any, mode: Mode = "deepspeed", total_num_steps: int | None = None, torch_adam: bool = False
 ) -> dict[str, Any]:
     """A complete DeepSpeed config for ``scenario`` (a Scenario or a Plan; a Plan's chosen scenario is used).
 
@@ -355,6 +358,11 @@ def to_deepspeed_config(
     ZeRO++ keys only at stage 3, the only stage that reads them), and ``activation_checkpointing`` when the scenario
     checkpoints (the block configures ``deepspeed.checkpointing``; HF models checkpoint through
     ``gradient_checkpointing`` instead, so HF mode leaves it out). Every count is a Python ``int``.
+
+    ``torch_adam=True`` adds ``"torch_adam": true`` to an Adam/AdamW block: DeepSpeed then uses torch.optim's
+    implementation instead of FusedAdam, whose op is JIT-compiled on first use (minutes on a CPU-only machine).
+    Ignored with offload_optimizer: DeepSpeed checks torch_adam before choosing DeepSpeedCPUAdam
+    (engine.py, get_optimizer_configuration), and torch's AdamW on CPU is much slower.
 
     Raises ``TypeError`` for something that is neither a Scenario nor a Plan, ``ValueError`` for an unknown mode
     or a ``total_num_steps`` < 1.
@@ -384,7 +392,7 @@ def to_deepspeed_config(
     elif t.precision == "fp16":
         config["fp16"] = dict(FP16_BLOCK)
 
-    optimizer = _optimizer_block(t, mode)
+    optimizer = _optimizer_block(t, mode, torch_adam and z.offload_optimizer.device == "none")
     if optimizer is not None:
         config["optimizer"] = optimizer
     if t.optimizer in ("sgd", "adam8bit"):
