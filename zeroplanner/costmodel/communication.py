@@ -15,10 +15,11 @@ deepspeed/runtime/zero/config.py, so buckets go through ``allreduce_and_scatter`
 inside backward (ipg buckets); stage 3 gathers and reduces every micro-step (stage3.py). Accounting "paper" uses
 the paper's reduce-scatter.
 
-Time (alpha-beta, Hockney 1994) of ring collectives over n ranks: steps * alpha + factor * bytes / busbw with
+Time (alpha-beta, Hockney 1994) of ring collectives over n ranks: latency + factor * bytes / busbw with
 factor 2(n-1)/n for all-reduce and (n-1)/n for reduce-scatter / all-gather and busbw as defined by nccl-tests
-(PERFORMANCE.md). Across nodes the ring's bandwidth is the smaller of the NVLink/PCIe bus bandwidth and the node's
-NICs together; its step latency is the network's. Each bucket is one collective and pays the latency again.
+(PERFORMANCE.md); the latency follows NCCL's tuning model (see :func:`ring_seconds`). Across nodes the ring's
+bandwidth is the smaller of the NVLink/PCIe bus bandwidth and the node's NICs together. Each bucket is one
+collective and pays the latency again.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ used by engine.allreduce_gradients -> buffered_allreduce_fallback)."""
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 
 
+NCCL_BASE_LATENCY_SECONDS = 8.4e-6
+"""Fixed cost of one NCCL ring/Simple collective (``baseLat`` in NVIDIA/nccl src/graph/tuning.cc, NCCL 2.19+)."""
+NCCL_MULTINODE_ALLREDUCE_PLATEAU = 1.4
+"""NCCL's latency factor for multi-node ring all-reduce on Ampere and newer (tuning.cc; x1.9 on Volta)."""
+
+
 def ring_seconds(
     ctx: Context,
     kind: str,
@@ -41,21 +48,32 @@ def ring_seconds(
     ranks: np.ndarray,
     collectives: np.ndarray,
     cross_node: np.ndarray,
+    nodes: np.ndarray | None = None,
 ) -> np.ndarray:
     """Seconds for ``collectives`` ring collectives moving ``message_bytes`` in total among ``ranks`` ranks.
 
     kind: "all_reduce" | "reduce_scatter" | "all_gather". message_bytes is the nccl-tests "size" (the full tensor
     of an all-reduce, the input of a reduce-scatter, the output of an all-gather), summed over the buckets.
+    Latency per collective follows NCCL's own model (src/graph/tuning.cc): base + intra-node steps x the GPU's
+    link latency + network steps x the network's latency, with 2*nodes network steps for an all-reduce and
+    nodes-1 for reduce-scatter / all-gather (and NCCL's x1.4 plateau for multi-node all-reduce). Bandwidth: the
+    ring's bus bandwidth, the smaller of the intra-node busbw and the node's NICs when it crosses nodes.
     Returns 0 where ranks == 1.
     """
     n = np.maximum(ranks.astype(np.float64), 1.0)
+    k = np.where(cross_node, np.maximum(nodes if nodes is not None else 2, 2), 1).astype(np.float64)
     if kind == "all_reduce":
         factor, steps = 2.0 * (n - 1.0) / n, 2.0 * (n - 1.0)
+        inter = np.where(cross_node, 2.0 * k, 0.0)
+        plateau = np.where(cross_node, NCCL_MULTINODE_ALLREDUCE_PLATEAU, 1.0)
     else:
         factor, steps = (n - 1.0) / n, n - 1.0
+        inter = np.where(cross_node, k - 1.0, 0.0)
+        plateau = 1.0
+    inter = np.minimum(inter, steps)
+    latency = plateau * (NCCL_BASE_LATENCY_SECONDS + (steps - inter) * ctx.intra_latency + inter * ctx.inter_latency)
     busbw = np.where(cross_node, min(ctx.intra_busbw, ctx.node_nic_busbw), ctx.intra_busbw)
-    alpha = np.where(cross_node, max(ctx.intra_latency, ctx.inter_latency), ctx.intra_latency)
-    t = collectives * steps * alpha + factor * message_bytes / busbw
+    t = collectives * latency + factor * message_bytes / busbw
     return np.where(n > 1, t, 0.0)
 
 
@@ -82,12 +100,15 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
 
     grad_msg = T * gw
     reduce_buckets = np.ceil(T / z.reduce_bucket_size)
-    gather_buckets = np.ceil(T / z.allgather_bucket_size)
+    # DeepSpeed 0.19.8 ignores allgather_bucket_size when torch has all_gather_into_tensor (runtime/utils.py
+    # all_gather_dp_groups -> all_gather_into_tensor_dp_groups): one all-gather per parameter group per step
+    gather_buckets = 1.0
 
     # stage 0: one all-reduce of all gradients per step
     ar_bytes = np.where(st == 0, grad_msg, 0.0)
     stage0_buckets = np.ceil(T / STAGE0_ALLREDUCE_BUCKET)
-    ar_t = np.where(st == 0, ring_seconds(ctx, "all_reduce", grad_msg + 0.0 * nf, n, stage0_buckets, cross), 0.0)
+    ar_t = ring_seconds(ctx, "all_reduce", grad_msg + 0.0 * nf, n, stage0_buckets, cross, cand.nodes)
+    ar_t = np.where(st == 0, ar_t, 0.0)
 
     # stages 1-2: gradient reduction (stage 1 once, stage 2 every micro-step), all-gather updated params once
     # stage 1 reduces in backward hooks every micro-step only with overlap_comm (stage_1_and_2.py: hooks are
@@ -95,8 +116,8 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     per_micro = (st == 2) | ((st == 1) & overlap_comm(ctx, cand))
     rs_times = np.where(per_micro, ga, 1.0)
     kind12 = "reduce_scatter" if ctx.scenario.assumptions.accounting == "paper" else "all_reduce"
-    rs12_micro = ring_seconds(ctx, kind12, grad_msg + 0.0 * nf, n, reduce_buckets, cross)
-    ag12 = ring_seconds(ctx, "all_gather", T * w + 0.0 * nf, n, gather_buckets, cross)
+    rs12_micro = ring_seconds(ctx, kind12, grad_msg + 0.0 * nf, n, reduce_buckets, cross, cand.nodes)
+    ag12 = ring_seconds(ctx, "all_gather", T * w + 0.0 * nf, n, gather_buckets, cross, cand.nodes)
 
     # stage 3: gathers of the partitioned (non-persistent) parameters, forward and backward, every micro-step
     gathered = (T if qlora else P) - ctx.persistent_params
@@ -104,12 +125,13 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     fetches = max(ctx.param_modules, np.ceil(gathered / max(z.stage3_prefetch_bucket_size, 1)))
     fwd_elem_bytes = np.where(cand.qwz > 0, 1.0, w)  # qwZ: int8 weights
     fwd_msg = gathered * fwd_elem_bytes
-    ag3_fwd = ring_seconds(ctx, "all_gather", fwd_msg, n, fetches + 0.0 * nf, cross)
+    ag3_fwd = ring_seconds(ctx, "all_gather", fwd_msg, n, fetches + 0.0 * nf, cross, cand.nodes)
     hpz = cand.hpz > 1
     bwd_ranks = np.where(hpz, np.minimum(cand.hpz, n), n)
-    ag3_bwd = ring_seconds(ctx, "all_gather", gathered * w + 0.0 * nf, bwd_ranks, fetches + 0.0 * nf, cross & ~hpz)
+    ag3_bwd = ring_seconds(ctx, "all_gather", gathered * w + 0.0 * nf, bwd_ranks, fetches + 0.0 * nf, cross & ~hpz,
+                          cand.nodes)
     rs3_msg = np.where(cand.qgz > 0, T * 0.5, grad_msg)  # qgZ: int4 gradients
-    rs3 = ring_seconds(ctx, "reduce_scatter", rs3_msg + 0.0 * nf, n, reduce_buckets + 0.0 * nf, cross)
+    rs3 = ring_seconds(ctx, "reduce_scatter", rs3_msg + 0.0 * nf, n, reduce_buckets + 0.0 * nf, cross, cand.nodes)
 
     is3 = st == 3
     is12 = (st == 1) | (st == 2)
