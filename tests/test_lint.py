@@ -285,7 +285,7 @@ def test_findings_sorted_and_cli_style_input():
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=False) | st.text(max_size=8)
+    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8)
     | st.sampled_from(["auto", "cpu", "nvme", "5e8"]),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(
         st.sampled_from(["stage", "device", "pin_memory", "enabled", "reduce_bucket_size", "offload_param",
@@ -296,6 +296,19 @@ configs = st.dictionaries(
     st.sampled_from(["train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "bf16",
                      "fp16", "optimizer", "zero_optimization", "activation_checkpointing", "amp", "foo"]),
     json_values, max_size=6)
+
+
+def test_long_and_odd_keys_are_clipped_not_crashing():
+    key = "k" * 5000
+    config = {key: 1, "zero_optimization": {"stage": 2, key: 1, "offload_param": {key: 1}}, "auto": "auto"}
+    config[key + "x"] = "auto"
+    findings = lint(config, BASE) + from_deepspeed_config(config, base=BASE)[1]
+    assert all(len(f.key) <= 300 for f in findings)
+    _, dup = load_config_text('{"%s": 1, "%s": 2}' % (key, key))
+    assert dup and len(dup[0].key) <= 300
+    config = {"train_micro_batch_size_per_gpu": float("inf"), "zero_optimization": {"reduce_bucket_size": 1e308}}
+    assert {"integer_type"} <= {f.rule for f in lint(config, BASE)}
+    from_deepspeed_config(config, base=BASE)
 
 
 @settings(max_examples=150, deadline=None)

@@ -622,14 +622,20 @@ def load_config_text(text: str | bytes) -> tuple[dict[str, Any], list[Finding]]:
         raise ConfigError(f"config must be a JSON object ({{...}}), got a JSON {type(config).__name__}")
     findings = [
         Finding(
-            severity="warning", key=key, rule="duplicate_key",
-            message=f"key {key!r} appears more than once; JSON readers keep the last value and DeepSpeed's file "
+            severity="warning", key=clip_key(key), rule="duplicate_key",
+            message=f"key {clip_key(key, 80)!r} appears more than once; JSON readers keep the last value and DeepSpeed's file "
             "loader rejects the file (dict_raise_error_on_duplicate_keys).",
             fix="Keep one occurrence.",
         )
         for key in dict.fromkeys(duplicates)
     ]
     return config, findings
+
+
+def clip_key(key: str, limit: int = 300) -> str:
+    """A user's key as it may appear in a Finding (keys of any length are legal JSON)."""
+    key = str(key)
+    return key if len(key) <= limit else key[: limit - 3] + "..."
 
 
 def _path(*parts: str) -> str:
@@ -668,11 +674,12 @@ class _Reader:
         self.auto = hf_auto_values(base)
 
     def note(self, severity: Severity, key: str, message: str, fix: str = "", rule: str = "") -> None:
-        self.findings.append(Finding(severity=severity, key=key, message=message, fix=fix, rule=rule))
+        self.findings.append(Finding(severity=severity, key=clip_key(key), message=message, fix=fix, rule=rule))
 
     def unknown(self, key: str, where: str, rejected: bool) -> None:
         if rejected:
-            self.note("error", key, f"{where} has no key {key.rsplit('.', 1)[-1]!r}; DeepSpeed rejects the config "
+            self.note("error", key, f"{where} has no key {clip_key(key.rsplit('.', 1)[-1], 80)!r}; DeepSpeed "
+                      "rejects the config "
                       "(its config model forbids extra keys). Not priced.", "Remove it or fix the spelling.",
                       "unknown_key")
         else:

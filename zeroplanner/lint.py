@@ -55,6 +55,7 @@ from .dsconfig import (
     REMOVED_ZERO_KEYS,
     Finding,
     Mode,
+    clip_key,
     hf_auto_values,
 )
 from .specs import Scenario
@@ -141,7 +142,7 @@ def _walk(node: Any, prefix: str = ""):
 
 
 def _add(out: list[Finding], severity: str, key: str, rule: str, message: str, fix: str = "") -> None:
-    out.append(Finding(severity=severity, key=key, rule=rule, message=message, fix=fix))
+    out.append(Finding(severity=severity, key=clip_key(key), rule=rule, message=message, fix=fix))
 
 
 def _gib(num_bytes: float) -> str:
