@@ -150,17 +150,22 @@ def _choice_at(cand: Candidates, i: int) -> Choice:
 
 def apply_choice(scenario: Scenario, choice: Choice, *, validate: bool = True) -> Scenario:
     """The scenario with the choice's settings. ``validate=False`` skips re-validation for choices the planner
-    built itself from valid candidate codes (fast path)."""
-    z = scenario.zero.model_copy(update={
+    built itself from valid candidate codes (fast path: only changed sub-models are copied)."""
+    z0, t0 = scenario.zero, scenario.training
+
+    def offload(spec, device):
+        return spec if spec.device == device else spec.model_copy(update={"device": device})
+
+    z = z0.model_copy(update={
         "stage": choice.stage,
-        "offload_optimizer": scenario.zero.offload_optimizer.model_copy(update={"device": choice.offload_optimizer}),
-        "offload_param": scenario.zero.offload_param.model_copy(update={"device": choice.offload_param}),
+        "offload_optimizer": offload(z0.offload_optimizer, choice.offload_optimizer),
+        "offload_param": offload(z0.offload_param, choice.offload_param),
         "zero_hpz_partition_size": choice.zero_hpz_partition_size,
         "zero_quantized_weights": choice.zero_quantized_weights,
         "zero_quantized_gradients": choice.zero_quantized_gradients,
         "overlap_comm": choice.overlap_comm,
     })
-    t = scenario.training.model_copy(update={
+    t = t0.model_copy(update={
         "checkpointing": choice.checkpointing, "micro_batch": choice.micro_batch, "grad_accum": choice.grad_accum,
     })
     if validate:
@@ -247,13 +252,14 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     chosen = apply_choice(scenario, best, validate=False)
     est = estimate_from_values(chosen, values, best_i)
     alts: list[Option] = []
-    seen = {(best.stage, best.offload_optimizer, best.offload_param, best.zero_hpz_partition_size)}
+    keys = np.stack([cand.stage, cand.offload_optimizer, cand.offload_param, cand.hpz], axis=1)
+    seen = {tuple(keys[best_i])}
     for i in ranked[1:]:
-        ch = _choice_at(cand, int(i))
-        key = (ch.stage, ch.offload_optimizer, ch.offload_param, ch.zero_hpz_partition_size)
+        key = tuple(keys[i])
         if key in seen:
             continue
         seen.add(key)
+        ch = _choice_at(cand, int(i))
         sc = apply_choice(scenario, ch, validate=False)
         alts.append(Option(label=ch.label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, int(i))))
         if len(alts) >= alternatives:

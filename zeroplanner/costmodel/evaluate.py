@@ -227,8 +227,9 @@ def estimate(scenario: Scenario) -> Estimate:
 def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], index) -> Estimate:
     """The Estimate of candidate ``index`` of an :func:`evaluate` result; ``scenario`` must be that candidate's
     scenario (same stage, offload, checkpointing, batch and nodes)."""
-    v = {k: float(np.asarray(a).reshape(-1)[index] if np.ndim(index) == 0 else np.asarray(a)[index])
-         for k, a in values.items()}
+    shape = np.shape(values["total"])
+    flat = int(np.ravel_multi_index(index, shape)) if isinstance(index, tuple) else int(index)
+    v = {k: float(a.reshape(-1)[flat]) for k, a in values.items()}
     mem = MemoryBreakdown(**{k: int(round(v[k])) for k in (*TERMS, "total")})
     terms = [
         Term(name=_TERM_DOCS[k][0], category=k, bytes=getattr(mem, k), formula=_TERM_DOCS[k][1],
