@@ -531,6 +531,49 @@ def test_fit_efficiency_reports_an_impossible_measurement():
         fit_efficiency([(s, 0.0)])
 
 
+def _calibration(device: str, ranks: int):
+    """One real calibration run of the default scenario's architecture (zeroplanner.calibrate, DeepSpeed)."""
+    _core()
+    try:
+        from zeroplanner import calibrate
+        from zeroplanner.scenarios import default_scenario
+    except ImportError as exc:  # pragma: no cover
+        pytest.skip(f"zeroplanner.calibrate not available: {exc}")
+    try:
+        return calibrate.run_calibration(default_scenario(), ranks=ranks, steps=2, device=device,
+                                         timeout_seconds=240)
+    except calibrate.CalibrationError as exc:
+        if "missing" in str(exc):
+            pytest.skip(str(exc))
+        raise
+
+
+@pytest.mark.engine
+def test_fit_from_a_real_calibration_run():
+    estimate, _default_scenario, _replace = _core()
+    from zeroplanner.probe import fit_from_calibration
+    from zeroplanner.specs import Scenario
+
+    report = _calibration("cpu", 1)  # DeepSpeed on one CPU rank: about 25 s here
+    t = report.timings
+    measured = t["forward_seconds"] + t["backward_seconds"] + t["step_seconds"]
+    result = fit_from_calibration([report])
+    (row,) = result["runs"]
+    assert row["measured_step_seconds"] == measured
+    # a tiny model on a CPU rank priced against the catalog GPU: far slower than the default MFU predicts
+    assert row["predicted_step_seconds_before"] < measured
+    assert not result["at_bound"] and 1e-9 < result["mfu"] < result["mfu_default"]
+    assert row["predicted_step_seconds_after"] == pytest.approx(measured, rel=1e-6)
+    (mem,) = result["memory"]
+    predicted = estimate(Scenario.model_validate(report.scenario)).per_gpu_bytes
+    assert mem["measured_peak_allocated_bytes"] is None and mem["relative_error"] is None
+    assert mem["predicted_bytes_without_overhead"] == predicted.total - predicted.overhead
+    # the same from the report's JSON form
+    assert fit_from_calibration([json.loads(report.model_dump_json())])["mfu"] == pytest.approx(result["mfu"])
+    with pytest.raises(ValueError, match="not a calibration report"):
+        fit_from_calibration([{"name": "x"}])
+
+
 # ------------------------------------------------------------------------------------------------------------
 # On a CUDA machine (scripts/gpu_probe.sh); skipped here
 # ------------------------------------------------------------------------------------------------------------
@@ -583,3 +626,20 @@ def test_gpu_host_transfer_and_collectives():
     for r in result["world"]:
         assert r["busbw_gb_per_s"] == pytest.approx(
             r["algbw_gb_per_s"] * _expected_factor(r["collective"], r["ranks"]), rel=1e-12)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_calibration_peak_memory_next_to_the_prediction(capsys):
+    from zeroplanner.probe import fit_from_calibration
+
+    report = _calibration("cuda", min(2, torch.cuda.device_count()))
+    result = fit_from_calibration([report])
+    (mem,) = result["memory"]
+    peak, predicted = mem["measured_peak_allocated_bytes"], mem["predicted_bytes_without_overhead"]
+    with capsys.disabled():
+        print(f"\ncalibration on CUDA: peak allocated {peak:,} B measured, {predicted:,} B predicted "
+              f"({100 * mem['relative_error']:+.1f}%); step {result['runs'][0]['measured_step_seconds']:.4f} s "
+              f"measured, fitted MFU {result['mfu']:.3g} (tiny model)")
+    assert peak > 0
+    assert 0.25 < predicted / peak < 4, "prediction and measurement of a tiny model's peak differ by over 4x"

@@ -56,6 +56,7 @@ __all__ = [
     "cluster_changes",
     "cluster_from_probe",
     "fit_efficiency",
+    "fit_from_calibration",
 ]
 
 PROBE_FORMAT = "zeroplanner-probe/1"
@@ -955,6 +956,54 @@ def fit_efficiency(
         note += f"; the fit hit the bound {mfu_bounds}: no MFU in range explains the measurement"
     return {"mfu": mfu, "mfu_default": runs[0][0].assumptions.mfu, "communication_efficiency": efficiency,
             "runs": rows, "at_bound": at_bound, "note": note}
+
+
+def fit_from_calibration(reports: Sequence[Any], probe: dict | None = None,
+                         mfu_bounds: tuple[float, float] = (1e-9, 1.0)) -> dict[str, Any]:
+    """:func:`fit_efficiency` on runs of the real engine: ``reports`` are
+    :class:`zeroplanner.calibrate.CalibrationReport` objects (or their ``model_dump()`` dicts) from
+    ``calibrate.run_calibration`` on this machine. Each report's scenario (the scaled-down model it ran) is priced by
+    the cost model and its measured step time is forward + backward + optimizer step of the last step (slowest
+    rank). On CUDA the report's peak ``torch.cuda.max_memory_allocated`` is set beside the predicted per-GPU bytes
+    without the overhead term (CUDA context and allocator slack are not "allocated" bytes).
+
+    Returns :func:`fit_efficiency`'s dict plus ``"memory"``: one entry per report with ``measured_peak_allocated_bytes``
+    (None on CPU ranks), ``predicted_bytes_without_overhead``, ``relative_error`` and ``note``. The lower MFU bound
+    is 1e-9 because calibration models are tiny and may run on CPU ranks against a GPU's peak (launch- and
+    latency-bound, far below a full model's MFU): the fitted MFU describes the run that was measured; calibrate a
+    larger ``hf_config`` on the GPUs to fit a production MFU.
+    """
+    from .costmodel import estimate
+    from .specs import Scenario
+
+    if not reports:
+        raise ValueError("reports: need at least one calibration report")
+    runs, memory = [], []
+    for i, report in enumerate(reports):
+        data = report.model_dump() if hasattr(report, "model_dump") else report
+        if not isinstance(data, dict) or "scenario" not in data or "timings" not in data:
+            raise ValueError(f"reports[{i}]: not a calibration report (needs 'scenario' and 'timings')")
+        scenario = Scenario.model_validate(data["scenario"])
+        t = data["timings"]
+        measured = sum(_number(t.get(k), f"reports[{i}].timings.{k}", minimum=-1)
+                       for k in ("forward_seconds", "backward_seconds", "step_seconds"))
+        runs.append((scenario, measured))
+        predicted = estimate(scenario).per_gpu_bytes
+        without_overhead = predicted.total - predicted.overhead
+        cuda = data.get("cuda") or {}
+        peaks = [v for k, v in cuda.items() if k.endswith("max_allocated_bytes") and isinstance(v, (int, float))]
+        peak = max(peaks) if peaks else None
+        memory.append({
+            "name": data.get("name", f"run{i}"),
+            "measured_peak_allocated_bytes": peak,
+            "predicted_bytes_without_overhead": without_overhead,
+            "relative_error": None if not peak else without_overhead / peak - 1,
+            "note": "torch.cuda.max_memory_allocated over init, forward, backward, step" if peak
+            else "CPU ranks: no device memory to measure (see the report's storage census)",
+        })
+    result = fit_efficiency(runs, probe=probe, mfu_bounds=mfu_bounds)
+    result["memory"] = memory
+    return result
 
 
 # ----------------------------------------------------------------------------------------------------------------
