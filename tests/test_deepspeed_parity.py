@@ -56,3 +56,21 @@ def test_matches_installed_deepspeed():
 def test_bad_counts_rejected():
     with pytest.raises(ValueError, match="total_params"):
         deepspeed_estimate_table(0, 1)
+
+
+def test_estimator_shown_beside_ours(capsys):
+    """`zeroplanner estimate` shows DeepSpeed's number for the same stage/offload; ours is larger because it also
+    counts activations, buffers and the CUDA context (REFERENCES.md s.7, DeepSpeed #4093)."""
+    rc = main(["estimate", "--stage", "3", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    ds = d["deepspeed_estimator"]
+    from zeroplanner import build_scenario
+    from zeroplanner.costmodel.deepspeed_estimator import zero3_model_states_mem_needs
+    s = build_scenario(stage=3)
+    cpu, gpu, _ = zero3_model_states_mem_needs(s.parameters, s.model.largest_module_params, 8, 1,
+                                               cpu_offload=False, cpu_offload_params=False, zero_init=True)
+    assert (ds["per_gpu_bytes"], ds["per_cpu_bytes"]) == (gpu, cpu)
+    assert d["per_gpu_bytes"]["total"] > ds["per_gpu_bytes"]
+    main(["estimate", "--stage", "0", "--json"])
+    assert json.loads(capsys.readouterr().out)["deepspeed_estimator"] is None

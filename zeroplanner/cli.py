@@ -209,13 +209,23 @@ def estimate_json(est) -> dict:
 def _cmd_estimate(args: argparse.Namespace) -> int:
     from .costmodel import estimate
 
+    from .costmodel.deepspeed_estimator import deepspeed_row_for
+
     scenario = scenario_from_args(args)
     est = estimate(scenario)
     rows = "\n".join(f"  {t.name:<18} {t.bytes / GIB:8.2f} GiB" for t in est.terms)
     text = (f"{scenario.model.name}: Ψ = {est.parameters:,} ({est.trainable_parameters:,} trainable), ZeRO-"
             f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}\n{rows}\n{est.summary()}\n"
             + "".join(f"warning: {w}\n" for w in est.warnings))
-    _emit(args, estimate_json(est), text)
+    obj = estimate_json(est)
+    ds = deepspeed_row_for(scenario)
+    obj["deepspeed_estimator"] = None if ds is None else {
+        **ds.model_dump(), "covers": "model states only (DeepSpeed 0.19.8 estimate_zero2/zero3_model_states_mem_needs)"}
+    if ds is not None:
+        text += (f"DeepSpeed's own estimator (model states only): {ds.per_gpu_bytes / GIB:.2f} GiB per GPU, "
+                 f"{ds.per_cpu_bytes / GIB:.1f} GiB per CPU; zeroplanner's full total: "
+                 f"{est.per_gpu_bytes.total / GIB:.2f} GiB per GPU\n")
+    _emit(args, obj, text)
     return 0
 
 

@@ -95,3 +95,29 @@ def deepspeed_estimate_table(total_params: int, largest_layer_params: int, num_g
         rows.append(DeepSpeedEstimateRow(stage=2, offload_param="none", offload_optimizer=offload_opt,
                                          zero_init=None, per_cpu_bytes=cpu, per_gpu_bytes=gpu))
     return rows
+
+
+def deepspeed_row_for(scenario) -> DeepSpeedEstimateRow | None:
+    """DeepSpeed's own estimate for the scenario's stage and offload choice (zero_init=1 at stage 3), to show
+    beside zeroplanner's fuller estimate; None where DeepSpeed has no estimator (stages 0 and 1, NVMe offload).
+
+    Stage 2's estimator assumes offload to CPU or nothing; stage 3's counts the largest layer's working set.
+    """
+    z = scenario.zero
+    c = scenario.cluster
+    devices = {z.offload_optimizer.device, z.offload_param.device}
+    if z.stage not in (2, 3) or "nvme" in devices:
+        return None
+    p = scenario.trainable_parameters if scenario.training.lora_rank else scenario.parameters
+    if z.stage == 2:
+        cpu, gpu = zero2_model_states_mem_needs(p, c.gpus_per_node, c.nodes,
+                                                cpu_offload=z.offload_optimizer.device == "cpu")
+        return DeepSpeedEstimateRow(stage=2, offload_param="none", offload_optimizer=z.offload_optimizer.device,
+                                    zero_init=None, per_cpu_bytes=cpu, per_gpu_bytes=gpu)
+    cpu, gpu, _ = zero3_model_states_mem_needs(
+        p, scenario.model.largest_module_params, c.gpus_per_node, c.nodes,
+        cpu_offload=z.offload_optimizer.device == "cpu", cpu_offload_params=z.offload_param.device == "cpu",
+        zero_init=True)
+    return DeepSpeedEstimateRow(stage=3, offload_param=z.offload_param.device,
+                                offload_optimizer=z.offload_optimizer.device, zero_init=1, per_cpu_bytes=cpu,
+                                per_gpu_bytes=gpu)
