@@ -230,7 +230,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
-    from .planner import plan
+    from .planner import largest_model, plan
 
     scenario = scenario_from_args(args)
     p = plan(scenario)
@@ -243,6 +243,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         "alternatives": [{"label": a.label, "choice": a.choice.model_dump(), "estimate": estimate_json(a.estimate)}
                          for a in p.alternatives],
         "candidates_evaluated": p.candidates_evaluated,
+        "largest_model_parameters": largest_model(scenario),
     }
     if p.fits:
         text = f"Recommended: {p.choice.label}\n" + "".join(f"- {r}\n" for r in p.reasons)
@@ -250,6 +251,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         text = "Nothing fits.\n"
     text += "".join(f"warning: {w}\n" for w in p.warnings)
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
+    text += "largest trainable model on this cluster (Llama-shaped, same training settings):\n" + "".join(
+        f"  {label:<36} {n / 1e9:8.1f} B parameters\n" for label, n in obj["largest_model_parameters"].items())
     _emit(args, obj, text)
     return 0
 

@@ -334,10 +334,9 @@ def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, p
     best = dict.fromkeys(labels, 0)
     for p in grid:
         arch = Architecture.from_parameter_count(int(p))
-        try:
-            sc = Scenario.model_validate({**scenario.model_dump(), "model": arch.model_dump()})
-        except ValueError:
-            continue
+        if arch.n_heads % scenario.cluster.tensor_parallel_size:
+            continue  # the Scenario validator's rule, checked without re-validating everything
+        sc = scenario.model_copy(update={"model": arch})
         _, cand = _variant_candidates(sc, np.array([sc.cluster.nodes]))
         fits = evaluate(make_context(sc), cand)["fits"][:, 0]
         for i, label in enumerate(labels):
