@@ -1,0 +1,569 @@
+"""Shareable scenarios: a :class:`~zeroplanner.specs.Scenario` to and from a URL query string and JSON.
+
+A workshop teacher hands 40 people the same scenario with one link, e.g.
+``http://127.0.0.1:8866/?model=llama-2-70b&nodes=4&network=ib-hdr``. The Voilà page reads its query string (Voilà
+puts it in the kernel's environment as ``QUERY_STRING``; voila/handler.py, ``request_info``, Voilà 0.5.13) with
+:func:`scenario_from_environment`.
+
+Query keys are the CLI's scenario option names with underscores (``--gpus-per-node`` -> ``gpus_per_node``), see
+:data:`SHARE_KEYS`; values use the CLI's units (GiB for memory, Gbit/s per node for the network). Every key is
+optional; a missing key takes :func:`zeroplanner.scenarios.build_scenario`'s default (Llama-2-7B on one node of 8
+A100-80GB, InfiniBand HDR, ZeRO-2). Parsing is strict and never executes anything: only ``urllib.parse``, at most
+:data:`MAX_QUERY_CHARS` characters, no repeated or unknown keys (Voilà's own ``template`` and ``theme`` arguments
+are ignored), each value type- and range-checked, then validated by the pydantic specs. Every refusal is a
+:class:`ShareError` whose message names the key.
+
+What a link can carry: a catalog model (``model=``) or a bare parameter count (``params=``, the Llama-shaped model
+of :meth:`Architecture.from_parameter_count`); a catalog GPU with an optional memory override; a catalog network
+with an optional per-node bandwidth override; and the CLI's training / ZeRO options. A model read from a HF
+``config.json`` is **refused** by :func:`scenario_to_query` (its architecture does not fit in a link, and silently
+sharing only its parameter count would change activations and FLOPs); ``approximate_model=True`` shares it as
+``params=Ψ`` instead, knowingly. :func:`scenario_to_json` carries any scenario, HF-config models included, exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from pydantic import ValidationError
+
+from . import catalog
+from .scenarios import build_scenario
+from .specs import Architecture, Scenario
+from .units import GIB
+
+MAX_QUERY_CHARS = 2000
+"""Longest query string accepted (a full scenario with every key is about 500 characters)."""
+MAX_VALUE_CHARS = 64
+"""Longest single value accepted (the longest catalog name is under 20 characters)."""
+MAX_JSON_CHARS = 200_000
+"""Largest JSON text :func:`scenario_from_json` reads (a full scenario with its sources is about 6 kB)."""
+JSON_FORMAT = "zeroplanner-scenario"
+JSON_VERSION = 1
+IGNORED_QUERY_KEYS = ("template", "theme")
+"""Voilà's own page arguments (voila/handler.py ``get_argument("template")`` / ``("theme")``); skipped, not refused."""
+
+
+class ShareError(ValueError):
+    """A query string or JSON text that cannot be turned into a scenario (or a scenario that cannot go into a
+    link). ``key`` names the offending key (``"query"`` / ``"json"`` for the text as a whole)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.detail = message
+
+
+@dataclass(frozen=True)
+class ShareKey:
+    """One query key: its kind ("model", "gpu", "network", "int", "float", "bool", "choice"), allowed range or
+    choices, and the unit of its value."""
+
+    name: str
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    unit: str = ""
+    zero_override: bool = False  # passed to build_scenario(zero_overrides=...)
+
+
+SHARE_KEYS: tuple[ShareKey, ...] = (
+    ShareKey("model", "model"),
+    ShareKey("params", "int", 1_000_000, 10**15, unit="parameters"),
+    ShareKey("gpu", "gpu"),
+    ShareKey("gpu_memory_gib", "float", 1, 4096, unit="GiB"),
+    ShareKey("gpus_per_node", "int", 1, 64),
+    ShareKey("nodes", "int", 1, 100_000),
+    ShareKey("network", "network"),
+    ShareKey("inter_node_gbps", "float", 0.1, 100_000, unit="Gbit/s per node"),
+    ShareKey("cpu_memory_gib", "float", 1, 2**20, unit="GiB per node"),
+    ShareKey("stage", "int", 0, 3),
+    ShareKey("offload_optimizer", "choice", choices=("none", "cpu", "nvme")),
+    ShareKey("offload_param", "choice", choices=("none", "cpu", "nvme")),
+    ShareKey("precision", "choice", choices=("bf16", "fp16", "fp32")),
+    ShareKey("optimizer", "choice", choices=("adamw", "adam", "sgd", "adam8bit")),
+    ShareKey("micro_batch", "int", 1, 65_536),
+    ShareKey("grad_accum", "int", 1, 65_536),
+    ShareKey("seq_len", "int", 1, 4_194_304, unit="tokens"),
+    ShareKey("checkpointing", "choice", choices=("none", "selective", "full")),
+    ShareKey("flash_attention", "bool"),
+    ShareKey("lora_rank", "int", 0, 65_536),
+    ShareKey("qlora", "bool"),
+    ShareKey("mfu", "float", 0.01, 1.0),
+    ShareKey("reduce_bucket_size", "int", 1, 10**12, unit="elements", zero_override=True),
+    ShareKey("allgather_bucket_size", "int", 1, 10**12, unit="elements", zero_override=True),
+    ShareKey("stage3_prefetch_bucket_size", "int", 0, 10**12, unit="elements", zero_override=True),
+    ShareKey("overlap_comm", "bool", zero_override=True),
+)
+"""Every key a link may carry, in the order :func:`scenario_to_query` writes them. The first 22 are the CLI's
+scenario options (same names, ranges and units); the last four are DeepSpeed ``zero_optimization`` keys the app
+exposes (``--reduce-bucket-size`` and ``--allgather-bucket-size`` are CLI options too)."""
+
+KEYS: dict[str, ShareKey] = {k.name: k for k in SHARE_KEYS}
+ALWAYS_WRITTEN = ("gpu", "gpus_per_node", "nodes", "network")
+"""Keys :func:`scenario_to_query` writes even at their default value (with the model), so a link names the cluster
+explicitly."""
+
+_BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+_INT_RE = re.compile(r"^[0-9]{1,16}$")
+_SCI_RE = re.compile(r"^[0-9]{1,16}(\.[0-9]{1,16})?[eE]\+?[0-9]{1,2}$")
+_FLOAT_RE = re.compile(r"^[0-9]{1,16}(\.[0-9]{0,17})?([eE][+-]?[0-9]{1,3})?$|^\.[0-9]{1,17}$")
+_PRINTABLE_RE = re.compile(r"^[\x21-\x7e]*$")
+
+# Scenario field (last element of a pydantic error location) -> query key, for validation errors.
+_FIELD_KEYS = {
+    "micro_batch": "micro_batch", "grad_accum": "grad_accum", "seq_len": "seq_len", "lora_rank": "lora_rank",
+    "qlora": "qlora", "precision": "precision", "optimizer": "optimizer", "checkpointing": "checkpointing",
+    "flash_attention": "flash_attention", "gpus_per_node": "gpus_per_node", "nodes": "nodes",
+    "gpu_memory_bytes": "gpu_memory_gib", "cpu_memory_bytes": "cpu_memory_gib", "stage": "stage",
+    "offload_param": "offload_param", "offload_optimizer": "offload_optimizer", "link_gbps": "inter_node_gbps",
+    "mfu": "mfu", "reduce_bucket_size": "reduce_bucket_size", "allgather_bucket_size": "allgather_bucket_size",
+    "stage3_prefetch_bucket_size": "stage3_prefetch_bucket_size", "overlap_comm": "overlap_comm",
+    "parameter_count_override": "params", "tensor_parallel_size": "gpus_per_node",
+}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------------------------------
+def _shown(value: Any) -> str:
+    """A user's value for an error message, clipped (hostile input is never echoed at length)."""
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text[:40] + "..." if len(text) > 40 else text)
+
+
+def _range_text(spec: ShareKey) -> str:
+    low = int(spec.low) if spec.low is not None and float(spec.low).is_integer() else spec.low
+    high = int(spec.high) if spec.high is not None and float(spec.high).is_integer() else spec.high
+    return f"[{low}, {high}]"
+
+
+def _catalog_name(names: list[str], value: str) -> str | None:
+    return {n.lower(): n for n in names}.get(value.strip().lower())
+
+
+def coerce_value(key: str, value: Any) -> Any:
+    """Type- and range-check one shared value (a query-string text, or a JSON scalar) and return it typed.
+
+    Raises :class:`ShareError` naming ``key`` (unknown key, wrong type, out of range, unknown catalog name).
+    """
+    spec = KEYS.get(key)
+    if spec is None:
+        allowed = ", ".join(KEYS)
+        raise ShareError(_clip_key(key), f"unknown key; allowed keys: {allowed}")
+    if isinstance(value, str):
+        if len(value) > MAX_VALUE_CHARS:
+            raise ShareError(key, f"value is {len(value)} characters long; the limit is {MAX_VALUE_CHARS}")
+        if not _PRINTABLE_RE.match(value):
+            raise ShareError(key, f"value {_shown(value)} contains spaces, control or non-ASCII characters")
+    elif value is None or isinstance(value, (list, dict, tuple)):
+        raise ShareError(key, f"must be a single value, got {type(value).__name__}")
+    kind = spec.kind
+    if kind in ("model", "gpu", "network"):
+        if not isinstance(value, str) or not value:
+            raise ShareError(key, f"must be a {kind} catalog name")
+        names = {"model": catalog.model_names, "gpu": catalog.gpu_names, "network": catalog.network_names}[kind]()
+        name = _catalog_name(names, value)
+        if name is None:
+            raise ShareError(key, f"unknown {kind} {_shown(value)}; known: {', '.join(names)}")
+        return name
+    if kind == "choice":
+        text = str(value).lower() if isinstance(value, str) else None
+        if text not in spec.choices:
+            raise ShareError(key, f"must be one of {', '.join(spec.choices)} (got {_shown(value)})")
+        return text
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _BOOL:
+            return _BOOL[value.lower()]
+        raise ShareError(key, f"must be true or false (got {_shown(value)})")
+    if kind == "int":
+        return _coerce_int(spec, value)
+    if kind == "float":
+        return _coerce_float(spec, value)
+    raise AssertionError(f"unhandled kind {kind}")  # pragma: no cover - SHARE_KEYS is fixed
+
+
+def _coerce_int(spec: ShareKey, value: Any) -> int:
+    bad = ShareError(spec.name, f"must be an integer in {_range_text(spec)} (got {_shown(value)})")
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise bad
+        number = int(value)
+    elif isinstance(value, str) and _INT_RE.match(value):
+        number = int(value)
+    elif isinstance(value, str) and _SCI_RE.match(value):  # 7e9, as the CLI accepts
+        f = float(value)
+        if not f.is_integer():
+            raise bad
+        number = int(f)
+    else:
+        raise bad
+    if not (spec.low <= number <= spec.high):
+        raise bad
+    return number
+
+
+def _coerce_float(spec: ShareKey, value: Any) -> float:
+    bad = ShareError(spec.name, f"must be a number in {_range_text(spec)} (got {_shown(value)})")
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str) and _FLOAT_RE.match(value):
+        number = float(value)
+    else:
+        raise bad
+    if not math.isfinite(number) or not (spec.low <= number <= spec.high):
+        raise bad
+    return number
+
+
+def _clip_key(key: str) -> str:
+    return key if len(key) <= 40 and _PRINTABLE_RE.match(key) else repr(key[:40])
+
+
+def format_value(key: str, value: Any) -> str:
+    """The query-string text of a typed value: integers plainly, floats in Python's shortest round-trip form
+    (an integral float as an integer), booleans as true/false."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e16 else repr(value)
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Inputs <-> Scenario
+# --------------------------------------------------------------------------------------------------------------
+def parse_inputs(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """Typed, checked inputs from (key, value) pairs; refuses repeated keys and ``model`` together with
+    ``params``. Raises :class:`ShareError`."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in IGNORED_QUERY_KEYS:
+            continue
+        if key in out:
+            raise ShareError(_clip_key(key), "given more than once")
+        out[key] = coerce_value(key, value)
+    if "model" in out and "params" in out:
+        raise ShareError("params", "give either model or params, not both")
+    return out
+
+
+def scenario_from_inputs(inputs: Mapping[str, Any]) -> Scenario:
+    """Build the scenario of checked inputs (:func:`parse_inputs`) with ``build_scenario``. Raises
+    :class:`ShareError` naming the key for values the specs reject (e.g. ``qlora`` without ``lora_rank``)."""
+    kwargs: dict[str, Any] = {}
+    zero: dict[str, Any] = {}
+    for key, value in inputs.items():
+        if KEYS[key].zero_override:
+            zero[key] = value
+        else:
+            kwargs[key] = value
+    try:
+        return build_scenario(**kwargs, zero_overrides=zero or None)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+        key = next((_FIELD_KEYS[str(x)] for x in reversed(err.get("loc", ())) if str(x) in _FIELD_KEYS), None)
+        if key is None:  # a cross-field rule: the first key its message names
+            found = sorted((msg.find(f), k) for f, k in _FIELD_KEYS.items() if f in msg)
+            key = found[0][1] if found else "query"
+        raise ShareError(key, msg) from None
+    except (KeyError, ValueError) as exc:
+        key = "params" if "params" in inputs else "model"
+        raise ShareError(key, str(exc).strip("'\"")) from None
+
+
+def _comparable(scenario: Scenario) -> dict:
+    """The scenario's content without labels (model/GPU/network names and sources) and with the network's
+    per-node bandwidth in place of link rate x NIC count (the app and build_scenario split it differently)."""
+    data = scenario.model_dump()
+    for part in (data["model"], data["cluster"]["gpu"], data["cluster"]["network"]):
+        part.pop("name", None)
+        part.pop("source", None)
+    net = data["cluster"]["network"]
+    net["per_node_gbps"] = float(f"{net.pop('link_gbps') * net.pop('nics_per_node'):.12g}")
+    return data
+
+
+def _diff_paths(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in a.keys() | b.keys():
+            out += _diff_paths(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else str(key))
+        return sorted(out)
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return [] if math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=0.0) else [prefix]
+        except (TypeError, ValueError):
+            return [prefix]
+    return [] if a == b else [prefix]
+
+
+def _network_inputs(scenario: Scenario) -> dict[str, Any]:
+    net = scenario.cluster.network
+    per_node = net.link_gbps * net.nics_per_node
+    names = catalog.network_names()
+    exact = _catalog_name(names, net.name)
+    # build_scenario keeps the preset's name; the app's bandwidth slider names it "<preset> at X Gb/s per node"
+    candidates = [exact] if exact else [n for n in names if net.name.lower().startswith(n.lower() + " at ")]
+    for name in candidates:
+        preset = catalog.network(name)
+        same = all(getattr(preset, f) == getattr(net, f) for f in ("kind", "efficiency", "latency_seconds"))
+        if same:
+            out: dict[str, Any] = {"network": name}
+            if not math.isclose(per_node, preset.link_gbps * preset.nics_per_node, rel_tol=1e-12):
+                out["inter_node_gbps"] = float(per_node)
+            return out
+    return {"network": None}
+
+
+def scenario_inputs(scenario: Scenario, *, approximate_model: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """(inputs, unshared): the shareable inputs of ``scenario`` (keys of :data:`SHARE_KEYS`, typed) and the
+    scenario fields a link cannot carry (dotted paths, e.g. ``"zero.offload_optimizer.pin_memory"``; empty when
+    ``scenario_from_inputs(inputs)`` rebuilds the same scenario up to names and sources).
+
+    Model: a catalog entry -> ``model``; an :meth:`Architecture.from_parameter_count` model -> ``params``; any
+    other architecture (a HF ``config.json``) is listed in ``unshared`` as ``"model"`` unless
+    ``approximate_model`` (then ``params`` = its exact Ψ, with the Llama-shaped architecture that implies).
+    """
+    arch = scenario.model
+    c, t, z, a = scenario.cluster, scenario.training, scenario.zero, scenario.assumptions
+    inputs: dict[str, Any] = {}
+    model_ok = True
+    name = _catalog_name(catalog.model_names(), arch.name)
+    if name is not None and catalog.model(name) == arch:
+        inputs["model"] = name
+    elif arch.parameter_count_override and Architecture.from_parameter_count(
+            arch.parameter_count_override, name=arch.name) == arch:
+        inputs["params"] = int(arch.parameter_count_override)
+    else:
+        model_ok = False
+        if approximate_model:
+            inputs["params"] = int(arch.parameter_count)
+    gpu_name = _catalog_name(catalog.gpu_names(), c.gpu.name)
+    inputs["gpu"] = gpu_name
+    if c.gpu_memory_bytes is not None:
+        inputs["gpu_memory_gib"] = c.gpu_memory_bytes / GIB
+    inputs["gpus_per_node"] = c.gpus_per_node
+    inputs["nodes"] = c.nodes
+    inputs.update(_network_inputs(scenario))
+    inputs["cpu_memory_gib"] = c.cpu_memory_bytes / GIB
+    inputs["stage"] = z.stage
+    inputs["offload_optimizer"] = z.offload_optimizer.device
+    inputs["offload_param"] = z.offload_param.device
+    inputs.update(precision=t.precision, optimizer=t.optimizer, micro_batch=t.micro_batch, grad_accum=t.grad_accum,
+                  seq_len=t.seq_len, checkpointing=t.checkpointing, flash_attention=t.flash_attention,
+                  lora_rank=t.lora_rank, qlora=t.qlora, mfu=a.mfu)
+    inputs.update(reduce_bucket_size=z.reduce_bucket_size, allgather_bucket_size=z.allgather_bucket_size,
+                  stage3_prefetch_bucket_size=z.stage3_prefetch_bucket_size)
+    if z.overlap_comm is not None:
+        inputs["overlap_comm"] = z.overlap_comm
+
+    unshared: list[str] = []
+    if not model_ok:
+        unshared.append("model")
+    if inputs["gpu"] is None or catalog.gpu(inputs["gpu"]) != c.gpu:
+        unshared.append("cluster.gpu")
+    if inputs["network"] is None:
+        unshared.append("cluster.network")
+    if unshared:
+        inputs = {k: v for k, v in inputs.items() if v is not None}
+        return inputs, unshared
+    try:
+        rebuilt = scenario_from_inputs(inputs)
+    except ShareError as exc:  # pragma: no cover - the inputs come from a valid scenario
+        return inputs, [exc.key]
+    diff = _diff_paths(_comparable(scenario), _comparable(rebuilt))
+    if not model_ok:
+        diff = [d for d in diff if not d.startswith("model.")]
+    return inputs, diff
+
+
+def _default_inputs() -> dict[str, Any]:
+    inputs, _ = scenario_inputs(build_scenario())
+    return inputs
+
+
+def inputs_to_query(inputs: Mapping[str, Any], *, full: bool = False) -> str:
+    """Query string (no leading '?') of typed inputs in :data:`SHARE_KEYS` order. Keys at ``build_scenario``'s
+    default are left out unless ``full`` or in :data:`ALWAYS_WRITTEN` (and the model / params always)."""
+    defaults = _default_inputs()
+    pairs = []
+    for spec in SHARE_KEYS:
+        if spec.name not in inputs:
+            continue
+        value = coerce_value(spec.name, inputs[spec.name])
+        keep = full or spec.name in ("model", "params", *ALWAYS_WRITTEN) or defaults.get(spec.name) != value
+        if keep:
+            pairs.append((spec.name, format_value(spec.name, value)))
+    return urlencode(pairs, safe=".-_")
+
+
+def scenario_to_query(scenario: Scenario, *, full: bool = False, strict: bool = True,
+                      approximate_model: bool = False) -> str:
+    """The query string (no leading '?') that rebuilds ``scenario``, e.g.
+    ``model=llama-2-70b&gpu=A100-80GB&gpus_per_node=8&nodes=4&network=ib-hdr``.
+
+    ``strict`` (default): raises :class:`ShareError` naming the first field a link cannot carry (a HF-config model
+    -> key ``model``, see the module docstring; a GPU or network not from the catalog; non-default settings with no
+    key such as ``pin_memory``). ``strict=False`` leaves those out (the link then rebuilds an approximation).
+    """
+    inputs, unshared = scenario_inputs(scenario, approximate_model=approximate_model)
+    if strict and unshared:
+        field = unshared[0]
+        if field == "model":
+            raise ShareError("model", f"model {scenario.model.name!r} is not a catalog model or a bare parameter "
+                                      "count (a HF config.json architecture cannot go into a link); share the JSON "
+                                      "(scenario_to_json) or use approximate_model=True to share its parameter "
+                                      "count only")
+        raise ShareError(field, "this setting has no query key, so a link cannot carry it; share the JSON "
+                                "(scenario_to_json) instead")
+    return inputs_to_query(inputs, full=full)
+
+
+def parse_query(query: str) -> dict[str, Any]:
+    """Typed, checked inputs of a query string (with or without the leading '?'; a whole URL is accepted too).
+
+    Raises :class:`ShareError`: longer than :data:`MAX_QUERY_CHARS`, malformed, a repeated or unknown key, or a
+    value of the wrong type / outside its range (the message names the key and the allowed values).
+    """
+    if not isinstance(query, str):
+        raise ShareError("query", f"must be text, got {type(query).__name__}")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ShareError("query", f"is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}")
+    text = query.strip()
+    if "://" in text:
+        text = urlsplit(text).query
+    text = text.removeprefix("?")
+    if not text:
+        return {}
+    try:
+        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=True, max_num_fields=len(SHARE_KEYS) + 4,
+                          errors="strict")
+    except UnicodeDecodeError:
+        raise ShareError("query", "contains percent-escapes that are not UTF-8") from None
+    except ValueError as exc:
+        raise ShareError("query", f"malformed ({str(exc)[:80]}); expected key=value pairs joined by '&'") from None
+    return parse_inputs(pairs)
+
+
+def scenario_from_query(query: str) -> Scenario:
+    """The scenario a query string describes (missing keys take ``build_scenario``'s defaults).
+
+    Raises :class:`ShareError` naming the key (see :func:`parse_query`; also values the specs reject together,
+    e.g. ``qlora=true`` without ``lora_rank``, or ``offload_param=cpu`` below stage 3).
+    """
+    return scenario_from_inputs(parse_query(query))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# JSON
+# --------------------------------------------------------------------------------------------------------------
+def scenario_to_json(scenario: Scenario, *, indent: int | None = 2) -> str:
+    """A JSON document carrying the whole scenario exactly (any model, HF-config architectures included)::
+
+        {"format": "zeroplanner-scenario", "version": 1, "scenario": {...Scenario fields...},
+         "query": "model=...&..."}   # "query" only when a link can carry the scenario too
+    """
+    doc: dict[str, Any] = {"format": JSON_FORMAT, "version": JSON_VERSION,
+                           "scenario": scenario.model_dump(mode="json")}
+    try:
+        doc["query"] = scenario_to_query(scenario)
+    except ShareError:
+        pass
+    return json.dumps(doc, indent=indent)
+
+
+def scenario_from_json(text: str | bytes) -> Scenario:
+    """Read :func:`scenario_to_json`'s document, or a flat object of query keys (``{"model": "llama-2-70b",
+    "nodes": 4}``, typed JSON values or strings).
+
+    Raises :class:`ShareError`: text longer than :data:`MAX_JSON_CHARS`, not JSON, not an object, an unknown
+    format or version, or a field the specs reject (the key is the dotted field path, e.g.
+    ``scenario.cluster.nodes``).
+    """
+    if isinstance(text, bytes):
+        if len(text) > MAX_JSON_CHARS:
+            raise ShareError("json", f"is {len(text)} bytes long; the limit is {MAX_JSON_CHARS}")
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ShareError("json", "is not UTF-8 text") from None
+    if not isinstance(text, str):
+        raise ShareError("json", f"must be text, got {type(text).__name__}")
+    if len(text) > MAX_JSON_CHARS:
+        raise ShareError("json", f"is {len(text)} characters long; the limit is {MAX_JSON_CHARS}")
+    try:
+        doc = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ShareError("json", f"not valid JSON ({str(exc)[:80]})") from None
+    if not isinstance(doc, dict):
+        raise ShareError("json", f"must be a JSON object, got {type(doc).__name__}")
+    if "format" not in doc:
+        return scenario_from_inputs(parse_inputs(doc.items()))
+    if doc.get("format") != JSON_FORMAT:
+        raise ShareError("format", f"must be {JSON_FORMAT!r} (got {_shown(doc.get('format'))})")
+    if doc.get("version") != JSON_VERSION:
+        raise ShareError("version", f"must be {JSON_VERSION} (got {_shown(doc.get('version'))})")
+    unknown = set(doc) - {"format", "version", "scenario", "query"}
+    if unknown:
+        raise ShareError(_clip_key(sorted(map(str, unknown))[0]), "unknown key; allowed: format, version, "
+                                                                  "scenario, query")
+    try:
+        return Scenario.model_validate(doc.get("scenario"))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in ("scenario", *err.get("loc", ())))
+        raise ShareError(_clip_key(loc), str(err.get("msg", "invalid")).removeprefix("Value error, ")) from None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Voilà page environment and links
+# --------------------------------------------------------------------------------------------------------------
+def scenario_from_environment(environ: Mapping[str, str] | None = None) -> Scenario | None:
+    """The scenario of the page's query string, or None when the page was opened without one.
+
+    Voilà starts each page's kernel with the request's ``QUERY_STRING`` in its environment (voila/handler.py,
+    Voilà 0.5.13; with preheated kernels it arrives later, through ``voila.utils.wait_for_request``, which the
+    planner's serving settings do not use). Raises :class:`ShareError` for a query that names no valid scenario.
+    """
+    env = os.environ if environ is None else environ
+    query = env.get("QUERY_STRING", "") or ""
+    if not parse_query(query):
+        return None
+    return scenario_from_query(query)
+
+
+def page_url(environ: Mapping[str, str] | None = None) -> str | None:
+    """The page's own URL without its query (Voilà's ``VOILA_REQUEST_URL``), or None outside Voilà."""
+    env = os.environ if environ is None else environ
+    url = env.get("VOILA_REQUEST_URL")
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return None
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
+def share_link(scenario: Scenario, base_url: str | None = None, *, strict: bool = False,
+               environ: Mapping[str, str] | None = None) -> str:
+    """``base_url?query`` for ``scenario``; ``base_url`` defaults to the page's URL (:func:`page_url`), else just
+    ``?query`` (a relative link). ``strict=False`` (default) leaves out what a link cannot carry."""
+    base = base_url if base_url is not None else (page_url(environ) or "")
+    return f"{base}?{scenario_to_query(scenario, strict=strict, approximate_model=not strict)}"
