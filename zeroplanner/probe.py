@@ -542,12 +542,12 @@ def benchmark_collectives(
         return {"ok": False, "message": f"no CUDA device: {reason}"}
     if ranks is None:
         ranks = torch.cuda.device_count() if backend == "nccl" else 2
-    if not (1 <= ranks <= 1024):
-        raise ValueError(f"ranks={ranks} must be between 1 and 1024")
+    if not (1 <= ranks <= 64):
+        raise ValueError(f"ranks={ranks} must be between 1 and 64 (local ranks: one node)")
     if ranks < 2:
         return {"ok": False, "message": f"{ranks} rank: collectives need at least 2 ranks (one GPU on this machine)"}
     if backend == "nccl" and ranks > torch.cuda.device_count():
-        raise ValueError(f"ranks={ranks} exceeds the {torch.cuda.device_count()} visible GPUs")
+        raise ValueError(f"--ranks: {ranks} exceeds the {torch.cuda.device_count()} visible GPUs")
     sizes = sorted(set(message_bytes or (GPU_MESSAGE_BYTES if backend == "nccl" else CPU_MESSAGE_BYTES)))
     iterations = iterations or (20 if backend == "nccl" else 5)
     with tempfile.TemporaryDirectory(prefix="zeroplanner-probe-") as tmp:
@@ -1017,7 +1017,7 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nvme-path", default=".", help="directory an NVMe offload would use (free disk is read "
                         "there; default: the current directory)")
     parser.add_argument("--ranks", type=int, default=None,
-                        help="ranks for the collective benchmark (default: the GPU count; 2 CPU ranks without CUDA)")
+                        help="ranks for the collective benchmark, 2-64 (default: the GPU count; 2 CPU ranks without CUDA)")
     parser.add_argument("--budget-seconds", type=float, default=30.0,
                         help="time budget of the collective sweep, seconds (1-600; default 30)")
     parser.add_argument("--timeout-seconds", type=float, default=None,
@@ -1026,8 +1026,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
 
 def probe_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Validate the parsed options and run :func:`run_probe`. Raises ``ValueError`` naming the option."""
-    if args.ranks is not None and not (2 <= args.ranks <= 1024):
-        raise ValueError(f"--ranks: {args.ranks} is out of range (2-1024)")
+    if args.ranks is not None and not (2 <= args.ranks <= 64):
+        raise ValueError(f"--ranks: {args.ranks} is out of range (2-64)")
     if not (1 <= args.budget_seconds <= 600):
         raise ValueError(f"--budget-seconds: {args.budget_seconds:g} is out of range (1-600)")
     if args.timeout_seconds is not None and not (1 <= args.timeout_seconds <= 3600):
