@@ -131,9 +131,9 @@ class PlannerApp(w.VBox):
         about = w.Accordion(children=[w.HTML(self._about_html())], selected_index=None)
         about.set_title(0, "About")
 
-        charts = w.GridBox(
+        charts = w.Box(
             [self.memory_chart, self.time_chart, self.host_chart, self.scaling_chart],
-            layout=w.Layout(grid_template_columns="repeat(2, minmax(380px, 1fr))", width="100%"),
+            layout=w.Layout(display="flex", flex_flow="row wrap", width="100%"),
         )
         right = w.VBox([self.banner, self.message, charts, self.timing], layout=w.Layout(flex="1 1 auto",
                                                                                         min_width="0"))

@@ -22,8 +22,45 @@ LINE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
 FIT_COLOR = "#2e7d32"
 OOM_COLOR = "#c62828"
 
-_FIG_LAYOUT = dict(width="100%", height="340px", min_width="380px")
+FIGURE_WIDTH_PX, FIGURE_HEIGHT_PX = 540, 340
+_FIG_LAYOUT = dict(width=f"{FIGURE_WIDTH_PX}px", height=f"{FIGURE_HEIGHT_PX}px", flex="0 0 auto")
+"""Fixed figure sizes: a figure whose size follows its container is re-laid out (axes, every bar) whenever text
+elsewhere on the page changes width, which costs hundreds of ms in the browser."""
 _MARGIN = {"top": 45, "bottom": 80, "left": 65, "right": 15}
+
+
+def _same(old, new) -> bool:
+    try:
+        a, b = np.asarray(old), np.asarray(new)
+    except (TypeError, ValueError):
+        return old == new
+    if a.shape != b.shape:
+        return False
+    if a.dtype.kind in "fc" or b.dtype.kind in "fc":
+        return bool(np.array_equal(a.astype(float), b.astype(float), equal_nan=True))
+    return bool(np.array_equal(a, b))
+
+
+def assign(widget, **traits) -> int:
+    """Set only the traits whose value differs, in one message (``hold_sync``); returns how many changed. Each
+    message makes bqplot redraw the mark, so unchanged data is not sent again."""
+    changed = {k: v for k, v in traits.items() if not _same(getattr(widget, k), v)}
+    if changed:
+        with widget.hold_sync():
+            for key, value in changed.items():
+                setattr(widget, key, value)
+    return len(changed)
+
+
+def nice_ceiling(x: float) -> float:
+    """Smallest of 1, 1.5, 2, 3, 4, 5, 6, 8 x 10^k that is >= x (axis tops that do not move with small changes)."""
+    if not np.isfinite(x) or x <= 0:
+        return 1.0
+    k = np.floor(np.log10(x))
+    for m in (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
+        if m * 10**k >= x * (1 - 1e-12):
+            return float(m * 10**k)
+    return float(10 ** (k + 1))
 
 
 def _short(label: str) -> str:
@@ -83,24 +120,16 @@ class MemoryChart(bq.Figure):
     def update(self, view: MemoryView) -> None:
         self._view = view
         ticks = [_short(label) for label in view.labels]
-        top = float(max(view.total_gib.max(initial=0.0), view.capacity_gib)) * 1.3 or 1.0
-        with self.x_scale.hold_sync():
-            self.x_scale.domain = ticks
-        with self.y_scale.hold_sync():
-            self.y_scale.max = top
-        with self.bars.hold_sync():
-            self.bars.x = ticks
-            self.bars.y = view.gib
-        with self.capacity.hold_sync():
-            self.capacity.x = ticks
-            self.capacity.y = [view.capacity_gib] * len(ticks)
+        top = nice_ceiling(float(max(view.total_gib.max(initial=0.0), view.capacity_gib)) * 1.3)
+        assign(self.x_scale, domain=ticks)
+        assign(self.y_scale, max=top)
+        assign(self.bars, x=ticks, y=view.gib)
+        assign(self.capacity, x=ticks, y=[view.capacity_gib] * len(ticks))
         fit = [i for i, ok in enumerate(view.fits_gpu) if ok]
         oom = [i for i, ok in enumerate(view.fits_gpu) if not ok]
         for mark, idx, word in ((self.fit_labels, fit, "fits"), (self.oom_labels, oom, "OOM")):
-            with mark.hold_sync():
-                mark.x = [ticks[i] for i in idx]
-                mark.y = [float(min(view.total_gib[i], top / 1.08)) for i in idx]
-                mark.text = [word for _ in idx]
+            assign(mark, x=[ticks[i] for i in idx], y=[float(min(view.total_gib[i], top / 1.08)) for i in idx],
+                   text=[word for _ in idx])
 
     def _on_hover(self, mark, event) -> None:
         view = self._view
@@ -148,17 +177,11 @@ class HostMemoryChart(bq.Figure):
 
     def update(self, view: MemoryView) -> None:
         ticks = [_short(label) for label in view.labels]
-        top = float(max(view.host_gib.max(initial=0.0), view.host_capacity_gib)) * 1.3 or 1.0
-        with self.x_scale.hold_sync():
-            self.x_scale.domain = ticks
-        with self.y_scale.hold_sync():
-            self.y_scale.max = top
-        with self.bars.hold_sync():
-            self.bars.x = ticks
-            self.bars.y = view.host_gib
-        with self.capacity.hold_sync():
-            self.capacity.x = ticks
-            self.capacity.y = [view.host_capacity_gib] * len(ticks)
+        top = nice_ceiling(float(max(view.host_gib.max(initial=0.0), view.host_capacity_gib)) * 1.3)
+        assign(self.x_scale, domain=ticks)
+        assign(self.y_scale, max=top)
+        assign(self.bars, x=ticks, y=view.host_gib)
+        assign(self.capacity, x=ticks, y=[view.host_capacity_gib] * len(ticks))
 
 
 def _rate(tps: float) -> str:
@@ -195,24 +218,16 @@ class StepTimeChart(bq.Figure):
     def update(self, view: TimeView) -> None:
         ticks = [_short(label) for label in view.labels]
         totals = view.seconds.sum(axis=0)
-        top = float(totals.max(initial=0.0)) * 1.6 or 1.0
-        with self.x_scale.hold_sync():
-            self.x_scale.domain = ticks
-        with self.y_scale.hold_sync():
-            self.y_scale.max = top
-        with self.bars.hold_sync():
-            self.bars.x = ticks
-            self.bars.y = view.seconds
+        top = nice_ceiling(float(totals.max(initial=0.0)) * 1.6)
+        assign(self.x_scale, domain=ticks)
+        assign(self.y_scale, max=top)
+        assign(self.bars, x=ticks, y=view.seconds)
         fit = [i for i, ok in enumerate(view.fits) if ok]
         oom = [i for i, ok in enumerate(view.fits) if not ok]
-        with self.rate_labels.hold_sync():
-            self.rate_labels.x = [ticks[i] for i in fit]
-            self.rate_labels.y = [float(totals[i]) for i in fit]
-            self.rate_labels.text = [_rate(view.tokens_per_second[i]) for i in fit]
-        with self.oom_labels.hold_sync():
-            self.oom_labels.x = [ticks[i] for i in oom]
-            self.oom_labels.y = [float(totals[i]) for i in oom]
-            self.oom_labels.text = ["OOM" for _ in oom]
+        assign(self.rate_labels, x=[ticks[i] for i in fit], y=[float(totals[i]) for i in fit],
+               text=[_rate(view.tokens_per_second[i]) for i in fit])
+        assign(self.oom_labels, x=[ticks[i] for i in oom], y=[float(totals[i]) for i in oom],
+               text=["OOM" for _ in oom])
 
 
 class ScalingChart(bq.Figure):
@@ -249,22 +264,15 @@ class ScalingChart(bq.Figure):
     def update(self, view: ScalingView) -> None:
         y = view.tokens_per_second
         finite = np.isfinite(y)
-        top = float(y[finite].max()) * 1.45 if finite.any() else 1.0
-        with self.x_scale.hold_sync():
-            self.x_scale.min = float(view.nodes.min())
-            self.x_scale.max = float(view.nodes.max())
-        with self.y_scale.hold_sync():
-            self.y_scale.max = top
+        top = nice_ceiling(float(y[finite].max()) * 1.45) if finite.any() else 1.0
+        assign(self.x_scale, min=float(min(view.nodes.min(), view.current_nodes)),
+               max=float(max(view.nodes.max(), view.current_nodes)))
+        assign(self.y_scale, max=top)
         for i, label in enumerate(view.labels):
             line = self._line(i)
             ok = finite[i]
-            with line.hold_sync():
-                line.x = view.nodes[ok]
-                line.y = y[i][ok]
-                line.labels = [label if ok.any() else f"{label} (does not fit)"]
-                line.visible = bool(ok.any())
+            assign(line, x=view.nodes[ok], y=y[i][ok], labels=[label if ok.any() else f"{label} (does not fit)"],
+                   visible=bool(ok.any()))
         for line in self.lines[len(view.labels):]:
-            line.visible = False
-        with self.current.hold_sync():
-            self.current.x = [float(view.current_nodes)] * 2
-            self.current.y = [0.0, top]
+            assign(line, visible=False)
+        assign(self.current, x=[float(view.current_nodes)] * 2, y=[0.0, top])

@@ -16,6 +16,7 @@ import html
 import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal, Mapping
 
 import numpy as np
@@ -48,7 +49,8 @@ TIME_PARTS: tuple[tuple[str, str], ...] = (
 """Segments of the step-time chart, bottom to top."""
 
 SCALING_NODES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-"""Node counts of the scaling chart (the current node count is added when it is not one of them)."""
+"""Node counts of the scaling chart. Fixed (the current node count is a vertical line, not an extra point), so a
+node-count change redraws only the lines whose configuration changed."""
 
 ConfigMode = Literal["deepspeed", "hf_trainer"]
 
@@ -460,8 +462,12 @@ def time_view(plan: Any) -> TimeView:
 
 
 def scaling_nodes(current: int) -> np.ndarray:
-    """Node counts for the scaling chart: :data:`SCALING_NODES` plus the current count, sorted."""
-    return np.array(sorted(set(SCALING_NODES) | {int(current)}), dtype=float)
+    """Node counts for the scaling chart: :data:`SCALING_NODES`, extended by powers of two up to the current
+    count when it is larger."""
+    nodes = list(SCALING_NODES)
+    while nodes[-1] < current:
+        nodes.append(nodes[-1] * 2)
+    return np.array(nodes, dtype=float)
 
 
 def _scaling_row(scenario: Scenario, nodes: np.ndarray) -> dict[str, Any]:
@@ -475,13 +481,21 @@ def _scaling_row(scenario: Scenario, nodes: np.ndarray) -> dict[str, Any]:
     return {"tokens_per_second": out["tokens_per_second"], "fits": out["fits"]}
 
 
-def scaling_view(plan: Any, scenario: Scenario) -> ScalingView:
-    """Tokens/s of each chart variant at each node count (NaN where it does not fit), per GPU batch fixed, from
-    ``zeroplanner.planner.scaling`` (one vectorised evaluation)."""
+@lru_cache(maxsize=64)
+def _scaling_table(scenario_one_node: Scenario, nodes: tuple[int, ...]) -> dict[str, dict[str, list]]:
     from ..planner import scaling
 
+    return scaling(scenario_one_node, nodes=list(nodes))
+
+
+def scaling_view(plan: Any, scenario: Scenario) -> ScalingView:
+    """Tokens/s of each chart variant at each node count (NaN where it does not fit), per GPU batch fixed, from
+    ``zeroplanner.planner.scaling`` (one vectorised evaluation). The table does not depend on the scenario's own
+    node count (nodes is a candidate axis), so it is cached on the scenario with ``nodes=1``: moving the node
+    slider does not recompute it."""
     nodes = scaling_nodes(scenario.cluster.nodes)
-    table = scaling(scenario, nodes=[int(n) for n in nodes])
+    one_node = scenario.model_copy(update={"cluster": scenario.cluster.model_copy(update={"nodes": 1})})
+    table = _scaling_table(one_node, tuple(int(n) for n in nodes))
     labels = tuple(label for label, _, _ in _variants(plan)) or tuple(table)
     tps = np.full((len(labels), len(nodes)), np.nan)
     extra = {label: sc for label, sc, _ in _variants(plan) if label not in table}  # recommended, ZeRO++

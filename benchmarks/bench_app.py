@@ -1,0 +1,179 @@
+"""Benchmark the planner page in a real browser (Voilà + Playwright + Debian Chromium), against a bare Voilà page
+with one slider served the same way in the same run.
+
+Measures
+- slider -> updated chart: the node-count slider's readout is set (Enter pressed) and the time until the last DOM
+  mutation inside the four bqplot figures (the update is complete when no mutation follows for 0.4 s). The bare
+  page's equivalent is an IntSlider whose change makes the kernel update a Label. Median and p95 over N changes.
+- cold load: navigation to the first drawn bar (planner) or the rendered slider (bare page), each load with a fresh
+  kernel, median over M loads.
+Prints absolute times and the planner/bare ratios. Target (issue 4): slider-to-chart p95 < 150 ms.
+
+Run: ``python benchmarks/bench_app.py [--changes 30] [--loads 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("ZEROPLANNER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run"]
+QUIET_SECONDS = 0.4
+
+BARE_NOTEBOOK_CODE = """import ipywidgets as w
+slider = w.IntSlider(value=1, min=1, max=128, description="Nodes", continuous_update=False)
+out = w.Label(value="1")
+slider.observe(lambda ch: setattr(out, "value", str(ch["new"] * 2)), names="value")
+w.VBox([slider, out])"""
+
+# Records the time of Enter (start) and of the last mutation inside the watched elements (end).
+WATCH_JS = """(selector) => {
+  window.__zp = {t0: null, last: null, count: 0};
+  document.addEventListener('keydown', e => { if (e.key === 'Enter') { window.__zp.t0 = performance.now();
+                                              window.__zp.last = null; window.__zp.count = 0; } }, true);
+  const obs = new MutationObserver(() => { if (window.__zp.t0 !== null) { window.__zp.last = performance.now();
+                                                                         window.__zp.count += 1; } });
+  document.querySelectorAll(selector).forEach(el => obs.observe(el, {subtree: true, childList: true,
+                                                                     attributes: true, characterData: true}));
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cmd: list[str], port: int, env: dict | None = None) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[:4]} exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.2)
+    proc.kill()
+    raise TimeoutError(f"server on {port} did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def cold_load(browser, url: str, ready_selector: str) -> float:
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1250})
+    page = ctx.new_page()
+    t0 = time.perf_counter()
+    page.goto(url, timeout=120_000)
+    page.wait_for_selector(ready_selector, timeout=120_000)
+    elapsed = time.perf_counter() - t0
+    ctx.close()
+    return elapsed
+
+
+def slider_latencies(browser, url: str, ready_selector: str, watch_selector: str, values: list[int]) -> list[float]:
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1250})
+    page = ctx.new_page()
+    page.goto(url, timeout=120_000)
+    page.wait_for_selector(ready_selector, timeout=120_000)
+    time.sleep(1.0)
+    page.evaluate(WATCH_JS, watch_selector)
+    slider = page.locator(".widget-slider", has=page.locator("label.widget-label", has_text="Nodes")).first
+    readout = slider.locator(".widget-readout")
+    out = []
+    for value in values:
+        readout.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(str(value))
+        page.keyboard.press("Enter")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            st = page.evaluate("() => [window.__zp.t0, window.__zp.last, window.__zp.count, performance.now()]")
+            if st[1] is not None and st[3] - st[1] > QUIET_SECONDS * 1e3:
+                out.append((st[1] - st[0]) / 1e3)
+                break
+        else:
+            raise TimeoutError(f"no update after setting {value}")
+    ctx.close()
+    return out
+
+
+def p95(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--changes", type=int, default=30)
+    parser.add_argument("--loads", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    import nbformat
+    from playwright.sync_api import sync_playwright
+
+    from zeroplanner.voila_config import voila_argv, voila_env
+
+    tmp = Path(tempfile.mkdtemp(prefix="zp-bench-"))
+    bare_nb = tmp / "bare.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(BARE_NOTEBOOK_CODE)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(bare_nb))
+
+    values = [2 + (i * 5) % 60 for i in range(args.changes)]
+    values = [v if i == 0 or v != values[i - 1] else v + 1 for i, v in enumerate(values)]
+    app_port, bare_port = free_port(), free_port()
+    app = start([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(app_port), "--no-browser"], app_port)
+    bare = start([sys.executable, "-m", "voila", *voila_argv(bare_nb, bare_port)], bare_port, env=voila_env())
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            app_url, bare_url = f"http://127.0.0.1:{app_port}/", f"http://127.0.0.1:{bare_port}/"
+            app_ready, bare_ready = ".zp-app .bqplot svg .bargroup rect", ".widget-slider .widget-readout"
+            # warm both servers once (first kernel start imports everything from a cold disk cache)
+            cold_load(browser, app_url, app_ready)
+            cold_load(browser, bare_url, bare_ready)
+            app_loads, bare_loads = [], []
+            for _ in range(args.loads):
+                app_loads.append(cold_load(browser, app_url, app_ready))
+                bare_loads.append(cold_load(browser, bare_url, bare_ready))
+            app_lat = slider_latencies(browser, app_url, app_ready, ".zp-app .bqplot", values)
+            bare_lat = slider_latencies(browser, bare_url, bare_ready, ".jp-OutputArea-output", values)
+            browser.close()
+    finally:
+        stop(app)
+        stop(bare)
+
+    def row(name, a, b):
+        print(f"{name:<34} planner {a * 1e3:8.1f} ms   bare {b * 1e3:8.1f} ms   ratio {a / b:6.2f}")
+
+    print(f"planner page vs bare Voila page with one slider ({len(values)} slider changes, {args.loads} cold loads)")
+    row("slider -> chart, median", statistics.median(app_lat), statistics.median(bare_lat))
+    row("slider -> chart, p95", p95(app_lat), p95(bare_lat))
+    row("cold load, median", statistics.median(app_loads), statistics.median(bare_loads))
+    verdict = "meets" if p95(app_lat) < 0.150 else "MISSES"
+    print(f"target slider -> chart p95 < 150 ms: {verdict} ({p95(app_lat) * 1e3:.1f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
