@@ -282,10 +282,28 @@ def _run_one(run, device, rank, world, out_dir):
             step_state["armed"] = False
             c0 = time.perf_counter()
             result["census"]["during_step"] = _census(engine, baseline)
-            step_state["census_seconds"] = time.perf_counter() - c0
+            step_state["census_seconds"] = step_state.get("census_seconds", 0.0) + time.perf_counter() - c0
         return original_step(*args, **kwargs)
 
     inner.step = census_then_step
+
+    # Census where ZeRO-1/2 frees the 16-bit gradients of its partition (stage_1_and_2.py step(): called right after
+    # the fp32 gradient partition is assigned, while the 16-bit averaged gradients still exist): the gradient peak.
+    free_owner = engine.optimizer
+    original_free = getattr(free_owner, "free_grad_in_param_list", None)
+    if original_free is not None:
+
+        def census_then_free(*args, **kwargs):
+            if step_state.get("armed_free"):
+                c0 = time.perf_counter()
+                snap = _census(engine, baseline)
+                old = result["census"].get("step_peak")
+                if old is None or snap["bytes"]["gradients"] > old["bytes"]["gradients"]:
+                    result["census"]["step_peak"] = snap
+                step_state["census_seconds"] = step_state.get("census_seconds", 0.0) + time.perf_counter() - c0
+            return original_free(*args, **kwargs)
+
+        free_owner.free_grad_in_param_list = census_then_free
 
     # Census at the end of backward, before ZeRO's epilogue frees the 16-bit gradients and reduction buckets.
     epilogue_owner = engine.optimizer
@@ -336,6 +354,7 @@ def _run_one(run, device, rank, world, out_dir):
         if last:
             result["census"]["after_backward"] = _census(engine, baseline)
             step_state["armed"] = True
+            step_state["armed_free"] = True
         t2 = time.perf_counter()
         engine.step()
         sync()
@@ -344,6 +363,7 @@ def _run_one(run, device, rank, world, out_dir):
             phase["step_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
             phase["after_step_allocated_bytes"] = torch.cuda.memory_allocated()
             phases.append(phase)
+        step_state["armed_free"] = False
         step_seconds = t3 - t2 - step_state.pop("census_seconds", 0.0)
         timings.append({"forward_seconds": t1 - t0, "backward_seconds": backward_seconds, "step_seconds": step_seconds,
                         "loss": float(loss.detach().float().item())})
@@ -352,6 +372,8 @@ def _run_one(run, device, rank, world, out_dir):
     inner.step = original_step
     if original_epilogue is not None:
         del epilogue_owner.independent_gradient_partition_epilogue
+    if original_free is not None:
+        del free_owner.free_grad_in_param_list
     gc.collect()
     result["census"]["after_step"] = _census(engine, baseline)
     result["timings"] = timings

@@ -311,10 +311,10 @@ def _rel(predicted: float, measured: float) -> float | None:
     return None if measured == 0 else (predicted - measured) / measured
 
 
-HOST_PATH_MARKS = ("for_cpu_offload", "param_groups", "fp32", "[state]")
+HOST_PATH_MARKS = ("for_cpu_offload", "param_groups", "fp32", "[state]", "grad_partitions_flat_buffer")
 """Census paths that live in host memory when the optimizer is offloaded (stage_1_and_2.py / stage3.py keep the
 fp32 master partition, the optimizer states, the fp32 gradient partition and the ``*_for_cpu_offload`` staging
-buffers on the CPU)."""
+buffers on the CPU; stage3.py allocates ``grad_partitions_flat_buffer`` on ``self.device``, the CPU when offloading)."""
 
 
 def _split_census(census: dict[str, Any], offload: bool) -> tuple[dict[str, int], dict[str, int]]:
@@ -334,24 +334,26 @@ def measured_terms(rank_result: dict[str, Any], offload: bool) -> dict[str, int]
     """Per-rank measured terms in the cost model's categories.
 
     parameters: 16-bit (or fp32) working parameters in the census during the optimizer step (ZeRO-3: the
-    partition plus persistent parameters); gradients: the larger of the census after backward and during the step
-    (DeepSpeed frees the 16-bit partition before the fp32 copy is handed to the optimizer, so the two are not
-    alive together); optimizer_states: fp32 master weights + optimizer states during the step; buffers: the largest
+    partition plus persistent parameters); gradients: the largest of the censuses after backward, at the gradient
+    peak and during the step; optimizer_states: fp32 master weights + optimizer states during the step; buffers: the largest
     reduction bucket / staging buffer seen, plus gathered ZeRO-3 parameters at the end of backward beyond the
-    partition; host: everything the optimizer offload keeps on the host during the step.
+    partition; host: everything the optimizer offload keeps on the host during the step. ZeRO-1/2 also take a
+    census inside ``free_grad_in_param_list`` (``step_peak``), where the fp32 gradient partition and the 16-bit
+    one are alive together.
     """
     c = rank_result["census"]
     step_dev, step_host = _split_census(c["during_step"], offload)
     back_dev, back_host = _split_census(c.get("after_backward", c["during_step"]), offload)
+    peak_dev, peak_host = _split_census(c.get("step_peak", c["during_step"]), offload)
     end_dev, _ = _split_census(c.get("end_of_backward", c["during_step"]), offload)
     buffers = max(d.get("buffers", 0) for d in (step_dev, back_dev, end_dev))
     gathered = max(0, end_dev.get("parameters", 0) - step_dev.get("parameters", 0))
     return {
         "parameters": step_dev.get("parameters", 0),
-        "gradients": max(step_dev.get("gradients", 0), back_dev.get("gradients", 0)),
+        "gradients": max(d.get("gradients", 0) for d in (step_dev, back_dev, peak_dev)),
         "optimizer_states": step_dev.get("master_parameters", 0) + step_dev.get("optimizer_states", 0),
         "buffers": buffers + gathered,
-        "host": sum(step_host.values()),
+        "host": max(sum(step_host.values()), sum(peak_host.values())),
     }
 
 

@@ -5,10 +5,12 @@ Two accountings (``Assumptions.accounting``):
 - ``"paper"``: the ZeRO paper's ideal model states (Rajbhandari et al., arXiv 1910.02054, Sec. 5, Fig. 1):
   baseline (2 + 2 + K)Ψ; P_os 4Ψ + KΨ/N_d; P_os+g 2Ψ + (2 + K)Ψ/N_d; P_os+g+p (4 + K)Ψ/N_d, with K = fp32 master
   weights + optimizer states.
-- ``"deepspeed"`` (default): what DeepSpeed 0.19.8 allocates (deepspeed/runtime/zero/stage_1_and_2.py and
-  stage3.py; its own estimators say the same: ZeRO-2 keeps ``2Ψ + 18Ψ/N_d``, i.e. also an fp32 gradient partition
-  of 4Ψ/N_d beside the 16-bit one, and ZeRO-3 ``18Ψ/N_d`` plus the gathered working set). Bucket buffers and the
-  stage-3 working set are counted as ``buffers``.
+- ``"deepspeed"`` (default): what DeepSpeed 0.19.8 allocates, as measured by ``zeroplanner.calibrate`` (a census
+  of live tensor storages on 2 and 4 CPU ranks; table in docs/validation.md): mixed-precision ZeRO-1/2 keep
+  ``2Ψ + 18Ψ/N_d`` at the gradient peak (the 16-bit and fp32 gradient partitions together, as DeepSpeed's own
+  estimator says), ZeRO-3 ``20Ψ/N_d``, stage 0 ``20Ψ`` (its bf16/fp16 wrapper holds fp32 gradient copies), and
+  fp32 training also keeps an fp32 master copy under ZeRO. Bucket buffers and the stage-3 working set are counted
+  as ``buffers``.
 
 Every function takes a :class:`~.context.Context` and :class:`~.context.Candidates` and returns float arrays of
 bytes shaped like the candidates.
@@ -64,16 +66,36 @@ def model_state_bytes(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     parameters = np.where(st == 3, stage3_params + hpz_secondary, full)
 
     # --- gradients ------------------------------------------------------------------------------------------
-    g16 = ctx.weight_bytes  # gradients are kept in the working precision
-    g32 = 0.0 if (paper or not ctx.mixed) else 4.0  # DeepSpeed's fp32 gradient partition (stage >= 1)
-    grads_partitioned = np.where(st >= 2, T * g16 / n, T * g16)
-    grads_partitioned = np.where((st == 2) & off_opt & (not paper), 0.0, grads_partitioned)
-    fp32_grads = np.where((st >= 1) & ~off_opt, g32 * T / n, 0.0)
-    gradients = grads_partitioned + fp32_grads
+    # Measured on DeepSpeed 0.19.8 (docs/validation.md, census of live storages on 2 and 4 CPU ranks):
+    # - stage 0 mixed precision: the 16-bit gradients (Ψ_t·w) and the fp32 copies the bf16/fp16 wrapper makes
+    #   before the step (runtime/fp16/unfused_optimizer.py) are alive together: (w + 4)Ψ_t; fp32: 4Ψ_t.
+    # - stages 1-3 without optimizer offload: at the gradient peak of the step the 16-bit partition (Ψ_t·w/N_d;
+    #   stage 3: grad_partitions_flat_buffer) and the fp32 partition handed to the optimizer (4Ψ_t/N_d) are alive
+    #   together, also in fp32 training (a flat fp32 copy): (w + 4)Ψ_t/N_d. ZeRO-1 measures the same as ZeRO-2:
+    #   its in-flight 16-bit gradients sit in the reduction bucket (a buffer), not in a full-size copy.
+    # - with optimizer offload nothing stays on the GPU (stage 3 allocates its partition on the host).
+    g16 = ctx.weight_bytes
+    if paper:
+        grads_partitioned = np.where(st >= 2, T * g16 / n, T * g16)
+        gradients = grads_partitioned
+    else:
+        stage0 = T * g16 + (4.0 * T if ctx.mixed else 0.0)
+        zero = (g16 + 4.0) * T / n
+        # ZeRO-1 does not partition gradients: with gradient accumulation the full 16-bit gradients accumulate
+        # across micro-steps (not measured here; the calibration runs grad_accum = 1).
+        zero = np.where((st == 1) & (cand.grad_accum > 1), g16 * T + 4.0 * T / n, zero)
+        accumulating = (st == 1) & (cand.grad_accum > 1)
+        offloaded = np.where(accumulating, g16 * T, 0.0)
+        gradients = np.where(st == 0, stage0, np.where(off_opt, offloaded, zero))
 
     # --- optimizer states (+ fp32 master weights) -----------------------------------------------------------
+    # DeepSpeed's ZeRO optimizers keep an fp32 master partition even when training in fp32
+    # (single_partition_of_fp32_groups / fp32_partitioned_groups_flat are copies; measured 12Ψ/N_d for Adam in
+    # fp32 at stages 1-3, docs/validation.md); without ZeRO a plain fp32 optimizer updates the weights in place.
     shard = np.where(st >= 1, n, 1.0)
-    optimizer_states = np.where(off_opt, 0.0, K * T / shard)
+    master_zero = 4.0 if not paper else ctx.master_bytes
+    K_stage = np.where(st >= 1, master_zero + ctx.optimizer_state_bytes, K)
+    optimizer_states = np.where(off_opt, 0.0, K_stage * T / shard)
     return {"parameters": parameters, "gradients": gradients, "optimizer_states": optimizer_states}
 
 
@@ -90,13 +112,24 @@ def buffer_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
     z = ctx.scenario.zero
     w = ctx.weight_bytes
     T = ctx.trainable
+    paper = ctx.scenario.assumptions.accounting == "paper"
     overlap = np.where(overlap_comm(ctx, cand), 2.0, 1.0)
+    # DeepSpeed allocates the whole bucket, not min(bucket, Ψ): a reduce_bucket_size-element ipg buffer in the
+    # working precision (measured 1e9 bytes for the 5e8 default in bf16, 2e9 in fp32, on a 165k-parameter model at
+    # stages 1, 2 and 3; stage_1_and_2.py IPGBucket, stage3.py ``bucket.buffer = torch.empty(reduce_bucket_size)``).
+    # Applied to stage 3 here; stages 1-2 still use min(bucket, Ψ_t) pending the planner's LoRA/QLoRA policy
+    # (a full 5e8 bucket changes the seed-table QLoRA choice; docs/validation.md lists it as an open difference).
     reduce_bucket = min(z.reduce_bucket_size, T) * w
+    reduce_bucket3 = reduce_bucket if paper else float(z.reduce_bucket_size) * w
     stage0_bucket = min(STAGE0_ALLREDUCE_BUCKET, T) * w
     live = min(z.stage3_max_live_parameters, ctx.largest_module + z.stage3_prefetch_bucket_size, ctx.params) * w
-    stage3 = live + ctx.largest_module * w + reduce_bucket * overlap
+    # Stage 3 with overlap_comm (its default) measured one ipg buffer, not two.
+    stage3 = live + ctx.largest_module * w + reduce_bucket3 * (overlap if paper else 1.0)
+    # ZeRO-1/2 optimizer offload: a largest-parameter 16-bit staging buffer on the GPU
+    # (stage_1_and_2.py temp_grad_buffer_for_gpu_offload; measured).
+    staging = np.where((cand.offload_optimizer > 0) & (cand.stage <= 2) & (not paper), ctx.largest_module * w, 0.0)
     st = cand.stage
-    return np.select([st == 0, st <= 2], [stage0_bucket + 0.0 * st, reduce_bucket * overlap + 0.0 * st], stage3)
+    return np.select([st == 0, st <= 2], [stage0_bucket + 0.0 * st, reduce_bucket * overlap + staging], stage3)
 
 
 def host_and_nvme_bytes(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
@@ -113,12 +146,21 @@ def host_and_nvme_bytes(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.
     T, P = ctx.trainable, ctx.params
     K = ctx.master_bytes + ctx.optimizer_state_bytes
     fp32_grad = 4.0
+    paper = ctx.scenario.assumptions.accounting == "paper"
+    if not paper:
+        K = 4.0 + ctx.optimizer_state_bytes  # fp32 master partition also in fp32 training (measured)
     per_rank_states = K * T / n
     per_rank_grads = fp32_grad * T / n
+    # Measured host extras (docs/validation.md): ZeRO-1/2 keep a 16-bit copy of the partition
+    # (param_buffer_of_bit16_for_cpu_offload_groups) and a largest-parameter 16-bit staging buffer
+    # (temp_grad_buffer_for_cpu_offload); ZeRO-3 keeps its 16-bit gradient partition on the host
+    # (grad_partitions_flat_buffer on self.device = cpu).
+    w = ctx.weight_bytes
+    extra = 0.0 if paper else np.where(cand.stage == 3, w * T / n, w * T / n + ctx.largest_module * w)
     opt_host = np.select(
         [cand.offload_optimizer == 1, cand.offload_optimizer == 2],
-        [per_rank_states + per_rank_grads,
-         per_rank_grads + OFFLOAD_OPTIMIZER_BUFFER_COUNT * np.minimum(SUB_GROUP_SIZE, T / n) * K],
+        [per_rank_states + per_rank_grads + extra,
+         per_rank_grads + extra + OFFLOAD_OPTIMIZER_BUFFER_COUNT * np.minimum(SUB_GROUP_SIZE, T / n) * K],
         0.0,
     )
     opt_nvme = np.where(cand.offload_optimizer == 2, per_rank_states, 0.0)
