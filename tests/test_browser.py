@@ -173,6 +173,16 @@ def test_node_slider_and_network_preset_change_charts_and_config(page):
     assert not bad, bad
 
 
+def test_hovering_a_memory_segment_shows_its_term_and_gib(page):
+    bars = page.locator(".zp-app .bqplot").first.locator(".bargroup rect.bar")
+    bars.nth(8).hover()
+    term = r"(Parameters|Gradients|Optimizer states|Activations|Buffers|Overhead): [0-9.]+ GiB of [0-9.]+ GiB per GPU"
+    tip = page.get_by_text(re.compile(term))
+    tip.first.wait_for(timeout=20_000)  # the tooltip widget, filled by the kernel's hover handler
+    assert re.search(term, tip.first.inner_text())
+    page.mouse.move(5, 5)
+
+
 def test_screenshot_is_saved_and_not_blank(page):
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / "planner.png"

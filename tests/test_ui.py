@@ -275,7 +275,7 @@ def test_tooltip_names_the_term_and_its_gib():
     html = segment_tooltip(view, 2, z0)  # optimizer states of ZeRO-0
     assert "Optimizer states" in html and f"{view.gib[2, z0]:.2f} GiB" in html and "ZeRO-0" in html
     assert "fp32 master" in html  # the cost model's formula text for this term
-    app.memory_chart._on_hover(app.memory_chart.bars, {"event": "hover", "point": {"index": view.labels.index("ZeRO-3"), "sub_index": 0}})
+    app.memory_chart._on_hover(app.memory_chart.bars, {"event": "hover", "data": {"index": view.labels.index("ZeRO-3"), "subIndex": 0}})
     assert "ZeRO-3" in app.memory_chart.tooltip_html.value and "Parameters" in app.memory_chart.tooltip_html.value
 
 

@@ -26,7 +26,7 @@ FIGURE_WIDTH_PX, FIGURE_HEIGHT_PX = 540, 340
 _FIG_LAYOUT = dict(width=f"{FIGURE_WIDTH_PX}px", height=f"{FIGURE_HEIGHT_PX}px", flex="0 0 auto")
 """Fixed figure sizes: a figure whose size follows its container is re-laid out (axes, every bar) whenever text
 elsewhere on the page changes width, which costs hundreds of ms in the browser."""
-_MARGIN = {"top": 45, "bottom": 80, "left": 65, "right": 15}
+_MARGIN = {"top": 45, "bottom": 80, "left": 65, "right": 35}
 
 
 def _same(old, new) -> bool:
@@ -133,9 +133,10 @@ class MemoryChart(bq.Figure):
 
     def _on_hover(self, mark, event) -> None:
         view = self._view
+        # bqplot 0.13.1 sends {"event": "hover", "data": {"index": bar, "subIndex": stacked segment, ...}}
         point = event.get("data") or event.get("point") or {}
         v = point.get("index")
-        t = point.get("sub_index")
+        t = point.get("subIndex", point.get("sub_index"))
         if view is None or v is None or t is None or not (0 <= v < len(view.labels)) or not (
                 0 <= t < len(MEMORY_TERMS)):
             return
