@@ -339,7 +339,8 @@ def scenario_inputs(scenario: Scenario, *, approximate_model: bool = False) -> t
 
     Model: a catalog entry -> ``model``; an :meth:`Architecture.from_parameter_count` model -> ``params``; any
     other architecture (a HF ``config.json``) is listed in ``unshared`` as ``"model"`` unless
-    ``approximate_model`` (then ``params`` = its exact Ψ, with the Llama-shaped architecture that implies).
+    ``approximate_model`` (then ``params`` = its exact Ψ, with the Llama-shaped architecture that implies, and
+    the model is not listed).
     """
     arch = scenario.model
     c, t, z, a = scenario.cluster, scenario.training, scenario.zero, scenario.assumptions
@@ -375,7 +376,7 @@ def scenario_inputs(scenario: Scenario, *, approximate_model: bool = False) -> t
         inputs["overlap_comm"] = z.overlap_comm
 
     unshared: list[str] = []
-    if not model_ok:
+    if not model_ok and not approximate_model:
         unshared.append("model")
     if inputs["gpu"] is None or catalog.gpu(inputs["gpu"]) != c.gpu:
         unshared.append("cluster.gpu")
