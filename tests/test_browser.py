@@ -183,6 +183,23 @@ def test_hovering_a_memory_segment_shows_its_term_and_gib(page):
     page.mouse.move(5, 5)
 
 
+def test_download_and_copy_give_the_previewed_json(page, tmp_path):
+    import json
+
+    preview = config_text(page)
+    with page.expect_download() as info:
+        page.locator(".zp-app a.zp-download").click()
+    path = tmp_path / info.value.suggested_filename
+    info.value.save_as(path)
+    assert info.value.suggested_filename == "ds_config.json"
+    assert json.loads(path.read_text()) == json.loads(preview)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.locator(".zp-app button.zp-copy").click()
+    page.wait_for_function("() => document.querySelector('.zp-app button.zp-copy').textContent === 'Copied'",
+                           timeout=10_000)
+    assert json.loads(page.evaluate("() => navigator.clipboard.readText()")) == json.loads(preview)
+
+
 def test_screenshot_is_saved_and_not_blank(page):
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / "planner.png"

@@ -66,6 +66,7 @@ def test_voila_argv_binds_loopback_and_culls_idle_kernels():
     assert f"--VoilaConfiguration.template={TEMPLATE}" in argv
     assert "--VoilaConfiguration.show_tracebacks=False" in argv
     assert "--MappingKernelManager.cull_idle_timeout=600" in argv
+    assert "--VoilaConfiguration.preheat_kernel=True" in argv
     assert "--no-browser" not in voila_argv("nb.ipynb", open_browser=True)
     with pytest.raises(ValueError, match="port"):
         voila_argv("nb.ipynb", port=70000)

@@ -32,10 +32,19 @@ TEMPLATE = "zeroplanner"
 
 VOILA_SETTINGS: dict[str, dict[str, object]] = {
     "Voila": {"ip": "127.0.0.1", "port_retries": 0},
-    "VoilaConfiguration": {"show_tracebacks": False, "strip_sources": True, "theme": "light", "template": TEMPLATE},
+    "VoilaConfiguration": {
+        "show_tracebacks": False,
+        "strip_sources": True,
+        "theme": "light",
+        "template": TEMPLATE,
+        "preheat_kernel": True,
+        "default_pool_size": 1,
+    },
 }
 """Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
-use the offline-clean template."""
+use the offline-clean template, and keep one pre-heated kernel (the notebook already executed) ready so a page
+opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``; Voilà
+does not cull its pooled kernels, ``voila_kernel_manager.py``)."""
 
 SHARE_DIR = Path(__file__).resolve().parent / "share"
 """A Jupyter data directory holding ``voila/templates/zeroplanner``; put it on ``JUPYTER_PATH``."""
