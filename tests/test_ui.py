@@ -279,6 +279,24 @@ def test_tooltip_names_the_term_and_its_gib():
     assert "ZeRO-3" in app.memory_chart.tooltip_html.value and "Parameters" in app.memory_chart.tooltip_html.value
 
 
+def test_step_time_tooltip_names_the_part_and_seconds():
+    app = PlannerApp()
+    view = app.view.time
+    z3 = view.labels.index("ZeRO-3")
+    app.time_chart._on_hover(app.time_chart.bars, {"event": "hover", "data": {"index": z3, "subIndex": 1}})
+    text = app.time_chart.tooltip_html.value
+    assert "ZeRO-3" in text and "Exposed communication" in text
+    assert f"{view.seconds[1, z3]:.3g} s" in text and f"{view.tokens_per_second[z3]:,.0f} tokens/s" in text
+
+
+def test_config_for_a_variant_that_does_not_fit_says_so():
+    app = PlannerApp()
+    assert not app.view.memory.fits[app.view.memory.labels.index("ZeRO-0")]  # 7B, 8 GPUs: ZeRO-0 needs > 80 GiB
+    app.variant_picker.value = "ZeRO-0"
+    assert "ZeRO-0 does not fit" in app.config_actions.value
+    assert json.loads(app.config_area.value)["zero_optimization"]["stage"] == 0
+
+
 def test_about_lists_the_pinned_versions():
     app = PlannerApp()
     about = app.children[-1].children[0].value

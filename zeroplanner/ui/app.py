@@ -220,7 +220,12 @@ class PlannerApp(w.VBox):
             self.config_actions.value = f"<div class='zp-error'>{html.escape(view.config_error)}</div>"
         else:
             self.config_area.value = view.config_text
-            self.config_actions.value = self._config_actions_html(view)
+            note = ""
+            picked = self.variant_picker.value
+            if picked in view.memory.labels and not view.memory.fits[view.memory.labels.index(picked)]:
+                note = (f"<div class='zp-error'>{html.escape(picked)} does not fit this cluster (GPU memory or host "
+                        "RAM); this config would run out of memory.</div>")
+            self.config_actions.value = note + self._config_actions_html(view)
 
     @staticmethod
     def _config_actions_html(view: View) -> str:

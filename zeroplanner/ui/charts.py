@@ -156,6 +156,20 @@ def segment_tooltip(view: MemoryView, term: int, variant: int) -> str:
     )
 
 
+def step_tooltip(view: TimeView, part: int, variant: int) -> str:
+    """HTML for one step-time segment: variant, part name, seconds, share of the step, tokens/s."""
+    total = float(view.seconds[:, variant].sum())
+    secs = float(view.seconds[part, variant])
+    share = 100.0 * secs / total if total > 0 else 0.0
+    rate = view.tokens_per_second[variant]
+    fits = "fits" if view.fits[variant] else "does not fit in GPU memory"
+    return (
+        f"<div style='padding:4px 6px;font-size:12px'><b>{html.escape(view.labels[variant])}</b> ({fits})<br>"
+        f"{TIME_PARTS[part][1]}: <b>{secs:.3g} s</b> of {total:.3g} s per step ({share:.0f}%)<br>"
+        f"{rate:,.0f} tokens/s</div>"
+    )
+
+
 class HostMemoryChart(bq.Figure):
     """Host RAM per node (GiB) of every variant, with the node's RAM as a dashed line."""
 
@@ -202,7 +216,10 @@ class StepTimeChart(bq.Figure):
             x=[], y=[], type="stacked", colors=list(TIME_COLORS), labels=[name for _, name in TIME_PARTS],
             display_legend=True, scales={"x": self.x_scale, "y": self.y_scale}, padding=0.25, stroke="white",
         )
-        self.bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["variant", "seconds"], formats=["", ".3f"])
+        self.tooltip_html = w.HTML(layout=w.Layout(max_width="420px"))
+        self.bars.tooltip = self.tooltip_html
+        self.bars.on_hover(self._on_hover)
+        self._view: TimeView | None = None
         self.rate_labels = bq.Label(x=[], y=[], text=[], colors=["#333333"], align="middle", default_size=11,
                                     y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
         self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=11,
@@ -216,7 +233,16 @@ class StepTimeChart(bq.Figure):
         super().__init__(**_figure("Step time (s) and tokens/s", [self.bars, self.rate_labels, self.oom_labels],
                                    axes, legend="top-left"))
 
+    def _on_hover(self, mark, event) -> None:
+        view = self._view
+        point = event.get("data") or event.get("point") or {}
+        v, p = point.get("index"), point.get("subIndex", point.get("sub_index"))
+        if view is None or v is None or p is None or not (0 <= v < len(view.labels)) or not (0 <= p < len(TIME_PARTS)):
+            return
+        self.tooltip_html.value = step_tooltip(view, int(p), int(v))
+
     def update(self, view: TimeView) -> None:
+        self._view = view
         ticks = [_short(label) for label in view.labels]
         totals = view.seconds.sum(axis=0)
         top = nice_ceiling(float(totals.max(initial=0.0)) * 1.6)
