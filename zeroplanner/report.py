@@ -1,0 +1,303 @@
+"""A self-contained report of one scenario: the recommendation, the charts (inline SVG drawn here, no plotting
+library and no network), every term explained, and the DeepSpeed config.
+
+``build_report(scenario)`` returns an HTML page (one file, opens offline in any browser); ``fmt="markdown"``
+returns Markdown with the charts as ``data:image/svg+xml`` images. :func:`report_data_uri` wraps it for a download
+link. Nothing here imports ipywidgets.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from importlib import metadata
+from typing import Any, Literal, Sequence
+
+from .explain import explain_all, fmt_bytes_text, fmt_seconds_text
+from .specs import Scenario
+from .units import GIB
+
+Format = Literal["html", "markdown"]
+
+TERM_SERIES = (
+    ("parameters", "Parameters", "#4c78a8"),
+    ("gradients", "Gradients", "#f58518"),
+    ("optimizer_states", "Optimizer states", "#e45756"),
+    ("activations", "Activations", "#72b7b2"),
+    ("buffers", "Buffers", "#54a24b"),
+    ("overhead", "Overhead", "#b279a2"),
+)
+"""Memory chart segments (Estimate.per_gpu_bytes keys), bottom to top, with the app's colours."""
+TIME_SERIES = (("compute", "Compute", "#4c78a8"), ("communication", "Exposed communication", "#e45756"),
+               ("offload", "Offload + CPU optimizer", "#eeca3b"))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# SVG
+# --------------------------------------------------------------------------------------------------------------
+def _nice_top(x: float) -> float:
+    import math
+
+    if not math.isfinite(x) or x <= 0:
+        return 1.0
+    k = math.floor(math.log10(x))
+    for m in (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
+        if m * 10**k >= x:
+            return m * 10**k
+    return 10.0 ** (k + 1)
+
+
+def svg_stacked_bars(title: str, labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float]]],
+                     y_label: str, *, line: tuple[str, float] | None = None, notes: Sequence[str] = (),
+                     width: int = 820, height: int = 380) -> str:
+    """A stacked bar chart as an SVG document.
+
+    labels: one per bar; series: (name, colour, values per bar), stacked in order; line: (name, y) drawn across
+    the chart (e.g. the GPU's memory); notes: text over each bar ("fits", "OOM", tokens/s). Values in y units.
+    Raises ValueError if a series' length differs from the labels'.
+    """
+    n = len(labels)
+    for name, _, values in series:
+        if len(values) != n:
+            raise ValueError(f"series {name!r} has {len(values)} values for {n} bars")
+    left, right, top, bottom = 70, 20, 40, 110
+    pw, ph = width - left - right, height - top - bottom
+    totals = [sum(float(v[i]) for _, _, v in series) for i in range(n)]
+    ymax = _nice_top(max([*totals, line[1] if line else 0.0, 1e-12]) * 1.15)
+    y = lambda v: top + ph - ph * (v / ymax)  # noqa: E731
+    esc = html.escape
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12" role="img" '
+           f'aria-label="{esc(title)}">',
+           f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="15" font-weight="bold">{esc(title)}</text>']
+    for i in range(6):
+        v = ymax * i / 5
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
+    out.append(f'<text transform="translate(16,{top + ph / 2}) rotate(-90)" text-anchor="middle">{esc(y_label)}</text>')
+    slot = pw / max(n, 1)
+    bar = slot * 0.6
+    for i, label in enumerate(labels):
+        x = left + slot * i + (slot - bar) / 2
+        base = 0.0
+        for name, colour, values in series:
+            v = float(values[i])
+            if v > 0:
+                out.append(f'<rect class="bar" x="{x:.1f}" y="{y(base + v):.1f}" width="{bar:.1f}" '
+                           f'height="{max(y(base) - y(base + v), 0.5):.1f}" fill="{colour}">'
+                           f'<title>{esc(label)}: {esc(name)} {v:.3g}</title></rect>')
+            base += v
+        if i < len(notes) and notes[i]:
+            out.append(f'<text x="{x + bar / 2:.1f}" y="{y(min(base, ymax)) - 5:.1f}" text-anchor="middle" '
+                       f'font-weight="bold">{esc(notes[i])}</text>')
+        cx, cy = x + bar / 2, top + ph + 12
+        out.append(f'<text x="{cx:.1f}" y="{cy:.1f}" text-anchor="end" transform="rotate(-30 {cx:.1f} {cy:.1f})">'
+                   f'{esc(label)}</text>')
+    if line is not None:
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(line[1]):.1f}" y2="{y(line[1]):.1f}" '
+                   f'stroke="#c62828" stroke-width="2" stroke-dasharray="6 4"/>')
+    out.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + ph}" stroke="#333"/>')
+    out.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="#333"/>')
+    lx = left + 8
+    legend = [(name, colour) for name, colour, _ in series] + ([(line[0], "#c62828")] if line else [])
+    for name, colour in legend:
+        out.append(f'<rect x="{lx}" y="{top - 14}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{lx + 14}" y="{top - 5}">{esc(name)}</text>')
+        lx += 24 + 7 * len(name)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def svg_data_uri(svg: str) -> str:
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Report content
+# --------------------------------------------------------------------------------------------------------------
+def _variants(p: Any) -> list[tuple[str, Any]]:
+    out = []
+    if p.fits and p.choice is not None:
+        out.append(("Recommended", p.estimate))
+    out += [(v.label, v.estimate) for v in p.variants]
+    return out
+
+
+def memory_chart(p: Any, scenario: Scenario) -> str:
+    """SVG: per-GPU memory (GiB) of the recommendation and every variant, stacked by term, GPU memory as a line."""
+    rows = _variants(p)
+    labels = [label for label, _ in rows]
+    series = [(name, colour, [getattr(e.per_gpu_bytes, key) / GIB for _, e in rows])
+              for key, name, colour in TERM_SERIES]
+    notes = ["fits" if e.fits_gpu else "OOM" for _, e in rows]
+    return svg_stacked_bars("Memory per GPU (GiB)", labels, series, "GiB per GPU",
+                            line=("GPU memory", scenario.cluster.memory_per_gpu_bytes / GIB), notes=notes)
+
+
+def time_chart(p: Any) -> str:
+    """SVG: step time (s) of the recommendation and every variant, split into compute, exposed communication and
+    offload + optimizer; tokens/s over the bars that fit."""
+    rows = _variants(p)
+    labels = [label for label, _ in rows]
+    values = {
+        "compute": [e.compute_seconds_per_step for _, e in rows],
+        "communication": [e.communication.exposed_seconds_per_step for _, e in rows],
+        "offload": [e.offload_seconds_per_step + e.optimizer_seconds_per_step for _, e in rows],
+    }
+    series = [(name, colour, values[key]) for key, name, colour in TIME_SERIES]
+    notes = [f"{e.tokens_per_second / 1e3:.3g}k tok/s" if e.fits else "OOM" for _, e in rows]
+    return svg_stacked_bars("Step time (s) and tokens/s", labels, series, "seconds per step", notes=notes)
+
+
+def _scenario_rows(s: Scenario) -> list[tuple[str, str]]:
+    c, t, z = s.cluster, s.training, s.zero
+    net = c.network
+    return [
+        ("Model", f"{s.model.name} (Ψ = {s.parameters:,} parameters; trainable {s.trainable_parameters:,})"),
+        ("GPUs", f"{c.nodes} node(s) x {c.gpus_per_node} {c.gpu.name} "
+                 f"({fmt_bytes_text(c.memory_per_gpu_bytes)} each); data-parallel degree {c.data_parallel_degree}"),
+        ("Network", f"{net.name}: {net.link_gbps * net.nics_per_node:.4g} Gbit/s per node"),
+        ("Host RAM per node", fmt_bytes_text(c.cpu_memory_bytes)),
+        ("Training", f"{t.precision}, {t.optimizer}, micro-batch {t.micro_batch} x gradient accumulation "
+                     f"{t.grad_accum}, sequence {t.seq_len}, {t.checkpointing} activation checkpointing, flash "
+                     f"attention {'on' if t.flash_attention else 'off'}"
+                     + (f", LoRA rank {t.lora_rank}" if t.lora_rank else "") + (", QLoRA" if t.qlora else "")),
+        ("Requested ZeRO", f"stage {z.stage}, offload_optimizer {z.offload_optimizer.device}, offload_param "
+                           f"{z.offload_param.device}"),
+        ("MFU assumption", f"{s.assumptions.mfu:.2f}"),
+    ]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("zeroplanner")
+    except metadata.PackageNotFoundError:  # pragma: no cover - always installed in this repository
+        return "unknown"
+
+
+def report_parts(scenario: Scenario) -> dict[str, Any]:
+    """Everything the report shows, as data: plan, charts (SVG text), explanations, config text, link query."""
+    from .planner import plan
+    from .share import ShareError, scenario_to_query
+
+    p = plan(scenario)
+    config_text, config_error = "", None
+    try:
+        from .dsconfig import to_deepspeed_config
+
+        config_text = json.dumps(to_deepspeed_config(p.scenario), indent=2) if p.fits else ""
+        if not p.fits:
+            config_error = "No configuration fits, so there is no config."
+    except (ValueError, KeyError, TypeError) as exc:
+        config_error = str(exc)
+    try:
+        query = scenario_to_query(scenario, strict=False, approximate_model=True)
+    except ShareError:  # pragma: no cover - non-strict never refuses
+        query = ""
+    return {
+        "plan": p,
+        "choice": p.choice.label if p.fits and p.choice is not None else None,
+        "memory_svg": memory_chart(p, scenario),
+        "time_svg": time_chart(p),
+        "explanations": explain_all(p.scenario if p.fits else scenario),
+        "config_text": config_text,
+        "config_error": config_error,
+        "query": query,
+        "scenario_rows": _scenario_rows(scenario),
+    }
+
+
+def build_report(scenario: Scenario, fmt: Format = "html", *, title: str = "ZeRO plan", link: str | None = None) -> str:
+    """The report of ``scenario`` as one self-contained HTML page (``fmt="html"``) or Markdown document.
+
+    ``link``: the shareable URL to print (default: the query string alone). Raises ValueError for another fmt.
+    """
+    if fmt not in ("html", "markdown"):
+        raise ValueError(f"fmt must be 'html' or 'markdown' (got {fmt!r})")
+    d = report_parts(scenario)
+    return _html(d, title, link) if fmt == "html" else _markdown(d, title, link)
+
+
+def _numbers_line(e: Any) -> str:
+    return (f"{fmt_bytes_text(e.per_gpu_bytes.total)} per GPU, host {fmt_bytes_text(e.per_node_cpu_bytes)} per node, "
+            f"step {fmt_seconds_text(e.step_seconds)}, {e.tokens_per_second:,.0f} tokens/s, "
+            f"{e.tflops_per_gpu:.0f} TFLOP/s per GPU")
+
+
+def _html(d: dict, title: str, link: str | None) -> str:
+    esc = html.escape
+    p = d["plan"]
+    link_text = link or ("?" + d["query"])
+    head = (f"<h2>Recommendation: {esc(d['choice'])}</h2><p>{esc(_numbers_line(p.estimate))}</p>" if d["choice"]
+            else "<h2>Nothing fits</h2><p>No ZeRO stage or offload choice fits this model on this cluster.</p>")
+    reasons = "".join(f"<li>{esc(r)}</li>" for r in p.reasons)
+    warnings = "".join(f"<li>{esc(w)}</li>" for w in p.warnings)
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in d["scenario_rows"])
+    terms = []
+    for e in d["explanations"].values():
+        parts = "".join(f"<li>{esc(pt.label)}: {esc(fmt_bytes_text(pt.value) if e.unit == 'bytes' else fmt_seconds_text(pt.value))}</li>"
+                        for pt in e.parts if pt.value)
+        terms.append(f"<tr><td><b>{esc(e.title)}</b></td><td class='num'>{esc(e.display)}</td><td>{esc(e.words)}"
+                     f"<br><code>{esc(e.latex)}</code><br><code>{esc(e.substituted)}</code>"
+                     f"{'<ul>' + parts + '</ul>' if parts else ''}<div class='src'>Source: {esc(e.source)}</div>"
+                     "</td></tr>")
+    config = (f"<pre class='config'>{esc(d['config_text'])}</pre>" if d["config_text"]
+              else f"<p>{esc(d['config_error'] or '')}</p>")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>
+body {{ font-family: sans-serif; max-width: 1000px; margin: 24px auto; color: #222; line-height: 1.4; }}
+h1 {{ margin-bottom: 0; }} .muted, .src {{ color: #666; font-size: 12px; }}
+table {{ border-collapse: collapse; width: 100%; }} th, td {{ text-align: left; vertical-align: top; padding: 4px 8px;
+border-bottom: 1px solid #ddd; }} td.num {{ white-space: nowrap; font-weight: bold; }}
+code {{ font-size: 12px; color: #333; }} pre.config {{ background: #f5f5f5; padding: 10px; overflow-x: auto; }}
+figure {{ margin: 12px 0; }} .warn li {{ color: #8a5a00; }}
+</style></head><body>
+<h1>{esc(title)}</h1>
+<p class="muted">zeroplanner {esc(_version())}; DeepSpeed {esc(p.estimate.deepspeed_version)} accounting;
+GiB = 2<sup>30</sup> bytes. Shareable link: <code class="link">{esc(link_text)}</code></p>
+<h2>Scenario</h2><table class="scenario">{rows}</table>
+{head}
+<ul>{reasons}</ul>{'<h3>Warnings</h3><ul class="warn">' + warnings + '</ul>' if warnings else ''}
+<h2>Charts</h2>
+<figure class="chart memory">{d['memory_svg']}</figure>
+<figure class="chart time">{d['time_svg']}</figure>
+<h2>Every number explained ({'recommended configuration' if d['choice'] else 'requested configuration'})</h2>
+<table class="terms">{''.join(terms)}</table>
+<h2>DeepSpeed config</h2>
+{config}
+</body></html>
+"""
+
+
+def _markdown(d: dict, title: str, link: str | None) -> str:
+    p = d["plan"]
+    lines = [f"# {title}", "", f"zeroplanner {_version()}; DeepSpeed {p.estimate.deepspeed_version} accounting; "
+             "GiB = 2^30 bytes.", "", f"Shareable link: `{link or '?' + d['query']}`", "", "## Scenario", "",
+             "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in d["scenario_rows"]]
+    lines += [""]
+    if d["choice"]:
+        lines += [f"## Recommendation: {d['choice']}", "", _numbers_line(p.estimate), ""]
+    else:
+        lines += ["## Nothing fits", "", "No ZeRO stage or offload choice fits this model on this cluster.", ""]
+    lines += [f"- {r}" for r in p.reasons]
+    if p.warnings:
+        lines += ["", "### Warnings", ""] + [f"- {w}" for w in p.warnings]
+    lines += ["", "## Charts", "", f"![Memory per GPU]({svg_data_uri(d['memory_svg'])})", "",
+              f"![Step time]({svg_data_uri(d['time_svg'])})", "", "## Every number explained", ""]
+    for e in d["explanations"].values():
+        lines += [f"**{e.title}: {e.display}**. {e.words}", "", f"$${e.latex}$$", "", f"$${e.substituted}$$", "",
+                  f"*Source:* {e.source}", ""]
+    lines += ["## DeepSpeed config", ""]
+    lines += (["```json", d["config_text"], "```"] if d["config_text"] else [d["config_error"] or ""])
+    return "\n".join(lines) + "\n"
+
+
+def report_data_uri(scenario: Scenario, fmt: Format = "html", *, link: str | None = None) -> str:
+    """``data:`` URI of the report, for a download link that needs no server round trip."""
+    text = build_report(scenario, fmt, link=link)
+    mime = "text/html" if fmt == "html" else "text/markdown"
+    return f"data:{mime};charset=utf-8;base64,{base64.b64encode(text.encode('utf-8')).decode('ascii')}"
