@@ -1,0 +1,214 @@
+"""Comparison view: pin a scenario, keep moving the controls, and see the pinned and the current plan side by side
+(memory per GPU by term, step time by component, throughput, and what differs in the inputs and in the DeepSpeed
+config).
+
+``ComparePanel`` is an ipywidgets container; the app calls ``panel.update(scenario)`` on every change and the
+"Pin current" button pins what is shown. The pure helpers (:func:`comparison`, :func:`config_diff`,
+:func:`inputs_diff`) compute everything and are tested without widgets.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import bqplot as bq
+import ipywidgets as w
+import numpy as np
+
+from ..explain import fmt_bytes_text, fmt_seconds_text
+from ..specs import Scenario
+from ..units import GIB
+
+MEMORY_TERMS = (("parameters", "Parameters"), ("gradients", "Gradients"), ("optimizer_states", "Optimizer states"),
+                ("activations", "Activations"), ("buffers", "Buffers"), ("overhead", "Overhead"))
+TIME_PARTS = (("compute", "Compute"), ("communication", "Exposed communication"),
+              ("offload", "Offload + CPU optimizer"))
+TERM_COLORS = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#b279a2")
+TIME_COLORS = ("#4c78a8", "#e45756", "#eeca3b")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the comparison: the scenario, the planner's plan, the estimate shown (the recommendation, or
+    the scenario as given when nothing fits) and its DeepSpeed config (None when nothing fits)."""
+
+    scenario: Scenario
+    plan: Any
+    estimate: Any
+    config: dict | None
+
+    @property
+    def memory_gib(self) -> np.ndarray:
+        return np.array([getattr(self.estimate.per_gpu_bytes, k) / GIB for k, _ in MEMORY_TERMS])
+
+    @property
+    def time_seconds(self) -> np.ndarray:
+        e = self.estimate
+        return np.array([e.compute_seconds_per_step, e.communication.exposed_seconds_per_step,
+                         e.offload_seconds_per_step + e.optimizer_seconds_per_step])
+
+    @property
+    def label(self) -> str:
+        return self.plan.choice.label if self.plan.fits and self.plan.choice is not None else "nothing fits"
+
+
+def side(scenario: Scenario) -> Side:
+    """Plan ``scenario`` and keep what the comparison shows."""
+    from ..costmodel import estimate
+    from ..dsconfig import to_deepspeed_config
+    from ..planner import plan
+
+    p = plan(scenario)
+    if p.fits:
+        return Side(scenario, p, p.estimate, to_deepspeed_config(p.scenario))
+    return Side(scenario, p, estimate(scenario), None)
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: obj}
+
+
+def config_diff(a: dict | None, b: dict | None) -> list[tuple[str, Any, Any]]:
+    """(dotted key, value in a, value in b) for every DeepSpeed config key whose value differs (missing = None),
+    sorted by key."""
+    fa, fb = _flatten(a or {}), _flatten(b or {})
+    return [(k, fa.get(k), fb.get(k)) for k in sorted(fa.keys() | fb.keys()) if fa.get(k) != fb.get(k)]
+
+
+def inputs_diff(a: Scenario, b: Scenario) -> list[tuple[str, Any, Any]]:
+    """(key, pinned value, current value) for the shareable inputs (the link's keys) that differ."""
+    from ..share import scenario_inputs
+
+    ia, _ = scenario_inputs(a, approximate_model=True)
+    ib, _ = scenario_inputs(b, approximate_model=True)
+    return [(k, ia.get(k), ib.get(k)) for k in dict.fromkeys([*ia, *ib]) if ia.get(k) != ib.get(k)]
+
+
+def comparison(pinned: Side, current: Side) -> list[tuple[str, str, str]]:
+    """Rows (what, pinned, current) of the side-by-side table: plan, memory terms, fit, host RAM, step-time
+    components, step, tokens/s."""
+    rows = [("Plan", pinned.label, current.label)]
+    for (key, name), a, b in zip(MEMORY_TERMS, pinned.memory_gib, current.memory_gib):
+        rows.append((name, f"{a:.2f} GiB", f"{b:.2f} GiB"))
+    pe, ce = pinned.estimate, current.estimate
+    rows.append(("Total per GPU", fmt_bytes_text(pe.per_gpu_bytes.total), fmt_bytes_text(ce.per_gpu_bytes.total)))
+    rows.append(("Fits", "yes" if pe.fits else "no", "yes" if ce.fits else "no"))
+    rows.append(("Host RAM per node", fmt_bytes_text(pe.per_node_cpu_bytes), fmt_bytes_text(ce.per_node_cpu_bytes)))
+    for (key, name), a, b in zip(TIME_PARTS, pinned.time_seconds, current.time_seconds):
+        rows.append((name, fmt_seconds_text(a), fmt_seconds_text(b)))
+    rows.append(("Step", fmt_seconds_text(pe.step_seconds), fmt_seconds_text(ce.step_seconds)))
+    rows.append(("Tokens/s", f"{pe.tokens_per_second:,.0f}", f"{ce.tokens_per_second:,.0f}"))
+    return rows
+
+
+def _table_html(rows: list[tuple[str, str, str]]) -> str:
+    esc = html.escape
+    body = "".join(
+        f"<tr{' class=zp-diff' if a != b else ''}><th>{esc(k)}</th><td>{esc(a)}</td><td>{esc(b)}</td></tr>"
+        for k, a, b in rows)
+    return ("<table class='zp-compare'><tr><th></th><th>Pinned</th><th>Current</th></tr>" + body + "</table>")
+
+
+def _diff_html(title: str, diff: list[tuple[str, Any, Any]]) -> str:
+    esc = html.escape
+    if not diff:
+        return f"<div><b>{esc(title)}</b>: no differences.</div>"
+    show = lambda v: "—" if v is None else json.dumps(v) if not isinstance(v, str) else v  # noqa: E731
+    rows = "".join(f"<tr><td><code>{esc(k)}</code></td><td>{esc(show(a))}</td><td>{esc(show(b))}</td></tr>"
+                   for k, a, b in diff)
+    return (f"<div><b>{esc(title)}</b> ({len(diff)})</div><table class='zp-compare-diff'><tr><th>key</th>"
+            f"<th>pinned</th><th>current</th></tr>{rows}</table>")
+
+
+_CSS = """<style>
+.zp-compare th, .zp-compare td, .zp-compare-diff th, .zp-compare-diff td { padding: 2px 8px; text-align: left;
+  border-bottom: 1px solid #ddd; }
+.zp-compare tr.zp-diff td { background: #fff8e1; }
+</style>"""
+
+
+class ComparePanel(w.VBox):
+    """Pinned vs current, side by side. ``pin()`` pins the current scenario (or a given one); ``update(scenario)``
+    sets the current one. ``table``, ``inputs``, ``config`` (HTML) and ``memory_chart`` / ``time_chart`` (bqplot,
+    two stacked bars each) show them; before anything is pinned the panel says how to start."""
+
+    def __init__(self, current: Scenario | None = None) -> None:
+        self.pinned: Side | None = None
+        self.current: Side | None = None
+        self.pin_button = w.Button(description="Pin current", icon="", tooltip="Keep this setup for comparison",
+                                   layout=w.Layout(width="120px"))
+        self.unpin_button = w.Button(description="Unpin", layout=w.Layout(width="90px"), disabled=True)
+        self.pin_button.on_click(lambda _: self.pin())
+        self.unpin_button.on_click(lambda _: self.unpin())
+        self.status = w.HTML("<span class='zp-muted'>Pin the current setup, then change the controls to compare."
+                             "</span>")
+        self.table = w.HTML()
+        self.inputs = w.HTML()
+        self.config = w.HTML()
+        self.memory_chart = self._chart("Memory per GPU (GiB)", [n for _, n in MEMORY_TERMS], TERM_COLORS, "GiB")
+        self.time_chart = self._chart("Step time (s)", [n for _, n in TIME_PARTS], TIME_COLORS, "s")
+        charts = w.HBox([self.memory_chart, self.time_chart])
+        self.body = w.VBox([charts, self.table, self.inputs, self.config])
+        self.body.layout.display = "none"
+        super().__init__([w.HTML(_CSS), w.HBox([self.pin_button, self.unpin_button, self.status]), self.body])
+        self.add_class("zp-compare-panel")
+        if current is not None:
+            self.update(current)
+
+    @staticmethod
+    def _chart(title: str, labels: list[str], colors: tuple[str, ...], unit: str) -> bq.Figure:
+        xs, ys = bq.OrdinalScale(domain=["Pinned", "Current"]), bq.LinearScale(min=0.0)
+        bars = bq.Bars(x=["Pinned", "Current"], y=np.zeros((len(labels), 2)), type="stacked", colors=list(colors),
+                       labels=labels, display_legend=True, scales={"x": xs, "y": ys}, padding=0.4)
+        bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["", unit], formats=["", ".3g"])
+        axes = [bq.Axis(scale=xs), bq.Axis(scale=ys, side="left", label=unit, tick_format=".3~g")]
+        return bq.Figure(marks=[bars], axes=axes, title=title, animation_duration=0, legend_location="top-left",
+                         fig_margin={"top": 40, "bottom": 30, "left": 55, "right": 10},
+                         layout=w.Layout(width="50%", height="300px", min_width="300px"))
+
+    def update(self, scenario: Scenario) -> None:
+        """Make ``scenario`` the current side and redraw (if something is pinned)."""
+        self.current = side(scenario)
+        self._render()
+
+    def pin(self, scenario: Scenario | None = None) -> None:
+        """Pin ``scenario`` (default: the current one)."""
+        if scenario is not None:
+            self.pinned = side(scenario)
+        elif self.current is not None:
+            self.pinned = self.current
+        else:
+            return
+        self.unpin_button.disabled = False
+        self._render()
+
+    def unpin(self) -> None:
+        self.pinned = None
+        self.unpin_button.disabled = True
+        self._render()
+
+    def _render(self) -> None:
+        if self.pinned is None or self.current is None:
+            self.body.layout.display = "none"
+            self.status.value = ("<span class='zp-muted'>Pin the current setup, then change the controls to "
+                                 "compare.</span>")
+            return
+        self.body.layout.display = ""
+        self.status.value = f"<span class='zp-muted'>Pinned: {html.escape(self.pinned.label)}</span>"
+        a, b = self.pinned, self.current
+        for fig, values in ((self.memory_chart, (a.memory_gib, b.memory_gib)),
+                            (self.time_chart, (a.time_seconds, b.time_seconds))):
+            bars = fig.marks[0]
+            with bars.hold_sync():
+                bars.y = np.stack(values, axis=1)
+        self.table.value = _table_html(comparison(a, b))
+        self.inputs.value = _diff_html("Inputs that differ", inputs_diff(a.scenario, b.scenario))
+        self.config.value = _diff_html("DeepSpeed config keys that differ", config_diff(a.config, b.config))
