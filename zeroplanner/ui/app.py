@@ -52,6 +52,7 @@ _CSS = """
 .zp-error { background: #fff3e0; border-left: 5px solid #ef6c00; padding: 6px 10px; margin: 4px 0; }
 .zp-config textarea { font-family: var(--jp-code-font-family, monospace); font-size: 12px; }
 .zp-muted { color: #666; font-size: 12px; }
+.zp-controls small { display: block; line-height: 1.35; }
 .zp-button { padding: 3px 10px; margin-right: 8px; border: 1px solid #999; border-radius: 3px; background: #f5f5f5;
              color: #222; text-decoration: none; font-size: 13px; cursor: pointer; }
 </style>
@@ -116,7 +117,7 @@ class PlannerApp(w.VBox):
                                            value=self.state.config_mode, style={"button_width": "130px"})
         self.variant_picker.observe(lambda ch: self._queue("config_variant", ch["new"]), names="value")
         self.mode_toggle.observe(lambda ch: self._queue("config_mode", ch["new"]), names="value")
-        self.config_area = w.Textarea(layout=w.Layout(width="100%", height="340px"), disabled=False)
+        self.config_area = w.Textarea(layout=w.Layout(width="1085px", max_width="100%", height="360px"))
         self.config_area.add_class("zp-config")
         self.config_actions = w.HTML()
         config_box = w.VBox([
@@ -135,11 +136,11 @@ class PlannerApp(w.VBox):
             [self.memory_chart, self.time_chart, self.host_chart, self.scaling_chart],
             layout=w.Layout(display="flex", flex_flow="row wrap", width="100%"),
         )
-        right = w.VBox([self.banner, self.message, charts, self.timing], layout=w.Layout(flex="1 1 auto",
-                                                                                        min_width="0"))
+        right = w.VBox([self.banner, self.message, charts, self.timing, config_box],
+                       layout=w.Layout(flex="1 1 auto", min_width="0"))
         self.controls.extra.children = self.extras
         top = w.HBox([self.controls, right], layout=w.Layout(width="100%", align_items="flex-start"))
-        super().__init__([w.HTML(_CSS), top, config_box, about], layout=w.Layout(width="100%"))
+        super().__init__([w.HTML(_CSS), top, about], layout=w.Layout(width="100%"))
         self.add_class("zp-app")
         self.flush()
 
@@ -256,7 +257,7 @@ class PlannerApp(w.VBox):
         self.paste_button = w.Button(description="Load config", layout=w.Layout(width="120px"))
         self.paste_findings = w.HTML()
         self.paste_button.on_click(lambda _: self.load_config(self.paste_area.value))
-        paste = w.VBox([self.paste_area, w.HBox([self.paste_button, self.paste_mode]), self.paste_findings])
+        paste = w.VBox([self.paste_area, self.paste_mode, self.paste_button, self.paste_findings])
         acc = w.Accordion(children=[paste], selected_index=None)
         acc.set_title(0, "Paste your DeepSpeed config")
         return [w.HTML("<b>Your setup</b>"), self.probe_button, self.probe_message, acc]

@@ -26,7 +26,7 @@ FIGURE_WIDTH_PX, FIGURE_HEIGHT_PX = 540, 340
 _FIG_LAYOUT = dict(width=f"{FIGURE_WIDTH_PX}px", height=f"{FIGURE_HEIGHT_PX}px", flex="0 0 auto")
 """Fixed figure sizes: a figure whose size follows its container is re-laid out (axes, every bar) whenever text
 elsewhere on the page changes width, which costs hundreds of ms in the browser."""
-_MARGIN = {"top": 45, "bottom": 80, "left": 65, "right": 35}
+_MARGIN = {"top": 45, "bottom": 80, "left": 80, "right": 35}
 
 
 def _same(old, new) -> bool:
@@ -264,18 +264,18 @@ class ScalingChart(bq.Figure):
 
     def __init__(self) -> None:
         self.x_scale = bq.LogScale()
-        self.y_scale = bq.LinearScale(min=0.0)
+        self.y_scale = bq.LogScale()
         self.lines: list[bq.Lines] = []
-        self.current = bq.Lines(x=[1.0, 1.0], y=[0.0, 1.0], colors=["#555555"], line_style="dotted",
+        self.current = bq.Lines(x=[1.0, 1.0], y=[1.0, 10.0], colors=["#555555"], line_style="dotted",
                                 stroke_width=2, labels=["current nodes"], display_legend=True,
                                 scales={"x": self.x_scale, "y": self.y_scale})
         axes = [
-            bq.Axis(scale=self.x_scale, label="nodes", tick_format=".0f", label_offset="35px"),
-            bq.Axis(scale=self.y_scale, side="left", label="tokens/s", tick_format=".2s",
+            bq.Axis(scale=self.x_scale, label="nodes (log)", tick_format=".0f", label_offset="35px"),
+            bq.Axis(scale=self.y_scale, side="left", label="tokens/s (log)", tick_format=".2s",
                     label_offset="45px", grid_lines="dashed"),
         ]
         super().__init__(**_figure("Scaling: tokens/s vs nodes", [self.current], axes, legend="top-left"))
-        self.fig_margin = {"top": 45, "bottom": 50, "left": 65, "right": 15}
+        self.fig_margin = {"top": 45, "bottom": 50, "left": 80, "right": 35}
 
     def _line(self, i: int) -> bq.Lines:
         while len(self.lines) <= i:
@@ -290,11 +290,17 @@ class ScalingChart(bq.Figure):
 
     def update(self, view: ScalingView) -> None:
         y = view.tokens_per_second
-        finite = np.isfinite(y)
-        top = nice_ceiling(float(y[finite].max()) * 1.45) if finite.any() else 1.0
+        finite = np.isfinite(y) & (y > 0)
+        if finite.any():  # whole decades that hold every point, and one more above for the legend
+            bottom = float(10 ** np.floor(np.log10(y[finite].min())))
+            top = float(10 ** (np.ceil(np.log10(y[finite].max() * 1.05)) + 1))
+        else:
+            bottom, top = 1.0, 10.0
         assign(self.x_scale, min=float(min(view.nodes.min(), view.current_nodes)),
                max=float(max(view.nodes.max(), view.current_nodes)))
-        assign(self.y_scale, max=top)
+        assign(self.y_scale, min=bottom, max=top)
+        decades = 10.0 ** np.arange(np.log10(bottom), np.log10(top) + 0.5)
+        assign(self.axes[1], tick_values=decades)
         for i, label in enumerate(view.labels):
             line = self._line(i)
             ok = finite[i]
@@ -302,4 +308,4 @@ class ScalingChart(bq.Figure):
                    visible=bool(ok.any()))
         for line in self.lines[len(view.labels):]:
             assign(line, visible=False)
-        assign(self.current, x=[float(view.current_nodes)] * 2, y=[0.0, top])
+        assign(self.current, x=[float(view.current_nodes)] * 2, y=[bottom, top])

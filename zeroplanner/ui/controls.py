@@ -17,8 +17,8 @@ from .. import catalog
 from ..units import GIB
 from .state import CUSTOM_MODEL, AppState
 
-_DESC = {"description_width": "150px"}
-_WIDE = w.Layout(width="100%")
+_DESC = {"description_width": "140px"}
+_WIDE = w.Layout(width="97%")
 
 
 def _log_slider(description: str, value: float, lo: float, hi: float, step: float = 0.01, fmt: str = ".3g"):
@@ -51,7 +51,7 @@ class Controls(w.VBox):
         self.widgets: dict[str, w.Widget] = {
             "model": w.Dropdown(options=model_options, value=state.model_name, description="Model",
                                 style=_DESC, layout=_WIDE),
-            "model_params_b": _log_slider("Model size (B params)", s.parameters / 1e9, 0.1, 2000.0),
+            "model_params_b": _log_slider("Size (B params)", s.parameters / 1e9, 0.1, 2000.0),
             "gpu": w.Dropdown(options=catalog.gpu_names(), value=state.gpu_name, description="GPU",
                               style=_DESC, layout=_WIDE),
             "gpu_memory_gib": w.FloatSlider(value=round(c.memory_per_gpu_bytes / GIB, 1), min=1, max=320, step=0.5,
@@ -88,19 +88,18 @@ class Controls(w.VBox):
                                  readout_format=".2f", continuous_update=False, style=_DESC, layout=_WIDE),
             # advanced: cluster / offload
             "cpu_memory_gib": w.BoundedFloatText(value=round(c.cpu_memory_bytes / GIB), min=1, max=2**20,
-                                                 description="Host RAM / node (GiB)", style=_DESC, layout=_WIDE),
+                                                 description="Host RAM/node GiB", style=_DESC, layout=_WIDE),
             "pin_memory": w.Checkbox(value=z.offload_optimizer.pin_memory, description="Pinned offload memory",
                                      indent=False),
             # advanced: ZeRO
-            "reduce_bucket_size": _log_slider("reduce_bucket_size", z.reduce_bucket_size, 1e6, 2e9),
-            "allgather_bucket_size": _log_slider("allgather_bucket_size", z.allgather_bucket_size, 1e6, 2e9),
-            "stage3_prefetch_bucket_size": _log_slider("stage3_prefetch_bucket", max(z.stage3_prefetch_bucket_size,
-                                                                                      1e6), 1e6, 2e9),
+            "reduce_bucket_size": _log_slider("", z.reduce_bucket_size, 1e6, 2e9),
+            "allgather_bucket_size": _log_slider("", z.allgather_bucket_size, 1e6, 2e9),
+            "stage3_prefetch_bucket_size": _log_slider("", max(z.stage3_prefetch_bucket_size, 1e6), 1e6, 2e9),
             "overlap_comm": w.Dropdown(options=[("DeepSpeed default", "default"), ("on", "on"), ("off", "off")],
                                        value={None: "default", True: "on", False: "off"}[z.overlap_comm],
                                        description="overlap_comm", style=_DESC, layout=_WIDE),
             "zero_hpz_partition_size": w.BoundedIntText(value=state.zero_hpz_partition_size, min=1, max=1024,
-                                                        description="zero_hpz_partition_size", style=_DESC,
+                                                        description="hpZ partition", style=_DESC,
                                                         layout=_WIDE),
             "zero_quantized_weights": w.Checkbox(value=state.zero_quantized_weights,
                                                  description="zero_quantized_weights (qwZ)", indent=False),
@@ -119,22 +118,30 @@ class Controls(w.VBox):
                            W["checkpointing"], W["flash_attention"], W["mfu"]])
         lora = w.VBox([W["lora_rank"], W["qlora"]])
         offload = w.VBox([W["cpu_memory_gib"], W["pin_memory"]])
+        def above(text: str) -> w.HTML:
+            return w.HTML(f"<code style='font-size:12px'>{text}</code>", layout=w.Layout(margin="2px 0 0 8px"))
+
         zero = w.VBox([
-            w.HTML("<small>Bucket sizes in elements (DeepSpeed's keys).</small>"),
-            W["reduce_bucket_size"], W["allgather_bucket_size"], W["stage3_prefetch_bucket_size"],
+            w.HTML("<small>Bucket sizes in elements, as DeepSpeed's keys.</small>"),
+            above("reduce_bucket_size"), W["reduce_bucket_size"],
+            above("allgather_bucket_size"), W["allgather_bucket_size"],
+            above("stage3_prefetch_bucket_size"), W["stage3_prefetch_bucket_size"],
             W["overlap_comm"],
-            w.HTML("<small>ZeRO++: adds a 'ZeRO-3 + ZeRO++' variant to the charts (the planner already tries "
-                   "hpZ = GPUs per node with qwZ + qgZ on multi-node runs).</small>"),
+            w.HTML("<small>ZeRO++ (<code>zero_hpz_partition_size</code>, <code>zero_quantized_*</code>): adds a "
+                   "'ZeRO-3 + ZeRO++' variant to the charts; the planner itself already tries hpZ = GPUs per node "
+                   "with qwZ + qgZ on multi-node runs.</small>"),
             W["zero_hpz_partition_size"], W["zero_quantized_weights"], W["zero_quantized_gradients"],
         ])
-        self.advanced = w.Accordion(children=[training, zero, offload, lora], selected_index=None)
-        for i, title in enumerate(["Training", "ZeRO buckets and ZeRO++", "Offload and host", "LoRA / QLoRA"]):
-            self.advanced.set_title(i, title)
+        def section(title: str, box: w.VBox) -> list[w.Widget]:
+            return [w.HTML(f"<div style='margin-top:6px;border-bottom:1px solid #ddd'><b>{title}</b></div>"), box]
+
+        self.advanced = w.VBox(section("Training", training) + section("ZeRO buckets and ZeRO++", zero)
+                               + section("Offload and host", offload) + section("LoRA / QLoRA", lora))
         self.outer = w.Accordion(children=[self.advanced], selected_index=None)
         self.outer.set_title(0, "Advanced")
         self.extra = w.VBox([])
         super().__init__([w.HTML("<b>Model and cluster</b>"), main, self.outer, self.extra],
-                         layout=w.Layout(width="360px", min_width="320px"))
+                         layout=w.Layout(width="380px", min_width="340px", flex="0 0 auto"))
         self.add_class("zp-controls")
 
     def _make_handler(self, key: str):
