@@ -56,7 +56,7 @@ def _positive_int(name: str, low: int = 1, high: int = 10**7):
     def parse(text: str) -> int:
         try:
             value = int(float(text)) if "e" in text.lower() else int(text)
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: "1e400" is inf
             raise argparse.ArgumentTypeError(f"{name} must be an integer in [{low}, {high}] (got {text!r})") from None
         if not (low <= value <= high) or ("e" in text.lower() and float(text) != value):
             raise argparse.ArgumentTypeError(f"{name} must be an integer in [{low}, {high}] (got {text!r})")
