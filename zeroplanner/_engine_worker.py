@@ -112,7 +112,7 @@ def _classify(path: str) -> str:
 _RANK = {c: i for i, c in enumerate(CATEGORIES)}
 
 
-def _census(engine, baseline_ptrs):
+def _census(engine, baseline_ptrs, with_gc=False):
     """Bytes of live storages per category on this rank.
 
     Every tensor reachable from the module (parameters; ZeRO-3: their ``ds_tensor`` partitions; buffers;
@@ -169,13 +169,15 @@ def _census(engine, baseline_ptrs):
         by_path[k] = by_path.get(k, 0) + nbytes
 
     gc_total, gc_ptrs = 0, set()
-    for obj in _gc_tensors():
+    for obj in (_gc_tensors() if with_gc else ()):
         key = _storage_key(obj)
         if key is None or key[0] in gc_ptrs or key[0] in baseline_ptrs:
             continue
         gc_ptrs.add(key[0])
         gc_total += key[1]
     attributed_in_gc = sum(c[2] for ptr, c in claims.items() if ptr in gc_ptrs)
+    if not with_gc:
+        gc_total = attributed_in_gc = -1  # not measured at this point (the gc walk is slow)
     return {
         "bytes": by_cat,
         "attributed_bytes": sum(by_cat.values()),
@@ -281,7 +283,7 @@ def _run_one(run, device, rank, world, out_dir):
         if step_state["armed"]:
             step_state["armed"] = False
             c0 = time.perf_counter()
-            result["census"]["during_step"] = _census(engine, baseline)
+            result["census"]["during_step"] = _census(engine, baseline, with_gc=True)
             step_state["census_seconds"] = step_state.get("census_seconds", 0.0) + time.perf_counter() - c0
         return original_step(*args, **kwargs)
 

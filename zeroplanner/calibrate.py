@@ -70,8 +70,8 @@ def tiny_hf_config(
     arch: Architecture,
     *,
     hidden_size: int = 64,
-    n_layers: int = 2,
-    vocab_size: int = 512,
+    n_layers: int = 8,
+    vocab_size: int = 256,
     max_heads: int = 4,
     max_positions: int = 1024,
 ) -> dict[str, Any]:
@@ -284,6 +284,7 @@ class CalibrationReport(_Out):
     communication: list[ComparisonRow]
     timings: dict[str, float]
     census: dict[str, dict[str, int]]
+    census_totals: dict[str, dict[str, int]]
     cuda: dict[str, int] | None = None
     wall_seconds: float = 0.0
 
@@ -426,6 +427,11 @@ def compare(name: str, scenario: Scenario, hf_config: dict[str, Any], per_rank: 
     last = [r["timings"][-1] for r in per_rank]
     timings = {k: max(t[k] for t in last) for k in ("forward_seconds", "backward_seconds", "step_seconds")}
     census = {phase: per_rank[0]["census"][phase]["bytes"] for phase in per_rank[0]["census"]}
+    census_totals = {
+        phase: {k: max(int(r["census"][phase][k]) for r in per_rank if phase in r["census"])
+                for k in ("attributed_bytes", "gc_total_bytes", "unattributed_bytes")}
+        for phase in per_rank[0]["census"]
+    }
     cuda = None
     if device == "cuda" and "cuda" in per_rank[0]:
         cuda = {"after_init_max_allocated_bytes": max(r["cuda"]["after_init_max_allocated_bytes"] for r in per_rank)}
@@ -436,7 +442,8 @@ def compare(name: str, scenario: Scenario, hf_config: dict[str, Any], per_rank: 
     return CalibrationReport(
         name=name, device=device, ranks=world, steps=steps, deepspeed_version=deepspeed.__version__,
         scenario=json.loads(scenario.model_dump_json()), hf_config=hf_config, parameters=per_rank[0]["parameters"],
-        memory=memory, communication=communication, timings=timings, census=census, cuda=cuda,
+        memory=memory, communication=communication, timings=timings, census=census,
+        census_totals=census_totals, cuda=cuda,
         wall_seconds=wall_seconds,
     )
 
@@ -546,7 +553,8 @@ def measure_activation_bytes(
 
     The model is built from ``hf_config`` (``transformers.AutoConfig.for_model``; no download), cast to bf16 as
     DeepSpeed's bf16 mode casts the module (no autocast), put in train mode, and run on random token ids with
-    ``labels = input_ids``. Counted with ``torch.autograd.graph.saved_tensors_hooks``: every tensor autograd saves,
+    ``labels = input_ids`` and ``use_cache=False`` (training: no KV cache; HF turns it off itself under
+    gradient checkpointing, and a cache makes concatenated K/V copies). Counted with ``torch.autograd.graph.saved_tensors_hooks``: every tensor autograd saves,
     deduplicated by ``untyped_storage().data_ptr()``, parameter and buffer storages excluded. Full checkpointing
     is HF's ``gradient_checkpointing_enable`` with ``use_reentrant=True`` (the reentrant function saves the layer
     inputs through ``save_for_backward``, so the hooks see them; the recomputation in backward is measured the same
@@ -596,7 +604,7 @@ def measure_activation_bytes(
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(0, config.vocab_size, (micro_batch, seq_len), generator=gen)
     with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-        out = model(input_ids=ids, labels=ids)
+        out = model(input_ids=ids, labels=ids, use_cache=False)
         state["phase"] = "backward"
         logits_ptr = out.logits.untyped_storage().data_ptr()
         logits_bytes = 0 if logits_ptr in forward else out.logits.untyped_storage().nbytes()

@@ -42,47 +42,90 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     k_experts = float(m.experts_per_token)
     sb = s * b
 
-    # Attention block (Korthikanti 11sbh + 5as^2b, generalised)
-    norm_in = ab * sb * h  # LayerNorm/RMSNorm input
-    norm_stats = 4.0 * sb * (2.0 if m.norm_kind == "layernorm" else 1.0)  # fp32 mean/rstd per token
+    # Corrections from the saved-tensor measurement of real HF models (zeroplanner.calibrate.measure_activation_bytes,
+    # transformers 5.24, bf16 on CPU, sdpa; table in docs/validation.md), per layer:
+    # - HF RMSNorm computes in fp32: it saves the fp32 upcast of its input, the fp32 rstd and the normalised
+    #   tensor in the working precision, (4 + ab)·sbh + 4sb, not ab·sbh (LlamaRMSNorm / Qwen2RMSNorm /
+    #   MistralRMSNorm); LayerNorm saves its input and mean/rstd;
+    # - the flash/sdpa output is laid out (b, s, heads, d): with separate Q/K/V projections (llama family) the
+    #   output projection's input is a view of the saved attention output; fused-QKV models keep the whole fused
+    #   output saved whenever one of Q/K/V is a view of it, and may copy the attention output (below);
+    # - GPT-2's gelu_new (tanh approximation, composed of pointwise ops) saves 5 tensors of width f, exact GELU 2;
+    # - GPT-NeoX's parallel residual feeds both LayerNorms the same input: the second saves only its statistics.
+    rms = m.norm_kind == "rmsnorm"
+    stats = 4.0 * sb * (1.0 if rms else 2.0)  # fp32 rstd (RMSNorm) or mean + rstd (LayerNorm) per token
+    norm = ((4.0 + ab) * sb * h if rms else ab * sb * h) + stats
     qkv_in = ab * sb * h  # norm output, input of the Q/K/V projections
+    rotary = m.learned_position_embeddings == 0 and m.family not in ("bloom",)
     if t.flash_attention:
         q_k_v = ab * sb * (hq + 2 * hk) / tp  # inputs of the attention kernel
+        out_copy = 0.0 * b
+        if m.fused_qkv:
+            # a view of the fused QKV output keeps all of it saved (GPT-2: Q, K, V are views; GPT-NeoX: V is, and
+            # the rotary Q and K are new copies beside it); the output projection's input is a copy for GPT-NeoX
+            # and, when the layer is recomputed under checkpointing, for GPT-2 (measured; a view otherwise)
+            q_k_v = q_k_v + (ab * sb * (hq + hk) / tp if rotary else 0.0)
+            out_copy = np.where(checkpointing == 2, 1.0, 1.0 if rotary else 0.0) + 0.0 * b
         core = (ab * sb * hq + 4.0 * a * s * b) / tp  # output + fp32 log-sum-exp per head
         core_s2 = 0.0 * b
+        out_in = out_copy * ab * sb * hq / tp
     else:
         q_k_v = ab * sb * (hq + 2 * hq) / tp  # eager attention repeats K/V heads to n_heads before matmuls
         core = 0.0 * b
         core_s2 = (ab * a * s * s * b + drop * (a * s * s * b + ab * a * s * s * b)) / tp  # softmax (+mask, +out)
-    out_in = ab * sb * hq / tp  # input of the output projection
+        out_in = ab * sb * hq / tp  # input of the output projection
     attn_drop = drop * sb * h
-    attention = norm_in + norm_stats + qkv_in + q_k_v + core + np.where(checkpointing >= 1, 0.0, core_s2) + out_in
+    attention = norm + qkv_in + q_k_v + core + np.where(checkpointing >= 1, 0.0, core_s2) + out_in
     attention = attention + attn_drop
 
     # MLP block (Korthikanti 19sbh for f = 4h, generalised)
-    mlp_norm_in = ab * sb * h + norm_stats
+    parallel = bool(getattr(m, "parallel_attention", False))
+    mlp_norm = stats if parallel else norm
     mlp_in = ab * sb * h
-    inner = (4.0 if m.ffn_kind == "swiglu" else 2.0) * ab * sb * f / tp
+    if m.ffn_kind == "swiglu":
+        width = 4.0  # gate, up, act(gate), product
+    else:
+        width = 5.0 if m.family == "gpt2" else 2.0  # gelu_new's composed ops vs exact GELU (input, output)
+    inner = width * ab * sb * f / tp
     mlp_drop = drop * sb * h
     router = ab * sb * m.n_experts if m.n_experts > 1 else 0.0
-    mlp = mlp_norm_in + k_experts * (mlp_in + inner) + mlp_drop + router
+    mlp = mlp_norm + k_experts * (mlp_in + inner) + mlp_drop + router
     return attention + mlp
 
 
-def activation_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
-    """Peak activation bytes per GPU for one micro-batch (forward finished, backward starting).
+def activation_parts(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+    """The parts of :func:`activation_bytes`, bytes per GPU (float arrays shaped like ``cand``); they sum to it.
 
-    none/selective: L layers' saved tensors + logits; full: L layer inputs + one layer's saved tensors (being
-    recomputed) + logits. Returns float array shaped like ``cand``.
+    "layers": L layers' saved tensors (none/selective), or with full checkpointing the L stored layer inputs plus
+    one layer recomputed in backward, minus the recomputed layer's LayerNorm input, which is the stored layer input
+    itself (measured: no new storage; HF's RMSNorm saves an fp32 upcast instead, a new storage);
+    "final": the final norm (as in the layers) and the lm_head input;
+    "inputs": int64 input ids and labels (8 bytes each per token) and the rotary cos/sin tables shared by all
+    layers (2·a_b·s·b·head_dim; none with learned positions);
+    "logits": the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t.
+    Every part was checked against the saved-tensor measurement (docs/validation.md).
     """
     sc = ctx.scenario
     m, t = sc.model, sc.training
     b = cand.micro_batch.astype(np.float64)
     sb = float(t.seq_len) * b
     ab = 4.0 if t.precision == "fp32" else 2.0
+    h = float(m.hidden_size)
+    rms = m.norm_kind == "rmsnorm"
     per_layer = layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing)
     layers = float(m.n_layers)
-    stored = np.where(cand.checkpointing == 2, layers * ab * sb * m.hidden_size + per_layer, layers * per_layer)
-    final = ab * sb * m.hidden_size * 2  # final norm input + lm_head input
+    shared_input = 0.0 if rms else ab * sb * h
+    stored = np.where(cand.checkpointing == 2, layers * ab * sb * h + per_layer - shared_input, layers * per_layer)
+    final = ((4.0 + ab) * sb * h + 4.0 * sb if rms else ab * sb * h + 8.0 * sb) + ab * sb * h
+    rotary = 0.0 if m.learned_position_embeddings > 0 else 2.0 * ab * sb * m.dim_head
+    inputs = 16.0 * sb + rotary
     logits = (ab + 4.0) * sb * m.vocab_size / ctx.tp
-    return stored + final + logits
+    return {"layers": stored, "final": final, "inputs": inputs, "logits": logits}
+
+
+def activation_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
+    """Peak activation bytes per GPU for one micro-batch (forward finished, backward starting): the sum of
+    :func:`activation_parts`. Returns float array shaped like ``cand``.
+    """
+    parts = activation_parts(ctx, cand)
+    return parts["layers"] + parts["final"] + parts["inputs"] + parts["logits"]
