@@ -114,3 +114,16 @@ def test_app_is_registered_in_the_cli():
     from zeroplanner import cli
 
     assert "zeroplanner.cli_app" in cli.PLUGINS
+
+
+def test_app_on_a_busy_port_is_a_one_line_error(capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        args = _app_parser().parse_args(["app", "--port", str(port), "--no-browser"])
+        assert cli_app.run_app(args) == 2
+    err = capsys.readouterr().err
+    assert f"--port {port}: already in use" in err and "Traceback" not in err

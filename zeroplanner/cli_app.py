@@ -11,6 +11,7 @@ Also runnable directly: ``python -m zeroplanner.cli_app --port 8866 --no-browser
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -68,12 +69,26 @@ def notebook_path() -> Path:
     return out
 
 
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when ``host:port`` can be bound now (Voilà is told not to fall back to another port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def run_app(args: argparse.Namespace) -> int:
     """Run Voilà until interrupted. Returns the exit code (2 when the app extra is missing)."""
     try:
         from voila.app import Voila
     except ImportError:
         print(f"zeroplanner app: error: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    if not port_is_free(args.port):
+        print(f"zeroplanner app: error: --port {args.port}: already in use on 127.0.0.1; choose another with --port",
+              file=sys.stderr)
         return 2
     argv = voila_argv(notebook_path(), port=args.port, open_browser=not args.no_browser)
     print(f"zeroplanner app: serving http://127.0.0.1:{args.port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
