@@ -27,6 +27,7 @@ PLUGINS: tuple[str, ...] = (
     "zeroplanner.cli_app",
     "zeroplanner.cli_probe",
     "zeroplanner.cli_config",
+    "zeroplanner.cli_calibrate",
 )
 """Modules that add subcommands (one line each)."""
 
