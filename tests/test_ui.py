@@ -297,6 +297,16 @@ def test_config_for_a_variant_that_does_not_fit_says_so():
     assert json.loads(app.config_area.value)["zero_optimization"]["stage"] == 0
 
 
+def test_nothing_fits_is_said_in_banner_charts_and_config():
+    app = PlannerApp()
+    app.set(model="llama-3.1-405b", cpu_memory_gib=64)
+    scenario = build_scenario(model="llama-3.1-405b", cpu_memory_gib=64)
+    assert not make_plan(scenario).fits
+    assert_shows(app, scenario)
+    assert "Recommended" not in app.view.memory.labels
+    assert "Nothing fits this cluster" in app.config_actions.value
+
+
 def test_about_lists_the_pinned_versions():
     app = PlannerApp()
     about = app.children[-1].children[0].value

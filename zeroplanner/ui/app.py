@@ -223,7 +223,10 @@ class PlannerApp(w.VBox):
             self.config_area.value = view.config_text
             note = ""
             picked = self.variant_picker.value
-            if picked in view.memory.labels and not view.memory.fits[view.memory.labels.index(picked)]:
+            if picked == RECOMMENDED and not getattr(view.plan, "fits", True):
+                note = ("<div class='zp-error'>Nothing fits this cluster: this is the config of your inputs as "
+                        "they are, and it would run out of memory.</div>")
+            elif picked in view.memory.labels and not view.memory.fits[view.memory.labels.index(picked)]:
                 note = (f"<div class='zp-error'>{html.escape(picked)} does not fit this cluster (GPU memory or host "
                         "RAM); this config would run out of memory.</div>")
             self.config_actions.value = note + self._config_actions_html(view)
