@@ -173,6 +173,21 @@ def test_node_slider_and_network_preset_change_charts_and_config(page):
     assert not bad, bad
 
 
+def test_dragging_the_node_slider_by_keyboard_ends_in_the_last_value(page):
+    """Ten quick key presses on the slider handle (each one sends a value): the page ends showing the last one."""
+    slider = widget(page, "widget-slider", "Nodes")
+    start = int(slider.locator(".widget-readout").inner_text())
+    slider.locator(".noUi-handle").focus()
+    for _ in range(10):
+        page.keyboard.press("ArrowRight")
+    nodes = start + 10
+    # samples per GPU per step stay the user's (micro-batch x accumulation = 8), so train_batch_size = 8 x 8 x nodes
+    page.wait_for_function(
+        "n => document.querySelector('.zp-config textarea').value.includes('\"train_batch_size\": ' + n + ',')",
+        arg=8 * 8 * nodes, timeout=20_000)
+    assert slider.locator(".widget-readout").inner_text() == str(nodes)
+
+
 def test_hovering_a_memory_segment_shows_its_term_and_gib(page):
     bars = page.locator(".zp-app .bqplot").first.locator(".bargroup rect.bar")
     bars.nth(8).hover()
