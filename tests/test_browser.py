@@ -173,6 +173,15 @@ def test_node_slider_and_network_preset_change_charts_and_config(page):
     assert not bad, bad
 
 
+def test_screenshot_is_saved_and_not_blank(page):
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / "planner.png"
+    page.screenshot(path=str(path), full_page=True)
+    width, height, distinct = png_is_not_blank(path)
+    assert width >= 1000 and height >= 800
+    assert distinct > 40, "screenshot looks blank"
+
+
 def test_dragging_the_node_slider_by_keyboard_ends_in_the_last_value(page):
     """Ten quick key presses on the slider handle (each one sends a value): the page ends showing the last one."""
     slider = widget(page, "widget-slider", "Nodes")
@@ -215,13 +224,18 @@ def test_download_and_copy_give_the_previewed_json(page, tmp_path):
     assert json.loads(page.evaluate("() => navigator.clipboard.readText()")) == json.loads(preview)
 
 
-def test_screenshot_is_saved_and_not_blank(page):
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / "planner.png"
-    page.screenshot(path=str(path), full_page=True)
-    width, height, distinct = png_is_not_blank(path)
-    assert width >= 1000 and height >= 800
-    assert distinct > 40, "screenshot looks blank"
+def test_pasted_config_is_read_and_linted(page):
+    import json
+
+    page.get_by_text("Paste your DeepSpeed config", exact=True).click()
+    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+              "fp16": {"enabled": True}, "zero_optimization": {"stage": 3}}
+    page.locator(".zp-app textarea[placeholder^='Paste a DeepSpeed config']").fill(json.dumps(config))
+    page.get_by_role("button", name="Load config").click()
+    page.get_by_text("This config as written:").wait_for(timeout=20_000)
+    assert widget(page, "widget-text", "Micro-batch / GPU").locator("input").input_value() == "2"
+    findings = page.locator(".zp-app li", has_text="bf16").all_inner_texts()
+    assert any("error" in f for f in findings), findings  # fp16 and bf16 both enabled
 
 
 def test_invalid_input_shows_a_message_not_a_traceback(page):

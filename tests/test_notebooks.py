@@ -29,10 +29,10 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_executes(path, tmp_path):
+def test_notebook_executes(path):
     nb = nbformat.read(str(path), as_version=4)
     client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+                                     resources={"metadata": {"path": str(path.parent)}})
     client.execute()  # raises CellExecutionError on any error
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
