@@ -273,3 +273,24 @@ def test_every_key_is_type_checked():
             scenario_from_query(f"{spec.name}=%7B%7D")  # "{}"
         assert info.value.key == spec.name
     assert set(KEYS) == {k.name for k in SHARE_KEYS}
+
+
+def test_page_url_prefers_the_fresh_request_info():
+    """A pooled Voilà kernel keeps the VOILA_REQUEST_URL of the request that started it; the request info
+    (SERVER_NAME, SERVER_PORT, SCRIPT_NAME; voila/handler.py) is the current page's."""
+    env = {"VOILA_REQUEST_URL": "https://old.example/?nodes=9", "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8866",
+           "SCRIPT_NAME": "/"}
+    assert page_url(env) == "https://127.0.0.1:8866/"
+    assert page_url({"SERVER_NAME": "host name", "SCRIPT_NAME": "/"}) is None
+    assert page_url({"SERVER_NAME": "h", "SERVER_PORT": "80x", "SCRIPT_NAME": "/"}) is None
+
+
+def test_waiting_for_voila_is_a_no_op_outside_preheated_kernels(monkeypatch):
+    from zeroplanner.share import wait_for_voila_request
+
+    monkeypatch.delenv("VOILA_PREHEAT", raising=False)
+    wait_for_voila_request()  # returns at once (would block on a websocket otherwise)
+    monkeypatch.setenv("VOILA_PREHEAT", "True")
+    monkeypatch.setenv("QUERY_STRING", "nodes=2")
+    wait_for_voila_request()
+    assert scenario_from_environment().cluster.nodes == 2

@@ -114,7 +114,7 @@ explicitly."""
 _BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 _INT_RE = re.compile(r"^[0-9]{1,16}$")
 _SCI_RE = re.compile(r"^[0-9]{1,16}(\.[0-9]{1,16})?[eE]\+?[0-9]{1,2}$")
-_FLOAT_RE = re.compile(r"^[0-9]{1,16}(\.[0-9]{0,17})?([eE][+-]?[0-9]{1,3})?$|^\.[0-9]{1,17}$")
+_FLOAT_RE = re.compile(r"^[0-9]{1,16}(\.[0-9]{0,40})?([eE][+-]?[0-9]{1,3})?$|^\.[0-9]{1,40}$")
 _PRINTABLE_RE = re.compile(r"^[\x21-\x7e]*$")
 
 # Scenario field (last element of a pydantic error location) -> query key, for validation errors.
@@ -536,13 +536,34 @@ def scenario_from_json(text: str | bytes) -> Scenario:
 # --------------------------------------------------------------------------------------------------------------
 # Voilà page environment and links
 # --------------------------------------------------------------------------------------------------------------
+def wait_for_voila_request() -> None:
+    """In a pre-heated Voilà kernel, wait until a page request takes it and its request info (``QUERY_STRING``,
+    ``SERVER_NAME``, ...) is in ``os.environ``.
+
+    Voilà runs pooled kernels (``VoilaConfiguration.preheat_kernel``, which ``zeroplanner app`` uses) before any
+    request, with ``VOILA_PREHEAT=True`` and no ``QUERY_STRING``; the request info arrives over Voilà's
+    ``voila/query`` websocket once a page takes the kernel (``voila.utils.wait_for_request``, Voilà 0.5.13). Outside
+    a pre-heated kernel (Jupyter, nbclient, a normal Voilà kernel) this returns at once.
+    """
+    if os.environ.get("VOILA_PREHEAT", "False") != "True" or "QUERY_STRING" in os.environ:
+        return
+    try:
+        from voila.utils import wait_for_request
+    except ImportError:  # pragma: no cover - VOILA_PREHEAT is only set by Voila
+        return
+    wait_for_request()
+
+
 def scenario_from_environment(environ: Mapping[str, str] | None = None) -> Scenario | None:
     """The scenario of the page's query string, or None when the page was opened without one.
 
-    Voilà starts each page's kernel with the request's ``QUERY_STRING`` in its environment (voila/handler.py,
-    Voilà 0.5.13; with preheated kernels it arrives later, through ``voila.utils.wait_for_request``, which the
-    planner's serving settings do not use). Raises :class:`ShareError` for a query that names no valid scenario.
+    Voilà gives each page's kernel the request's ``QUERY_STRING`` in its environment (voila/handler.py,
+    ``request_info``, Voilà 0.5.13); a pre-heated kernel first waits for it (:func:`wait_for_voila_request`).
+    ``environ`` (a mapping) replaces ``os.environ`` for tests and then nothing waits. Raises
+    :class:`ShareError` for a query that names no valid scenario.
     """
+    if environ is None:
+        wait_for_voila_request()
     env = os.environ if environ is None else environ
     query = env.get("QUERY_STRING", "") or ""
     if not parse_query(query):
@@ -551,13 +572,23 @@ def scenario_from_environment(environ: Mapping[str, str] | None = None) -> Scena
 
 
 def page_url(environ: Mapping[str, str] | None = None) -> str | None:
-    """The page's own URL without its query (Voilà's ``VOILA_REQUEST_URL``), or None outside Voilà."""
+    """The page's own URL without its query, or None outside Voilà.
+
+    From the request info Voilà gives the kernel (CGI names, rfc3875: ``SERVER_NAME``, ``SERVER_PORT``,
+    ``SCRIPT_NAME`` = the request path), with the scheme of ``VOILA_REQUEST_URL`` (http when absent); else
+    ``VOILA_REQUEST_URL`` itself (in a pooled kernel it can belong to an earlier request, so it comes second).
+    """
     env = os.environ if environ is None else environ
-    url = env.get("VOILA_REQUEST_URL")
-    if not url:
-        return None
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
+    request_url = env.get("VOILA_REQUEST_URL") or ""
+    parts = urlsplit(request_url) if request_url else None
+    host, port, path = env.get("SERVER_NAME"), env.get("SERVER_PORT"), env.get("SCRIPT_NAME")
+    if host and path is not None:
+        scheme = parts.scheme if parts is not None and parts.scheme in ("http", "https") else "http"
+        if not re.match(r"^[A-Za-z0-9.\-\[\]:]+$", host) or (port and not port.isdigit()):
+            return None
+        netloc = f"{host}:{port}" if port else host
+        return urlunsplit((scheme, netloc, path if path.startswith("/") else "/" + path, "", ""))
+    if parts is None or parts.scheme not in ("http", "https"):
         return None
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 

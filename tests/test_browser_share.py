@@ -1,0 +1,181 @@
+"""Shareable scenarios in a real browser: Voilà pages opened with a query string start on that scenario.
+
+The tutorial page (``notebooks/zero_tutorial.ipynb``) is served by Voilà with the planner's own settings and
+template; Playwright drives Debian Chromium. Run with ``pytest -m browser tests/test_browser_share.py``.
+Screenshots: artifacts/tutorial.png.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+from zeroplanner.costmodel import estimate  # noqa: E402
+from zeroplanner.explain import fmt_bytes_text  # noqa: E402
+from zeroplanner.scenarios import build_scenario  # noqa: E402
+from zeroplanner.ui.tutorial import with_zero  # noqa: E402
+from zeroplanner.voila_config import voila_argv, voila_env  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts"
+CHROMIUM = os.environ.get("ZEROPLANNER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run"]
+BAD_CONSOLE = re.compile(r"not registered|failed to load", re.IGNORECASE)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout} s")
+
+
+def png_stats(data: bytes) -> tuple[int, int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height = 8, b"", 0, 0
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    return width, height, len(set(zlib.decompress(idat)))
+
+
+def _serve(notebook: Path, log: Path):
+    port = free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "voila", *voila_argv(notebook, port=port)],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=voila_env())
+    try:
+        wait_for_port(port, proc)
+    except Exception:
+        proc.kill()
+        raise
+    return port, proc
+
+
+def _stop(proc: subprocess.Popen, log: Path) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    server_log = log.read_text(errors="replace")
+    assert "Traceback" not in server_log, server_log[-3000:]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def tutorial_url(tmp_path_factory):
+    log = tmp_path_factory.mktemp("voila-tutorial") / "server.log"
+    port, proc = _serve(ROOT / "notebooks" / "zero_tutorial.ipynb", log)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        _stop(proc, log)
+
+
+def _open(browser, url: str, selector: str):
+    ctx = browser.new_context(viewport={"width": 1300, "height": 1000})
+    page = ctx.new_page()
+    page.zp_console = []
+    page.on("console", lambda m: page.zp_console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: page.zp_console.append(f"pageerror: {e}"))
+    page.goto(url, timeout=180_000)
+    page.wait_for_selector(selector, timeout=180_000)
+    return ctx, page
+
+
+def _dropdown_value(page, scope: str, label: str) -> str:
+    box = page.locator(f"{scope} .widget-dropdown", has=page.locator("label.widget-label",
+                                                                      has_text=re.compile(f"^{label}$")))
+    return box.locator("select").evaluate("s => s.options[s.selectedIndex].text")
+
+
+def _slider_value(page, scope: str, label: str) -> str:
+    box = page.locator(f"{scope} .widget-slider", has=page.locator("label.widget-label",
+                                                                    has_text=re.compile(f"^{label}$")))
+    return box.locator(".widget-readout").inner_text().strip()
+
+
+def test_tutorial_page_opens_on_the_query_string_with_typeset_formulas(browser, tutorial_url):
+    ctx, page = _open(browser, tutorial_url + "?model=llama-2-13b&nodes=2&network=ib-ndr",
+                      ".zp-tutorial-step .zp-explain")
+    try:
+        assert _dropdown_value(page, ".zp-tutorial", "Model") == "llama-2-13b"
+        assert _dropdown_value(page, ".zp-tutorial", "Network") == "ib-ndr"
+        assert _slider_value(page, ".zp-tutorial", "Nodes") == "2"
+        # MathJax (bundled with Voilà's lab template, no CDN) typesets the formulas
+        page.wait_for_selector(".zp-explain mjx-container", timeout=60_000)
+        assert page.locator(".zp-explain mjx-container").count() >= 2 * 7
+        # the ZeRO-1 step shows the linked scenario's optimizer states, as the cost model computes them
+        s1 = with_zero(build_scenario(model="llama-2-13b", nodes=2, network="ib-ndr"), 1)
+        shown = fmt_bytes_text(estimate(s1).per_gpu_bytes.optimizer_states)
+        step = page.locator(".zp-tutorial-step", has_text="2. ZeRO-1")
+        assert step.locator(".zp-explain-value").first.inner_text() == shown
+        # answering the exercise in the page: type the number, press Check
+        box = step.locator(".zp-exercise input[type=number]")
+        box.fill(shown.split()[0])
+        box.press("Enter")
+        step.locator(".zp-exercise button", has_text="Check").click()
+        step.locator(".zp-exercise", has_text="Correct").wait_for(timeout=20_000)
+        ARTIFACTS.mkdir(exist_ok=True)
+        path = ARTIFACTS / "tutorial.png"
+        page.screenshot(path=str(path), full_page=True)
+        width, height, distinct = png_stats(path.read_bytes())
+        assert width >= 1000 and height >= 1000 and distinct > 40
+        bad = [m for m in page.zp_console if BAD_CONSOLE.search(m) or m.startswith("pageerror")]
+        assert not bad, bad
+        assert "Traceback" not in page.locator("body").inner_text()
+    finally:
+        ctx.close()
+
+
+def test_tutorial_page_refuses_a_hostile_query_with_a_message(browser, tutorial_url):
+    ctx, page = _open(browser, tutorial_url + "?nodes=__import__('os')", ".zp-tutorial-step .zp-explain")
+    try:
+        page.get_by_text("was not used", exact=False).wait_for(timeout=30_000)
+        body = page.locator("body").inner_text()
+        assert "nodes: must be an integer" in body and "Traceback" not in body
+        assert _slider_value(page, ".zp-tutorial", "Nodes") == "1"  # the default scenario
+    finally:
+        ctx.close()
