@@ -124,7 +124,8 @@ class MemoryChart(bq.Figure):
         assign(self.x_scale, domain=ticks)
         assign(self.y_scale, max=top)
         assign(self.bars, x=ticks, y=view.gib)
-        assign(self.capacity, x=ticks, y=[view.capacity_gib] * len(ticks))
+        assign(self.capacity, x=ticks, y=[view.capacity_gib] * len(ticks),
+               labels=[f"GPU memory ({view.capacity_gib:.0f} GiB)"])
         fit = [i for i, ok in enumerate(view.fits_gpu) if ok]
         oom = [i for i, ok in enumerate(view.fits_gpu) if not ok]
         for mark, idx, word in ((self.fit_labels, fit, "fits"), (self.oom_labels, oom, "OOM")):
@@ -196,7 +197,8 @@ class HostMemoryChart(bq.Figure):
         assign(self.x_scale, domain=ticks)
         assign(self.y_scale, max=top)
         assign(self.bars, x=ticks, y=view.host_gib)
-        assign(self.capacity, x=ticks, y=[view.host_capacity_gib] * len(ticks))
+        assign(self.capacity, x=ticks, y=[view.host_capacity_gib] * len(ticks),
+               labels=[f"Host RAM per node ({view.host_capacity_gib:.0f} GiB)"])
 
 
 def _rate(tps: float) -> str:
