@@ -62,3 +62,11 @@ def test_nothing_fits_side_shows_the_scenario_as_given():
     panel.pin()
     panel.update(s)
     assert "nothing fits" in panel.table.value
+
+
+def test_unpinned_updates_do_not_plan():
+    panel = ComparePanel()
+    panel.update(build_scenario(nodes=2))
+    assert panel.current is None and panel.pinned is None  # nothing planned until something is pinned
+    panel.pin()
+    assert panel.pinned.scenario.cluster.nodes == 2 and panel.current is not None

@@ -143,6 +143,7 @@ class ComparePanel(w.VBox):
     def __init__(self, current: Scenario | None = None) -> None:
         self.pinned: Side | None = None
         self.current: Side | None = None
+        self._current_scenario: Scenario | None = None
         self.pin_button = w.Button(description="Pin current", icon="", tooltip="Keep this setup for comparison",
                                    layout=w.Layout(width="120px"))
         self.unpin_button = w.Button(description="Unpin", layout=w.Layout(width="90px"), disabled=True)
@@ -175,18 +176,20 @@ class ComparePanel(w.VBox):
                          layout=w.Layout(width="50%", height="300px", min_width="300px"))
 
     def update(self, scenario: Scenario) -> None:
-        """Make ``scenario`` the current side and redraw (if something is pinned)."""
-        self.current = side(scenario)
+        """Make ``scenario`` the current side and redraw. Planned only while something is pinned (the app calls
+        this on every change; unpinned it costs nothing)."""
+        self._current_scenario = scenario
+        self.current = side(scenario) if self.pinned is not None else None
         self._render()
 
     def pin(self, scenario: Scenario | None = None) -> None:
         """Pin ``scenario`` (default: the current one)."""
-        if scenario is not None:
-            self.pinned = side(scenario)
-        elif self.current is not None:
-            self.pinned = self.current
-        else:
+        scenario = scenario if scenario is not None else self._current_scenario
+        if scenario is None:
             return
+        self.pinned = side(scenario)
+        if self.current is None and self._current_scenario is not None:
+            self.current = side(self._current_scenario)
         self.unpin_button.disabled = False
         self._render()
 
