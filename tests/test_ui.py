@@ -203,6 +203,23 @@ def test_rejected_value_is_kept_until_fixed():
     assert_shows(app, build_scenario(lora_rank=16, qlora=True))
 
 
+def test_an_internal_error_is_a_message_not_a_traceback(monkeypatch):
+    app = PlannerApp()
+    before = _outputs(app)
+
+    def broken(state):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(app_module, "derive", broken)
+    app.controls.widgets["nodes"].value = 2  # must not raise
+    assert "Internal error while planning" in app.message.value and "ZeroDivisionError" in app.message.value
+    assert _outputs(app) == before
+    monkeypatch.undo()
+    app.controls.widgets["nodes"].value = 3
+    assert app.message.value == ""
+    assert_shows(app, build_scenario(nodes=3))
+
+
 def test_unknown_catalog_name_is_a_message():
     app = PlannerApp()
     app.set(gpu="no-such-gpu")

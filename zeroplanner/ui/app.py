@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import logging
 import time
 from importlib import metadata
 from typing import Any
@@ -57,6 +58,8 @@ _CSS = """
              color: #222; text-decoration: none; font-size: 13px; cursor: pointer; }
 </style>
 """
+
+_log = logging.getLogger(__name__)
 
 ABOUT_PACKAGES = ("zeroplanner", "voila", "ipywidgets", "jupyterlab_widgets", "bqplot", "deepspeed")
 """Packages whose installed versions the About section lists."""
@@ -189,6 +192,16 @@ class PlannerApp(w.VBox):
             self.message.value = (
                 f"<div class='zp-error'><b>Not a valid setup:</b> {html.escape(error_message(exc))}. "
                 "The charts still show the last valid setup.</div>"
+            )
+            return
+        except Exception as exc:  # a bug, not bad input: say so in one line, keep the page working
+            _log.debug("planner app recompute failed", exc_info=True)
+            self.recomputes += 1
+            self._rejected = changes
+            self.message.value = (
+                f"<div class='zp-error'><b>Internal error while planning</b> ({html.escape(type(exc).__name__)}: "
+                f"{html.escape(str(exc))[:300]}). The charts still show the last valid setup; please report the "
+                "inputs that caused it.</div>"
             )
             return
         self.recomputes += 1
