@@ -309,7 +309,8 @@ class PlannerApp(w.VBox):
                 lines += [html.escape(n) for n in notes]
                 if not result.get("cuda_available"):
                     lines.append("GPU settings were left as they were.")
-            except (ValidationError, ValueError, KeyError, TypeError) as exc:
+            except Exception as exc:  # ValidationError/ValueError name the field; anything else is shown, not raised
+                _log.debug("probe result not applied", exc_info=True)
                 lines.append(f"Could not use the probe result: {html.escape(error_message(exc))}")
             self.probe_message.value = "<div class='zp-muted'>" + "<br>".join(lines) + "</div>"
             return result
@@ -322,7 +323,7 @@ class PlannerApp(w.VBox):
         findings (``lint.lint``) and the cost model's estimate of it. Never raises for bad text. Returns the
         findings."""
         from ..costmodel import estimate
-        from ..dsconfig import ConfigError, from_deepspeed_config, load_config_text
+        from ..dsconfig import from_deepspeed_config, load_config_text
         from ..lint import lint
 
         mode = "hf_trainer" if self.paste_mode.value else "deepspeed"
@@ -331,7 +332,8 @@ class PlannerApp(w.VBox):
             scenario, findings = from_deepspeed_config(config, base=self.state.scenario, mode=mode)
             findings = [*read_findings, *findings, *lint(config, scenario, mode=mode)]
             est = estimate(scenario)
-        except (ConfigError, ValidationError, ValueError, KeyError, TypeError) as exc:
+        except Exception as exc:  # ConfigError/ValidationError/ValueError explain the input; others are shown too
+            _log.debug("pasted config not read", exc_info=True)
             self.paste_findings.value = (f"<div class='zp-error'><b>Cannot read this config:</b> "
                                          f"{html.escape(error_message(exc))}</div>")
             return []
