@@ -140,3 +140,16 @@ def test_every_key_has_words_source_and_escaped_html():
 def test_unknown_key_is_refused_with_the_known_keys():
     with pytest.raises(KeyError, match="known: parameters"):
         explain(build_scenario(), "everything")
+
+
+def test_printed_activation_formulas_equal_the_cost_models_parts():
+    """The closed formulas explain prints for the activation parts (layers, token inputs, logits) evaluate to the
+    parts activations.activation_parts computes, for every checkpointing mode and norm kind in the grid."""
+    labels = {"layers": ("layer inputs + one layer recomputed", "saved layer activations"),
+              "inputs": ("token ids, labels, rotary tables",), "logits": ("logits + fp32 log-softmax",)}
+    for kw in GRID:
+        tv = et.activations(build_scenario(**kw))
+        printed = et.activation_formula_parts(tv)
+        for key, names in labels.items():
+            part = next(tv.parts[n] for n in names if n in tv.parts)
+            assert math.isclose(printed[key], part, rel_tol=1e-12), (key, kw)

@@ -167,6 +167,7 @@ _SYMBOLS = {
     "cpu_rate": (r"R_{cpu}", "CPU-Adam parameter updates per second per node"),
     "touched": (r"\beta", "HBM bytes touched per parameter by the optimizer step"),
     "hbm": (r"BW_{HBM}", "HBM bandwidth, bytes/s"),
+    "d_head": (r"d_{head}", "attention head dimension"),
     "shard": (r"\Psi_t/N_d", "parameters the GPU updates"),
     "frac": (r"\tfrac{N_d-1}{N_d}", "ring factor"),
 }
@@ -220,11 +221,16 @@ def _memory_parts(tv: TermValues) -> list[Part]:
         }
     elif tv.key == "activations":
         a, s, b, h, V, L = (fmt_count(i[k]) for k in ("a_b", "s", "b", "h", "V", "L"))
+        minus = (r" - a\,s\,b\,h", rf" - {a}\times{s}\times{b}\times{h}") if i["shared"] else ("", "")
+        rot = ((r" + 2a\,s\,b\,d_{head}", rf" + 2\times{a}\times{s}\times{b}\times{fmt_count(i['d_head'])}")
+               if i["rotary"] else ("", ""))
         table = {
-            "layer inputs": (r"L\,a\,s\,b\,h", rf"{L}\times{a}\times{s}\times{b}\times{h}"),
-            "one layer recomputed": (r"A_{layer}", fmt_bytes(i["layer"])),
+            "layer inputs + one layer recomputed": (r"L\,a\,s\,b\,h + A_{layer}" + minus[0],
+                                                    rf"{L}\times{a}\times{s}\times{b}\times{h} + "
+                                                    rf"{fmt_bytes(i['layer'])}" + minus[1]),
             "saved layer activations": (r"L\,A_{layer}", rf"{L}\times{fmt_bytes(i['layer'])}"),
-            "final norm + lm_head inputs": (r"2\,a\,s\,b\,h", rf"2\times{a}\times{s}\times{b}\times{h}"),
+            "final norm + lm_head inputs": (r"M_{final}", fmt_bytes(tv.parts.get("final norm + lm_head inputs", 0))),
+            "token ids, labels, rotary tables": (r"16\,s\,b" + rot[0], rf"16\times{s}\times{b}" + rot[1]),
             "logits + fp32 log-softmax": (r"(a+4)\,s\,b\,V/t",
                                           rf"({a}+4)\times{s}\times{b}\times{V}/{fmt_count(i['t'])}"),
         }
@@ -379,7 +385,7 @@ _INPUT_KEYS = {
     "parameters": ("Psi", "Psi_t", "Psi_f", "w", "w_f", "N_d", "Psi_persist", "hpz"),
     "gradients": ("Psi_t", "w", "N_d", "ga"),
     "optimizer_states": ("Psi_t", "master", "opt_state", "N_d"),
-    "activations": ("L", "s", "b", "h", "V", "a_b", "layer", "t"),
+    "activations": ("L", "s", "b", "h", "V", "a_b", "layer", "t", "d_head"),
     "buffers": ("w", "bucket", "overlap", "copies", "live", "largest", "prefetch", "Psi"),
     "overhead": ("context", "frag", "live_bytes"),
     "host_memory": ("gpn", "Psi_t", "Psi", "K", "N_d", "w", "largest"),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..specs import Scenario
-from .activations import layer_activation_bytes
+from .activations import activation_parts, layer_activation_bytes
 from .communication import STAGE0_ALLREDUCE_BUCKET, communication_terms
 from .compute import compute_terms, flops_per_token, optimizer_and_offload_terms
 from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
@@ -154,22 +154,36 @@ def optimizer_states(scenario: Scenario) -> TermValues:
 
 
 def activations(scenario: Scenario) -> TermValues:
-    """Per-GPU activation bytes: stored layer activations (or layer inputs with full checkpointing + one layer
-    being recomputed), final norm / lm_head inputs, and the logits (activations.activation_bytes)."""
+    """Per-GPU activation bytes, as activations.activation_parts splits them: stored layer activations (or with
+    full checkpointing the layer inputs + one layer recomputed), final norm and lm_head inputs, token ids / labels
+    / rotary tables, and the logits. ``inputs`` carries what the formulas shown for them need."""
     ctx, cand, n = _setup(scenario)
     m, t = scenario.model, scenario.training
     s, b, h, V = float(t.seq_len), float(t.micro_batch), float(m.hidden_size), float(m.vocab_size)
     ab = 4.0 if t.precision == "fp32" else 2.0
     L = float(m.n_layers)
     layer = _one(layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing))
-    if t.checkpointing == "full":
-        parts = {"layer inputs": L * ab * s * b * h, "one layer recomputed": layer}
-    else:
-        parts = {"saved layer activations": L * layer}
-    parts["final norm + lm_head inputs"] = ab * s * b * h * 2
-    parts["logits + fp32 log-softmax"] = (ab + 4.0) * s * b * V / ctx.tp
-    inputs = {"L": L, "s": s, "b": b, "h": h, "V": V, "a_b": ab, "layer": layer, "t": float(ctx.tp)}
+    got = {k: _one(v) for k, v in activation_parts(ctx, cand).items()}
+    labels = {"layers": "layer inputs + one layer recomputed" if t.checkpointing == "full"
+              else "saved layer activations", "final": "final norm + lm_head inputs",
+              "inputs": "token ids, labels, rotary tables", "logits": "logits + fp32 log-softmax"}
+    parts = {labels[k]: got[k] for k in ("layers", "final", "inputs", "logits")}
+    shared = 0.0 if m.norm_kind == "rmsnorm" else ab * s * b * h
+    rotary = 0.0 if m.learned_position_embeddings > 0 else 2.0 * ab * s * b * m.dim_head
+    inputs = {"L": L, "s": s, "b": b, "h": h, "V": V, "a_b": ab, "layer": layer, "t": float(ctx.tp),
+              "shared": shared, "d_head": float(m.dim_head), "rotary": 1.0 if rotary else 0.0}
     return TermValues("activations", sum(parts.values()), "bytes", t.checkpointing, inputs, parts)
+
+
+def activation_formula_parts(tv: TermValues) -> dict[str, float]:
+    """The closed formulas :mod:`zeroplanner.explain` prints for the activation parts, evaluated from ``tv.inputs``
+    (tests check they equal the cost model's parts, so the printed formulas cannot drift from it)."""
+    i = tv.inputs
+    sb = i["s"] * i["b"]
+    layers = (i["L"] * i["a_b"] * sb * i["h"] + i["layer"] - i["shared"] if tv.case == "full"
+              else i["L"] * i["layer"])
+    return {"layers": layers, "inputs": 16.0 * sb + i["rotary"] * 2.0 * i["a_b"] * sb * i["d_head"],
+            "logits": (i["a_b"] + 4.0) * sb * i["V"] / i["t"]}
 
 
 def buffers(scenario: Scenario) -> TermValues:
