@@ -15,22 +15,15 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from zeroplanner.calibrate import measure_activation_bytes, predicted_activation_bytes  # noqa: E402
+from zeroplanner.calibrate import (  # noqa: E402
+    ACTIVATION_CONFIGS,
+    measure_activation_bytes,
+    predicted_activation_bytes,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
-_BASE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=512, max_position_embeddings=1024)
-FAMILIES = {
-    # GQA 4 query heads / 2 KV heads, SwiGLU 176 wide, RMSNorm, rotary
-    "llama": dict(model_type="llama", num_key_value_heads=2, intermediate_size=176, **_BASE),
-    "qwen2": dict(model_type="qwen2", num_key_value_heads=2, intermediate_size=176, **_BASE),
-    "mistral": dict(model_type="mistral", num_key_value_heads=2, intermediate_size=176, sliding_window=None, **_BASE),
-    # fused QKV, learned positions, LayerNorm, gelu_new; dropout off (the tiny configs train without it)
-    "gpt2": dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=1024,
-                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
-    # fused QKV, partial rotary, parallel residual, exact GELU
-    "gpt_neox": dict(model_type="gpt_neox", intermediate_size=256, **_BASE),
-}
+FAMILIES = ACTIVATION_CONFIGS
 CASES = [(f, s, c) for f in FAMILIES for s in (128, 512) for c in ("none", "full")]
 
 

@@ -1,9 +1,10 @@
 """Ground truth: the cost model against the real DeepSpeed 0.19.8 engine on CPU ranks (gloo).
 
-Each rank count is ONE launch of ``zeroplanner/_engine_worker.py`` that runs every configuration below one after
-another (fresh model and engine each), so the launcher and import start-up is paid once per rank count. The tiny
-model is ``calibrate.tiny_hf_config(llama-2-7b)`` (LlamaForCausalLM, hidden 64, 2 layers, GQA 4/2, vocabulary 512:
-Ψ = 164,672). What is measured (zeroplanner/calibrate.py, measured_terms / measured_comms):
+Each rank count is ONE launch of ``zeroplanner/_engine_worker.py`` that runs every configuration of
+``calibrate.VALIDATION_CONFIGS`` one after another (fresh model and engine each), so the launcher and import
+start-up is paid once per rank count. The tiny model is ``calibrate.tiny_hf_config(llama-2-7b)`` (LlamaForCausalLM,
+hidden 64, 32 layers, 4 heads, vocabulary 500: Ψ = 1,649,216); stage 3 releases every parameter after use
+(``calibrate.validation_scenario``). What is measured (zeroplanner/calibrate.py, measured_terms / measured_comms):
 
 - model states per rank: a census of live tensor storages (deduplicated by data_ptr) in the optimizer step;
 - message bytes per collective in the last of 3 steps from DeepSpeed's comms logger.
@@ -21,35 +22,20 @@ import pytest
 pytest.importorskip("deepspeed")
 pytest.importorskip("transformers")
 
-from zeroplanner.calibrate import run_calibrations  # noqa: E402
-from zeroplanner.scenarios import build_scenario  # noqa: E402
+from zeroplanner.calibrate import VALIDATION_CONFIGS, run_calibrations, validation_scenario  # noqa: E402
 
-pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]
+pytestmark = pytest.mark.timeout(1200)
+engine = pytest.mark.engine
 
-# Covering design: every stage in bf16 and fp32, with and without offload_optimizer, at 2 ranks; at 4 ranks
-# every stage, both precisions and both offload settings again (fewer combinations: 4 ranks on 2 cores is slow).
-CONFIGS = {
-    2: ["s0_bf16", "s0_fp32", "s1_bf16", "s1_fp32", "s2_bf16", "s2_fp32", "s3_bf16", "s3_fp32",
-        "s1_bf16_off", "s2_bf16_off", "s3_fp32_off"],
-    4: ["s0_fp32", "s1_bf16", "s2_fp32", "s3_bf16", "s2_bf16_off", "s3_bf16_off"],
-}
+CONFIGS = VALIDATION_CONFIGS
 CASES = [(ranks, name) for ranks, names in CONFIGS.items() for name in names]
-
-
-def scenario(name: str, ranks: int):
-    parts = name.split("_")
-    stage, precision, offload = int(parts[0][1]), parts[1], "cpu" if name.endswith("_off") else "none"
-    # stage3_max_reuse_distance=0: every parameter is released after use and gathered again in backward, the
-    # behaviour of models much larger than the reuse distance (see docs/validation.md for the default setting).
-    overrides = {"stage3_max_reuse_distance": 0} if stage == 3 else {}
-    return build_scenario(model="llama-2-7b", stage=stage, precision=precision, offload_optimizer=offload,
-                          gpus_per_node=ranks, grad_accum=1, checkpointing="none", zero_overrides=overrides)
 
 
 @functools.lru_cache(maxsize=None)
 def reports(ranks: int) -> dict:
     names = CONFIGS[ranks]
-    out = run_calibrations({n: scenario(n, ranks) for n in names}, ranks=ranks, steps=3, timeout_seconds=900)
+    out = run_calibrations({n: validation_scenario(n, ranks) for n in names}, ranks=ranks, steps=3,
+                           timeout_seconds=900)
     return {r.name: r for r in out}
 
 
@@ -59,6 +45,7 @@ def close(predicted: float, measured: float, rel: float, slack_bytes: float = 64
     return abs(predicted - measured) <= rel * abs(measured) + slack_bytes
 
 
+@engine
 @pytest.mark.parametrize("ranks,name", CASES)
 def test_model_states_within_2_percent(ranks, name):
     """Predicted per-rank model-state bytes (parameters + gradients + optimizer states incl. fp32 master) within
@@ -71,6 +58,7 @@ def test_model_states_within_2_percent(ranks, name):
         assert close(r.predicted, r.measured, 0.02), (term, rep.table())
 
 
+@engine
 @pytest.mark.parametrize("ranks,name", [c for c in CASES if c[1].endswith("_off")])
 def test_offloaded_host_bytes_within_2_percent(ranks, name):
     """offload_optimizer=cpu: host bytes per rank (fp32 master, optimizer states, gradient partitions, staging
@@ -81,6 +69,7 @@ def test_offloaded_host_bytes_within_2_percent(ranks, name):
     assert close(row.predicted, row.measured, 0.02), rep.table()
 
 
+@engine
 @pytest.mark.parametrize("ranks,name", CASES)
 def test_bytes_per_collective_within_5_percent(ranks, name):
     """Predicted message bytes per collective per step within 5% of DeepSpeed's comms logger."""
@@ -90,6 +79,7 @@ def test_bytes_per_collective_within_5_percent(ranks, name):
         assert close(r.predicted, r.measured, 0.05), (kind, rep.table())
 
 
+@engine
 @pytest.mark.parametrize("ranks", sorted(CONFIGS))
 def test_census_accounts_for_every_live_tensor(ranks):
     """The category walk finds (nearly) every storage a Python tensor holds: what it misses in the step is the
@@ -100,6 +90,7 @@ def test_census_accounts_for_every_live_tensor(ranks):
         assert c["unattributed_bytes"] <= 0.01 * c["gc_total_bytes"] + 4096, rep.name
 
 
+@engine
 def test_zero3_volume_against_zero2_as_measured():
     """ZeRO-3 moves 1.5x ZeRO-2's message bytes (all-gather fwd + bwd + reduce-scatter = 3Ψ vs all-reduce +
     all-gather = 2Ψ), measured. On the wire DeepSpeed 0.19.8's ZeRO-2 all-reduces its buckets
@@ -120,7 +111,78 @@ def test_zero3_volume_against_zero2_as_measured():
     assert wire_predicted == pytest.approx(wire_measured, rel=0.05)
 
 
+@engine
 def test_timings_are_recorded():
     rep = reports(2)["s2_bf16"]
     t = rep.timings
     assert t["forward_seconds"] > 0 and t["backward_seconds"] > 0 and t["step_seconds"] > 0
+
+
+# --- no engine: the harness's inputs and the command line ---------------------------------------------------------
+def test_tiny_model_keeps_the_architecture_proportions():
+    """The tiny copy keeps family, layer count, GQA ratio, FFN/hidden and vocabulary/hidden ratios (source: the
+    Llama-2-7B and Qwen2.5-7B catalog entries, REFERENCES.md section 3)."""
+    from zeroplanner import catalog
+    from zeroplanner.calibrate import tiny_hf_config
+    from zeroplanner.hfconfig import architecture_from_hf_config
+
+    for name in ("llama-2-7b", "qwen2.5-7b"):
+        arch = catalog.model(name)
+        tiny = architecture_from_hf_config(tiny_hf_config(arch))
+        assert tiny.family == arch.family and tiny.n_layers == min(arch.n_layers, 32)
+        assert tiny.n_heads // tiny.kv_heads == min(arch.n_heads // arch.kv_heads, tiny.n_heads)
+        assert tiny.ffn_size / tiny.hidden_size == pytest.approx(arch.ffn_size / arch.hidden_size, rel=0.02)
+        assert tiny.vocab_size / tiny.hidden_size == pytest.approx(arch.vocab_size / arch.hidden_size, rel=0.02)
+        assert tiny.qkv_bias == arch.qkv_bias and tiny.tied_embeddings == arch.tied_embeddings
+
+
+def test_engine_config_adds_the_comms_logger_and_keeps_the_zero_block():
+    from zeroplanner.calibrate import calibration_scenario, engine_config
+
+    tiny, _ = calibration_scenario(validation_scenario("s2_bf16_off", 2), 2)
+    cfg = engine_config(tiny)
+    assert cfg["comms_logger"] == {"enabled": True, "verbose": False, "prof_all": True, "debug": False}
+    assert cfg["zero_optimization"]["stage"] == 2
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert "torch_adam" not in cfg["optimizer"]["params"]  # offload runs DeepSpeedCPUAdam, as in production
+    cfg = engine_config(calibration_scenario(validation_scenario("s1_fp32", 2), 2)[0])
+    assert cfg["optimizer"]["params"]["torch_adam"] is True and "bf16" not in cfg
+    assert cfg["train_batch_size"] == 2  # micro-batch 1 x grad_accum 1 x 2 ranks (DeepSpeed's batch rule)
+
+
+def test_stage3_knobs_scale_with_the_model():
+    """Element-count knobs scale by Ψ_tiny / Ψ_user; the persistence threshold keeps vectors whole, matrices not."""
+    from zeroplanner.calibrate import calibration_scenario
+    from zeroplanner.scenarios import build_scenario
+
+    user = build_scenario(model="llama-2-7b", stage=3, gpus_per_node=2)
+    tiny, _ = calibration_scenario(user, 2)
+    ratio = tiny.model.parameter_count / user.parameters
+    assert tiny.zero.stage3_max_live_parameters == pytest.approx(1e9 * ratio, rel=1e-3)
+    assert tiny.zero.stage3_prefetch_bucket_size == pytest.approx(5e7 * ratio, rel=1e-3)
+    m = tiny.model
+    assert max(m.hidden_size, m.ffn_size) < tiny.zero.stage3_param_persistence_threshold < m.hidden_size * m.kv_size
+
+
+def test_cli_rejects_bad_options_in_one_line():
+    import subprocess
+    import sys
+
+    for args, option in ((["--ranks", "0"], "--ranks"), (["--steps", "1"], "--steps"), (["--device", "tpu"], "--device")):
+        out = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "calibrate", *args], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2, out
+        lines = [ln for ln in out.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
+        assert len(lines) == 1 and option in lines[0] and "Traceback" not in out.stderr
+
+
+def test_run_calibration_rejects_bad_arguments_before_launching():
+    from zeroplanner.calibrate import run_calibration
+
+    sc = validation_scenario("s2_bf16", 2)
+    with pytest.raises(ValueError, match="steps"):
+        run_calibration(sc, steps=1)
+    with pytest.raises(ValueError, match="ranks"):
+        run_calibration(sc, ranks=0)
+    with pytest.raises(ValueError, match="device"):
+        run_calibration(sc, device="tpu")

@@ -42,6 +42,9 @@ __all__ = [
     "CalibrationReport",
     "ComparisonRow",
     "ENGINE_FAMILIES",
+    "VALIDATION_CONFIGS",
+    "ACTIVATION_CONFIGS",
+    "validation_scenario",
     "calibration_scenario",
     "compare",
     "engine_config",
@@ -70,18 +73,25 @@ def tiny_hf_config(
     arch: Architecture,
     *,
     hidden_size: int = 64,
-    n_layers: int = 8,
-    vocab_size: int = 256,
+    n_layers: int | None = None,
+    vocab_size: int | None = None,
     max_heads: int = 4,
     max_positions: int = 1024,
+    max_layers: int = 32,
 ) -> dict[str, Any]:
     """A HF ``config.json`` dict for a tiny model of ``arch``'s family and proportions.
 
     Kept from ``arch``: family, FFN kind and FFN/hidden ratio, the query/KV head ratio (GQA), tied embeddings,
-    biases, learned positions, dropout. Shrunk: hidden size, layers, heads (at most ``max_heads``), vocabulary.
-    Families outside :data:`ENGINE_FAMILIES` are represented by a llama config with the same ratios.
-    Raises ``ValueError`` for hidden_size < 8, n_layers < 1 or vocab_size < 16.
+    biases, learned positions, dropout, the number of layers (up to ``max_layers``) and the vocabulary/hidden
+    ratio (so the embedding's share of Ψ is the user's: it matters for ZeRO-3, whose backward does not gather the
+    input embedding again, and for how much of a partition boundary a single tensor straddles). Shrunk: hidden
+    size, heads (at most ``max_heads``). Families outside :data:`ENGINE_FAMILIES` are represented by a llama config
+    with the same ratios. Raises ``ValueError`` for hidden_size < 8, n_layers < 1 or vocab_size < 16.
     """
+    if n_layers is None:
+        n_layers = max(1, min(arch.n_layers, max_layers))
+    if vocab_size is None:
+        vocab_size = max(64, min(8192, int(round(arch.vocab_size / arch.hidden_size * hidden_size))))
     if hidden_size < 8 or n_layers < 1 or vocab_size < 16:
         raise ValueError(f"tiny model too small: hidden_size={hidden_size} (>= 8), n_layers={n_layers} (>= 1), "
                          f"vocab_size={vocab_size} (>= 16)")
@@ -169,6 +179,38 @@ def calibration_scenario(
         zero = replace(zero, **_stage3_scaled(scenario, tiny))
     return Scenario(model=tiny, cluster=cluster, training=training, zero=zero,
                     assumptions=scenario.assumptions), cfg
+
+
+VALIDATION_CONFIGS: dict[int, tuple[str, ...]] = {
+    2: ("s0_bf16", "s0_fp32", "s1_bf16", "s1_fp32", "s2_bf16", "s2_fp32", "s3_bf16", "s3_fp32",
+        "s1_bf16_off", "s2_bf16_off", "s3_fp32_off"),
+    4: ("s0_fp32", "s1_bf16", "s2_fp32", "s3_bf16", "s2_bf16_off", "s3_bf16_off"),
+}
+"""The engine configurations of the ground-truth suite and docs/validation.md, per rank count: every stage in bf16
+and fp32, with and without ``offload_optimizer: cpu``, at 2 ranks; every stage, both precisions and both offload
+settings again at 4 ranks (a covering set: 4 ranks on 2 cores is slow). Names: ``s<stage>_<precision>[_off]``."""
+
+
+def validation_scenario(name: str, ranks: int, *, release_all: bool = True) -> Scenario:
+    """The Llama-2-7B scenario behind a :data:`VALIDATION_CONFIGS` name on ``ranks`` GPUs of one node, one
+    micro-step per step, no activation checkpointing.
+
+    ``release_all`` (stage 3): ``stage3_max_reuse_distance = stage3_max_live_parameters = 0``, so every parameter is
+    released after use and gathered again in backward (measured: then the all-gather volume is the cost model's
+    2x). With DeepSpeed's defaults (scaled to the tiny model) up to ``stage3_max_live_parameters`` elements stay
+    gathered from forward into backward; docs/validation.md shows that case separately.
+    Raises ``ValueError`` for a malformed name."""
+    from .scenarios import build_scenario
+
+    parts = name.split("_")
+    if len(parts) not in (2, 3) or not parts[0].startswith("s") or parts[1] not in ("bf16", "fp16", "fp32"):
+        raise ValueError(f"validation name {name!r}: expected s<stage>_<precision>[_off]")
+    stage = int(parts[0][1:])
+    offload = "cpu" if parts[-1] == "off" else "none"
+    overrides = ({"stage3_max_reuse_distance": 0, "stage3_max_live_parameters": 0}
+                 if stage == 3 and release_all else {})
+    return build_scenario(model="llama-2-7b", stage=stage, precision=parts[1], offload_optimizer=offload,
+                          gpus_per_node=ranks, grad_accum=1, checkpointing="none", zero_overrides=overrides)
 
 
 def engine_config(scenario: Scenario, device: Literal["cpu", "cuda"] = "cpu") -> dict[str, Any]:
@@ -539,6 +581,23 @@ def run_calibration(
 # ------------------------------------------------------------------------------------------------------------------
 # Activation ground truth
 # ------------------------------------------------------------------------------------------------------------------
+_ACT_BASE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 512,
+             "max_position_embeddings": 1024}
+ACTIVATION_CONFIGS: dict[str, dict[str, Any]] = {
+    # GQA 4 query / 2 KV heads, SwiGLU 176 wide, RMSNorm, rotary
+    "llama": {"model_type": "llama", "num_key_value_heads": 2, "intermediate_size": 176, **_ACT_BASE},
+    "qwen2": {"model_type": "qwen2", "num_key_value_heads": 2, "intermediate_size": 176, **_ACT_BASE},
+    "mistral": {"model_type": "mistral", "num_key_value_heads": 2, "intermediate_size": 176, "sliding_window": None,
+                **_ACT_BASE},
+    # fused QKV, learned positions, LayerNorm, gelu_new; dropout off
+    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 512, "n_positions": 1024,
+             "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+    # fused QKV, partial rotary, parallel residual, exact GELU
+    "gpt_neox": {"model_type": "gpt_neox", "intermediate_size": 256, **_ACT_BASE},
+}
+"""Tiny configs of five HF families for the activation ground truth (tests and docs/validation.md)."""
+
+
 def measure_activation_bytes(
     hf_config: dict[str, Any],
     *,
