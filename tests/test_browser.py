@@ -63,6 +63,9 @@ def app_url(tmp_path_factory):
     try:
         wait_for_port(port, proc)
         yield f"http://127.0.0.1:{port}/"
+        # while serving (before shutdown, when the pre-heated kernel waiting for a page is killed mid-wait)
+        server_log = log.read_text(errors="replace")
+        assert "Traceback" not in server_log, server_log[-3000:]
     finally:
         proc.terminate()
         try:
@@ -70,8 +73,6 @@ def app_url(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-        server_log = log.read_text(errors="replace")
-        assert "Traceback" not in server_log, server_log[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +151,8 @@ def test_page_loads_without_widget_errors_and_draws_bars_and_lines(page):
     bad = [m for m in page.zp_console if BAD_CONSOLE.search(m)]
     assert not bad, bad
     assert not [m for m in page.zp_console if m.startswith("pageerror")], page.zp_console
-    assert page.locator(".zp-app .bqplot").count() == 4
+    main_charts = page.locator(".zp-app .bqplot").count() - page.locator(".zp-compare-panel .bqplot").count()
+    assert main_charts == 4
     assert page.locator(".zp-app .bqplot svg .bargroup rect").count() >= 8 * 6  # 8 variants x 6 memory terms
     assert page.locator(".zp-app .bqplot svg path.line").count() >= 2  # capacity line + scaling lines
     body = page.locator("body").inner_text()
@@ -198,13 +200,63 @@ def test_dragging_the_node_slider_by_keyboard_ends_in_the_last_value(page):
 
 
 def test_hovering_a_memory_segment_shows_its_term_and_gib(page):
-    bars = page.locator(".zp-app .bqplot").first.locator(".bargroup rect.bar")
-    bars.nth(8).hover()
+    page.mouse.move(*tallest_segment_center(page))
     term = r"(Parameters|Gradients|Optimizer states|Activations|Buffers|Overhead): [0-9.]+ GiB of [0-9.]+ GiB per GPU"
     tip = page.get_by_text(re.compile(term))
     tip.first.wait_for(timeout=20_000)  # the tooltip widget, filled by the kernel's hover handler
     assert re.search(term, tip.first.inner_text())
     page.mouse.move(5, 5)
+
+
+def tallest_segment_center(pg) -> tuple[float, float]:
+    """Page coordinates of the centre of the memory chart's tallest bar segment."""
+    boxes = pg.locator(".zp-app .bqplot").first.locator(".bargroup rect.bar").evaluate_all(
+        "els => els.map(e => { const r = e.getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })")
+    x, y, width, height = max(boxes, key=lambda b: b[3])
+    return x + width / 2, y + height / 2
+
+
+def test_clicking_a_memory_segment_explains_it(page):
+    x, y = tallest_segment_center(page)
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    panel = page.locator(".zp-app .zp-explain-panel")
+    panel.locator(".zp-explain").first.wait_for(timeout=20_000)
+    text = panel.inner_text()
+    assert "GiB" in text and "Term" in text
+    page.mouse.move(5, 5)
+
+
+def test_copy_link_reopens_the_scenario_in_a_fresh_page(page, browser):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.locator(".zp-app button.zp-copy-link").click()
+    page.wait_for_function("() => document.querySelector('.zp-app button.zp-copy-link').textContent === 'Link copied'",
+                           timeout=10_000)
+    link = page.evaluate("() => navigator.clipboard.readText()")
+    assert link.startswith("http://127.0.0.1:") and "nodes=" in link and "network=" in link
+    nodes = widget(page, "widget-slider", "Nodes").locator(".widget-readout").inner_text()
+    network = widget(page, "widget-dropdown", "Network").locator("select").input_value()
+    fresh = browser.new_page(viewport={"width": 1500, "height": 1250})
+    try:
+        fresh.goto(link, timeout=120_000)
+        fresh.wait_for_selector(".zp-app .bqplot svg .bargroup rect", timeout=120_000)
+        assert widget(fresh, "widget-slider", "Nodes").locator(".widget-readout").inner_text() == nodes
+        assert widget(fresh, "widget-dropdown", "Network").locator("select").input_value() == network
+        assert config_text(fresh) == config_text(page)
+    finally:
+        fresh.close()
+
+
+def test_report_download_is_a_self_contained_html_page(page, tmp_path):
+    page.get_by_role("button", name="Build report").click()
+    link = page.locator(".zp-app a.zp-report")
+    link.wait_for(timeout=20_000)
+    with page.expect_download() as info:
+        link.click()
+    path = tmp_path / info.value.suggested_filename
+    info.value.save_as(path)
+    text = path.read_text()
+    assert info.value.suggested_filename == "zeroplanner-report.html" and "<svg" in text or "data:image/svg" in text
 
 
 def test_download_and_copy_give_the_previewed_json(page, tmp_path):

@@ -324,6 +324,61 @@ def test_nothing_fits_is_said_in_banner_charts_and_config():
     assert "Nothing fits this cluster" in app.config_actions.value
 
 
+def test_clicking_a_segment_opens_explain_on_that_variant_and_term():
+    app = PlannerApp()
+    bars = app.memory_chart.bars
+    z3 = app.view.memory.labels.index("ZeRO-3")
+    # what bqplot sends: a hover datum with index/subIndex, then the clicked bar in `selected`
+    bars._handle_custom_msgs(bars, {"event": "hover", "data": {"index": z3, "subIndex": 1}}, [])
+    bars.selected = [z3]
+    assert app.details.selected_index == 0
+    assert app.explain.variant.value == "ZeRO-3" and app.explain.term.value == "gradients"
+    assert "Gradients" in app.explain.math.value
+    assert bars.selected is None  # cleared so the same bar can be clicked again
+    tbars = app.time_chart.bars
+    tbars._handle_custom_msgs(tbars, {"event": "hover", "data": {"index": z3, "subIndex": 1}}, [])
+    tbars.selected = [z3]
+    assert app.explain.term.value == "time:communication"
+
+
+def test_compare_panel_follows_the_controls_once_pinned():
+    app = PlannerApp()
+    app.compare.pin()
+    app.controls.widgets["nodes"].value = 2
+    assert app.compare.pinned.scenario.cluster.nodes == 1
+    assert app.compare.current.scenario.cluster.nodes == 2
+
+
+def test_share_link_and_page_query_round_trip(monkeypatch):
+    from zeroplanner.share import scenario_from_query
+
+    app = PlannerApp()
+    app.set(nodes=4, network="ib-ndr", model="qwen2.5-14b")
+    query = app.share_query()
+    assert "nodes=4" in query and "network=ib-ndr" in query and "model=qwen2.5-14b" in query
+    assert "zp-copy-link" in app.share_link.value
+    monkeypatch.setenv("QUERY_STRING", query)
+    reopened = PlannerApp()
+    assert reopened.state.scenario == scenario_from_query(query)
+    assert reopened.controls.widgets["nodes"].value == 4
+    assert reopened.controls.widgets["network"].value == "ib-ndr"
+    assert reopened.config_area.value == app.config_area.value
+
+
+def test_a_bad_link_opens_the_default_with_a_message(monkeypatch):
+    monkeypatch.setenv("QUERY_STRING", "nodes=-3")
+    app = PlannerApp()
+    assert "link" in app.message.value and "nodes" in app.message.value
+    assert app.state.scenario == build_scenario()
+
+
+def test_report_button_offers_an_html_download():
+    app = PlannerApp()
+    text = app.build_report()
+    assert text.lstrip().lower().startswith("<!doctype html") or "<html" in text[:500].lower()
+    assert "download='zeroplanner-report.html'" in app.report_link.value
+
+
 def test_about_lists_the_pinned_versions():
     app = PlannerApp()
     about = app.children[-1].children[0].value

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import logging
 import time
 from importlib import metadata
@@ -76,6 +77,23 @@ def installed_versions(packages: tuple[str, ...] = ABOUT_PACKAGES) -> dict[str, 
     return out
 
 
+def initial_state() -> tuple[AppState, str]:
+    """The opening state: the page's query string when it names a scenario (``zeroplanner.share``: Voilà puts the
+    request's query string in the kernel's environment), else :func:`default_state`. Returns (state, message); the
+    message says why a link's scenario was refused (the default opens instead)."""
+    try:
+        from ..share import scenario_from_environment
+    except ImportError:  # pragma: no cover - share is part of the package
+        return default_state(), ""
+    try:
+        scenario = scenario_from_environment()
+    except ValueError as exc:  # ShareError is a ValueError naming the key
+        return default_state(), f"The link's scenario was not used: {error_message(exc)}"
+    if scenario is None:
+        return default_state(), ""
+    return state_from_scenario(scenario), ""
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -95,7 +113,10 @@ class PlannerApp(w.VBox):
 
     def __init__(self, state: AppState | None = None, debounce_seconds: float = 0.05) -> None:
         self.debounce_seconds = float(debounce_seconds)
-        self.state = state or default_state()
+        link_problem = ""
+        if state is None:
+            state, link_problem = initial_state()
+        self.state = state
         self.view: View | None = None
         self.recomputes = 0
         self.last_recompute_seconds = 0.0
@@ -131,6 +152,28 @@ class PlannerApp(w.VBox):
             self.config_area,
         ])
 
+        # share: a link that reopens this scenario, and a self-contained report
+        self.share_link = w.HTML()
+        self.report_button = w.Button(description="Build report", tooltip="A self-contained HTML report: "
+                                      "recommendation, charts, every term, the config", layout=w.Layout(width="130px"))
+        self.report_link = w.HTML()
+        self.report_button.on_click(lambda _: self.build_report())
+        share_box = w.HBox([w.HTML("<b>Share</b>", layout=w.Layout(width="50px")), self.share_link,
+                            self.report_button, self.report_link], layout=w.Layout(align_items="center"))
+
+        # explain a number / compare with a pinned setup (collapsed; filled when opened)
+        from .compare import ComparePanel
+        from .explain_panel import ExplainPanel
+
+        self.explain = ExplainPanel()
+        self.compare = ComparePanel()
+        self.details = w.Accordion(children=[self.explain, self.compare], selected_index=None)
+        self.details.set_title(0, "Explain a number (click a bar segment)")
+        self.details.set_title(1, "Compare with a pinned setup")
+        self.details.observe(lambda _: self._update_details(), names="selected_index")
+        self.memory_chart.on_select(lambda variant, term: self._explain_clicked("memory", variant, term))
+        self.time_chart.on_select(lambda variant, part: self._explain_clicked("time", variant, part))
+
         self.extras = self._build_extras()
         about = w.Accordion(children=[w.HTML(self._about_html())], selected_index=None)
         about.set_title(0, "About")
@@ -139,13 +182,15 @@ class PlannerApp(w.VBox):
             [self.memory_chart, self.time_chart, self.host_chart, self.scaling_chart],
             layout=w.Layout(display="flex", flex_flow="row wrap", width="100%"),
         )
-        right = w.VBox([self.banner, self.message, charts, self.timing, config_box],
+        right = w.VBox([self.banner, self.message, charts, self.timing, self.details, share_box, config_box],
                        layout=w.Layout(flex="1 1 auto", min_width="0"))
         self.controls.extra.children = self.extras
         top = w.HBox([self.controls, right], layout=w.Layout(width="100%", align_items="flex-start"))
         super().__init__([w.HTML(_CSS), top, about], layout=w.Layout(width="100%"))
         self.add_class("zp-app")
         self.flush()
+        if link_problem:
+            self.message.value = f"<div class='zp-error'>{html.escape(link_problem)}</div>"
 
     # -- change handling ----------------------------------------------------------------------------------------
     def _queue(self, key: str, value: Any) -> None:
@@ -211,12 +256,85 @@ class PlannerApp(w.VBox):
         self.message.value = ""
         self._render(view)
         self.controls.show(new_state)  # presets move other widgets (model -> size, GPU -> memory, ...)
+        self._update_details()
         self.last_recompute_seconds = time.perf_counter() - started
         self.timing.value = (f"<span class='zp-muted'>Planned {len(view.memory.labels)} ZeRO variants in "
                              f"{1e3 * self.last_recompute_seconds:.0f} ms.</span>")
 
     # -- rendering ------------------------------------------------------------------------------------------
+    def _update_details(self) -> None:
+        """Feed the open detail panel (explain: the chart's variants; compare: the current scenario). Closed panels
+        cost nothing per change; opening one brings it up to date."""
+        if self.view is None:
+            return
+        if self.details.selected_index == 0:
+            self.explain.set_variants([(label, sc) for label, sc in zip(self.view.memory.labels,
+                                                                        self.view.variant_scenarios)])
+        self.compare.update(self.state.scenario)  # plans only while something is pinned
+
+    def _explain_clicked(self, chart: str, variant: int, part: int) -> None:
+        """A click on bar ``variant``, segment ``part`` of the memory or step-time chart: open Explain on it."""
+        from .explain_panel import MEMORY_KEYS, TIME_SEGMENTS
+
+        if self.view is None or not 0 <= variant < len(self.view.memory.labels):
+            return
+        self.details.selected_index = 0
+        self._update_details()
+        key = MEMORY_KEYS[part] if chart == "memory" else "time:" + TIME_SEGMENTS[part][0]
+        try:
+            self.explain.show(self.view.memory.labels[variant], key)
+        except KeyError:
+            return
+
+    def share_query(self) -> str:
+        """Query string of the current scenario (``zeroplanner.share``); raises ``ValueError`` (ShareError) when it
+        cannot be a link (a model read from a HF config.json)."""
+        from ..share import scenario_to_query
+
+        return scenario_to_query(self.state.scenario)
+
+    def build_report(self) -> str:
+        """Build the HTML report of the current scenario (``zeroplanner.report``) and offer it as a download link.
+        Returns the HTML."""
+        from ..report import build_report
+
+        try:
+            text = build_report(self.state.scenario, "html", link=self._link_url())
+        except Exception as exc:  # shown, not raised into the page
+            _log.debug("report failed", exc_info=True)
+            self.report_link.value = f"<span class='zp-error'>No report: {html.escape(error_message(exc))}</span>"
+            return ""
+        self.report_link.value = (f"<a class='zp-button zp-report' download='zeroplanner-report.html' "
+                                  f"href='{data_uri(text, 'text/html')}'>Download zeroplanner-report.html</a>")
+        return text
+
+    def _link_url(self) -> str | None:
+        from ..share import page_url
+
+        try:
+            query = self.share_query()
+        except ValueError:
+            return None
+        base = page_url() or ""
+        return f"{base}?{query}"
+
+    def _render_share(self) -> None:
+        try:
+            url = self._link_url()
+        except Exception:  # pragma: no cover - share never raises beyond ValueError
+            url = None
+        if url is None:
+            self.share_link.value = ("<span class='zp-muted'>This model came from a config.json and cannot be "
+                                     "shared as a link.</span>")
+        else:
+            js = (f"navigator.clipboard.writeText({json.dumps(url)}).then(()=>{{this.textContent='Link copied'}},"
+                  "()=>{this.textContent='Copy failed'})")
+            self.share_link.value = (f"<button class='zp-button zp-copy-link' title='{html.escape(url)}' "
+                                     f"onclick=\"{html.escape(js)}\">Copy link</button>")
+        self.report_link.value = ""
+
     def _render(self, view: View) -> None:
+        self._render_share()
         self.memory_chart.update(view.memory)
         self.host_chart.update(view.memory)
         self.time_chart.update(view.time)

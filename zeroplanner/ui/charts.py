@@ -63,6 +63,39 @@ def nice_ceiling(x: float) -> float:
     return float(10 ** (k + 1))
 
 
+class _SegmentClicks:
+    """Clicks on stacked bars, as (bar index, segment index). bqplot's click selects a whole bar (``selected``);
+    the segment is the last one hovered (bqplot's hover datum carries ``index`` and ``subIndex``). The selection
+    is cleared after each click so the same bar can be clicked again; unselected bars keep their look."""
+
+    @staticmethod
+    def install(figure, bars: bq.Bars, segments: int) -> None:
+        figure._select_callbacks = []
+        figure._last_segment = 0
+        bars.interactions = {"hover": "tooltip", "click": "select"}
+        bars.unselected_style = {}
+        bars.selected_style = {}
+
+        def hovered(mark, event) -> None:
+            point = event.get("data") or {}
+            sub = point.get("subIndex", point.get("sub_index"))
+            if isinstance(sub, int) and 0 <= sub < segments:
+                figure._last_segment = sub
+
+        def selected(change) -> None:
+            picked = change["new"]
+            if picked is None or len(picked) == 0:
+                return
+            index = int(list(picked)[-1])
+            bars.selected = None
+            for callback in figure._select_callbacks:
+                callback(index, figure._last_segment)
+
+        bars.on_hover(hovered)
+        bars.observe(selected, names="selected")
+        figure.on_select = lambda callback: figure._select_callbacks.append(callback)
+
+
 def _short(label: str) -> str:
     """Axis tick text for a variant label: 'ZeRO-3 + CPU optimizer & params' -> 'Z3+CPU opt&param'."""
     if label == "Recommended":
@@ -108,6 +141,7 @@ class MemoryChart(bq.Figure):
         self.bars.tooltip = self.tooltip_html
         self.bars.on_hover(self._on_hover)
         self._view: MemoryView | None = None
+        _SegmentClicks.install(self, self.bars, len(MEMORY_TERMS))
         axes = [
             bq.Axis(scale=self.x_scale, label="ZeRO variant", tick_rotate=-25, label_offset="62px",
                     tick_style={"font-size": "11px"}),
@@ -222,6 +256,7 @@ class StepTimeChart(bq.Figure):
         self.bars.tooltip = self.tooltip_html
         self.bars.on_hover(self._on_hover)
         self._view: TimeView | None = None
+        _SegmentClicks.install(self, self.bars, len(TIME_PARTS))
         self.rate_labels = bq.Label(x=[], y=[], text=[], colors=["#333333"], align="middle", default_size=11,
                                     y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
         self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=11,

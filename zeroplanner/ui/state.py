@@ -95,7 +95,9 @@ def state_from_scenario(scenario: Scenario, **ui: Any) -> AppState:
     """Wrap a scenario, selecting the catalog entries whose names match its model, GPU and network."""
     model_name = _catalog_match(catalog.model_names(), scenario.model.name) or CUSTOM_MODEL
     gpu_name = _catalog_match(catalog.gpu_names(), scenario.cluster.gpu.name) or scenario.cluster.gpu.name
-    net_name = _catalog_match(catalog.network_names(), scenario.cluster.network.name) or catalog.network_names()[0]
+    net_name = (_catalog_match(catalog.network_names(), scenario.cluster.network.name)
+                or _catalog_match(catalog.network_names(), scenario.cluster.network.name.split(" at ")[0])
+                or catalog.network_names()[0])
     return AppState(scenario=scenario, model_name=model_name, gpu_name=gpu_name, network_name=net_name, **ui)
 
 
@@ -333,6 +335,8 @@ class View:
     config_error: str | None
     variant_options: tuple[str, ...]
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    variant_scenarios: tuple = ()
+    """Scenario of each chart bar, in :attr:`MemoryView.labels` order."""
 
 
 def _variants(plan: Any) -> list[tuple[str, Scenario, Any]]:
@@ -648,4 +652,5 @@ def derive(state: AppState) -> View:
         config_error=cerr,
         variant_options=(RECOMMENDED, *variants),
         warnings=tuple(str(w) for w in (_attr(plan, "warnings", []) or [])),
+        variant_scenarios=tuple(sc for _, sc, _ in _variants(plan)),
     )
