@@ -28,7 +28,7 @@ from typing import Any
 import ipywidgets as w
 from pydantic import ValidationError
 
-from .charts import HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
+from .charts import FIGURE_WIDTH_PX, HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
 from .controls import Controls
 from .state import (
     RECOMMENDED,
@@ -92,6 +92,13 @@ def initial_state() -> tuple[AppState, str]:
     if scenario is None:
         return default_state(), ""
     return state_from_scenario(scenario), ""
+
+
+def _with_legend(chart) -> w.VBox:
+    """A chart with its HTML legend underneath, as wide as the chart (so charts still wrap two per row)."""
+    width = f"{FIGURE_WIDTH_PX}px"
+    chart.legend.layout = w.Layout(width=width, margin="-6px 0 6px 0")
+    return w.VBox([chart, chart.legend], layout=w.Layout(width=width, flex="0 0 auto"))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -179,7 +186,7 @@ class PlannerApp(w.VBox):
         about.set_title(0, "About")
 
         charts = w.Box(
-            [self.memory_chart, self.time_chart, self.host_chart, self.scaling_chart],
+            [_with_legend(self.memory_chart), _with_legend(self.time_chart), self.host_chart, self.scaling_chart],
             layout=w.Layout(display="flex", flex_flow="row wrap", width="100%"),
         )
         right = w.VBox([self.banner, self.message, charts, self.timing, self.details, share_box, config_box],

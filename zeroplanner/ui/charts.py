@@ -63,6 +63,19 @@ def nice_ceiling(x: float) -> float:
     return float(10 ** (k + 1))
 
 
+def legend_html(items: list[tuple[str, str, str]]) -> str:
+    """An HTML legend row: (kind "box" or "dash", colour, text) per entry. Kept outside the SVG so it never covers
+    a bar."""
+    parts = []
+    for kind, color, text in items:
+        if kind == "dash":
+            mark = f"<span style='display:inline-block;width:18px;border-top:2px dashed {color};margin:0 4px 3px 0'></span>"
+        else:
+            mark = f"<span style='display:inline-block;width:11px;height:11px;background:{color};margin:0 4px -1px 0'></span>"
+        parts.append(f"<span style='margin-right:10px;white-space:nowrap'>{mark}{html.escape(text)}</span>")
+    return f"<div style='font-size:12px;line-height:1.5;padding-left:60px'>{''.join(parts)}</div>"
+
+
 class _SegmentClicks:
     """Clicks on stacked bars, as (bar index, segment index). bqplot's click selects a whole bar (``selected``);
     the segment is the last one hovered (bqplot's hover datum carries ``index`` and ``subIndex``). The selection
@@ -126,13 +139,14 @@ class MemoryChart(bq.Figure):
         self.y_scale = bq.LinearScale(min=0.0)
         self.bars = bq.Bars(
             x=[], y=[], type="stacked", colors=list(TERM_COLORS), labels=[name for _, name in MEMORY_TERMS],
-            display_legend=True, scales={"x": self.x_scale, "y": self.y_scale}, padding=0.25,
+            display_legend=False, scales={"x": self.x_scale, "y": self.y_scale}, padding=0.25,
             stroke="white", opacity_mode="auto",
         )
         self.capacity = bq.Lines(
             x=[], y=[], colors=[OOM_COLOR], line_style="dashed", stroke_width=2, labels=["GPU memory"],
-            display_legend=True, scales={"x": self.x_scale, "y": self.y_scale},
+            display_legend=False, scales={"x": self.x_scale, "y": self.y_scale},
         )
+        self.legend = w.HTML()
         self.fit_labels = bq.Label(x=[], y=[], text=[], colors=[FIT_COLOR], align="middle", default_size=12,
                                    font_weight="bold", y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
         self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=12,
@@ -154,12 +168,16 @@ class MemoryChart(bq.Figure):
     def update(self, view: MemoryView) -> None:
         self._view = view
         ticks = [_short(label) for label in view.labels]
-        top = nice_ceiling(float(max(view.total_gib.max(initial=0.0), view.capacity_gib)) * 1.3)
+        top = nice_ceiling(float(max(view.total_gib.max(initial=0.0), view.capacity_gib)) * 1.1)
         assign(self.x_scale, domain=ticks)
         assign(self.y_scale, max=top)
         assign(self.bars, x=ticks, y=view.gib)
         assign(self.capacity, x=ticks, y=[view.capacity_gib] * len(ticks),
                labels=[f"GPU memory ({view.capacity_gib:.0f} GiB)"])
+        legend = legend_html([("box", c, n) for c, (_, n) in zip(TERM_COLORS, MEMORY_TERMS)]
+                             + [("dash", OOM_COLOR, f"GPU memory ({view.capacity_gib:.0f} GiB)")])
+        if self.legend.value != legend:
+            self.legend.value = legend
         fit = [i for i, ok in enumerate(view.fits_gpu) if ok]
         oom = [i for i, ok in enumerate(view.fits_gpu) if not ok]
         for mark, idx, word in ((self.fit_labels, fit, "fits"), (self.oom_labels, oom, "OOM")):
@@ -250,8 +268,9 @@ class StepTimeChart(bq.Figure):
         self.y_scale = bq.LinearScale(min=0.0)
         self.bars = bq.Bars(
             x=[], y=[], type="stacked", colors=list(TIME_COLORS), labels=[name for _, name in TIME_PARTS],
-            display_legend=True, scales={"x": self.x_scale, "y": self.y_scale}, padding=0.25, stroke="white",
+            display_legend=False, scales={"x": self.x_scale, "y": self.y_scale}, padding=0.25, stroke="white",
         )
+        self.legend = w.HTML(legend_html([("box", c, n) for c, (_, n) in zip(TIME_COLORS, TIME_PARTS)]))
         self.tooltip_html = w.HTML(layout=w.Layout(max_width="420px"))
         self.bars.tooltip = self.tooltip_html
         self.bars.on_hover(self._on_hover)
@@ -282,7 +301,7 @@ class StepTimeChart(bq.Figure):
         self._view = view
         ticks = [_short(label) for label in view.labels]
         totals = view.seconds.sum(axis=0)
-        top = nice_ceiling(float(totals.max(initial=0.0)) * 1.6)
+        top = nice_ceiling(float(totals.max(initial=0.0)) * 1.12)
         assign(self.x_scale, domain=ticks)
         assign(self.y_scale, max=top)
         assign(self.bars, x=ticks, y=view.seconds)
