@@ -166,7 +166,7 @@ def render(engine: list[dict], activations: list[dict], meta: dict) -> str:
         "One training forward pass on CPU (bf16 weights as DeepSpeed's bf16 mode casts them, no autocast; sdpa "
         "attention; `use_cache=False`), counted with `torch.autograd.graph.saved_tensors_hooks`, deduplicated by "
         "storage, parameters and buffers excluded, plus the returned logits; full checkpointing = HF "
-        "`gradient_checkpointing_enable(use_reentrant=True)` plus one layer's tensors saved again when it is "
+        "`activation_checkpointing_enable` with `use_reentrant=True` plus one layer's tensors saved again when it is "
         "recomputed. Tiny configs: hidden 64, 2 layers, 4 heads, vocabulary 512 (`calibrate.ACTIVATION_CONFIGS`).",
         "",
         "| family | seq | checkpointing | predicted | measured | error |",
@@ -226,12 +226,11 @@ def render(engine: list[dict], activations: list[dict], meta: dict) -> str:
     if s3:
         lines.append(f"5. **Stage-3 reduction bucket is allocated whole** ({_fmt(s3.row('buffers').measured)} bytes "
                      "measured on the device, one buffer even with overlap_comm).")
-    lines.append("6. **Activations** (section 2, before/after in the table history of this file): HF's RMSNorm "
+    lines.append("6. **Activations** (section 2): HF's RMSNorm "
                  "saves an fp32 upcast of its input and the normalised tensor ((4 + a)·sbh, not a·sbh); the attention "
                  "output is a view for separate-QKV models and a copy for fused ones; a fused QKV output stays saved "
                  "whole; GPT-2's gelu_new saves 5 tensors of width f; GPT-NeoX's parallel residual shares one "
-                 "LayerNorm input; input ids, labels and rotary tables add 16sb + 2a·sb·d_head. Before the "
-                 "corrections the llama family was 12% and GPT-2 30% under the measurement.")
+                 "LayerNorm input; input ids, labels and rotary tables add 16sb + 2a·sb·d_head.")
     lines += [
         "",
         "## 4. Open differences (not corrected, told to the maintainers of the files)",
@@ -239,7 +238,8 @@ def render(engine: list[dict], activations: list[dict], meta: dict) -> str:
         "- ZeRO-1/2 reduction bucket: DeepSpeed allocates the whole `reduce_bucket_size` (1e9 bytes at the 5e8 "
         "default in bf16, 2e9 in fp32, measured above); the cost model keeps min(bucket, Ψ_t) at stages 1-2 because "
         "the full bucket changes the seed-table QLoRA recommendation (planner policy).",
-        "- ZeRO-3 default `stage3_max_reuse_distance`: fewer backward gathers than 2x (section 1).",
+        "- ZeRO-3 with the default `stage3_max_live_parameters` / `stage3_max_reuse_distance`: fewer backward "
+        "gathers than the modelled 2x (section 1).",
         "- Stage-0 all-reduce bucket and ZeRO-1/2's flat copy in the step are transient (not seen by a census); only "
         "`torch.cuda.max_memory_allocated` (scripts/gpu_calibrate.sh) sees them.",
         "- LayerNorm statistics are bf16 on CPU and fp32 on CUDA: the model counts fp32 (under 0.3% here).",

@@ -256,7 +256,7 @@ def _run_one(run, device, rank, world, out_dir):
     model = _build_model(run["hf_config"])
     n_params = sum(p.numel() for p in model.parameters())
     if run.get("checkpointing") == "full":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
 
     if cuda:

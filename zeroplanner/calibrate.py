@@ -615,7 +615,7 @@ def measure_activation_bytes(
     ``labels = input_ids`` and ``use_cache=False`` (training: no KV cache; HF turns it off itself under
     gradient checkpointing, and a cache makes concatenated K/V copies). Counted with ``torch.autograd.graph.saved_tensors_hooks``: every tensor autograd saves,
     deduplicated by ``untyped_storage().data_ptr()``, parameter and buffer storages excluded. Full checkpointing
-    is HF's ``gradient_checkpointing_enable`` with ``use_reentrant=True`` (the reentrant function saves the layer
+    is HF's ``activation_checkpointing_enable`` with ``use_reentrant=True`` (the reentrant function saves the layer
     inputs through ``save_for_backward``, so the hooks see them; the recomputation in backward is measured the same
     way: everything saved during backward, divided by the number of (identical) layers).
 
@@ -636,7 +636,7 @@ def measure_activation_bytes(
         model = model.to(torch.bfloat16)
     model.train()
     if checkpointing == "full":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
     excluded = {t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())}
 
     state = {"phase": "forward"}
