@@ -179,3 +179,101 @@ def test_tutorial_page_refuses_a_hostile_query_with_a_message(browser, tutorial_
         assert _slider_value(page, ".zp-tutorial", "Nodes") == "1"  # the default scenario
     finally:
         ctx.close()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The planner page (zeroplanner app): a link opens the app on its scenario; "Copy link" reproduces the scenario
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    port = free_port()
+    log = tmp_path_factory.mktemp("voila-app") / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser"],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        _stop(proc, log)
+
+
+APP_BARS = ".zp-app .bqplot svg .bargroup rect"
+
+
+def _config(page) -> str:
+    return page.locator(".zp-config textarea").input_value()
+
+
+def _wait_config(page, pattern: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    text = _config(page)
+    while time.monotonic() < deadline:
+        text = _config(page)
+        if re.search(pattern, text):
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"config never matched {pattern!r}: {text[:300]}")
+
+
+def test_planner_page_opens_on_the_links_scenario(browser, app_url):
+    from zeroplanner.planner import plan
+
+    ctx, page = _open(browser, app_url + "?model=llama-2-70b&nodes=4&network=ib-ndr", APP_BARS)
+    try:
+        assert _dropdown_value(page, ".zp-app", "Model") == "llama-2-70b"
+        assert _dropdown_value(page, ".zp-app", "Network") == "ib-ndr"
+        assert _slider_value(page, ".zp-app", "Nodes") == "4"
+        # 1 x 8 accumulation x 32 GPUs: DeepSpeed's batch rule for the linked cluster
+        _wait_config(page, r'"train_batch_size": 256\b')
+        p = plan(build_scenario(model="llama-2-70b", nodes=4, network="ib-ndr"))
+        banner = page.locator(".zp-banner").first.inner_text()
+        assert f"{p.estimate.per_gpu_bytes.total / 2**30:.1f} GiB" in banner
+        assert page.locator(APP_BARS).count() >= 8 * 6
+        bad = [m for m in page.zp_console if BAD_CONSOLE.search(m) or m.startswith("pageerror")]
+        assert not bad, bad
+    finally:
+        ctx.close()
+
+
+def test_copied_link_reproduces_the_scenario_in_a_fresh_page(browser, app_url):
+    ctx, page = _open(browser, app_url + "?model=llama-2-13b&nodes=2", APP_BARS)
+    try:
+        ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=app_url.rstrip("/"))
+        # the user changes the setup in the page: 3 nodes, Ethernet 100G
+        readout = page.locator(".zp-app .widget-slider", has=page.locator(
+            "label.widget-label", has_text=re.compile("^Nodes$"))).locator(".widget-readout")
+        readout.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type("3")
+        page.keyboard.press("Enter")
+        _wait_config(page, r'"train_batch_size": 192\b')  # 1 x 8 x 24 GPUs
+        page.locator(".zp-app .widget-dropdown", has=page.locator("label.widget-label", has_text=re.compile(
+            "^Network$"))).locator("select").select_option("eth-100g")
+        button = page.locator(".zp-copy-link")
+        deadline = time.monotonic() + 30
+        while "eth-100g" not in (button.get_attribute("title") or "") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        config_before = _config(page)
+        button.click()
+        page.get_by_text("Link copied").wait_for(timeout=10_000)
+        link = page.evaluate("navigator.clipboard.readText()")
+        assert link.startswith(app_url) and "nodes=3" in link and "network=eth-100g" in link
+        assert "model=llama-2-13b" in link
+    finally:
+        ctx.close()
+    ctx2, fresh = _open(browser, link, APP_BARS)
+    try:
+        assert _dropdown_value(fresh, ".zp-app", "Model") == "llama-2-13b"
+        assert _dropdown_value(fresh, ".zp-app", "Network") == "eth-100g"
+        assert _slider_value(fresh, ".zp-app", "Nodes") == "3"
+        _wait_config(fresh, r'"train_batch_size": 192\b')
+        assert _config(fresh) == config_before
+        ARTIFACTS.mkdir(exist_ok=True)
+        path = ARTIFACTS / "planner_from_link.png"
+        fresh.screenshot(path=str(path), full_page=True)
+        assert png_stats(path.read_bytes())[2] > 40
+    finally:
+        ctx2.close()
