@@ -47,8 +47,11 @@ def test_keys_are_the_cli_scenario_options():
     parser = argparse.ArgumentParser()
     add_scenario_options(parser)
     dests = {a.dest for a in parser._actions}
+    from zeroplanner.specs import ZeroSpec
+
     for name in names:
-        assert name in dests or name in ("flash_attention", "stage3_prefetch_bucket_size", "overlap_comm"), name
+        # the rest are DeepSpeed's own zero_optimization keys (ZeroSpec fields) and the offload blocks' pin_memory
+        assert name in dests or name in ZeroSpec.model_fields or name in ("flash_attention", "pin_memory"), name
     assert "no_flash_attention" in dests  # the CLI spells flash attention as a negative flag
 
 
@@ -133,6 +136,24 @@ def test_hf_config_model_is_refused_in_a_link_but_travels_in_json():
     assert scenario_from_json(scenario_to_json(s)) == s
     _, unshared = scenario_inputs(s)
     assert unshared == ["model"]
+
+
+def test_zero_keys_and_pin_memory_round_trip():
+    s = build_scenario(stage=3, offload_optimizer="cpu", offload_param="cpu", nodes=2,
+                       zero_overrides={"zero_hpz_partition_size": 8, "zero_quantized_weights": True,
+                                       "zero_quantized_gradients": True, "contiguous_gradients": False,
+                                       "stage3_param_persistence_threshold": 10_000,
+                                       "stage3_max_live_parameters": 300_000_000, "stage3_max_reuse_distance": 0})
+    z = s.zero
+    s = s.model_copy(update={"zero": z.model_copy(update={
+        "offload_optimizer": z.offload_optimizer.model_copy(update={"pin_memory": False}),
+        "offload_param": z.offload_param.model_copy(update={"pin_memory": False})})})
+    query = scenario_to_query(s)
+    assert "pin_memory=false" in query and "zero_hpz_partition_size=8" in query
+    assert scenario_from_query(query) == s
+    with pytest.raises(ShareError) as info:
+        scenario_from_query("zero_quantized_weights=true")  # ZeRO++ needs stage 3 (ZeroSpec's rule)
+    assert info.value.key == "zero_quantized_weights"
 
 
 def test_settings_without_a_key_are_named():

@@ -101,10 +101,19 @@ SHARE_KEYS: tuple[ShareKey, ...] = (
     ShareKey("allgather_bucket_size", "int", 1, 10**12, unit="elements", zero_override=True),
     ShareKey("stage3_prefetch_bucket_size", "int", 0, 10**12, unit="elements", zero_override=True),
     ShareKey("overlap_comm", "bool", zero_override=True),
+    ShareKey("contiguous_gradients", "bool", zero_override=True),
+    ShareKey("stage3_param_persistence_threshold", "int", 0, 10**12, unit="elements", zero_override=True),
+    ShareKey("stage3_max_live_parameters", "int", 0, 10**13, unit="elements", zero_override=True),
+    ShareKey("stage3_max_reuse_distance", "int", 0, 10**13, unit="elements", zero_override=True),
+    ShareKey("zero_hpz_partition_size", "int", 1, 1024, zero_override=True),
+    ShareKey("zero_quantized_weights", "bool", zero_override=True),
+    ShareKey("zero_quantized_gradients", "bool", zero_override=True),
+    ShareKey("pin_memory", "bool"),
 )
 """Every key a link may carry, in the order :func:`scenario_to_query` writes them. The first 22 are the CLI's
-scenario options (same names, ranges and units); the last four are DeepSpeed ``zero_optimization`` keys the app
-exposes (``--reduce-bucket-size`` and ``--allgather-bucket-size`` are CLI options too)."""
+scenario options (same names, ranges and units); then DeepSpeed ``zero_optimization`` keys with DeepSpeed's names
+and ranges (``--reduce-bucket-size`` and ``--allgather-bucket-size`` are CLI options too), and ``pin_memory`` (of
+both offload blocks, as the app sets it)."""
 
 KEYS: dict[str, ShareKey] = {k.name: k for k in SHARE_KEYS}
 ALWAYS_WRITTEN = ("gpu", "gpus_per_node", "nodes", "network")
@@ -126,6 +135,11 @@ _FIELD_KEYS = {
     "offload_param": "offload_param", "offload_optimizer": "offload_optimizer", "link_gbps": "inter_node_gbps",
     "mfu": "mfu", "reduce_bucket_size": "reduce_bucket_size", "allgather_bucket_size": "allgather_bucket_size",
     "stage3_prefetch_bucket_size": "stage3_prefetch_bucket_size", "overlap_comm": "overlap_comm",
+    "contiguous_gradients": "contiguous_gradients",
+    "stage3_param_persistence_threshold": "stage3_param_persistence_threshold",
+    "stage3_max_live_parameters": "stage3_max_live_parameters", "stage3_max_reuse_distance": "stage3_max_reuse_distance",
+    "zero_hpz_partition_size": "zero_hpz_partition_size", "zero_quantized_weights": "zero_quantized_weights",
+    "zero_quantized_gradients": "zero_quantized_gradients", "pin_memory": "pin_memory",
     "parameter_count_override": "params", "tensor_parallel_size": "gpus_per_node",
 }
 
@@ -268,20 +282,31 @@ def scenario_from_inputs(inputs: Mapping[str, Any]) -> Scenario:
     :class:`ShareError` naming the key for values the specs reject (e.g. ``qlora`` without ``lora_rank``)."""
     kwargs: dict[str, Any] = {}
     zero: dict[str, Any] = {}
+    pin = None
     for key, value in inputs.items():
-        if KEYS[key].zero_override:
+        if key == "pin_memory":
+            pin = value
+        elif KEYS[key].zero_override:
             zero[key] = value
         else:
             kwargs[key] = value
     try:
-        return build_scenario(**kwargs, zero_overrides=zero or None)
+        scenario = build_scenario(**kwargs, zero_overrides=zero or None)
+        if pin is not None:
+            z = scenario.zero
+            zero_spec = z.model_copy(update={"offload_optimizer": z.offload_optimizer.model_copy(
+                update={"pin_memory": pin}), "offload_param": z.offload_param.model_copy(update={"pin_memory": pin})})
+            scenario = scenario.model_copy(update={"zero": zero_spec})
+        return scenario
     except ValidationError as exc:
         err = exc.errors()[0]
         msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
         key = next((_FIELD_KEYS[str(x)] for x in reversed(err.get("loc", ())) if str(x) in _FIELD_KEYS), None)
-        if key is None:  # a cross-field rule: the first key its message names
+        if key is None:  # a cross-field rule: the first key its message names, preferring keys the user gave
             found = sorted((msg.find(f), k) for f, k in _FIELD_KEYS.items() if f in msg)
-            key = found[0][1] if found else "query"
+            prefixes = re.findall(r"([a-z0-9_]+_)\*", msg)  # e.g. "zero_quantized_*"
+            given = [k for _, k in found if k in inputs] + [k for k in inputs if any(k.startswith(p) for p in prefixes)]
+            key = given[0] if given else (found[0][1] if found else "query")
         raise ShareError(key, msg) from None
     except (KeyError, ValueError) as exc:
         key = "params" if "params" in inputs else "model"
@@ -374,6 +399,14 @@ def scenario_inputs(scenario: Scenario, *, approximate_model: bool = False) -> t
                   stage3_prefetch_bucket_size=z.stage3_prefetch_bucket_size)
     if z.overlap_comm is not None:
         inputs["overlap_comm"] = z.overlap_comm
+    inputs.update(contiguous_gradients=z.contiguous_gradients,
+                  stage3_param_persistence_threshold=z.stage3_param_persistence_threshold,
+                  stage3_max_live_parameters=z.stage3_max_live_parameters,
+                  stage3_max_reuse_distance=z.stage3_max_reuse_distance,
+                  zero_hpz_partition_size=z.zero_hpz_partition_size, zero_quantized_weights=z.zero_quantized_weights,
+                  zero_quantized_gradients=z.zero_quantized_gradients)
+    if z.offload_optimizer.pin_memory == z.offload_param.pin_memory:
+        inputs["pin_memory"] = z.offload_optimizer.pin_memory
 
     unshared: list[str] = []
     if not model_ok and not approximate_model:
