@@ -28,6 +28,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -428,9 +429,15 @@ def scenario_inputs(scenario: Scenario, *, approximate_model: bool = False) -> t
     return inputs, diff
 
 
-def _default_inputs() -> dict[str, Any]:
+@lru_cache(maxsize=1)
+def _default_items() -> tuple[tuple[str, Any], ...]:
     inputs, _ = scenario_inputs(build_scenario())
-    return inputs
+    return tuple(inputs.items())
+
+
+def _default_inputs() -> dict[str, Any]:
+    """The inputs of ``build_scenario()`` (computed once; catalogs do not change while running)."""
+    return dict(_default_items())
 
 
 def inputs_to_query(inputs: Mapping[str, Any], *, full: bool = False) -> str:
