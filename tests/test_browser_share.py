@@ -277,3 +277,47 @@ def test_copied_link_reproduces_the_scenario_in_a_fresh_page(browser, app_url):
         assert png_stats(path.read_bytes())[2] > 40
     finally:
         ctx2.close()
+
+
+def test_clicking_a_memory_segment_explains_it(browser, app_url):
+    from zeroplanner.explain import MEMORY_KEYS
+    from zeroplanner.planner import plan
+
+    ctx, page = _open(browser, app_url + "?model=llama-2-13b&nodes=2", APP_BARS)
+    try:
+        group = page.locator(".zp-app .bqplot").first.locator("svg .bargroup").first  # the Recommended bar
+        rects = group.locator("rect")
+        heights = rects.evaluate_all("els => els.map(e => e.getBoundingClientRect().height)")
+        segment = max(range(len(heights)), key=lambda i: heights[i])
+        rects.nth(segment).click()
+        panel = page.locator(".zp-explain-panel")
+        panel.locator(".zp-explain").first.wait_for(timeout=30_000)
+        key = MEMORY_KEYS[segment]
+        p = plan(build_scenario(model="llama-2-13b", nodes=2))
+        shown = fmt_bytes_text(getattr(p.estimate.per_gpu_bytes, key))
+        assert panel.locator(".zp-explain-value").first.inner_text() == shown
+        panel.locator("mjx-container").first.wait_for(timeout=30_000)  # the formula is typeset
+        assert "Source:" in panel.inner_text()
+    finally:
+        ctx.close()
+
+
+def test_compare_panel_pins_and_shows_both_setups(browser, app_url):
+    ctx, page = _open(browser, app_url + "?model=llama-2-13b&nodes=2", APP_BARS)
+    try:
+        page.get_by_text("Compare with a pinned setup").click()
+        page.locator(".zp-compare-panel button", has_text="Pin current").click()
+        page.locator(".zp-compare-panel table.zp-compare").wait_for(timeout=30_000)
+        readout = page.locator(".zp-app .widget-slider", has=page.locator(
+            "label.widget-label", has_text=re.compile("^Nodes$"))).locator(".widget-readout")
+        readout.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type("4")
+        page.keyboard.press("Enter")
+        diff = page.locator(".zp-compare-panel table.zp-compare-diff").first
+        diff.get_by_text("nodes").wait_for(timeout=30_000)
+        rows = diff.locator("tr", has_text="nodes").first.inner_text().split()
+        assert rows[-2:] == ["2", "4"]
+        assert page.locator(".zp-compare-panel .bqplot svg .bargroup").count() >= 4  # 2 bars x 2 charts
+    finally:
+        ctx.close()
