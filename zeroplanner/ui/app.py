@@ -341,7 +341,6 @@ class PlannerApp(w.VBox):
         self.report_link.value = ""
 
     def _render(self, view: View) -> None:
-        self._render_share()
         self.memory_chart.update(view.memory)
         self.host_chart.update(view.memory)
         self.time_chart.update(view.time)
@@ -368,6 +367,7 @@ class PlannerApp(w.VBox):
                 note = (f"<div class='zp-error'>{html.escape(picked)} does not fit this cluster (GPU memory or host "
                         "RAM); this config would run out of memory.</div>")
             self.config_actions.value = note + self._config_actions_html(view)
+        self._render_share()  # last: once the link shows a change, everything else on the page shows it too
 
     @staticmethod
     def _config_actions_html(view: View) -> str:
