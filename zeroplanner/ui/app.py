@@ -109,13 +109,16 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 class PlannerApp(w.VBox):
-    """The planner. ``PlannerApp()`` opens on :func:`~zeroplanner.ui.state.default_state`; pass ``state=`` (an
+    """The planner. ``PlannerApp()`` opens on the page's query string when it names a scenario (a shared link,
+    :mod:`zeroplanner.share`), else on :func:`~zeroplanner.ui.state.default_state`; pass ``state=`` (an
     :class:`~zeroplanner.ui.state.AppState`) to open elsewhere.
 
     Attributes for scripts and tests: ``state`` (current :class:`AppState`), ``view`` (current :class:`View`),
     ``controls.widgets`` (control key -> widget), ``memory_chart``, ``host_chart``, ``time_chart``,
-    ``scaling_chart`` (bqplot figures), ``banner``, ``message``, ``config_area``, ``recomputes`` (how many times
-    the plan was derived), ``last_recompute_seconds``.
+    ``scaling_chart`` (bqplot figures), ``banner``, ``message``, ``config_area``, ``explain`` / ``compare`` (the
+    detail panels), ``share_link``, ``recomputes`` (how many times the plan was derived),
+    ``last_recompute_seconds``. Methods: ``set(**changes)``, ``load_config(text)``, ``use_this_machine()``,
+    ``share_query()``, ``build_report()``.
     """
 
     def __init__(self, state: AppState | None = None, debounce_seconds: float = 0.05) -> None:
