@@ -6,6 +6,7 @@ message, not an exception."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 from unittest import mock
 
@@ -289,9 +290,9 @@ def test_tooltip_names_the_term_and_its_gib():
     app = PlannerApp()
     view = app.view.memory
     z0 = view.labels.index("ZeRO-0")
-    html = segment_tooltip(view, 2, z0)  # optimizer states of ZeRO-0
-    assert "Optimizer states" in html and f"{view.gib[2, z0]:.2f} GiB" in html and "ZeRO-0" in html
-    assert "fp32 master" in html  # the cost model's formula text for this term
+    tip = segment_tooltip(view, 2, z0)  # optimizer states of ZeRO-0
+    assert "Optimizer states" in tip and f"{view.gib[2, z0]:.2f} GiB" in tip and "ZeRO-0" in tip
+    assert "fp32 master" in tip  # the cost model's formula text for this term
     app.memory_chart._on_hover(app.memory_chart.bars, {"event": "hover", "data": {"index": view.labels.index("ZeRO-3"), "subIndex": 0}})
     assert "ZeRO-3" in app.memory_chart.tooltip_html.value and "Parameters" in app.memory_chart.tooltip_html.value
 
@@ -377,6 +378,22 @@ def test_report_button_offers_an_html_download():
     text = app.build_report()
     assert text.lstrip().lower().startswith("<!doctype html") or "<html" in text[:500].lower()
     assert "download='zeroplanner-report.html'" in app.report_link.value
+
+
+def test_largest_model_panel_matches_the_planner_and_goes_stale():
+    from zeroplanner.planner import largest_model
+
+    app = PlannerApp()
+    app.details.selected_index = 2  # opening the panel computes it
+    expected = largest_model(build_scenario())
+    assert app._largest_for == app.state.scenario
+    for label, params in expected.items():
+        shown = f"{params / 1e9:,.1f} B" if params else "none on the grid"
+        assert f"<td>{html.escape(label)}</td><td style='text-align:right'>{shown}</td>" in app.largest_html.value
+    app.controls.widgets["nodes"].value = 2
+    assert "Out of date" in app.largest_html.value
+    assert app.compute_largest() == largest_model(build_scenario(nodes=2))
+    assert "Out of date" not in app.largest_html.value
 
 
 def test_about_lists_the_pinned_versions():

@@ -177,9 +177,20 @@ class PlannerApp(w.VBox):
 
         self.explain = ExplainPanel()
         self.compare = ComparePanel()
-        self.details = w.Accordion(children=[self.explain, self.compare], selected_index=None)
+        self.largest_html = w.HTML()
+        self.largest_button = w.Button(description="Update", layout=w.Layout(width="90px"),
+                                       tooltip="Search the largest Llama-shaped model each variant can train here")
+        self.largest_button.on_click(lambda _: self.compute_largest())
+        self._largest_for = None
+        self._largest_table = ""
+        largest = w.VBox([w.HBox([self.largest_button, w.HTML(
+            "<span class='zp-muted'>Largest model each ZeRO variant can train on this cluster with these training "
+            "settings (Llama-shaped models on a 15% grid; <code>planner.largest_model</code>, about 0.3 s).</span>")]),
+            self.largest_html])
+        self.details = w.Accordion(children=[self.explain, self.compare, largest], selected_index=None)
         self.details.set_title(0, "Explain a number (click a bar segment)")
         self.details.set_title(1, "Compare with a pinned setup")
+        self.details.set_title(2, "Largest trainable model per variant")
         self.details.observe(lambda _: self._update_details(), names="selected_index")
         self.memory_chart.on_select(lambda variant, term: self._explain_clicked("memory", variant, term))
         self.time_chart.on_select(lambda variant, part: self._explain_clicked("time", variant, part))
@@ -281,6 +292,36 @@ class PlannerApp(w.VBox):
             self.explain.set_variants([(label, sc) for label, sc in zip(self.view.memory.labels,
                                                                         self.view.variant_scenarios)])
         self.compare.update(self.state.scenario)  # plans only while something is pinned
+        if self.details.selected_index == 2 and self._largest_for is None:
+            self.compute_largest()
+        elif self._largest_for is not None and self._largest_for != self.state.scenario:
+            self.largest_html.value = ("<div class='zp-muted'>Out of date: the setup changed. Press Update.</div>"
+                                       + self._largest_table)
+
+    def compute_largest(self) -> dict[str, int]:
+        """``zeroplanner.planner.largest_model`` for the current scenario, shown as a table (parameters, B).
+        On demand only (about 0.3 s): the result is marked out of date when the setup changes."""
+        from ..planner import largest_model
+
+        scenario = self.state.scenario
+        try:
+            result = largest_model(scenario)
+        except Exception as exc:  # shown, not raised into the page
+            _log.debug("largest_model failed", exc_info=True)
+            self.largest_html.value = f"<div class='zp-error'>{html.escape(error_message(exc))}</div>"
+            return {}
+        top = max(result.values(), default=0) or 1
+        rows = "".join(
+            f"<tr><td>{html.escape(label)}</td><td style='text-align:right'>"
+            f"{(f'{p / 1e9:,.1f} B' if p else 'none on the grid')}</td><td><div style='background:#4c78a8;"
+            f"height:10px;width:{int(240 * p / top)}px'></div></td></tr>"
+            for label, p in result.items()
+        )
+        self._largest_table = (f"<table class='zp-largest'><tr><th>variant</th><th>largest model (parameters)"
+                               f"</th><th></th></tr>{rows}</table>")
+        self._largest_for = scenario
+        self.largest_html.value = self._largest_table
+        return result
 
     def _explain_clicked(self, chart: str, variant: int, part: int) -> None:
         """A click on bar ``variant``, segment ``part`` of the memory or step-time chart: open Explain on it."""
