@@ -100,7 +100,8 @@ def page(browser, app_url):
 
 def widget(pg, kind: str, label: str):
     """The ipywidgets element of ``kind`` (``widget-slider``, ``widget-dropdown``) whose description is ``label``."""
-    return pg.locator(f".zp-app .{kind}", has=pg.locator("label.widget-label", has_text=re.compile(f"^{re.escape(label)}$")))
+    name = pg.locator("label.widget-label", has_text=re.compile(f"^{re.escape(label)}$"))
+    return pg.locator(f".zp-app .{kind}", has=name)
 
 
 def set_slider(pg, label: str, value) -> None:

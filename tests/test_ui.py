@@ -293,7 +293,8 @@ def test_tooltip_names_the_term_and_its_gib():
     tip = segment_tooltip(view, 2, z0)  # optimizer states of ZeRO-0
     assert "Optimizer states" in tip and f"{view.gib[2, z0]:.2f} GiB" in tip and "ZeRO-0" in tip
     assert "fp32 master" in tip  # the cost model's formula text for this term
-    app.memory_chart._on_hover(app.memory_chart.bars, {"event": "hover", "data": {"index": view.labels.index("ZeRO-3"), "subIndex": 0}})
+    hover = {"event": "hover", "data": {"index": view.labels.index("ZeRO-3"), "subIndex": 0}}
+    app.memory_chart._on_hover(app.memory_chart.bars, hover)
     assert "ZeRO-3" in app.memory_chart.tooltip_html.value and "Parameters" in app.memory_chart.tooltip_html.value
 
 

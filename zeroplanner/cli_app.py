@@ -34,7 +34,8 @@ def _port(text: str) -> int:
 
 
 def _add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"TCP port on 127.0.0.1 (default {DEFAULT_PORT})")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
+                        help=f"TCP port on 127.0.0.1 (default {DEFAULT_PORT})")
     parser.add_argument("--no-browser", action="store_true", help="do not open a web browser")
 
 

@@ -69,9 +69,10 @@ def legend_html(items: list[tuple[str, str, str]]) -> str:
     parts = []
     for kind, color, text in items:
         if kind == "dash":
-            mark = f"<span style='display:inline-block;width:18px;border-top:2px dashed {color};margin:0 4px 3px 0'></span>"
+            style = f"width:18px;border-top:2px dashed {color};margin:0 4px 3px 0"
         else:
-            mark = f"<span style='display:inline-block;width:11px;height:11px;background:{color};margin:0 4px -1px 0'></span>"
+            style = f"width:11px;height:11px;background:{color};margin:0 4px -1px 0"
+        mark = f"<span style='display:inline-block;{style}'></span>"
         parts.append(f"<span style='margin-right:10px;white-space:nowrap'>{mark}{html.escape(text)}</span>")
     return f"<div style='font-size:12px;line-height:1.5;padding-left:60px'>{''.join(parts)}</div>"
 
