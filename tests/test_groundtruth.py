@@ -80,6 +80,17 @@ def test_bytes_per_collective_within_5_percent(ranks, name):
 
 
 @engine
+@pytest.mark.parametrize("ranks,name", [c for c in CASES if c[0] == 2])
+def test_activation_row_within_5_percent(ranks, name):
+    """The report's activation row: the cost model's activation term for the tiny model the engine ran against
+    the bytes that model saves for backward (measure_activation_bytes, same sequence and micro-batch)."""
+    rep = reports(ranks)[name]
+    row = rep.row("activations")
+    assert row.measured > 0
+    assert close(row.predicted, row.measured, 0.05), rep.table()
+
+
+@engine
 @pytest.mark.parametrize("ranks", sorted(CONFIGS))
 def test_census_accounts_for_every_live_tensor(ranks):
     """The category walk finds (nearly) every storage a Python tensor holds: what it misses in the step is the

@@ -422,12 +422,16 @@ def measured_comms(rank_result: dict[str, Any], world: int) -> dict[str, int]:
 
 
 def compare(name: str, scenario: Scenario, hf_config: dict[str, Any], per_rank: list[dict[str, Any]],
-            steps: int, device: str, wall_seconds: float = 0.0) -> CalibrationReport:
-    """Evaluate the cost model on ``scenario`` (the tiny one the engine ran) and set it beside the measurements."""
+            steps: int, device: str, wall_seconds: float = 0.0,
+            activation_measurement: dict[str, int] | None = None) -> CalibrationReport:
+    """Evaluate the cost model on ``scenario`` (the tiny one the engine ran) and set it beside the measurements.
+    ``activation_measurement``: a :func:`measure_activation_bytes` result for the same tiny model, compared with
+    the activation term."""
     from .costmodel import Candidates, evaluate, make_context
 
     v = evaluate(make_context(scenario), Candidates.from_scenario(scenario))
     pred = {k: float(v[k].reshape(-1)[0]) for k in ("parameters", "gradients", "optimizer_states", "buffers",
+                                                     "activations",
                                                      "host_per_node", "comm_all_reduce", "comm_reduce_scatter",
                                                      "comm_all_gather", "comm_wire_bytes")}
     offload = scenario.zero.offload_optimizer.device != "none"
@@ -446,6 +450,11 @@ def compare(name: str, scenario: Scenario, hf_config: dict[str, Any], per_rank: 
     memory.append(ComparisonRow(term="buffers", unit="bytes/rank", predicted=pred["buffers"],
                                 measured=meas["buffers"], relative_error=_rel(pred["buffers"], meas["buffers"]),
                                 note="reduction buckets, offload staging, gathered stage-3 parameters"))
+    if activation_measurement is not None:
+        am = float(activation_measurement["total"])
+        memory.append(ComparisonRow(term="activations", unit="bytes/micro-batch", predicted=pred["activations"],
+                                    measured=am, relative_error=_rel(pred["activations"], am),
+                                    note="saved-for-backward bytes of the same tiny model (measure_activation_bytes)"))
     host_pred = pred["host_per_node"] / scenario.cluster.gpus_per_node
     memory.append(ComparisonRow(term="host_offload", unit="bytes/rank", predicted=host_pred, measured=meas["host"],
                                 relative_error=_rel(host_pred, meas["host"]),
@@ -502,9 +511,12 @@ def run_calibrations(
     micro_batch: int | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     scale_stage3: bool = True,
+    measure_activations: bool = True,
 ) -> list[CalibrationReport]:
     """Calibrate several scenarios in ONE launch (the interpreter and import start-up is paid once; each scenario
-    gets a fresh model and engine). See :func:`run_calibration` for the arguments.
+    gets a fresh model and engine). See :func:`run_calibration` for the arguments; ``measure_activations`` also
+    counts the tiny model's saved-for-backward bytes in this process (:func:`measure_activation_bytes`, CPU; not
+    for selective checkpointing or fp16) and adds an "activations" row.
 
     Raises ``ValueError`` for ranks < 1, steps < 2 (the last step must follow a completed one: ZeRO-3 traces its
     parameter order in the first), an unknown device or no CUDA for device="cuda"; :class:`CalibrationError` if
@@ -550,7 +562,16 @@ def run_calibrations(
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     wall = results["_wall_seconds"]
-    return [compare(name, tiny, cfg, results[name], steps, device, wall) for name, tiny, cfg in small]
+    reports = []
+    for name, tiny, cfg in small:
+        t = tiny.training
+        act = None
+        if measure_activations and t.checkpointing in ("none", "full") and t.precision in ("bf16", "fp32"):
+            act = measure_activation_bytes(cfg, seq_len=t.seq_len, micro_batch=t.micro_batch,
+                                           checkpointing=t.checkpointing, precision=t.precision,
+                                           attn_implementation="sdpa" if t.flash_attention else "eager")
+        reports.append(compare(name, tiny, cfg, results[name], steps, device, wall, act))
+    return reports
 
 
 def run_calibration(
