@@ -84,14 +84,18 @@ def _serve(notebook: Path, log: Path):
 
 
 def _stop(proc: subprocess.Popen, log: Path) -> None:
-    proc.terminate()
+    """Check the server log, then stop the server. The log is read BEFORE terminating: at shutdown a pre-heated
+    kernel can log a ZMQ traceback that says nothing about the pages served."""
     try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-    server_log = log.read_text(errors="replace")
-    assert "Traceback" not in server_log, server_log[-3000:]
+        server_log = log.read_text(errors="replace")
+        assert "Traceback" not in server_log, server_log[-3000:]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 @pytest.fixture(scope="module")

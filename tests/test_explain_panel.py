@@ -45,7 +45,7 @@ def test_click_on_a_time_segment_explains_it_and_offload_includes_the_optimizer(
 def test_hover_then_click_without_sub_index_uses_the_hovered_segment():
     panel = ExplainPanel()
     panel.set_variants(VARIANTS)
-    panel._hovered("memory", {"event": "hover", "data": {"index": 2, "sub_index": 3}})
+    panel._hovered("memory", {"event": "hover", "data": {"index": 2, "subIndex": 3}})  # bqplot 0.13.1's name
     panel.clicked("memory", {"event": "element_click", "index": 2})
     assert panel.variant.value == "ZeRO-3 + CPU optimizer" and panel.term.value == "activations"
 

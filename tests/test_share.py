@@ -315,3 +315,21 @@ def test_waiting_for_voila_is_a_no_op_outside_preheated_kernels(monkeypatch):
     monkeypatch.setenv("QUERY_STRING", "nodes=2")
     wait_for_voila_request()
     assert scenario_from_environment().cluster.nodes == 2
+
+
+def test_app_copy_link_carries_the_apps_scenario_or_says_why_not():
+    pytest.importorskip("ipywidgets")
+    import html as _html
+    import re as _re
+
+    from zeroplanner.ui.app import PlannerApp
+    from zeroplanner.ui.state import state_from_scenario
+
+    app = PlannerApp(state=state_from_scenario(build_scenario(model="llama-2-13b", nodes=2)))
+    app.set(nodes=3, network="eth-100g", pin_memory=False)
+    title = _html.unescape(_re.search(r"title='([^']*)'", app.share_link.value).group(1))
+    assert scenario_from_query(title) == app.state.scenario
+    cfg = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4,
+           "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 32000}
+    app = PlannerApp(state=state_from_scenario(build_scenario(architecture=architecture_from_hf_config(cfg))))
+    assert "No link for this setup: model:" in app.share_link.value and "zp-copy-link" not in app.share_link.value

@@ -468,10 +468,10 @@ def scenario_to_query(scenario: Scenario, *, full: bool = False, strict: bool = 
     if strict and unshared:
         field = unshared[0]
         if field == "model":
-            raise ShareError("model", f"model {scenario.model.name!r} is not a catalog model or a bare parameter "
-                                      "count (a HF config.json architecture cannot go into a link); share the JSON "
-                                      "(scenario_to_json) or use approximate_model=True to share its parameter "
-                                      "count only")
+            raise ShareError("model", f"model {scenario.model.name!r} is neither a catalog model nor a bare "
+                                      "parameter count (an architecture read from a HF config.json does not fit in "
+                                      "a link); share the scenario as JSON instead (zeroplanner.share."
+                                      "scenario_to_json), or its parameter count only (approximate_model=True)")
         raise ShareError(field, "this setting has no query key, so a link cannot carry it; share the JSON "
                                 "(scenario_to_json) instead")
     return inputs_to_query(inputs, full=full)

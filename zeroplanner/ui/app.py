@@ -375,8 +375,12 @@ class PlannerApp(w.VBox):
         except Exception:  # pragma: no cover - share never raises beyond ValueError
             url = None
         if url is None:
-            self.share_link.value = ("<span class='zp-muted'>This model came from a config.json and cannot be "
-                                     "shared as a link.</span>")
+            try:  # say why (a HF config.json model, a probed GPU, a setting a link has no key for)
+                self.share_query()
+                why = ""
+            except ValueError as exc:
+                why = error_message(exc)
+            self.share_link.value = (f"<span class='zp-muted'>No link for this setup: {html.escape(why)}</span>")
         else:
             js = (f"navigator.clipboard.writeText({json.dumps(url)}).then(()=>{{this.textContent='Link copied'}},"
                   "()=>{this.textContent='Copy failed'})")

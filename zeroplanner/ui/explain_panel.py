@@ -3,8 +3,9 @@ formula, the numbers that went into it, its unit and its source (:mod:`zeroplann
 
 ``ExplainPanel`` knows the chart's variants (``set_variants([(label, scenario), ...])``, called on every app
 update) and shows one term of one variant: ``show(variant, key)``. ``attach(memory_bars, time_bars)`` wires bqplot
-marks: clicking a segment explains it (bqplot sends ``element_click`` with the clicked rect's datum, which for
-stacked Bars carries ``index`` = the bar and ``sub_index`` = the segment; the last hovered segment is the fallback).
+marks: clicking a bar explains the segment last hovered in it (bqplot 0.13.1's hover datum carries ``index`` = the
+bar and ``subIndex`` = the segment; a click may identify only the bar). The app wires its charts itself
+(``on_select`` in charts.py) and calls :meth:`show`.
 """
 
 from __future__ import annotations
@@ -113,9 +114,7 @@ class ExplainPanel(w.VBox):
             time_bars.on_element_click(lambda mark, event: self.clicked("time", event))
 
     def _hovered(self, chart: str, event: dict) -> None:
-        point = event.get("data") or {}
-        sub = point.get("sub_index")
-        self._hover[chart] = int(sub) if isinstance(sub, int) else None
+        self._hover[chart] = _segment(event.get("data") or {})
 
     def clicked(self, chart: str, event: dict) -> None:
         """Handle bqplot's element_click on the ``chart`` ("memory" or "time") bars: the bar index picks the
@@ -125,11 +124,21 @@ class ExplainPanel(w.VBox):
         labels = list(self._scenarios)
         if not isinstance(index, int) or not 0 <= index < len(labels):
             return
-        sub = data.get("sub_index")
-        if not isinstance(sub, int):
+        sub = _segment(data)
+        if sub is None:
             sub = self._hover.get(chart) or 0
         if chart == "memory":
             key = MEMORY_KEYS[min(sub, len(MEMORY_KEYS) - 1)]
         else:
             key = "time:" + TIME_SEGMENTS[min(sub, len(TIME_SEGMENTS) - 1)][0]
         self.show(labels[index], key)
+
+
+def _segment(datum: dict) -> int | None:
+    """The segment index of a stacked-bar datum: bqplot 0.13.1 names it ``subIndex`` (older releases
+    ``sub_index``); None when the event identifies only the bar (a click on the bar group)."""
+    for name in ("subIndex", "sub_index"):
+        value = datum.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
