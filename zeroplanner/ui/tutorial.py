@@ -225,9 +225,13 @@ def _nd(step: TutorialStep) -> int:
 
 
 def _plan(step: TutorialStep):
+    """The planner's plan of the tutorial's scenario (computed once per scenario)."""
     from ..planner import plan
 
-    return plan(step.tutorial.scenario)
+    t = step.tutorial
+    if t._plan_cache is None or t._plan_cache[0] is not t.scenario:
+        t._plan_cache = (t.scenario, plan(t.scenario))
+    return t._plan_cache[1]
 
 
 def _chosen_stage(step: TutorialStep) -> Any:
@@ -359,6 +363,7 @@ class Tutorial:
         self.scenario = scenario or build_scenario()
         self._steps: dict[str, TutorialStep] = {}
         self._quiet = False
+        self._plan_cache: tuple[Scenario, Any] | None = None
         c = self.scenario.cluster
         model = self.scenario.model.name if self.scenario.model.name in catalog.model_names() else None
         self.widgets: dict[str, w.Widget] = {
