@@ -154,6 +154,7 @@ _SYMBOLS = {
     "live": (r"B_{live}", "stage3_max_live_parameters"),
     "largest": (r"\Psi_{max}", "parameters of the largest module"),
     "prefetch": (r"B_{pf}", "stage3_prefetch_bucket_size"),
+    "kept": (r"K", "parameters kept gathered from forward into backward: min(B_live, stage3_max_reuse_distance, Ψ)"),
     "context": (r"C", "CUDA context + workspaces"),
     "frag": (r"f", "allocator fragmentation fraction"),
     "live_bytes": (r"M_{live}", "the other five terms together"),
@@ -243,9 +244,10 @@ def _memory_parts(tv: TermValues) -> list[Part]:
             table = {"reduce bucket": (r"w\,B\,o", rf"{w}\times{B}\times{o}"),
                      "offload staging buffer": (r"w\Psi_{max}", rf"{w}\times{fmt_count(i.get('largest', 0))}")}
         else:
-            live = min(i["live"], i["largest"] + i["prefetch"], i["Psi"])
+            live = min(i["live"], max(i["largest"] + i["prefetch"], i["kept"]), i["Psi"])
             table = {
-                "gathered live parameters": (r"w\min(B_{live},\Psi_{max}+B_{pf},\Psi)", rf"{w}\times{fmt_count(live)}"),
+                "gathered live parameters": (r"w\min(B_{live},\max(\Psi_{max}+B_{pf},K),\Psi)",
+                                             rf"{w}\times{fmt_count(live)}"),
                 "largest module's gradient": (r"w\Psi_{max}", rf"{w}\times{fmt_count(i['largest'])}"),
                 "reduce bucket": (r"w\,B\,o", rf"{w}\times{B}\times{fmt_count(i['copies'])}"),
             }
@@ -386,7 +388,7 @@ _INPUT_KEYS = {
     "gradients": ("Psi_t", "w", "N_d", "ga"),
     "optimizer_states": ("Psi_t", "master", "opt_state", "N_d"),
     "activations": ("L", "s", "b", "h", "V", "a_b", "layer", "t", "d_head"),
-    "buffers": ("w", "bucket", "overlap", "copies", "live", "largest", "prefetch", "Psi"),
+    "buffers": ("w", "bucket", "overlap", "copies", "live", "largest", "prefetch", "kept", "Psi"),
     "overhead": ("context", "frag", "live_bytes"),
     "host_memory": ("gpn", "Psi_t", "Psi", "K", "N_d", "w", "largest"),
     "communication_volume": ("N_d", "Psi_t", "Psi", "w", "ga"),

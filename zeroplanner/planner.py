@@ -17,6 +17,7 @@ Ranking policy (documented, and tested against the seed article's recommendation
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,6 +61,7 @@ class Choice(_Out):
     micro_batch: int
     grad_accum: int
     overlap_comm: bool | None = None
+    reduce_bucket_size: int | None = None
     zero_hpz_partition_size: int = 1
     zero_quantized_weights: bool = False
     zero_quantized_gradients: bool = False
@@ -116,20 +118,27 @@ def candidate_grid(scenario: Scenario) -> Candidates:
     zpp = [(1, 0, 0)]
     if c.nodes > 1:
         zpp.append((c.gpus_per_node, 1, 1))
+    # DeepSpeed allocates the whole reduce bucket however few parameters train (memory.buffer_bytes), so with
+    # Ψ_t below the bucket (LoRA/QLoRA) a bucket of Ψ_t (rounded up to 1e6 elements) is also a candidate: same
+    # number of collectives, less memory.
+    rb = scenario.zero.reduce_bucket_size
+    small = int(max(1, math.ceil(scenario.trainable_parameters / c.tensor_parallel_size / 1e6)) * 1e6)
+    buckets = (rb, small) if small < rb else (rb,)
     rows = []
     for stage in range(4):
         for oo in ((0,) if stage == 0 else (0, 1, 2)):
             for op in ((0, 1, 2) if stage == 3 else (0,)):
                 for hpz, qw, qg in (zpp if stage == 3 else [(1, 0, 0)]):
                     for ov in ((0, 1) if stage in (1, 2) else (1,) if stage == 3 else (0,)):
-                        for ck in (0, 1, 2):
-                            for m in micros:
-                                rows.append((stage, oo, op, ck, m, samples // m, hpz, qw, qg, ov))
+                        for b in (buckets if stage > 0 else (rb,)):
+                            for ck in (0, 1, 2):
+                                for m in micros:
+                                    rows.append((stage, oo, op, ck, m, samples // m, hpz, qw, qg, ov, b))
     a = np.array(rows, dtype=np.int64)
     return Candidates.build(
         stage=a[:, 0], offload_optimizer=a[:, 1], offload_param=a[:, 2], checkpointing=a[:, 3],
         micro_batch=a[:, 4], grad_accum=a[:, 5], nodes=c.nodes, hpz=a[:, 6], qwz=a[:, 7], qgz=a[:, 8],
-        overlap=a[:, 9],
+        overlap=a[:, 9], reduce_bucket=a[:, 10],
     )
 
 
@@ -142,6 +151,7 @@ def _choice_at(cand: Candidates, i: int) -> Choice:
         micro_batch=int(cand.micro_batch[i]),
         grad_accum=int(cand.grad_accum[i]),
         overlap_comm=None if cand.overlap[i] < 0 else bool(cand.overlap[i]),
+        reduce_bucket_size=int(cand.reduce_bucket[i]),
         zero_hpz_partition_size=int(cand.hpz[i]),
         zero_quantized_weights=bool(cand.qwz[i]),
         zero_quantized_gradients=bool(cand.qgz[i]),
@@ -164,6 +174,7 @@ def apply_choice(scenario: Scenario, choice: Choice, *, validate: bool = True) -
         "zero_quantized_weights": choice.zero_quantized_weights,
         "zero_quantized_gradients": choice.zero_quantized_gradients,
         "overlap_comm": choice.overlap_comm,
+        "reduce_bucket_size": choice.reduce_bucket_size or z0.reduce_bucket_size,
     })
     t = t0.model_copy(update={
         "checkpointing": choice.checkpointing, "micro_batch": choice.micro_batch, "grad_accum": choice.grad_accum,
@@ -196,7 +207,7 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
     r.append(f"{best.label} fits: {gib(est.per_gpu_bytes.total):.1f} GiB of {gib(est.gpu_memory_bytes):.1f} GiB "
              f"per GPU, {est.tokens_per_second:,.0f} tokens/s predicted ({est.step_seconds:.2f} s per step).")
     fastest = ranked[np.argmax(values["tokens_per_second"][ranked])]
-    if values["tokens_per_second"][fastest] > est.tokens_per_second * 1.0001:
+    if values["tokens_per_second"][fastest] > est.tokens_per_second * 1.01:
         fc = _choice_at(cand, int(fastest))
         r.append(f"The fastest fitting option, {fc.label}, is only "
                  f"{values['tokens_per_second'][fastest] / est.tokens_per_second - 1:.0%} faster (within the "
@@ -217,8 +228,13 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
         r.append("ZeRO-3 without offload: parameters, gradients and optimizer states are all sharded "
                  f"{n} ways and the network hides the 1.5x communication.")
     if best.stage in (1, 2) and n > 1:
-        r.append(f"ZeRO-{best.stage} moves 2Ψ per step like plain data parallelism (ZeRO paper Sec. 7) while "
-                 "sharding optimizer states" + (" and gradients." if best.stage == 2 else "."))
+        r.append(f"ZeRO-{best.stage} shards optimizer states" + (" and gradients" if best.stage == 2 else "")
+                 + " and keeps ZeRO-3's per-layer parameter gathers off the network: DeepSpeed 0.19.8 all-reduces "
+                 "the gradients and all-gathers the parameters once per step.")
+    if best.reduce_bucket_size and best.reduce_bucket_size < scenario.zero.reduce_bucket_size:
+        r.append(f"reduce_bucket_size lowered from {scenario.zero.reduce_bucket_size:,} to "
+                 f"{best.reduce_bucket_size:,} elements: only {scenario.trainable_parameters:,} parameters train and "
+                 "DeepSpeed allocates the whole bucket.")
     comm_share = est.communication.exposed_seconds_per_step / est.step_seconds
     r.append(f"Exposed communication is {comm_share:.0%} of the step.")
     return r
@@ -284,7 +300,7 @@ def variant_options(scenario: Scenario, ctx=None) -> list[Option]:
     for i, (label, stage, oo, op) in enumerate(VARIANTS):
         ch = Choice(stage=stage, offload_optimizer=_OFFLOAD_NAMES[oo], offload_param=_OFFLOAD_NAMES[op],
                     checkpointing=t.checkpointing, micro_batch=t.micro_batch, grad_accum=t.grad_accum,
-                    overlap_comm=scenario.zero.overlap_comm)
+                    overlap_comm=scenario.zero.overlap_comm, reduce_bucket_size=scenario.zero.reduce_bucket_size)
         sc = apply_choice(scenario, ch, validate=False)
         out.append(Option(label=label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, (i, 0))))
     return out
@@ -300,6 +316,7 @@ def _variant_candidates(scenario: Scenario, nodes: np.ndarray) -> tuple[list[str
         stage=st, offload_optimizer=oo, offload_param=op, checkpointing=CHECKPOINT_CODES[t.checkpointing],
         micro_batch=t.micro_batch, grad_accum=t.grad_accum, nodes=nodes[None, :], hpz=1, qwz=0, qgz=0,
         overlap=-1 if scenario.zero.overlap_comm is None else int(scenario.zero.overlap_comm),
+        reduce_bucket=scenario.zero.reduce_bucket_size,
     )
     return labels, cand
 

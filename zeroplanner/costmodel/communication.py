@@ -99,7 +99,7 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     qlora = ctx.scenario.training.qlora
 
     grad_msg = T * gw
-    reduce_buckets = np.ceil(T / z.reduce_bucket_size)
+    reduce_buckets = np.ceil(T / cand.reduce_bucket)
     # DeepSpeed 0.19.8 ignores allgather_bucket_size when torch has all_gather_into_tensor (runtime/utils.py
     # all_gather_dp_groups -> all_gather_into_tensor_dp_groups): one all-gather per parameter group per step
     gather_buckets = 1.0
@@ -128,8 +128,15 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     ag3_fwd = ring_seconds(ctx, "all_gather", fwd_msg, n, fetches + 0.0 * nf, cross, cand.nodes)
     hpz = cand.hpz > 1
     bwd_ranks = np.where(hpz, np.minimum(cand.hpz, n), n)
-    ag3_bwd = ring_seconds(ctx, "all_gather", gathered * w + 0.0 * nf, bwd_ranks, fetches + 0.0 * nf, cross & ~hpz,
-                          cand.nodes)
+    # Parameters still resident when backward starts are not gathered again: up to stage3_max_live_parameters
+    # within stage3_max_reuse_distance (stage3.py PartitionedParameterCoordinator; measured: with DeepSpeed's
+    # defaults scaled to a tiny model the backward gathers exactly that much less, docs/validation.md).
+    kept = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance, gathered)
+    if ctx.scenario.assumptions.accounting == "paper":
+        kept = 0.0  # the paper's 3Ψ: every parameter gathered again in backward
+    bwd_gathered = gathered - kept
+    ag3_bwd = ring_seconds(ctx, "all_gather", bwd_gathered * w + 0.0 * nf, bwd_ranks, fetches + 0.0 * nf,
+                          cross & ~hpz, cand.nodes)
     rs3_msg = np.where(cand.qgz > 0, T * 0.5, grad_msg)  # qgZ: int4 gradients
     rs3 = ring_seconds(ctx, "reduce_scatter", rs3_msg + 0.0 * nf, n, reduce_buckets + 0.0 * nf, cross, cand.nodes)
 
@@ -140,7 +147,7 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
         rs_bytes = np.where(is3, rs3_msg * ga, 0.0)
     else:
         rs_bytes = np.select([is12, is3], [grad_msg * rs_times, rs3_msg * ga], 0.0)
-    ag_bytes = np.select([is12, is3], [T * w + 0.0 * nf, (fwd_msg + gathered * w) * ga], 0.0)
+    ag_bytes = np.select([is12, is3], [T * w + 0.0 * nf, (fwd_msg + bwd_gathered * w) * ga], 0.0)
 
     fwd_micro = np.where(is3, ag3_fwd, 0.0)
     bwd_micro = np.where(is3, ag3_bwd + rs3, 0.0)

@@ -34,7 +34,8 @@ class Candidates:
 
     stage: 0-3; offload_optimizer / offload_param: 0 none, 1 cpu, 2 nvme; checkpointing: 0 none, 1 selective,
     2 full; micro_batch, grad_accum, nodes: positive integers; hpz: zero_hpz_partition_size; qwz / qgz: 0/1 for
-    zero_quantized_weights / zero_quantized_gradients; overlap: overlap_comm 0/1, or -1 for DeepSpeed's default.
+    zero_quantized_weights / zero_quantized_gradients; overlap: overlap_comm 0/1, or -1 for DeepSpeed's default;
+    reduce_bucket: reduce_bucket_size in elements.
     """
 
     stage: np.ndarray
@@ -48,6 +49,7 @@ class Candidates:
     qwz: np.ndarray
     qgz: np.ndarray
     overlap: np.ndarray
+    reduce_bucket: np.ndarray
 
     @classmethod
     def from_scenario(cls, scenario: Scenario) -> Candidates:
@@ -64,6 +66,7 @@ class Candidates:
             qwz=int(z.zero_quantized_weights),
             qgz=int(z.zero_quantized_gradients),
             overlap=-1 if z.overlap_comm is None else int(z.overlap_comm),
+            reduce_bucket=z.reduce_bucket_size,
         )
 
     @classmethod

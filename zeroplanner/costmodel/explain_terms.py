@@ -187,17 +187,17 @@ def activation_formula_parts(tv: TermValues) -> dict[str, float]:
 
 
 def buffers(scenario: Scenario) -> TermValues:
-    """Per-GPU communication buffers and the stage-3 gathered working set (memory.buffer_bytes): stages 1-2 a
-    min(reduce_bucket_size, Ψ_t) bucket (x2 with overlap_comm); stage 3 the whole reduce bucket as DeepSpeed
-    allocates it (the paper accounting: min(bucket, Ψ_t), x2 with overlap_comm)."""
+    """Per-GPU communication buffers and the stage-3 gathered working set (memory.buffer_bytes): the whole
+    reduce_bucket_size bucket as DeepSpeed allocates it (x2 with overlap_comm at stages 1-2; the paper accounting
+    min(bucket, Ψ_t)); stage 3 also the parameters kept gathered from forward into backward."""
     ctx, cand, n = _setup(scenario)
     z = scenario.zero
     w, T = ctx.weight_bytes, ctx.trainable
     paper = scenario.assumptions.accounting == "paper"
     overlap = 2.0 if bool(_one(overlap_comm(ctx, cand))) else 1.0
-    bucket = float(min(z.reduce_bucket_size, T))
-    # stage 3 allocates the whole reduce bucket (measured; memory.buffer_bytes), the paper accounting min(B, Ψ_t)
-    bucket3 = bucket if paper else float(z.reduce_bucket_size)
+    # DeepSpeed allocates the whole reduce bucket (measured; memory.buffer_bytes), the paper accounting min(B, Ψ_t)
+    bucket = float(min(z.reduce_bucket_size, T)) if paper else float(z.reduce_bucket_size)
+    bucket3 = bucket
     inputs = {"w": w, "Psi_t": T, "overlap": overlap}
     if z.stage == 0:
         inputs["bucket"] = float(min(STAGE0_ALLREDUCE_BUCKET, T))
@@ -211,10 +211,13 @@ def buffers(scenario: Scenario) -> TermValues:
             parts["offload staging buffer"] = ctx.largest_module * w
         case = "stage12"
     else:
-        live = min(z.stage3_max_live_parameters, ctx.largest_module + z.stage3_prefetch_bucket_size, ctx.params)
+        kept = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance,
+                   max(ctx.params - ctx.persistent_params, 0.0))
+        live = min(z.stage3_max_live_parameters, max(ctx.largest_module + z.stage3_prefetch_bucket_size, kept),
+                   ctx.params)
         copies = overlap if paper else 1.0
         inputs.update(bucket=bucket3, live=float(z.stage3_max_live_parameters), largest=ctx.largest_module,
-                      prefetch=float(z.stage3_prefetch_bucket_size), Psi=ctx.params, copies=copies)
+                      prefetch=float(z.stage3_prefetch_bucket_size), kept=float(kept), Psi=ctx.params, copies=copies)
         parts = {"gathered live parameters": live * w, "largest module's gradient": ctx.largest_module * w,
                  "reduce bucket": bucket3 * w * copies}
         case = "stage3"

@@ -104,27 +104,34 @@ def buffer_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
 
     - stage 0: one flattened all-reduce bucket of min(5e8, Ψ_trainable) elements (engine.allreduce_gradients ->
       buffered_allreduce_fallback with MEMORY_OPT_ALLREDUCE_SIZE);
-    - stages 1-2: the ipg bucket of reduce_bucket_size elements, doubled with overlap_comm
+    - stages 1-2: the ipg bucket of reduce_bucket_size elements (all of it, however small Ψ_t), doubled with
+      overlap_comm
       (stage_1_and_2.py ``ipg_buffer``; DeepSpeed #1302 measures less than the quoted 4.5x upper bound);
-    - stage 3: gathered parameters min(stage3_max_live_parameters, largest module + stage3_prefetch_bucket_size),
-      the gradient of the module being computed, and the reduce bucket (doubled with overlap_comm).
+    - stage 3: gathered parameters min(stage3_max_live_parameters, max(largest module + prefetch bucket, the
+      parameters kept resident from forward into backward)), the gradient of the module being computed, and one
+      reduce bucket.
     """
     z = ctx.scenario.zero
     w = ctx.weight_bytes
     T = ctx.trainable
     paper = ctx.scenario.assumptions.accounting == "paper"
     overlap = np.where(overlap_comm(ctx, cand), 2.0, 1.0)
+    bucket = cand.reduce_bucket.astype(np.float64)
     # DeepSpeed allocates the whole bucket, not min(bucket, Ψ): a reduce_bucket_size-element ipg buffer in the
     # working precision (measured 1e9 bytes for the 5e8 default in bf16, 2e9 in fp32, on a 165k-parameter model at
     # stages 1, 2 and 3; stage_1_and_2.py IPGBucket, stage3.py ``bucket.buffer = torch.empty(reduce_bucket_size)``).
-    # Applied to stage 3 here; stages 1-2 still use min(bucket, Ψ_t) pending the planner's LoRA/QLoRA policy
-    # (a full 5e8 bucket changes the seed-table QLoRA choice; docs/validation.md lists it as an open difference).
-    reduce_bucket = min(z.reduce_bucket_size, T) * w
-    reduce_bucket3 = reduce_bucket if paper else float(z.reduce_bucket_size) * w
+    # The planner therefore proposes a smaller reduce_bucket_size when Ψ_t is smaller than the bucket (LoRA).
+    reduce_bucket = (np.minimum(bucket, T) if paper else bucket) * w
     stage0_bucket = min(STAGE0_ALLREDUCE_BUCKET, T) * w
-    live = min(z.stage3_max_live_parameters, ctx.largest_module + z.stage3_prefetch_bucket_size, ctx.params) * w
+    # Stage 3 keeps up to stage3_max_live_parameters gathered (within stage3_max_reuse_distance) from the end of
+    # forward into backward (stage3.py PartitionedParameterCoordinator), beside the module being computed plus
+    # the prefetch bucket.
+    gathered = ctx.params - ctx.persistent_params
+    kept = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance, max(gathered, 0.0))
+    working = ctx.largest_module + z.stage3_prefetch_bucket_size
+    live = min(z.stage3_max_live_parameters, max(working, kept), ctx.params) * w
     # Stage 3 with overlap_comm (its default) measured one ipg buffer, not two.
-    stage3 = live + ctx.largest_module * w + reduce_bucket3 * (overlap if paper else 1.0)
+    stage3 = live + ctx.largest_module * w + reduce_bucket * (overlap if paper else 1.0)
     # ZeRO-1/2 optimizer offload: a largest-parameter 16-bit staging buffer on the GPU
     # (stage_1_and_2.py temp_grad_buffer_for_gpu_offload; measured).
     staging = np.where((cand.offload_optimizer > 0) & (cand.stage <= 2) & (not paper), ctx.largest_module * w, 0.0)
