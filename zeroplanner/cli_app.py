@@ -2,8 +2,8 @@
 
 CLI plugin (see ``PLUGINS`` in :mod:`zeroplanner.cli`): :func:`register` adds the ``app`` subcommand. Voilà is
 imported only when the command runs, so the rest of the CLI works without the ``app`` extra; without it the command
-prints an install hint and exits with status 2. Server settings (loopback address, kernel culling) live in
-:mod:`zeroplanner.voila_config`.
+prints an install hint and exits with status 2. Server settings (loopback address, kernel culling, the kernel cap
+and its "planner is full" page) live in :mod:`zeroplanner.voila_config` and :mod:`zeroplanner.voila_config.limits`.
 
 Also runnable directly: ``python -m zeroplanner.cli_app --port 8866 --no-browser``.
 """
@@ -18,7 +18,15 @@ from pathlib import Path
 
 import os
 
-from .voila_config import DEFAULT_PORT, PLANNER_NOTEBOOK_CELLS, repo_notebook, voila_argv, voila_env
+from .voila_config import (
+    CULL_SETTINGS,
+    DEFAULT_MAX_KERNELS,
+    DEFAULT_PORT,
+    PLANNER_NOTEBOOK_CELLS,
+    repo_notebook,
+    voila_argv,
+    voila_env,
+)
 
 INSTALL_HINT = "the app needs the 'app' extra: pip install 'zeroplanner[app]'"
 
@@ -33,10 +41,30 @@ def _port(text: str) -> int:
     return port
 
 
+def _bounded_int(option: str, low: int, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} must be an integer between {low} and {high}, "
+                                             f"got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{option} must be between {low} and {high}, got {value}")
+        return value
+    return parse
+
+
 def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
                         help=f"TCP port on 127.0.0.1 (default {DEFAULT_PORT})")
     parser.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    parser.add_argument("--max-kernels", type=_bounded_int("--max-kernels", 1, 10000), default=DEFAULT_MAX_KERNELS,
+                        help=f"most planner sessions (kernels) at once; more visitors get a 'planner is full' page "
+                             f"(default {DEFAULT_MAX_KERNELS})")
+    parser.add_argument("--cull-idle-seconds", type=_bounded_int("--cull-idle-seconds", 1, 86400),
+                        default=int(CULL_SETTINGS["MappingKernelManager"]["cull_idle_timeout"]),
+                        help="shut down a session's kernel after this many idle seconds with no page connected "
+                             "(default %(default)s)")
 
 
 def register(subparsers, add_scenario_options=None) -> None:
@@ -44,7 +72,8 @@ def register(subparsers, add_scenario_options=None) -> None:
     parser = subparsers.add_parser(
         "app",
         help="open the interactive planner (Voilà page on 127.0.0.1)",
-        description="Serve the planner page with Voilà on 127.0.0.1; idle kernels are culled.",
+        description="Serve the planner page with Voilà on 127.0.0.1; idle kernels are culled and the number of "
+                    "sessions is capped (--max-kernels).",
     )
     _add_options(parser)
     parser.set_defaults(func=run_app)
@@ -83,7 +112,7 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 def run_app(args: argparse.Namespace) -> int:
     """Run Voilà until interrupted. Returns the exit code (2 when the app extra is missing)."""
     try:
-        from voila.app import Voila
+        from .voila_config.limits import ZeroplannerVoila
     except ImportError:
         print(f"zeroplanner app: error: {INSTALL_HINT}", file=sys.stderr)
         return 2
@@ -91,10 +120,13 @@ def run_app(args: argparse.Namespace) -> int:
         print(f"zeroplanner app: error: --port {args.port}: already in use on 127.0.0.1; choose another with --port",
               file=sys.stderr)
         return 2
-    argv = voila_argv(notebook_path(), port=args.port, open_browser=not args.no_browser)
+    max_kernels = getattr(args, "max_kernels", DEFAULT_MAX_KERNELS)
+    cull_idle = getattr(args, "cull_idle_seconds", None)
+    argv = voila_argv(notebook_path(), port=args.port, open_browser=not args.no_browser, max_kernels=max_kernels,
+                      cull_idle_seconds=cull_idle)
     print(f"zeroplanner app: serving http://127.0.0.1:{args.port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
     os.environ.update(voila_env())
-    Voila.launch_instance(argv=argv)
+    ZeroplannerVoila.launch_instance(argv=argv)
     return 0
 
 

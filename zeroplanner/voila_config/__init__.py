@@ -27,6 +27,17 @@ CULL_SETTINGS: dict[str, dict[str, object]] = {
 }
 """jupyter_server kernel-culling settings, seconds (idle 10 min, checked every minute)."""
 
+DEFAULT_MAX_KERNELS = 50
+"""Most kernels at once (visitors' plus the pre-heated one) for ``zeroplanner app``: the issue's workshop size of
+30-50 people; each kernel holds about 0.1-0.2 GB (``docs/reliability.md``). Over it a visitor gets the "planner is
+full" page (:mod:`zeroplanner.voila_config.limits`). ``zeroplanner app --max-kernels N`` changes it."""
+
+BINDER_MAX_KERNELS = 8
+"""Kernel cap on mybinder.org, whose containers have 1-2 GB of memory and serve one person."""
+
+KERNEL_MANAGER_CLASS = "zeroplanner.voila_config.limits.ZeroplannerKernelManager"
+"""Kernel manager with the cap (``jupyter_server``'s ``AsyncMappingKernelManager`` subclass)."""
+
 TEMPLATE = "zeroplanner"
 """Voilà template shipped in ``share/voila/templates/zeroplanner`` (the "lab" template without CDN stylesheets)."""
 
@@ -39,12 +50,15 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
         "template": TEMPLATE,
         "preheat_kernel": True,
         "default_pool_size": 1,
+        "multi_kernel_manager_class": KERNEL_MANAGER_CLASS,
     },
+    "ZeroplannerKernelManager": {"max_kernels": DEFAULT_MAX_KERNELS},
 }
 """Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
 use the offline-clean template, and keep one pre-heated kernel (the notebook already executed) ready so a page
 opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``; Voilà
-does not cull its pooled kernels, ``voila_kernel_manager.py``)."""
+does not cull its pooled kernels, ``voila_kernel_manager.py``), and cap the kernel count
+(:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.voila_config.limits`)."""
 
 SHARE_DIR = Path(__file__).resolve().parent / "share"
 """A Jupyter data directory holding ``voila/templates/zeroplanner``; put it on ``JUPYTER_PATH``."""
@@ -78,15 +92,30 @@ def repo_notebook() -> Path:
     return Path(__file__).resolve().parents[2] / "notebooks" / "planner.ipynb"
 
 
-def voila_argv(notebook: str | Path, port: int = DEFAULT_PORT, open_browser: bool = False) -> list[str]:
+def voila_argv(notebook: str | Path, port: int = DEFAULT_PORT, open_browser: bool = False,
+               max_kernels: int | None = None, cull_idle_seconds: int | None = None) -> list[str]:
     """Command-line arguments for ``voila`` (or ``Voila.launch_instance(argv=...)``) serving ``notebook``.
 
-    Raises ``ValueError`` if ``port`` is outside 1..65535.
+    ``max_kernels`` overrides :data:`DEFAULT_MAX_KERNELS`; ``cull_idle_seconds`` overrides the idle timeout of
+    :data:`CULL_SETTINGS` (the culler then checks every ``min(60, max(1, cull_idle_seconds // 4))`` seconds).
+    Raises ``ValueError`` if ``port`` is outside 1..65535, ``max_kernels`` outside 1..10000 or
+    ``cull_idle_seconds`` outside 1..86400.
     """
     if not 1 <= int(port) <= 65535:
         raise ValueError(f"port={port} must be between 1 and 65535")
+    voila = {cls: dict(values) for cls, values in VOILA_SETTINGS.items()}
+    cull = {cls: dict(values) for cls, values in CULL_SETTINGS.items()}
+    if max_kernels is not None:
+        if not 1 <= int(max_kernels) <= 10000:
+            raise ValueError(f"max_kernels={max_kernels} must be between 1 and 10000")
+        voila["ZeroplannerKernelManager"]["max_kernels"] = int(max_kernels)
+    if cull_idle_seconds is not None:
+        if not 1 <= int(cull_idle_seconds) <= 86400:
+            raise ValueError(f"cull_idle_seconds={cull_idle_seconds} must be between 1 and 86400")
+        cull["MappingKernelManager"]["cull_idle_timeout"] = int(cull_idle_seconds)
+        cull["MappingKernelManager"]["cull_interval"] = min(60, max(1, int(cull_idle_seconds) // 4))
     argv = [str(notebook), f"--port={int(port)}"]
-    for section in (VOILA_SETTINGS, CULL_SETTINGS):
+    for section in (voila, cull):
         for cls, values in section.items():
             for key, value in values.items():
                 argv.append(f"--{cls}.{key}={value}")
