@@ -1,0 +1,486 @@
+"""Load test of the planner's Voilà server: N simultaneous visitors on 127.0.0.1, then culling.
+
+What it does (bounded in time by ``--deadline-seconds`` and in count by ``--sessions``; loopback only):
+
+1. Starts ``zeroplanner app`` (the same server users get: :class:`zeroplanner.voila_config.limits.ZeroplannerVoila`,
+   pre-heated kernel, kernel cap) on a free 127.0.0.1 port with ``--max-kernels N`` and a short idle-cull timeout
+   (``--cull-idle-seconds``, default 20 s instead of the shipped 600 s, so the test waits for culling in seconds).
+2. Measures the server's memory at rest: RSS of the server process and of its kernel children (psutil; the
+   pre-heated kernel has already executed the page).
+3. Opens N pages at once in ONE Debian Chromium (Playwright, one browser context per visitor, so each page has its
+   own cookies and its own kernel over its own websocket). Per page: time to interactive = from navigation to the
+   DeepSpeed JSON preview showing exactly the default scenario's config; then it types a node count into the
+   "Nodes" slider's readout (a different count per visitor) and waits until the preview shows exactly
+   ``json.dumps(zeroplanner.dsconfig.to_deepspeed_config(zeroplanner.planner.plan(scenario)), indent=2)`` for the
+   changed scenario, computed in this script. Console "pageerror" / "not registered" / "Failed to load" messages
+   count as errors.
+4. With all N pages open: peak RSS (server, each kernel), and one more request, which must get the HTTP 503
+   "planner is full" page (the cap is N).
+5. Closes every page without running unload handlers (like a killed tab: the kernels are NOT shut down by the page)
+   and waits for jupyter_server's culler to shut them down; then the pre-heated kernel refills. Memory after =
+   the same measurement as 2 once only the refilled pre-heated kernel is left and its memory is steady.
+
+Acceptance (issue 8): every session gets the correct config, no errors, memory after within 10% of before.
+Writes ``--output`` (default ``docs/reliability.md``) with the machine's cores and load and the figures.
+Exit status 0 when the acceptance holds, 1 otherwise, 2 for bad options.
+
+    python benchmarks/load_voila.py                      # 30 sessions, writes docs/reliability.md
+    python benchmarks/load_voila.py --sessions 3 --output /tmp/r.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("ZEROPLANNER_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-dev-shm-usage"]
+BAD_CONSOLE = re.compile(r"not registered|failed to load", re.IGNORECASE)
+HOST = "127.0.0.1"
+MIB = 2 ** 20
+GIB = 2 ** 30
+MEMORY_TOLERANCE = 0.10
+"""Acceptance: total server memory after the sessions close within 10% of before (issue 8)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Expected configs (computed here, independently of the page)
+# ---------------------------------------------------------------------------------------------------------------
+def expected_config(nodes: int) -> str:
+    """The DeepSpeed JSON the page must show for the default scenario on ``nodes`` nodes."""
+    from zeroplanner.dsconfig import to_deepspeed_config
+    from zeroplanner.planner import plan
+    from zeroplanner.scenarios import default_scenario
+    from zeroplanner.specs import replace
+
+    scenario = default_scenario()
+    scenario = replace(scenario, cluster=replace(scenario.cluster, nodes=nodes))
+    return json.dumps(to_deepspeed_config(plan(scenario), mode="deepspeed"), indent=2)
+
+
+def node_count(i: int) -> int:
+    """Visitor ``i``'s node count: 2..17, different neighbours, never the default 1."""
+    return 2 + (i * 7) % 16
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Server and memory
+# ---------------------------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int, max_kernels: int, cull_idle_seconds: int, log: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser",
+             "--max-kernels", str(max_kernels), "--cull-idle-seconds", str(cull_idle_seconds)],
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def memory(server_pid: int) -> dict:
+    """RSS in bytes of the server process and of each kernel (its children, recursively), and the CPU seconds all
+    of them have used so far."""
+    server = psutil.Process(server_pid)
+    kernels = {}
+    cpu = sum(server.cpu_times()[:2])
+    for child in server.children(recursive=True):
+        try:
+            kernels[child.pid] = child.memory_info().rss
+            cpu += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    server_rss = server.memory_info().rss
+    return {"server": server_rss, "kernels": kernels, "total": server_rss + sum(kernels.values()), "cpu": cpu}
+
+
+def wait_steady(server_pid: int, kernels: int, deadline: float, log: Path, pool_fills: int) -> dict:
+    """Wait until the server has exactly ``kernels`` kernel processes, the log shows ``pool_fills`` pre-heated
+    fills, and over 3 s the total RSS changed by under 1% and the processes used under 0.15 CPU seconds (the
+    pre-heated kernel has finished executing the page); return that memory."""
+    last = None
+    while time.monotonic() < deadline:
+        now = memory(server_pid)
+        fills = log.read_text(errors="replace").count("Kernel pool of")
+        if len(now["kernels"]) == kernels and fills >= pool_fills:
+            if (last is not None and abs(now["total"] - last["total"]) < 0.01 * last["total"]
+                    and now["cpu"] - last["cpu"] < 0.15):
+                return now
+            last = now
+        else:
+            last = None
+        time.sleep(3)
+    raise TimeoutError(f"server never settled at {kernels} kernel(s) (pool fills needed: {pool_fills})")
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex((HOST, port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listening on {HOST}:{port}")
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Browser sessions
+# ---------------------------------------------------------------------------------------------------------------
+WAIT_TEXT = ("expected => { const t = document.querySelector('.zp-config textarea');"
+             " return t !== null && t.value === expected; }")
+
+
+async def session(browser, url: str, i: int, default_text: str, changed_text: str, timeout_ms: int) -> dict:
+    """One visitor. Returns {ok, tti_seconds, change_seconds, error, console_errors}."""
+    out = {"i": i, "nodes": node_count(i), "ok": False, "tti_seconds": None, "change_seconds": None, "error": "",
+           "bad_console": [], "console_errors": 0}
+    ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    out["_ctx"] = ctx
+    page = await ctx.new_page()
+    out["_page"] = page
+
+    def on_console(m):
+        if m.type == "error":
+            out["console_errors"] += 1
+            out.setdefault("console_samples", set()).add(m.text[:160])
+        if BAD_CONSOLE.search(m.text):
+            out["bad_console"].append(m.text[:200])
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda e: out["bad_console"].append(f"pageerror: {str(e)[:200]}"))
+    page.on("requestfailed", lambda r: out["bad_console"].append(f"Failed to load {r.url}"))
+    try:
+        t0 = time.monotonic()
+        await page.goto(url, timeout=timeout_ms, wait_until="commit")
+        await page.wait_for_function(WAIT_TEXT, arg=default_text, timeout=timeout_ms, polling=200)
+        await page.wait_for_selector(".zp-app .bqplot svg .bargroup rect", timeout=timeout_ms)
+        out["tti_seconds"] = time.monotonic() - t0
+        name = page.locator("label.widget-label", has_text=re.compile("^Nodes$"))
+        readout = page.locator(".zp-app .widget-slider", has=name).locator(".widget-readout")
+        t1 = time.monotonic()
+        await readout.click(timeout=timeout_ms)
+        await page.keyboard.press("Control+A")
+        await page.keyboard.type(str(node_count(i)))
+        await page.keyboard.press("Enter")
+        await page.wait_for_function(WAIT_TEXT, arg=changed_text, timeout=timeout_ms, polling=200)
+        out["change_seconds"] = time.monotonic() - t1
+        text = await page.locator(".zp-config textarea").input_value()
+        out["ok"] = text == changed_text and not out["bad_console"]
+        if text != changed_text:
+            out["error"] = "config text differs from the expected one"
+        elif out["bad_console"]:
+            out["error"] = "; ".join(out["bad_console"][:3])
+    except Exception as exc:  # a timeout or a browser error is a failed session, reported, not a crash
+        out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return out
+
+
+async def run_sessions(url: str, n: int, timeout_ms: int, expected: dict[int, str]) -> tuple[list, object, object]:
+    from playwright.async_api import async_playwright
+
+    pw = await async_playwright().start()
+    browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    results = await asyncio.gather(*(session(browser, url, i, expected[1], expected[node_count(i)], timeout_ms)
+                                     for i in range(n)))
+    return results, browser, pw
+
+
+async def close_sessions(results: list, browser, pw) -> None:
+    for r in results:
+        page, ctx = r.pop("_page", None), r.pop("_ctx", None)
+        try:
+            if page is not None:
+                await page.close(run_before_unload=False)  # no unload handlers: the kernel is left to the culler
+            if ctx is not None:
+                await ctx.close()
+        except Exception:
+            pass
+    await browser.close()
+    await pw.stop()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------------------
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def chromium_version() -> str:
+    try:
+        return subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+def versions() -> str:
+    from importlib import metadata
+
+    parts = []
+    for name in ("voila", "jupyter_server", "ipykernel", "ipywidgets", "bqplot", "playwright"):
+        try:
+            parts.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{name} (not installed)")
+    return ", ".join(parts)
+
+
+def fmt_mib(nbytes: float) -> str:
+    return f"{nbytes / MIB:.0f} MiB"
+
+
+def write_report(path: Path, r: dict) -> None:
+    sessions = r["sessions"]
+    ok = [s for s in sessions if s["ok"]]
+    tti = [s["tti_seconds"] for s in sessions if s["tti_seconds"] is not None]
+    chg = [s["change_seconds"] for s in sessions if s["change_seconds"] is not None]
+    before, peak, after = r["before"], r["peak"], r["after"]
+    kern = sorted(peak["kernels"].values()) if peak else []
+    lines = [
+        "# Reliability: the planner's Voilà server under a workshop-sized load",
+        "",
+        f"Generated by `benchmarks/load_voila.py` on {r['date']} (do not edit by hand; rerun the script).",
+        "",
+        "## Machine and settings",
+        "",
+        f"- CPU: {r['cpu_count']} logical cores ({r['cpu_model']}); load average (1/5/15 min) "
+        f"{r['load_before']} before the run, {r['load_after']} after; memory {r['mem_total_gib']:.1f} GiB.",
+        f"- Python {platform.python_version()}; {r['versions']}; {r['chromium']}.",
+        f"- Server: `zeroplanner app --max-kernels {r['max_kernels']} --cull-idle-seconds {r['cull_idle']}` on "
+        f"127.0.0.1 (the shipped settings otherwise: one pre-heated kernel, no source, no tracebacks; the shipped "
+        f"cull timeout is 600 s, shortened here so the run waits seconds, not minutes, for culling).",
+        f"- Load: {r['n']} visitors opened at the same moment in one headless Chromium (one browser context, one "
+        "kernel and one kernel websocket each). Each waits until the DeepSpeed JSON preview shows the default "
+        "scenario's config (time to interactive), types a node count (2-17, different per visitor) into the "
+        "Nodes slider, and waits until the preview equals "
+        "`json.dumps(to_deepspeed_config(plan(scenario)), indent=2)` computed by the script for that node count.",
+        "",
+        "## Results",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| sessions with the exact expected config and no page errors | **{len(ok)} / {r['n']}** |",
+    ]
+    if tti:
+        lines.append(f"| time to interactive, median / p95 / max | {statistics.median(tti):.1f} s / "
+                     f"{pct(tti, 95):.1f} s / {max(tti):.1f} s |")
+    if chg:
+        lines.append(f"| control change to updated config, median / p95 / max | {statistics.median(chg):.2f} s / "
+                     f"{pct(chg, 95):.2f} s / {max(chg):.2f} s |")
+    lines += [
+        f"| wall time for all {r['n']} sessions | {r['sessions_wall_seconds']:.1f} s |",
+        f"| console errors (any `console.error`, informational; see below) | "
+        f"{sum(s['console_errors'] for s in sessions)} |",
+        f"| one more visitor while all {r['n']} are open | HTTP {r['extra_status']}"
+        f"{' (the planner is full page)' if r['extra_full_page'] else ''} |",
+        f"| server log tracebacks | {r['tracebacks']} |",
+        "",
+        "Memory (RSS, psutil; server = the Voilà process, kernels = its child processes; RSS counts shared library "
+        "pages in every process, so the sum overstates the physical memory somewhat):",
+        "",
+        "| when | server | kernels | total |",
+        "|---|---|---|---|",
+        f"| before (pre-heated kernel ready) | {fmt_mib(before['server'])} | {len(before['kernels'])}: "
+        f"{fmt_mib(sum(before['kernels'].values()))} | {fmt_mib(before['total'])} |",
+    ]
+    if peak:
+        lines.append(f"| all {r['n']} sessions open | {fmt_mib(peak['server'])} | {len(kern)}: "
+                     f"{fmt_mib(sum(kern))} | {fmt_mib(peak['total'])} |")
+    if after:
+        lines.append(f"| after close + culling | {fmt_mib(after['server'])} | {len(after['kernels'])}: "
+                     f"{fmt_mib(sum(after['kernels'].values()))} | {fmt_mib(after['total'])} |")
+    lines.append("")
+    if kern:
+        lines.append(f"Per kernel with a session open: median {fmt_mib(statistics.median(kern))}, min "
+                     f"{fmt_mib(kern[0])}, max {fmt_mib(kern[-1])}; per session including the server's share "
+                     f"({fmt_mib(peak['total'] - before['total'])} over the at-rest total / {r['n']}): "
+                     f"{fmt_mib((peak['total'] - before['total']) / r['n'])}.")
+        lines.append("")
+    if after:
+        ratio = after["total"] / before["total"]
+        lines.append(f"After the pages closed (without unload handlers, like killed tabs) the culler shut the "
+                     f"{r['n']} kernels down {r['cull_seconds']:.0f} s after the close (idle timeout "
+                     f"{r['cull_idle']} s, checked every {r['cull_interval']} s) and the pre-heated kernel refilled; "
+                     f"total memory after / before = **{ratio:.3f}** (acceptance: within "
+                     f"{MEMORY_TOLERANCE:.0%}).")
+    else:
+        lines.append(f"Memory did not settle back after the close: {r.get('after_error', '')}")
+    samples = sorted(set().union(*(s.get("console_samples", set()) for s in sessions)))
+    if samples:
+        lines += ["", "Distinct `console.error` texts seen (none is a page error or a widget that failed to load; "
+                  "those fail the session):", ""]
+        lines += [f"- `{t}`" for t in samples[:8]]
+    lines += ["", "## Verdict", ""]
+    lines.append(("PASS" if r["passed"] else "FAIL") + ": " + "; ".join(r["verdict"]) + ".")
+    failed = [s for s in sessions if not s["ok"]]
+    if failed:
+        lines += ["", "Failed sessions:", ""]
+        lines += [f"- visitor {s['i']} (nodes {s['nodes']}): {s['error'] or 'page errors'}" for s in failed[:20]]
+    lines += ["", "Rerun: `python benchmarks/load_voila.py` (about 3-6 minutes on 2 cores; bounded by "
+              "`--deadline-seconds`).", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load_avg() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=30, help="simultaneous visitors, 1..60 (default 30)")
+    parser.add_argument("--cull-idle-seconds", type=int, default=20, help="idle-cull timeout for this run (5..600)")
+    parser.add_argument("--deadline-seconds", type=int, default=900, help="whole run bound (60..3600)")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "reliability.md")
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw figures as JSON here")
+    args = parser.parse_args(argv)
+    if not 1 <= args.sessions <= 60:
+        parser.error(f"--sessions must be between 1 and 60, got {args.sessions}")
+    if not 5 <= args.cull_idle_seconds <= 600:
+        parser.error(f"--cull-idle-seconds must be between 5 and 600, got {args.cull_idle_seconds}")
+    if not 60 <= args.deadline_seconds <= 3600:
+        parser.error(f"--deadline-seconds must be between 60 and 3600, got {args.deadline_seconds}")
+    if not Path(CHROMIUM).exists():
+        print(f"load_voila: error: no Chromium at {CHROMIUM}", file=sys.stderr)
+        return 2
+
+    from zeroplanner.voila_config import voila_argv
+
+    n = args.sessions
+    deadline = time.monotonic() + args.deadline_seconds
+    cull_interval = next(int(a.split("=")[1]) for a in voila_argv("x", cull_idle_seconds=args.cull_idle_seconds)
+                         if a.startswith("--MappingKernelManager.cull_interval="))
+    expected = {1: expected_config(1)}
+    for i in range(n):
+        expected.setdefault(node_count(i), expected_config(node_count(i)))
+
+    report: dict = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "n": n, "max_kernels": n,
+        "cull_idle": args.cull_idle_seconds, "cull_interval": cull_interval, "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(), "load_before": load_avg(), "mem_total_gib": psutil.virtual_memory().total / GIB,
+        "versions": versions(), "chromium": chromium_version(), "peak": None, "after": None,
+        "extra_status": None, "extra_full_page": False, "cull_seconds": float("nan"), "sessions": [],
+        "sessions_wall_seconds": float("nan"),
+    }
+    port = free_port()
+    url = f"http://{HOST}:{port}/"
+    log_dir = ROOT / "artifacts"
+    log_dir.mkdir(exist_ok=True)
+    log = log_dir / "load_voila_server.log"
+    proc = start_server(port, n, args.cull_idle_seconds, log)
+    try:
+        wait_for_port(port, proc, deadline)
+        report["before"] = wait_steady(proc.pid, 1, deadline, log, pool_fills=1)
+        print(f"before: {report['before']['total'] / MIB:.0f} MiB", file=sys.stderr, flush=True)
+
+        timeout_ms = int(max(10.0, deadline - time.monotonic() - 120) * 1000)
+        t0 = time.monotonic()
+        loop = asyncio.new_event_loop()
+        results, browser, pw = loop.run_until_complete(run_sessions(url, n, timeout_ms, expected))
+        report["sessions_wall_seconds"] = time.monotonic() - t0
+        print(f"sessions: {sum(s['ok'] for s in results)}/{n} ok in {report['sessions_wall_seconds']:.0f} s",
+              file=sys.stderr, flush=True)
+        report["peak"] = memory(proc.pid)
+        status, body = http_get(url)
+        report["extra_status"] = status
+        report["extra_full_page"] = status == 503 and "The planner is full" in body
+        fills_before_close = log.read_text(errors="replace").count("Kernel pool of")
+        t_close = time.monotonic()
+        loop.run_until_complete(close_sessions(results, browser, pw))
+        loop.close()
+        report["sessions"] = results
+        # culled: every session kernel gone (at most the refilling pre-heated kernel left)
+        while time.monotonic() < deadline and len(memory(proc.pid)["kernels"]) > 1:
+            time.sleep(1)
+        report["cull_seconds"] = time.monotonic() - t_close
+        try:
+            report["after"] = wait_steady(proc.pid, 1, deadline, log, pool_fills=fills_before_close + 1)
+        except TimeoutError as exc:
+            report["after_error"] = str(exc)
+        server_log = log.read_text(errors="replace")
+    finally:
+        stop_server(proc)
+    report["load_after"] = load_avg()
+    report["tracebacks"] = server_log.count("Traceback")
+
+    verdict = []
+    ok = sum(s["ok"] for s in report["sessions"])
+    verdict.append(f"{ok}/{n} sessions correct")
+    passed = ok == n
+    if report["tracebacks"]:
+        verdict.append(f"{report['tracebacks']} traceback(s) in the server log")
+        passed = False
+    if not report["extra_full_page"]:
+        verdict.append(f"the visitor over the cap got HTTP {report['extra_status']}, not the full page")
+        passed = False
+    if report["after"] is None:
+        verdict.append("memory did not settle after the close")
+        passed = False
+    else:
+        ratio = report["after"]["total"] / report["before"]["total"]
+        verdict.append(f"memory after/before {ratio:.3f}")
+        passed = passed and abs(ratio - 1) <= MEMORY_TOLERANCE
+    report["passed"] = passed
+    report["verdict"] = verdict
+    write_report(args.output, report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+    print(("PASS: " if passed else "FAIL: ") + "; ".join(verdict), file=sys.stderr)
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
