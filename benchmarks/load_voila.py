@@ -4,7 +4,10 @@ What it does (bounded in time by ``--deadline-seconds`` and in count by ``--sess
 
 1. Starts ``zeroplanner app`` (the same server users get: :class:`zeroplanner.voila_config.limits.ZeroplannerVoila`,
    pre-heated kernel, kernel cap) on a free 127.0.0.1 port with ``--max-kernels N`` and a short idle-cull timeout
-   (``--cull-idle-seconds``, default 20 s instead of the shipped 600 s, so the test waits for culling in seconds).
+   (``--cull-idle-seconds``, default 120 s instead of the shipped 600 s, so the test waits for culling in minutes,
+   not tens of minutes; it must exceed the slowest page's time to connect its websocket, since the culler shuts
+   down an idle kernel with no connection: a 20 s timeout under 30 loading pages culled kernels whose pages were
+   still loading).
 2. Measures the server's memory at rest: RSS of the server process and of its kernel children (psutil; the
    pre-heated kernel has already executed the page).
 3. Opens N pages at once in ONE Debian Chromium (Playwright, one browser context per visitor, so each page has its
@@ -289,8 +292,9 @@ def write_report(path: Path, r: dict) -> None:
         f"{r['load_before']} before the run, {r['load_after']} after; memory {r['mem_total_gib']:.1f} GiB.",
         f"- Python {platform.python_version()}; {r['versions']}; {r['chromium']}.",
         f"- Server: `zeroplanner app --max-kernels {r['max_kernels']} --cull-idle-seconds {r['cull_idle']}` on "
-        f"127.0.0.1 (the shipped settings otherwise: one pre-heated kernel, no source, no tracebacks; the shipped "
-        f"cull timeout is 600 s, shortened here so the run waits seconds, not minutes, for culling).",
+        f"127.0.0.1 (the shipped settings otherwise: one pre-heated kernel, kernels on Unix sockets, no source, no "
+        f"tracebacks; the shipped cull timeout is 600 s, shortened here so the run waits minutes, not ten, for "
+        f"culling).",
         f"- Load: {r['n']} visitors opened at the same moment in one headless Chromium (one browser context, one "
         "kernel and one kernel websocket each). Each waits until the DeepSpeed JSON preview shows the default "
         "scenario's config (time to interactive), types a node count (2-17, different per visitor) into the "
@@ -382,8 +386,12 @@ def load_avg() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=30, help="simultaneous visitors, 1..60 (default 30)")
-    parser.add_argument("--cull-idle-seconds", type=int, default=20, help="idle-cull timeout for this run (5..600)")
-    parser.add_argument("--deadline-seconds", type=int, default=900, help="whole run bound (60..3600)")
+    parser.add_argument("--cull-idle-seconds", type=int, default=120,
+                        help="idle-cull timeout for this run, 5..600 (default 120; it must exceed the slowest page's "
+                             "time to connect, or the culler takes kernels whose page is still loading)")
+    parser.add_argument("--session-timeout-seconds", type=int, default=300,
+                        help="longest wait for one page to load or update, 10..1800 (default 300)")
+    parser.add_argument("--deadline-seconds", type=int, default=1200, help="whole run bound (60..3600)")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "reliability.md")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw figures as JSON here")
     args = parser.parse_args(argv)
@@ -391,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sessions must be between 1 and 60, got {args.sessions}")
     if not 5 <= args.cull_idle_seconds <= 600:
         parser.error(f"--cull-idle-seconds must be between 5 and 600, got {args.cull_idle_seconds}")
+    if not 10 <= args.session_timeout_seconds <= 1800:
+        parser.error(f"--session-timeout-seconds must be between 10 and 1800, got {args.session_timeout_seconds}")
     if not 60 <= args.deadline_seconds <= 3600:
         parser.error(f"--deadline-seconds must be between 60 and 3600, got {args.deadline_seconds}")
     if not Path(CHROMIUM).exists():
@@ -426,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         report["before"] = wait_steady(proc.pid, 1, deadline, log, pool_fills=1)
         print(f"before: {report['before']['total'] / MIB:.0f} MiB", file=sys.stderr, flush=True)
 
-        timeout_ms = int(max(10.0, deadline - time.monotonic() - 120) * 1000)
+        timeout_ms = int(min(args.session_timeout_seconds, max(10.0, deadline - time.monotonic() - 120)) * 1000)
         t0 = time.monotonic()
         loop = asyncio.new_event_loop()
         results, browser, pw = loop.run_until_complete(run_sessions(url, n, timeout_ms, expected))

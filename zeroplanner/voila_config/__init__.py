@@ -53,12 +53,16 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
         "multi_kernel_manager_class": KERNEL_MANAGER_CLASS,
     },
     "ZeroplannerKernelManager": {"max_kernels": DEFAULT_MAX_KERNELS},
+    "KernelManager": {"transport": "ipc"},
 }
 """Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
 use the offline-clean template, and keep one pre-heated kernel (the notebook already executed) ready so a page
 opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``; Voilà
 does not cull its pooled kernels, ``voila_kernel_manager.py``), and cap the kernel count
-(:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.voila_config.limits`)."""
+(:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.voila_config.limits`). Kernels talk to the server over Unix
+sockets in Voilà's private connection folder (``KernelManager.transport = "ipc"``), not TCP ports on 127.0.0.1:
+no other local user can connect to a kernel, and 30 kernels starting at once cannot race for the same free port
+(measured with TCP: ``ZMQError: Address already in use`` in a kernel's heartbeat thread, ``docs/reliability.md``)."""
 
 SHARE_DIR = Path(__file__).resolve().parent / "share"
 """A Jupyter data directory holding ``voila/templates/zeroplanner``; put it on ``JUPYTER_PATH``."""
