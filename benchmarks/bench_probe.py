@@ -3,7 +3,7 @@
     python benchmarks/bench_probe.py [--ranks 2 4] [--iterations 5] [--budget-seconds 40]
 
 Prints, per rank count, busbw per message size for all-reduce / all-gather / reduce-scatter (nccl-tests
-formulas, REFERENCES.md section 6) and the fitted alpha-beta model, then the cost model's communication time for
+formulas, docs/references.md section 6) and the fitted alpha-beta model, then the cost model's communication time for
 the default scenario on the catalog cluster vs the measured one. Each launch is bounded (timeout 120 s).
 """
 

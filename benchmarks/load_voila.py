@@ -214,6 +214,14 @@ async def session(browser, url: str, i: int, default_text: str, changed_text: st
             out["error"] = "; ".join(out["bad_console"][:3])
     except Exception as exc:  # a timeout or a browser error is a failed session, reported, not a crash
         out["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        try:  # what the page showed at that moment
+            out["state"] = await page.evaluate(
+                "() => { const t = document.querySelector('.zp-config textarea');"
+                " return {app: !!document.querySelector('.zp-app'), widgets: document.querySelectorAll("
+                "'.jupyter-widgets').length, config_chars: t ? t.value.length : -1, config_head: t ? "
+                "t.value.slice(0, 120) : '', body: document.body ? document.body.innerText.slice(0, 300) : ''}; }")
+        except Exception as exc2:
+            out["state"] = f"unreadable: {type(exc2).__name__}"
     return out
 
 

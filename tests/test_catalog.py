@@ -66,7 +66,7 @@ def test_required_names_present(kind):
     assert set(REQUIRED[kind]) <= set(names())
 
 
-# REFERENCES.md section 3: exact parameter counts of the released models.
+# docs/references.md section 3: exact parameter counts of the released models.
 @pytest.mark.parametrize(
     "name,count",
     [("llama-2-7b", 6_738_415_616), ("qwen2.5-7b", 7_615_616_512), ("gpt2", 124_439_808),
@@ -91,7 +91,7 @@ def test_mixtral_counts_every_expert():
 
 
 def test_reference_bandwidths():
-    # REFERENCES.md section 6: A100 NVLink ~230 GB/s, H100 ~370 GB/s busbw; HDR ~24 GB/s, NDR ~46-48 GB/s per NIC
+    # docs/references.md section 6: A100 NVLink ~230 GB/s, H100 ~370 GB/s busbw; HDR ~24 GB/s, NDR ~46-48 GB/s per NIC
     assert catalog.gpu("A100-80GB").intra_node_busbw_gb_per_s == 230
     assert catalog.gpu("H100-80GB").intra_node_busbw_gb_per_s == 370
     assert catalog.network("ib-hdr").node_busbw_bytes_per_second == pytest.approx(24e9, rel=0.01)

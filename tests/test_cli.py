@@ -29,7 +29,7 @@ def test_estimate_defaults_match_python_api(capsys):
     assert ESTIMATE_KEYS <= set(d)
     assert set(d["per_gpu_bytes"]) == PER_GPU_KEYS
     assert {"bytes_per_gpu_per_step", "seconds_per_step", "exposed_seconds_per_step"} <= set(d["communication"])
-    # default scenario: Llama-2-7B (6,738,415,616 params, REFERENCES.md s.3) on one node of 8 A100-80GB
+    # default scenario: Llama-2-7B (6,738,415,616 params, docs/references.md s.3) on one node of 8 A100-80GB
     assert d["parameters"] == 6_738_415_616
     assert d["data_parallel_degree"] == 8
     assert d["gpu_memory_bytes"] == 80 * 2**30
@@ -57,7 +57,7 @@ def test_params_and_hf_config(capsys, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     d = run_json(capsys, "estimate", "--hf-config", str(path))
-    assert d["parameters"] == 6_738_415_616  # Llama-2-7B shapes (REFERENCES.md s.3)
+    assert d["parameters"] == 6_738_415_616  # Llama-2-7B shapes (docs/references.md s.3)
 
 
 def test_recommend_json(capsys):

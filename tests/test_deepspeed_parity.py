@@ -1,4 +1,4 @@
-"""DeepSpeed 0.19.8's estimators reproduced to the byte (REFERENCES.md section 2: P = 2851e6, Lg = 32e6, 8 GPUs,
+"""DeepSpeed 0.19.8's estimators reproduced to the byte (docs/references.md section 2: P = 2851e6, Lg = 32e6, 8 GPUs,
 1 node)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from zeroplanner.cli import main
 from zeroplanner.costmodel import deepspeed_estimate_table
 
-EXPECTED = [  # stage, offload_param, offload_optimizer, zero_init, per CPU, per GPU (REFERENCES.md s.2)
+EXPECTED = [  # stage, offload_param, offload_optimizer, zero_init, per CPU, per GPU (docs/references.md s.2)
     (3, "cpu", "cpu", 1, 76977000000, 128000000),
     (3, "cpu", "cpu", 0, 136848000000, 128000000),
     (3, "none", "cpu", 1, 68424000000, 840750000),
@@ -60,7 +60,7 @@ def test_bad_counts_rejected():
 
 def test_estimator_shown_beside_ours(capsys):
     """`zeroplanner estimate` shows DeepSpeed's number for the same stage/offload; ours is larger because it also
-    counts activations, buffers and the CUDA context (REFERENCES.md s.7, DeepSpeed #4093)."""
+    counts activations, buffers and the CUDA context (docs/references.md s.7, DeepSpeed #4093)."""
     rc = main(["estimate", "--stage", "3", "--json"])
     d = json.loads(capsys.readouterr().out)
     assert rc == 0

@@ -145,7 +145,7 @@ def test_timings_are_recorded():
 # --- no engine: the harness's inputs and the command line ---------------------------------------------------------
 def test_tiny_model_keeps_the_architecture_proportions():
     """The tiny copy keeps family, layer count, GQA ratio, FFN/hidden and vocabulary/hidden ratios (source: the
-    Llama-2-7B and Qwen2.5-7B catalog entries, REFERENCES.md section 3)."""
+    Llama-2-7B and Qwen2.5-7B catalog entries, docs/references.md section 3)."""
     from zeroplanner import catalog
     from zeroplanner.calibrate import tiny_hf_config
     from zeroplanner.hfconfig import architecture_from_hf_config

@@ -149,7 +149,7 @@ RELEASED_CONFIGS: dict[str, dict] = {
                      word_embed_proj_dim=4096, do_layer_norm_before=True, dropout=0.1, attention_dropout=0.0),
 }
 
-# REFERENCES.md section 3 (parameter counts of the released HF models).
+# docs/references.md section 3 (parameter counts of the released HF models).
 REFERENCE_COUNTS = {
     "llama-2-7b": 6_738_415_616,
     "qwen2.5-7b": 7_615_616_512,
@@ -234,7 +234,7 @@ def test_catalog_entry_agrees_with_its_released_config(name):
 
 @pytest.mark.parametrize("name,count", sorted(REFERENCE_COUNTS.items()))
 def test_reference_counts_from_config(name, count):
-    # REFERENCES.md section 3
+    # docs/references.md section 3
     assert architecture_from_hf_config(RELEASED_CONFIGS[name]).parameter_count == count
 
 

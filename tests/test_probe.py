@@ -213,7 +213,7 @@ def gloo_run(request):
 
 
 def _expected_factor(collective: str, n: int) -> float:
-    # nccl-tests doc/PERFORMANCE.md (REFERENCES.md section 6), written out independently of the code under test
+    # nccl-tests doc/PERFORMANCE.md (docs/references.md section 6), written out independently of the code under test
     return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n}[collective]
 
 

@@ -1,6 +1,6 @@
 """ZeRO paper (Rajbhandari et al., arXiv 1910.02054), Table 1 and Sec. 7, reproduced in 'paper' accounting.
 
-Table values copied from ../shared/references/REFERENCES.md section 1 (GB = 1e9 bytes; cells >= 100 truncated,
+Table values copied from docs/references.md section 1 (GB = 1e9 bytes; cells >= 100 truncated,
 smaller ones rounded).
 """
 
@@ -82,7 +82,7 @@ def test_zero3_volume_is_one_and_a_half_times_zero2():
 
 
 def test_zeropp_cross_node_volume():
-    """ZeRO++ (DeepSpeed blog; REFERENCES.md s.1): forward all-gather in int8 is 0.5x, qgZ gradients 0.25x."""
+    """ZeRO++ (DeepSpeed blog; docs/references.md s.1): forward all-gather in int8 is 0.5x, qgZ gradients 0.25x."""
     base = estimate(make_scenario(7.5e9, dp=16, stage=3, stage3_param_persistence_threshold=0, accounting="paper"))
     zpp = estimate(make_scenario(7.5e9, dp=16, stage=3, stage3_param_persistence_threshold=0, accounting="paper",
                                  zero_quantized_weights=True, zero_quantized_gradients=True))

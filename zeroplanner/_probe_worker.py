@@ -6,7 +6,7 @@ Run by :func:`zeroplanner.probe.benchmark_collectives` on the local ranks, or by
         -m zeroplanner._probe_worker --out collectives.json
 
 Each rank times all-reduce, all-gather and reduce-scatter over a range of message sizes; rank 0 writes one JSON
-object. Sizes and bandwidths follow nccl-tests (``doc/PERFORMANCE.md``; REFERENCES.md section 6):
+object. Sizes and bandwidths follow nccl-tests (``doc/PERFORMANCE.md``; docs/references.md section 6):
 
 - ``bytes`` is nccl-tests' "size": the all-reduce buffer, the all-gather output (n chunks), the reduce-scatter input
   (n chunks), in bytes;

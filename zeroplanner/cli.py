@@ -10,6 +10,7 @@ Plugins: each module named in :data:`PLUGINS` defines ``register(subparsers, add
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import sys
@@ -53,13 +54,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"zeroplanner: error: {message}\n")
 
 
+_SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+
+
 def _positive_int(name: str, low: int = 1, high: int = 10**7):
     def parse(text: str) -> int:
+        scale = 1
+        if text[-1:].lower() in _SUFFIXES and text[:-1].replace(".", "", 1).isdigit():  # 7B, 1.5B, 500M
+            scale, text = _SUFFIXES[text[-1].lower()], text[:-1]
+            text = repr(float(text) * scale)
         try:
-            value = int(float(text)) if "e" in text.lower() else int(text)
+            value = int(float(text)) if ("e" in text.lower() or "." in text) else int(text)
         except (ValueError, OverflowError):  # OverflowError: "1e400" is inf
             raise argparse.ArgumentTypeError(f"{name} must be an integer in [{low}, {high}] (got {text!r})") from None
-        if not (low <= value <= high) or ("e" in text.lower() and float(text) != value):
+        if not (low <= value <= high) or (("e" in text.lower() or "." in text) and float(text) != value):
             raise argparse.ArgumentTypeError(f"{name} must be an integer in [{low}, {high}] (got {text!r})")
         return value
 
@@ -114,7 +122,8 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lora-rank", type=_positive_int("--lora-rank", 0, 65_536), default=0)
     g.add_argument("--qlora", action="store_true", help="4-bit NF4 base weights (needs --lora-rank)")
     g.add_argument("--mfu", type=_positive_float("--mfu", 0.01, 1.0), default=None,
-                   help="model FLOP utilisation assumption (default 0.40)")
+                   help="fraction of the GPU's dense peak reached on the FLOPs executed, recomputation included "
+                        "(default 0.40); the reported mfu counts model FLOPs only, so it is lower with checkpointing")
 
 
 _FIELD_OPTIONS = {
@@ -157,7 +166,10 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         value = getattr(args, name)
         names = {"model": catalog.model_names, "gpu": catalog.gpu_names, "network": catalog.network_names}[name]()
         if value is not None and value.lower() not in {n.lower() for n in names}:
-            fail(option, f"unknown {name} {value!r}; known: {', '.join(names)}")
+            close = difflib.get_close_matches(value.lower(), [n.lower() for n in names], n=3, cutoff=0.5)
+            close += [n.lower() for n in names if value.lower() in n.lower() and n.lower() not in close]
+            hint = f"did you mean {', '.join(close[:3])}? " if close else ""
+            fail(option, f"unknown {name} {value!r}; {hint}known: {', '.join(names)}")
     try:
         scenario = build_scenario(
             model=args.model, hf_config=hf, params=args.params, gpu=args.gpu, gpu_memory_gib=args.gpu_memory_gib,
@@ -178,17 +190,20 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         fail(option, err["msg"].removeprefix("Value error, "))
     except (ValueError, KeyError) as exc:
         option = "--hf-config" if hf is not None else "--params" if args.params is not None else "--model"
-        fail(option, str(exc).strip("'\""))
+        fail(option, str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     if getattr(args, "cluster_from", None):
         data = _read_json_file("--cluster-from", args.cluster_from)
         try:
-            from .probe import cluster_from_probe
+            from .probe import cluster_changes, cluster_from_probe
         except ImportError as exc:  # pragma: no cover - probe is part of the package
             fail("--cluster-from", f"probe support unavailable ({exc})")
         try:
             cluster = cluster_from_probe(data, scenario.cluster)
+            _changes, notes = cluster_changes(data, scenario.cluster)
         except (ValueError, TypeError, KeyError) as exc:
             fail("--cluster-from", str(exc))
+        for note in notes:  # what the probe changed (and left as given), on stderr so --json stays one object
+            sys.stderr.write(f"zeroplanner: --cluster-from: {note}\n")
         scenario = scenario.model_copy(update={"cluster": cluster})
     return scenario
 
@@ -273,10 +288,33 @@ def _cmd_deepspeed_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _catalog_row(kind: str, name: str) -> tuple[dict, str]:
+    if kind == "models":
+        m = catalog.model(name)
+        d = {"name": m.name, "family": m.family, "parameters": m.parameter_count, "layers": m.n_layers,
+             "hidden_size": m.hidden_size, "heads": m.n_heads, "kv_heads": m.kv_heads, "vocab_size": m.vocab_size,
+             "experts": m.n_experts, "source": m.source}
+        return d, f"{m.name:<16} {m.parameter_count / 1e9:8.2f} B params  {m.n_layers:3d} layers  h={m.hidden_size}"
+    if kind == "gpus":
+        g = catalog.gpu(name)
+        d = {"name": g.name, "memory_gib": g.memory_bytes / GIB, "peak_bf16_tflops": g.peak_bf16_tflops,
+             "peak_fp16_tflops": g.peak_fp16_tflops, "intra_node_busbw_gb_per_s": g.intra_node_busbw_gb_per_s,
+             "source": g.source}
+        return d, (f"{g.name:<11} {g.memory_bytes / GIB:6.1f} GiB  {g.peak_tflops('bf16'):7.1f} TFLOP/s bf16/fp16 "
+                   f"dense  intra-node busbw {g.intra_node_busbw_gb_per_s:.0f} GB/s")
+    n = catalog.network(name)
+    d = {"name": n.name, "kind": n.kind, "link_gbps": n.link_gbps, "nics_per_node": n.nics_per_node,
+         "efficiency": n.efficiency, "node_busbw_gb_per_s": n.node_busbw_bytes_per_second / 1e9,
+         "latency_seconds": n.latency_seconds, "source": n.source}
+    return d, (f"{n.name:<10} {n.kind:<10} {n.nics_per_node} x {n.link_gbps:g} Gbit/s per node, "
+               f"~{n.node_busbw_bytes_per_second / 1e9:.1f} GB/s bus bandwidth, {n.latency_seconds * 1e6:.0f} us/step")
+
+
 def _cmd_catalog(args: argparse.Namespace) -> int:
     kind = args.kind
     names = {"models": catalog.model_names, "gpus": catalog.gpu_names, "networks": catalog.network_names}[kind]()
-    _emit(args, {kind: names}, "\n".join(names))
+    rows = [_catalog_row(kind, n) for n in names]
+    _emit(args, {kind: [r[0] for r in rows]}, "\n".join(r[1] for r in rows))
     return 0
 
 

@@ -198,6 +198,9 @@ def run_check(args) -> int:
         )
         summary = est.summary() if hasattr(est, "summary") else ""
         lines.append(summary)
-        lines.append(f"{errors} error(s), {warnings} warning(s)")
+        if mode == "deepspeed" and any(f.rule == "auto_outside_hf" for f in findings):
+            lines.append("hint: this config has \"auto\" fields; if you launch it through the HF Trainer or "
+                         "accelerate, run `zeroplanner check --hf-trainer ...` to read it the way they fill it.")
+        lines.append(f"{errors} error(s), {warnings} warning(s); exit status 1 when there are errors")
         sys.stdout.write("\n".join(x for x in lines if x) + "\n")
     return 1 if errors else 0

@@ -1,4 +1,4 @@
-"""Lint a DeepSpeed config against the pitfalls users hit (REFERENCES.md section 7, issue 5, the seed article).
+"""Lint a DeepSpeed config against the pitfalls users hit (docs/references.md section 7, issue 5, the seed article).
 
 :func:`lint` returns :class:`~zeroplanner.dsconfig.Finding` objects: severity, the dotted key concerned, why it is
 a problem, and the fix. Rules that depend only on the config run without a scenario; rules about the cluster
@@ -16,10 +16,10 @@ integer_type                  error/warn bucket sizes etc. must be integers, not
 nonpositive_value             error      zero/negative buckets and batch sizes (DeepSpeed #8260; gt=0 / ge=0)
 batch_mismatch                error      train_batch_size != micro * grad_accum * world size (DeepSpeed #6914)
 fp16_and_bf16                 error      both enabled (DeepSpeedConfig asserts)
-offload_param_below_stage3    error      offload_param is read only by ZeRO-3 (ignored below; REFERENCES 7)
-offload_optimizer_stage0      error      offload_optimizer needs stage 1-3 (REFERENCES 7)
+offload_param_below_stage3    error      offload_param is read only by ZeRO-3 (ignored below; docs/references.md s.7)
+offload_optimizer_stage0      error      offload_optimizer needs stage 1-3 (docs/references.md s.7)
 nvme_optimizer_below_stage3   warning    stage 1/2 treat any offload_optimizer device as CPU (stage_1_and_2.py)
-auto_outside_hf               error      "auto" outside the HF Trainer (REFERENCES 7); info in HF mode
+auto_outside_hf               error      "auto" outside the HF Trainer (docs/references.md s.7); info in HF mode
 auto_not_filled               warning    "auto" in a key the HF Trainer does not fill
 removed_key                   error      keys DeepSpeed 0.19.8 removed and rejects
 max_grad_norm_param           error      optimizer.params.max_grad_norm (DeepSpeed raises; use gradient_clipping)
@@ -274,7 +274,7 @@ def _rule_offload_stage(config: dict[str, Any], out: list[Finding]) -> None:
     if _device(config, "offload_param") != "none" and stage != 3:
         _add(out, "error", "zero_optimization.offload_param", "offload_param_below_stage3",
              f"offload_param is read only by ZeRO-3; at stage {stage} DeepSpeed ignores it and the parameters "
-             "stay on the GPU (REFERENCES.md section 7).", "Use stage 3, or remove offload_param.")
+             "stay on the GPU (docs/references.md section 7).", "Use stage 3, or remove offload_param.")
     if _device(config, "offload_optimizer") != "none" and stage == 0:
         _add(out, "error", "zero_optimization.offload_optimizer", "offload_optimizer_stage0",
              "offload_optimizer works through the ZeRO optimizer (stages 1-3); at stage 0 it is ignored.",
@@ -312,14 +312,15 @@ def _rule_auto(config: dict[str, Any], mode: Mode, scenario: Scenario | None, ou
             continue
         top = key.split(".", 1)[0]
         if key in _BATCH_KEYS:
-            effect = "DeepSpeed's batch-size arithmetic fails on the string"
+            effect = "the batch-size arithmetic fails on the string"
         elif top in ("zero_optimization", "bf16", "fp16", "bfloat16"):
-            effect = "DeepSpeed silently drops it and uses its own default, so the value you expect is not used"
+            effect = "it is silently dropped and DeepSpeed's default is used instead of the value you expect"
         else:
-            effect = "DeepSpeed passes the string on (to the optimizer/scheduler/clipping) and fails"
+            effect = "the string is passed on (to the optimizer/scheduler/clipping) and fails"
         _add(out, "error", key, "auto_outside_hf", f"{key} is \"auto\", which only the HF Trainer/accelerate "
-             f"resolve; with raw DeepSpeed {effect} (REFERENCES.md section 7).",
-             "Write the value (zeroplanner config writes them all), or launch through the HF Trainer.")
+             f"resolve; with raw DeepSpeed, {effect} (docs/references.md section 7).",
+             "Write the value (zeroplanner config writes them all), or, if you launch through the HF Trainer or "
+             "accelerate, check with --hf-trainer.")
     if resolved:
         _add(out, "info", "", "auto_outside_hf", f"The HF Trainer fills {len(resolved)} 'auto' fields "
              f"(transformers integrations/deepspeed.py): {', '.join(resolved)}; the training-step counts come from "

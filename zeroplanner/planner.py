@@ -78,7 +78,9 @@ class Choice(_Out):
             parts.append("+ " + " & ".join(off))
         if self.zero_quantized_weights or self.zero_hpz_partition_size > 1:
             parts.append("+ ZeRO++")
-        parts.append(f"({self.checkpointing} ckpt, micro {self.micro_batch} x accum {self.grad_accum})")
+        ckpt = {"none": "no", "selective": "selective", "full": "full"}[self.checkpointing]
+        parts.append(f"({ckpt} activation checkpointing, micro-batch {self.micro_batch} x "
+                     f"{self.grad_accum} accumulation steps)")
         return " ".join(parts)
 
 
@@ -204,8 +206,10 @@ def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: 
 def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, ranked, tolerance) -> list[str]:
     r: list[str] = []
     n = scenario.cluster.data_parallel_degree
-    r.append(f"{best.label} fits: {gib(est.per_gpu_bytes.total):.1f} GiB of {gib(est.gpu_memory_bytes):.1f} GiB "
-             f"per GPU, {est.tokens_per_second:,.0f} tokens/s predicted ({est.step_seconds:.2f} s per step).")
+    usable = est.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)
+    r.append(f"{best.label} fits: {gib(est.per_gpu_bytes.total):.1f} GiB of {gib(usable):.1f} GiB usable per GPU "
+             f"({gib(est.gpu_memory_bytes):.1f} GiB less the {scenario.assumptions.gpu_memory_margin_fraction:.0%} "
+             f"margin), {est.tokens_per_second:,.0f} tokens/s predicted ({est.step_seconds:.2f} s per step).")
     fastest = ranked[np.argmax(values["tokens_per_second"][ranked])]
     if values["tokens_per_second"][fastest] > est.tokens_per_second * 1.01:
         fc = _choice_at(cand, int(fastest))
@@ -215,8 +219,9 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
     if n == 1:
         r.append("Data-parallel degree 1: no ZeRO stage saves memory here (DeepSpeed #4953), so the simplest "
                  "configuration is preferred.")
-    for st in range(best.stage):
-        mask = (cand.stage == st) & (cand.offload_optimizer == 0)
+    no_offload = best.offload_optimizer == "none" and best.offload_param == "none"
+    for st in range(best.stage if no_offload else 4):
+        mask = (cand.stage == st) & (cand.offload_optimizer == 0) & (cand.offload_param == 0)
         if mask.any() and not values["fits_gpu"][mask].any():
             need = values["total"][mask].min()
             r.append(f"ZeRO-{st} without offload does not fit: at least {gib(need):.1f} GiB per GPU.")
@@ -256,11 +261,20 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     if ranked.size == 0:
         est = estimate(scenario)
         smallest = int(np.argmin(values["total"]))
-        warn = list(est.warnings)
-        warn.insert(0, f"Nothing fits: the smallest candidate ({_choice_at(cand, smallest).label}) needs "
-                       f"{gib(values['total'][smallest]):.1f} GiB per GPU and "
-                       f"{gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node. Add GPUs or nodes, "
-                       "shorten the sequence, use LoRA/QLoRA, or a larger GPU.")
+        t = scenario.training
+        remedies = ["add GPUs or nodes", "shorten the sequence", "use a GPU with more memory"]
+        if not t.lora_rank:
+            remedies.insert(2, "use LoRA/QLoRA")
+        elif not t.qlora:
+            remedies.insert(2, "use QLoRA (4-bit base weights)")
+        if scenario.cluster.cpu_memory_bytes < 4 * 2**40:
+            remedies.append("add host RAM for offload")
+        warn = [f"Nothing fits. The candidate needing the least GPU memory ({_choice_at(cand, smallest).label}) "
+                f"needs {gib(values['total'][smallest]):.1f} GiB per GPU of "
+                f"{gib(ctx.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB usable "
+                f"and {gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node. Options: "
+                + ", ".join(remedies) + "."]
+        warn += [f"As configured (ZeRO-{scenario.zero.stage}): {w_}" for w_ in est.warnings]
         return Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=warn,
                     alternatives=[], variants=variants, candidates_evaluated=int(cand.stage.size))
     best_i = int(ranked[0])

@@ -179,8 +179,8 @@ _TERM_DOCS = {
 
 
 def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]:
-    """Plain-language warnings for one evaluated scenario (REFERENCES.md section 7 behaviours)."""
-    z, t, c = scenario.zero, scenario.training, scenario.cluster
+    """Plain-language warnings for one evaluated scenario (docs/references.md section 7 behaviours)."""
+    z, t, c, m = scenario.zero, scenario.training, scenario.cluster, scenario.model
     w: list[str] = []
     n = c.data_parallel_degree
     if n == 1 and z.stage > 0:
@@ -192,8 +192,22 @@ def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]
     step = values["step_seconds"]
     share = values["comm_exposed_seconds"] / step if step > 0 else 0.0
     if share > COMM_SHARE_WARNING:
-        w.append(f"exposed communication is {share:.0%} of the step (> 30%): raise bucket sizes, use gradient "
-                 "accumulation, a faster network or a lower ZeRO stage")
+        fixes = ["a faster network"]
+        if z.stage == 3:
+            fixes.insert(0, "ZeRO++ (zero_hpz_partition_size = GPUs per node, quantized weights and gradients)"
+                         if c.nodes > 1 and z.zero_hpz_partition_size == 1 else "a larger micro-batch")
+            fixes.append("ZeRO-2 if it fits (no per-layer parameter gathers)")
+        elif z.stage == 2:
+            fixes.insert(0, "overlap_comm" if not z.overlap else "a larger micro-batch with fewer accumulation "
+                         "steps (ZeRO-2 reduces every micro-step)")
+            fixes.append("ZeRO-1 if it fits (reduces once per step)")
+        else:
+            fixes.insert(0, "a larger batch per step (the all-reduce is paid once per step)")
+        w.append(f"exposed communication is {share:.0%} of the step (> 30%, the seed article's threshold); "
+                 "try " + ", ".join(fixes))
+    if m.max_position_embeddings and t.seq_len > m.max_position_embeddings:
+        w.append(f"seq_len {t.seq_len} exceeds the model's max_position_embeddings {m.max_position_embeddings} "
+                 "(context extension changes the model; memory is still estimated)")
     if t.qlora and z.stage == 3:
         w.append("QLoRA with ZeRO-3: 4-bit bitsandbytes weights are often not partitioned (DeepSpeed #5819, "
                  "peft #2016); modelled as unsharded")

@@ -48,6 +48,7 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
         "strip_sources": True,
         "theme": "light",
         "template": TEMPLATE,
+        "allow_template_override": "NO",
         "preheat_kernel": True,
         "default_pool_size": 1,
         "multi_kernel_manager_class": KERNEL_MANAGER_CLASS,
@@ -56,7 +57,8 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
     "KernelManager": {"transport": "ipc"},
 }
 """Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
-use the offline-clean template, and keep one pre-heated kernel (the notebook already executed) ready so a page
+use the offline-clean template and ignore a ``?template=`` argument (a visitor cannot switch the page to another
+installed template), and keep one pre-heated kernel (the notebook already executed) ready so a page
 opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``; Voilà
 does not cull its pooled kernels, ``voila_kernel_manager.py``), and cap the kernel count
 (:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.voila_config.limits`). Kernels talk to the server over Unix
