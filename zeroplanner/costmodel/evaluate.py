@@ -210,7 +210,12 @@ def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]
                  "(context extension changes the model; memory is still estimated)")
     if t.qlora and z.stage == 3:
         w.append("QLoRA with ZeRO-3: 4-bit bitsandbytes weights are often not partitioned (DeepSpeed #5819, "
-                 "peft #2016); modelled as unsharded")
+                 "peft #2016); modelled as unsharded (recent peft/accelerate shard them when bnb_4bit_quant_storage "
+                 "matches the compute dtype, which this estimate does not assume)")
+    if z.stage == 3 and n > 1:
+        w.append("ZeRO-3's per-module host work (hooks, fetch coordination) is not priced: public runs measured "
+                 "ZeRO-3 1.3-2.6x slower than ZeRO-1/2 on the same hardware (docs/network_sources.md, section d); "
+                 "`zeroplanner calibrate` measures it on your machine")
     if not values["fits_gpu"]:
         w.append(f"GPU memory: needs {gib(values['total']):.1f} GiB per GPU, "
                  f"{gib(c.memory_per_gpu_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB "
