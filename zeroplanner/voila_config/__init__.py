@@ -38,6 +38,13 @@ BINDER_MAX_KERNELS = 8
 KERNEL_MANAGER_CLASS = "zeroplanner.voila_config.limits.ZeroplannerKernelManager"
 """Kernel manager with the cap (``jupyter_server``'s ``AsyncMappingKernelManager`` subclass)."""
 
+IOPUB_TIMEOUT_SECONDS = 60
+"""How long Voilà waits, after the page's cell has finished, for the kernel's remaining output messages (nbclient's
+``iopub_timeout``, default 4 s). When it runs out, nbclient logs "Timeout waiting for IOPub output" and DROPS the
+cell's outputs: the page then shows the title but no app. Measured with ``benchmarks/load_voila.py``: 10 pages
+opened at once on 2 busy cores lost the app on 8 of 10 pages with 4 s. The wait ends as soon as the kernel reports
+idle, so a longer limit costs nothing when the server is not loaded."""
+
 TEMPLATE = "zeroplanner"
 """Voilà template shipped in ``share/voila/templates/zeroplanner`` (the "lab" template without CDN stylesheets)."""
 
@@ -55,6 +62,7 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
     },
     "ZeroplannerKernelManager": {"max_kernels": DEFAULT_MAX_KERNELS},
     "KernelManager": {"transport": "ipc"},
+    "VoilaExecutor": {"iopub_timeout": IOPUB_TIMEOUT_SECONDS},
 }
 """Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
 use the offline-clean template and ignore a ``?template=`` argument (a visitor cannot switch the page to another
@@ -64,7 +72,8 @@ does not cull its pooled kernels, ``voila_kernel_manager.py``), and cap the kern
 (:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.voila_config.limits`). Kernels talk to the server over Unix
 sockets in Voilà's private connection folder (``KernelManager.transport = "ipc"``), not TCP ports on 127.0.0.1:
 no other local user can connect to a kernel, and 30 kernels starting at once cannot race for the same free port
-(measured with TCP: ``ZMQError: Address already in use`` in a kernel's heartbeat thread, ``docs/reliability.md``)."""
+(with TCP, a 30-page run of ``benchmarks/load_voila.py`` logged ``ZMQError: Address already in use`` in a kernel's
+heartbeat thread). :data:`IOPUB_TIMEOUT_SECONDS` keeps a loaded server from dropping the app from a page."""
 
 SHARE_DIR = Path(__file__).resolve().parent / "share"
 """A Jupyter data directory holding ``voila/templates/zeroplanner``; put it on ``JUPYTER_PATH``."""

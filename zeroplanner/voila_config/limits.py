@@ -26,6 +26,9 @@ Imports voila and jupyter_server: only :mod:`zeroplanner.cli_app` (when the ``ap
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import gc
 from typing import Any
 
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
@@ -120,9 +123,26 @@ class ZeroplannerKernelManager(AsyncMappingKernelManager):
         finally:
             self._zp_reserved.discard(kid)
 
+    async def shutdown_kernel(self, kernel_id: str, *args: Any, **kwargs: Any) -> None:
+        await super().shutdown_kernel(kernel_id, *args, **kwargs)
+        release_freed_memory()
+
     async def shutdown_all(self, *args: Any, **kwargs: Any) -> None:
         self._zp_closing = True
         await super().shutdown_all(*args, **kwargs)
+
+
+def release_freed_memory() -> bool:
+    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim(0)``), so the server's memory
+    falls back after a workshop's kernels are shut down instead of staying at its high-water mark. Returns whether
+    ``malloc_trim`` was available (glibc only; elsewhere this only collects garbage)."""
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 def ready_preheated_kernel(kernel_manager: Any, notebook: str | None) -> bool:
@@ -172,5 +192,5 @@ class ZeroplannerVoila(Voila):
 
 __all__ = [
     "CappedVoilaHandler", "KernelLimitReached", "RETRY_AFTER_SECONDS", "ZeroplannerKernelManager",
-    "ZeroplannerVoila", "full_page_html", "ready_preheated_kernel",
+    "ZeroplannerVoila", "full_page_html", "ready_preheated_kernel", "release_freed_memory",
 ]
