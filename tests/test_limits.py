@@ -42,6 +42,11 @@ def test_voila_argv_caps_kernels_and_overrides():
     argv = voila_argv("nb.ipynb", port=9999)
     assert f"--VoilaConfiguration.multi_kernel_manager_class={KERNEL_MANAGER_CLASS}" in argv
     assert f"--ZeroplannerKernelManager.max_kernels={DEFAULT_MAX_KERNELS}" in argv
+    # hardening and load settings measured in docs/reliability.md / described in docs/security.md
+    assert "--KernelManager.transport=ipc" in argv
+    assert "--VoilaExecutor.iopub_timeout=60" in argv
+    assert "--VoilaConfiguration.allow_template_override=NO" in argv
+    assert "--VoilaConfiguration.strip_sources=True" in argv
     argv = voila_argv("nb.ipynb", port=9999, max_kernels=3, cull_idle_seconds=20)
     assert "--ZeroplannerKernelManager.max_kernels=3" in argv
     assert "--MappingKernelManager.cull_idle_timeout=20" in argv and "--MappingKernelManager.cull_interval=5" in argv
@@ -76,6 +81,7 @@ def test_binder_uses_the_capped_kernel_manager():
     assert config["ServerApp"]["kernel_manager_class"] == KERNEL_MANAGER_CLASS
     assert config["ZeroplannerKernelManager"]["max_kernels"] == BINDER_MAX_KERNELS
     assert config["MappingKernelManager"] == CULL_SETTINGS["MappingKernelManager"]
+    assert config["VoilaExecutor"]["iopub_timeout"] == 60
 
 
 def test_full_page_says_what_happened_and_retries():
