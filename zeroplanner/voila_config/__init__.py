@@ -10,6 +10,11 @@ been idle for ``cull_idle_timeout`` seconds and have no open connection (``cull_
 is still open alive). The same values are used by ``binder/jupyter_config.json`` (a test checks they agree); the
 pattern follows Voilà's deployment guide (voila-dashboards/voila, docs/deploy.md, "Setting the kernel cull
 parameters").
+
+Kernel cap: at most :data:`DEFAULT_MAX_KERNELS` kernels; a visitor over it gets a "planner is full" page (HTTP 503)
+instead of a kernel (:mod:`zeroplanner.voila_config.limits`, which imports voila and is loaded only by the server).
+The figures behind these settings (memory per kernel, 30 simultaneous visitors, culling) are in
+``docs/reliability.md``, produced by ``benchmarks/load_voila.py``.
 """
 
 from __future__ import annotations
