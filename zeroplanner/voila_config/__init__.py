@@ -27,10 +27,14 @@ CULL_SETTINGS: dict[str, dict[str, object]] = {
         "cull_idle_timeout": 600,
         "cull_interval": 60,
         "cull_connected": False,
-        "cull_busy": False,
+        "cull_busy": True,
     }
 }
-"""jupyter_server kernel-culling settings, seconds (idle 10 min, checked every minute)."""
+"""jupyter_server kernel-culling settings, seconds (idle 10 min, checked every minute). ``cull_busy=True``: the
+server's idea of "busy" comes from the kernel's IOPub status messages, and a 30-page run of
+``benchmarks/load_voila.py`` left two kernels that the server still marked "busy" (last activity minutes earlier,
+0% CPU, no page connected) and that ``cull_busy=False`` would never cull. A kernel that is really busy with no page
+connected for 10 minutes has nobody waiting for it, so it is culled too."""
 
 DEFAULT_MAX_KERNELS = 50
 """Most kernels at once (visitors' plus the pre-heated one) for ``zeroplanner app``: the issue's workshop size of
