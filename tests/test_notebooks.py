@@ -127,3 +127,11 @@ def test_app_on_a_busy_port_is_a_one_line_error(capsys):
         assert cli_app.run_app(args) == 2
     err = capsys.readouterr().err
     assert f"--port {port}: already in use" in err and "Traceback" not in err
+
+
+def test_app_page_option_serves_the_tutorial():
+    """`zeroplanner app --page tutorial` serves notebooks/zero_tutorial.ipynb (workshops, issue 7)."""
+    from zeroplanner.cli_app import page_path
+
+    assert page_path("tutorial").name == "zero_tutorial.ipynb" and page_path("tutorial").is_file()
+    assert page_path("planner").name == "planner.ipynb"

@@ -58,6 +58,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
                         help=f"TCP port on 127.0.0.1 (default {DEFAULT_PORT})")
     parser.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    parser.add_argument("--page", choices=("planner", "tutorial"), default="planner",
+                        help="planner (default) or the ZeRO workshop tutorial (notebooks/zero_tutorial.ipynb)")
     parser.add_argument("--max-kernels", type=_bounded_int("--max-kernels", 1, 10000), default=DEFAULT_MAX_KERNELS,
                         help=f"most planner sessions (kernels) at once; more visitors get a 'planner is full' page "
                              f"(default {DEFAULT_MAX_KERNELS})")
@@ -77,6 +79,17 @@ def register(subparsers, add_scenario_options=None) -> None:
     )
     _add_options(parser)
     parser.set_defaults(func=run_app)
+
+
+def page_path(page: str = "planner") -> Path:
+    """The notebook behind ``--page``: the planner (:func:`notebook_path`) or the workshop tutorial, which ships
+    with the repository (``notebooks/zero_tutorial.ipynb``). Raises FileNotFoundError when it is absent."""
+    if page == "planner":
+        return notebook_path()
+    path = repo_notebook().parent / "zero_tutorial.ipynb"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: the tutorial ships with the repository checkout")
+    return path
 
 
 def notebook_path() -> Path:
@@ -122,7 +135,12 @@ def run_app(args: argparse.Namespace) -> int:
         return 2
     max_kernels = getattr(args, "max_kernels", DEFAULT_MAX_KERNELS)
     cull_idle = getattr(args, "cull_idle_seconds", None)
-    argv = voila_argv(notebook_path(), port=args.port, open_browser=not args.no_browser, max_kernels=max_kernels,
+    try:
+        page = page_path(getattr(args, "page", "planner"))
+    except FileNotFoundError as exc:
+        print(f"zeroplanner app: error: --page: {exc}", file=sys.stderr)
+        return 2
+    argv = voila_argv(page, port=args.port, open_browser=not args.no_browser, max_kernels=max_kernels,
                       cull_idle_seconds=cull_idle)
     print(f"zeroplanner app: serving http://127.0.0.1:{args.port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
     os.environ.update(voila_env())
