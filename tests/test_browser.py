@@ -7,14 +7,10 @@ slider and changing the network preset change the charts and the JSON preview, a
 
 from __future__ import annotations
 
-import os
 import re
-import socket
-import struct
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import pytest
@@ -23,31 +19,10 @@ pytestmark = pytest.mark.browser
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
+from .browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, free_port, png_stats, wait_for_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
-CHROMIUM = os.environ.get("ZEROPLANNER_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run"]
-BAD_CONSOLE = re.compile(r"not registered|failed to load", re.IGNORECASE)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout} s")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +36,7 @@ def app_url(tmp_path_factory):
         proc = subprocess.Popen([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser"],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
-        wait_for_port(port, proc)
+        wait_for_port(port, proc, timeout=60.0)
         yield f"http://127.0.0.1:{port}/"
         # while serving (before shutdown, when the pre-heated kernel waiting for a page is killed mid-wait)
         server_log = log.read_text(errors="replace")
@@ -133,19 +108,7 @@ def wait_changed(get, before, timeout: float = 20.0):
 
 def png_is_not_blank(path: Path) -> tuple[int, int, int]:
     """(width, height, distinct byte values in the decompressed image data). Stdlib only (zlib)."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width, height = 8, b"", 0, 0
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        if kind == b"IHDR":
-            width, height = struct.unpack(">II", body[:8])
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    raw = zlib.decompress(idat)
-    return width, height, len(set(raw))
+    return png_stats(path.read_bytes())
 
 
 def test_page_loads_without_widget_errors_and_draws_bars_and_lines(page):

@@ -18,17 +18,8 @@ pytestmark = pytest.mark.browser
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
-from tests.test_browser import (  # noqa: E402
-    BAD_CONSOLE,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    chart_svgs,
-    config_text,
-    free_port,
-    set_slider,
-    wait_changed,
-    wait_for_port,
-)
+from tests.browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, free_port, wait_for_port  # noqa: E402
+from tests.test_browser import chart_svgs, config_text, set_slider, wait_changed  # noqa: E402
 from zeroplanner.dsconfig import MAX_CONFIG_BYTES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +36,7 @@ def app_url(tmp_path_factory):
         proc = subprocess.Popen([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser"],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
-        wait_for_port(port, proc)
+        wait_for_port(port, proc, timeout=60.0)
         yield f"http://127.0.0.1:{port}/"
         server_log = log.read_text(errors="replace")
         assert "Traceback" not in server_log, server_log[-3000:]

@@ -7,14 +7,10 @@ Screenshots: artifacts/tutorial.png.
 
 from __future__ import annotations
 
-import os
 import re
-import socket
-import struct
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import pytest
@@ -29,45 +25,10 @@ from zeroplanner.scenarios import build_scenario  # noqa: E402
 from zeroplanner.ui.tutorial import with_zero  # noqa: E402
 from zeroplanner.voila_config import voila_argv, voila_env  # noqa: E402
 
+from .browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, free_port, png_stats, wait_for_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
-CHROMIUM = os.environ.get("ZEROPLANNER_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run"]
-BAD_CONSOLE = re.compile(r"not registered|failed to load", re.IGNORECASE)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout} s")
-
-
-def png_stats(data: bytes) -> tuple[int, int, int]:
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width, height = 8, b"", 0, 0
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        if kind == b"IHDR":
-            width, height = struct.unpack(">II", body[:8])
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    return width, height, len(set(zlib.decompress(idat)))
 
 
 def _serve(notebook: Path, log: Path):
@@ -76,7 +37,7 @@ def _serve(notebook: Path, log: Path):
         proc = subprocess.Popen([sys.executable, "-m", "voila", *voila_argv(notebook, port=port)],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=voila_env())
     try:
-        wait_for_port(port, proc)
+        wait_for_port(port, proc, timeout=90.0)
     except Exception:
         proc.kill()
         raise
@@ -198,7 +159,7 @@ def app_url(tmp_path_factory):
         proc = subprocess.Popen([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser"],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
-        wait_for_port(port, proc)
+        wait_for_port(port, proc, timeout=90.0)
         yield f"http://127.0.0.1:{port}/"
     finally:
         _stop(proc, log)

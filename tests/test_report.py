@@ -6,10 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
-import struct
-import zlib
 from pathlib import Path
 
 import pytest
@@ -20,11 +17,10 @@ from zeroplanner.report import build_report, memory_chart, report_data_uri, svg_
 from zeroplanner.scenarios import build_scenario
 from zeroplanner.units import GIB
 
+from .browserkit import CHROMIUM, CHROMIUM_ARGS, png_stats
+
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
-CHROMIUM = os.environ.get("ZEROPLANNER_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run"]
 
 SCENARIO = build_scenario(model="llama-2-70b", nodes=4, network="ib-hdr")
 
@@ -90,21 +86,6 @@ def test_data_uri_and_bad_format():
 def test_labels_are_escaped_in_svg():
     svg = svg_stacked_bars("<b>", ["<script>"], [("a&b", "#000", [1.0])], "y")
     assert "<script>" not in svg and "&lt;script&gt;" in svg and "a&amp;b" in svg
-
-
-def png_stats(data: bytes) -> tuple[int, int, int]:
-    """(width, height, distinct byte values of the decompressed image data); stdlib only."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width, height = 8, b"", 0, 0
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        if kind == b"IHDR":
-            width, height = struct.unpack(">II", body[:8])
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    return width, height, len(set(zlib.decompress(idat)))
 
 
 @pytest.mark.browser
