@@ -22,6 +22,7 @@ import json
 import os
 import pathlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .specs import Architecture
@@ -84,9 +85,71 @@ class _Keys:
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# One function per family. Each returns the Architecture fields (without name/source). Defaults are those of the
-# transformers 5.24 config classes (transformers/models/<family>/configuration_<family>.py).
+# Families. Every supported family has the same core keys (hidden size, layers, heads, MLP width, vocabulary,
+# tie_word_embeddings, maximum positions, dropouts) under its own names: the table _FAMILIES lists those names and
+# defaults per model_type, and _read reads them all the same way. What only one family has (GQA heads, experts,
+# Falcon's LayerNorm count, OPT's projections, ...) is read by that family's function, whose docstring cites the
+# transformers 5.24 class it follows. Defaults are those of the transformers 5.24 config classes
+# (transformers/models/<family>/configuration_<family>.py).
 # ------------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Family:
+    """How one ``model_type`` names and defaults the keys every family has, and its family-specific reader.
+
+    Key tuples list the accepted names, preferred first (the first present, non-null one is read). ``ffn``: the
+    MLP-width key, ``None`` when the width is always 4 x hidden; ``ffn_default_4h``: absent means 4 x hidden
+    (else the key is required). ``positions``: the maximum-positions key, ``()`` when the family has none;
+    ``positions_default``: its default (``_MISSING``: required). ``dropout``: the probability keys of which any
+    > 0 sets ``dropout`` (absent keys take ``dropout_defaults``, else 0). ``specific(keys, shared)`` returns the
+    family's other fields, given the shared ones (it may override ``norms_per_layer`` and ``final_norm``).
+    """
+
+    specific: Callable[[_Keys, Mapping[str, Any]], dict[str, Any]]
+    tied_default: bool
+    dropout: tuple[str, ...]
+    dropout_defaults: Mapping[str, float] = field(default_factory=dict)
+    hidden: tuple[str, ...] = ("hidden_size",)
+    layers: tuple[str, ...] = ("num_hidden_layers",)
+    heads: tuple[str, ...] = ("num_attention_heads",)
+    ffn: tuple[str, ...] | None = ("intermediate_size",)
+    ffn_default_4h: bool = False
+    positions: tuple[str, ...] = ("max_position_embeddings",)
+    positions_default: Any = _MISSING
+    ffn_kind: str = "gelu"
+    norm_kind: str = "layernorm"
+
+
+def _read(k: _Keys, family: _Family) -> dict[str, Any]:
+    """The Architecture fields (without name/source) of ``k.config`` read as ``family``."""
+    hidden = k.integer(*family.hidden)
+    if family.ffn is None:
+        ffn_size = 4 * hidden
+    else:
+        ffn_size = k.integer(*family.ffn, default=4 * hidden if family.ffn_default_4h else _MISSING)
+    fields: dict[str, Any] = dict(
+        n_layers=k.integer(*family.layers),
+        hidden_size=hidden,
+        n_heads=k.integer(*family.heads),
+        ffn_size=ffn_size,
+        ffn_kind=family.ffn_kind,
+        vocab_size=k.integer("vocab_size"),
+        tied_embeddings=k.flag("tie_word_embeddings", default=family.tied_default),
+        norm_kind=family.norm_kind,
+        norms_per_layer=2,
+        final_norm=True,
+    )
+    if family.positions:
+        fields["max_position_embeddings"] = k.integer(*family.positions, default=family.positions_default)
+    fields.update(family.specific(k, fields))
+    fields["dropout"] = k.any_dropout(*family.dropout, defaults=family.dropout_defaults)
+    return fields
+
+
+def _biases(attention: bool, mlp: bool) -> dict[str, bool]:
+    """Bias flags of the q/k/v and output projections (``attention``) and of the MLP (``mlp``)."""
+    return dict(qkv_bias=attention, out_bias=attention, mlp_bias=mlp)
+
+
 _LLAMA_LIKE_DEFAULTS = {
     # transformers 5.24 defaults: num_key_value_heads (None = num_attention_heads), max_position_embeddings
     "llama": (None, 2048),
@@ -96,7 +159,7 @@ _LLAMA_LIKE_DEFAULTS = {
 }
 
 
-def _llama_like(k: _Keys) -> dict[str, Any]:
+def _llama_like(k: _Keys, shared: Mapping[str, Any]) -> dict[str, Any]:
     """LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM: RMSNorm, SwiGLU, rotary.
 
     Biases: llama ``attention_bias`` (q, k, v and o) and ``mlp_bias``; qwen2 q, k, v always biased, o not;
@@ -105,28 +168,13 @@ def _llama_like(k: _Keys) -> dict[str, Any]:
     (n_experts x hidden) weight.
     """
     mt = k.model_type
-    kv_default, pos_default = _LLAMA_LIKE_DEFAULTS[mt]
-    hidden = k.integer("hidden_size")
-    heads = k.integer("num_attention_heads")
+    kv_default = _LLAMA_LIKE_DEFAULTS[mt][0]
     fields: dict[str, Any] = dict(
-        n_layers=k.integer("num_hidden_layers"),
-        hidden_size=hidden,
-        n_heads=heads,
-        n_kv_heads=k.integer("num_key_value_heads", default=kv_default if kv_default is not None else heads),
+        n_kv_heads=k.integer("num_key_value_heads", default=shared["n_heads"] if kv_default is None else kv_default),
         head_dim=k.integer("head_dim", default=None),
-        ffn_size=k.integer("intermediate_size"),
-        ffn_kind="swiglu",
-        vocab_size=k.integer("vocab_size"),
-        tied_embeddings=k.flag("tie_word_embeddings", default=False),
-        norm_kind="rmsnorm",
-        norms_per_layer=2,
-        final_norm=True,
-        max_position_embeddings=k.integer("max_position_embeddings", default=pos_default),
-        dropout=k.any_dropout("attention_dropout"),
     )
     if mt == "llama":
-        attention_bias = k.flag("attention_bias", default=False)
-        fields.update(qkv_bias=attention_bias, out_bias=attention_bias, mlp_bias=k.flag("mlp_bias", default=False))
+        fields.update(_biases(k.flag("attention_bias", default=False), k.flag("mlp_bias", default=False)))
     elif mt == "qwen2":
         fields.update(qkv_bias=True)
     if mt == "mixtral":
@@ -139,129 +187,59 @@ def _llama_like(k: _Keys) -> dict[str, Any]:
     return fields
 
 
-def _gpt2(k: _Keys) -> dict[str, Any]:
+def _gpt2(k: _Keys, shared: Mapping[str, Any]) -> dict[str, Any]:
     """GPT2LMHeadModel: learned positions (n_positions rows), fused Conv1D c_attn, biases everywhere, LayerNorm,
     MLP width n_inner (null = 4 * n_embd), tied lm_head by default. Cross-attention blocks are not supported."""
     if k.flag("add_cross_attention", default=False):
         raise ValueError("config.json key 'add_cross_attention' must be false: cross-attention GPT-2 is unsupported")
-    hidden = k.integer("n_embd", "hidden_size")
-    positions = k.integer("n_positions", "max_position_embeddings")
-    return dict(
-        n_layers=k.integer("n_layer", "num_hidden_layers"),
-        hidden_size=hidden,
-        n_heads=k.integer("n_head", "num_attention_heads"),
-        ffn_size=k.integer("n_inner", default=4 * hidden),
-        ffn_kind="gelu",
-        vocab_size=k.integer("vocab_size"),
-        tied_embeddings=k.flag("tie_word_embeddings", default=True),
-        learned_position_embeddings=positions,
-        norm_kind="layernorm",
-        norms_per_layer=2,
-        final_norm=True,
-        qkv_bias=True,
-        out_bias=True,
-        mlp_bias=True,
-        fused_qkv=True,
-        max_position_embeddings=positions,
-        dropout=k.any_dropout(
-            "resid_pdrop", "embd_pdrop", "attn_pdrop",
-            defaults={"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1},
-        ),
-    )
+    return dict(learned_position_embeddings=shared["max_position_embeddings"], fused_qkv=True, **_biases(True, True))
 
 
-def _gpt_neox(k: _Keys) -> dict[str, Any]:
+def _gpt_neox(k: _Keys, shared: Mapping[str, Any]) -> dict[str, Any]:
     """GPTNeoXForCausalLM: rotary (no position parameters), fused query_key_value, ``attention_bias`` on the
     attention projections, biased MLP, LayerNorm, untied ``embed_out`` by default, parallel residual."""
-    attention_bias = k.flag("attention_bias", default=True)
     return dict(
-        n_layers=k.integer("num_hidden_layers"),
-        hidden_size=k.integer("hidden_size"),
-        n_heads=k.integer("num_attention_heads"),
-        ffn_size=k.integer("intermediate_size"),
-        ffn_kind="gelu",
-        vocab_size=k.integer("vocab_size"),
-        tied_embeddings=k.flag("tie_word_embeddings", default=False),
-        norm_kind="layernorm",
-        norms_per_layer=2,
-        final_norm=True,
-        qkv_bias=attention_bias,
-        out_bias=attention_bias,
-        mlp_bias=True,
         fused_qkv=True,
         parallel_attention=k.flag("use_parallel_residual", default=True),
-        max_position_embeddings=k.integer("max_position_embeddings", default=2048),
-        dropout=k.any_dropout("attention_dropout", "hidden_dropout"),
+        **_biases(k.flag("attention_bias", default=True), True),
     )
 
 
-def _bloom(k: _Keys) -> dict[str, Any]:
+def _bloom(k: _Keys, shared: Mapping[str, Any]) -> dict[str, Any]:
     """BloomForCausalLM: ALiBi (no position parameters), LayerNorm after the word embeddings, fused biased
     query_key_value, biased 4h MLP, tied lm_head by default."""
-    hidden = k.integer("hidden_size", "n_embed")
-    return dict(
-        n_layers=k.integer("n_layer", "num_hidden_layers"),
-        hidden_size=hidden,
-        n_heads=k.integer("n_head", "num_attention_heads"),
-        ffn_size=4 * hidden,
-        ffn_kind="gelu",
-        vocab_size=k.integer("vocab_size"),
-        tied_embeddings=k.flag("tie_word_embeddings", default=True),
-        norm_kind="layernorm",
-        norms_per_layer=2,
-        final_norm=True,
-        embedding_norm=True,
-        qkv_bias=True,
-        out_bias=True,
-        mlp_bias=True,
-        fused_qkv=True,
-        dropout=k.any_dropout("hidden_dropout", "attention_dropout"),
-    )
+    return dict(embedding_norm=True, fused_qkv=True, **_biases(True, True))
 
 
-def _opt(k: _Keys) -> dict[str, Any]:
+def _opt(k: _Keys, shared: Mapping[str, Any]) -> dict[str, Any]:
     """OPTForCausalLM: learned positions with OPT's offset of 2 rows (``OPTLearnedPositionalEmbedding``),
     separate q/k/v/out projections and fc1/fc2 biased by ``enable_bias``, LayerNorm, tied lm_head by default.
     When ``word_embed_proj_dim`` differs from hidden_size the token embedding and lm_head have that width and
     bias-free ``project_in`` / ``project_out`` matrices map between the widths (counted in extra_parameters).
     The final LayerNorm exists only with ``do_layer_norm_before`` (and not ``_remove_final_layer_norm``);
     ``layer_norm_elementwise_affine=false`` leaves the LayerNorms without parameters (counted as no norms)."""
-    hidden = k.integer("hidden_size")
-    positions = k.integer("max_position_embeddings")
+    hidden = shared["hidden_size"]
     proj = k.integer("word_embed_proj_dim", default=hidden)
     bias = k.flag("enable_bias", default=True)
     affine = k.flag("layer_norm_elementwise_affine", default=True)
     final = k.flag("do_layer_norm_before", default=True) and not k.flag("_remove_final_layer_norm", default=False)
     return dict(
-        n_layers=k.integer("num_hidden_layers"),
-        hidden_size=hidden,
-        n_heads=k.integer("num_attention_heads"),
-        ffn_size=k.integer("ffn_dim"),
-        ffn_kind="gelu",
-        vocab_size=k.integer("vocab_size"),
-        tied_embeddings=k.flag("tie_word_embeddings", default=True),
-        learned_position_embeddings=positions + 2,
-        norm_kind="layernorm",
+        learned_position_embeddings=shared["max_position_embeddings"] + 2,
         norms_per_layer=2 if affine else 0,
         final_norm=final and affine,
-        qkv_bias=bias,
-        out_bias=bias,
-        mlp_bias=bias,
         embedding_dim=proj if proj != hidden else None,
         extra_parameters=2 * hidden * proj if proj != hidden else 0,
-        max_position_embeddings=positions,
-        dropout=k.any_dropout("dropout", "attention_dropout", defaults={"dropout": 0.1}),
+        **_biases(bias, bias),
     )
 
 
-def _falcon(k: _Keys) -> dict[str, Any]:
+def _falcon(k: _Keys, shared: Mapping[str, Any]) -> dict[str, Any]:
     """FalconForCausalLM. query_key_value is one matrix of width (n_heads + 2 * kv_heads) * head_dim where
     kv_heads = num_kv_heads with ``new_decoder_architecture``, 1 with ``multi_query``, else n_heads. LayerNorms
     per block: 2 without ``parallel_attn``; with it, 2 when ``num_ln_in_parallel_attn`` is 2 (its default under
     the new architecture), else 1. ``bias`` applies to every linear layer; ALiBi and rotary add no parameters;
     lm_head tied by default. (FalconDecoderLayer / FalconAttention in transformers 5.24.)"""
-    hidden = k.integer("hidden_size", "n_embed")
-    heads = k.integer("num_attention_heads")
+    heads = shared["n_heads"]
     new_arch = k.flag("new_decoder_architecture", default=False)
     multi_query = k.flag("multi_query", default=True)
     parallel = k.flag("parallel_attn", default=True)
@@ -272,40 +250,56 @@ def _falcon(k: _Keys) -> dict[str, Any]:
     else:
         kv = heads
     n_ln = k.integer("num_ln_in_parallel_attn", default=2 if new_arch else 1)
-    norms = 2 if (not parallel or n_ln == 2) else 1
     bias = k.flag("bias", default=False)
     return dict(
-        n_layers=k.integer("num_hidden_layers"),
-        hidden_size=hidden,
-        n_heads=heads,
         n_kv_heads=kv,
-        ffn_size=k.integer("ffn_hidden_size", default=4 * hidden),
-        ffn_kind="gelu",
-        vocab_size=k.integer("vocab_size"),
-        tied_embeddings=k.flag("tie_word_embeddings", default=True),
-        norm_kind="layernorm",
-        norms_per_layer=norms,
-        final_norm=True,
-        qkv_bias=bias,
-        out_bias=bias,
-        mlp_bias=bias,
+        norms_per_layer=2 if (not parallel or n_ln == 2) else 1,
         fused_qkv=True,
         parallel_attention=new_arch or parallel,
-        max_position_embeddings=k.integer("max_position_embeddings", default=2048),
-        dropout=k.any_dropout("hidden_dropout", "attention_dropout"),
+        **_biases(bias, bias),
     )
 
 
-_FAMILIES: dict[str, Callable[[_Keys], dict[str, Any]]] = {
-    "llama": _llama_like,
-    "mistral": _llama_like,
-    "qwen2": _llama_like,
-    "mixtral": _llama_like,
-    "gpt2": _gpt2,
-    "gpt_neox": _gpt_neox,
-    "bloom": _bloom,
-    "opt": _opt,
-    "falcon": _falcon,
+_FAMILIES: dict[str, _Family] = {
+    **{
+        model_type: _Family(
+            _llama_like, tied_default=False, dropout=("attention_dropout",), positions_default=positions,
+            ffn_kind="swiglu", norm_kind="rmsnorm",
+        )
+        for model_type, (_, positions) in _LLAMA_LIKE_DEFAULTS.items()
+    },
+    # GPT2Config: n_embd / n_layer / n_head / n_positions, with hidden_size / num_hidden_layers /
+    # num_attention_heads / max_position_embeddings as its attribute_map aliases; n_inner null = 4 * n_embd;
+    # resid/embd/attn_pdrop default 0.1
+    "gpt2": _Family(
+        _gpt2, tied_default=True, hidden=("n_embd", "hidden_size"), layers=("n_layer", "num_hidden_layers"),
+        heads=("n_head", "num_attention_heads"), ffn=("n_inner",), ffn_default_4h=True,
+        positions=("n_positions", "max_position_embeddings"),
+        dropout=("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+        dropout_defaults={"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1},
+    ),
+    # GPTNeoXConfig: max_position_embeddings 2048
+    "gpt_neox": _Family(
+        _gpt_neox, tied_default=False, positions_default=2048, dropout=("attention_dropout", "hidden_dropout"),
+    ),
+    # BloomConfig: n_layer / n_head (num_hidden_layers / num_attention_heads are attribute_map aliases), n_embed
+    # the older name of hidden_size; MLP always 4 * hidden; no position limit read (ALiBi)
+    "bloom": _Family(
+        _bloom, tied_default=True, hidden=("hidden_size", "n_embed"), layers=("n_layer", "num_hidden_layers"),
+        heads=("n_head", "num_attention_heads"), ffn=None, positions=(),
+        dropout=("hidden_dropout", "attention_dropout"),
+    ),
+    # OPTConfig: MLP width ffn_dim; dropout defaults 0.1 (attention_dropout 0.0)
+    "opt": _Family(
+        _opt, tied_default=True, ffn=("ffn_dim",), dropout=("dropout", "attention_dropout"),
+        dropout_defaults={"dropout": 0.1},
+    ),
+    # FalconConfig: n_embed the older name of hidden_size, ffn_hidden_size null = 4 * hidden,
+    # max_position_embeddings 2048
+    "falcon": _Family(
+        _falcon, tied_default=True, hidden=("hidden_size", "n_embed"), ffn=("ffn_hidden_size",),
+        ffn_default_4h=True, positions_default=2048, dropout=("hidden_dropout", "attention_dropout"),
+    ),
 }
 
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_FAMILIES)
@@ -388,7 +382,7 @@ def architecture_from_hf_config(
         raise ValueError(
             f"HF config model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    fields = family(_Keys(data, model_type))
+    fields = _read(_Keys(data, model_type), family)
     fields = {key: value for key, value in fields.items() if value is not None}
     hidden, heads = fields["hidden_size"], fields["n_heads"]
     if "head_dim" not in fields and hidden % heads:
