@@ -87,29 +87,37 @@ def fmt_count(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _in_unit(x: float, threshold: float, large: tuple[float, str, str], small: tuple[float, str, str]) -> str:
+    """``x`` as "number unit": in ``large`` when ``|x| >= threshold`` or ``x == 0``, else in ``small``; each unit is
+    (units per base unit, format spec, name), e.g. (2**-30, ".2f", "GiB") for bytes."""
+    per_base, spec, name = large if abs(x) >= threshold or x == 0 else small
+    return f"{x * per_base:{spec}} {name}"
+
+
+def _latex_unit(text: str) -> str:
+    """LaTeX of a "number unit" text: "12.55 GiB" -> 12.55\\,\\mathrm{GiB}."""
+    number, unit = text.split()
+    return rf"{number}\,\mathrm{{{unit}}}"
+
+
 def fmt_bytes_text(x: float) -> str:
     """Bytes for people: "12.55 GiB" (MiB below 0.01 GiB)."""
-    if abs(x) >= 0.01 * GIB or x == 0:
-        return f"{x / GIB:.2f} GiB"
-    return f"{x / 2**20:.2f} MiB"
+    return _in_unit(x, 0.01 * GIB, (1 / GIB, ".2f", "GiB"), (2**-20, ".2f", "MiB"))
 
 
 def fmt_bytes(x: float) -> str:
     """Bytes in LaTeX: 12.55\\,\\mathrm{GiB}."""
-    number, unit = fmt_bytes_text(x).split()
-    return rf"{number}\,\mathrm{{{unit}}}"
+    return _latex_unit(fmt_bytes_text(x))
 
 
 def fmt_seconds_text(x: float) -> str:
     """Seconds for people: "1.234 s" (ms below 0.1 s)."""
-    if abs(x) >= 0.1 or x == 0:
-        return f"{x:.3f} s"
-    return f"{x * 1e3:.3g} ms"
+    return _in_unit(x, 0.1, (1, ".3f", "s"), (1e3, ".3g", "ms"))
 
 
 def fmt_seconds(x: float) -> str:
-    number, unit = fmt_seconds_text(x).split()
-    return rf"{number}\,\mathrm{{{unit}}}"
+    """Seconds in LaTeX: 1.234\\,\\mathrm{s}."""
+    return _latex_unit(fmt_seconds_text(x))
 
 
 def _b(x: float) -> str:
@@ -117,12 +125,27 @@ def _b(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _fmt_value_text(unit: str, x: float) -> str:
+    """``x`` bytes (``unit`` "bytes") or seconds (any other unit) for people."""
+    return fmt_bytes_text(x) if unit == "bytes" else fmt_seconds_text(x)
+
+
 def _display(tv: TermValues) -> str:
-    return fmt_bytes_text(tv.value) if tv.unit == "bytes" else fmt_seconds_text(tv.value)
+    return _fmt_value_text(tv.unit, tv.value)
 
 
 def _fmt_value(tv_unit: str, x: float) -> str:
-    return fmt_bytes(x) if tv_unit == "bytes" else fmt_seconds(x)
+    return _latex_unit(_fmt_value_text(tv_unit, x))
+
+
+def _table_parts(tv: TermValues, table: dict[str, tuple[str, str]], fmt: Callable[[float], str]) -> list[Part]:
+    """One :class:`Part` per entry of ``tv.parts``, its (symbolic, numeric) LaTeX from ``table``; a label the table
+    lacks shows as text, its value formatted by ``fmt``."""
+    out = []
+    for label, value in tv.parts.items():
+        sym, num = table.get(label, (rf"\text{{{label}}}", fmt(value)))
+        out.append(Part(label=label, latex=sym, numbers=num, value=float(value)))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -266,16 +289,11 @@ def _memory_parts(tv: TermValues) -> list[Part]:
             "parameter partition": (r"g\,w\Psi/N_d", rf"{g}\times{w}\times{P}/{n}"),
             "pinned NVMe swap buffers (parameters)": (r"g\cdot5\cdot10^8\,w", rf"{g}\times5\times10^{{8}}\times{w}"),
         }
-    out = []
-    for label, value in tv.parts.items():
-        sym, num = table.get(label, (rf"\text{{{label}}}", fmt_bytes(value)))
-        out.append(Part(label=label, latex=sym, numbers=num, value=float(value)))
-    return out
+    return _table_parts(tv, table, fmt_bytes)
 
 
 def _time_parts(tv: TermValues) -> list[Part]:
     i = tv.inputs
-    out = []
     if tv.key == "compute":
         ga = fmt_count(i["ga"])
         rate = rf"{i['peak'] / 1e12:.4g}\times10^{{12}}\times{i['mfu']:.3g}"
@@ -318,14 +336,8 @@ def _time_parts(tv: TermValues) -> list[Part]:
         table = {"all-reduce": (rf"2{frac}S_{{ar}}", rf"2\times{fr}\times{fmt_bytes(i['size all_reduce'])}"),
                  "reduce-scatter": (rf"{frac}S_{{rs}}", rf"{fr}\times{fmt_bytes(i['size reduce_scatter'])}"),
                  "all-gather": (rf"{frac}S_{{ag}}", rf"{fr}\times{fmt_bytes(i['size all_gather'])}")}
-        for label, value in tv.parts.items():
-            sym, num = table[label]
-            out.append(Part(label=label, latex=sym, numbers=num, value=float(value)))
-        return out
-    for label, value in tv.parts.items():
-        sym, num = table.get(label, (rf"\text{{{label}}}", fmt_seconds(value)))
-        out.append(Part(label=label, latex=sym, numbers=num, value=float(value)))
-    return out
+        return _table_parts(tv, table, fmt_bytes)
+    return _table_parts(tv, table, fmt_seconds)
 
 
 _TITLES = {
@@ -489,10 +501,6 @@ def explanation_html(e: Explanation, *, heading: bool = True) -> str:
         f"<div class='zp-muted'>Unit: {esc('GiB (2^30 bytes)' if e.unit == 'bytes' else 'seconds per step')}. "
         f"Source: {esc(e.source)}</div></div>"
     )
-
-
-def _fmt_value_text(unit: str, x: float) -> str:
-    return fmt_bytes_text(x) if unit == "bytes" else fmt_seconds_text(x)
 
 
 def explanation_markdown(e: Explanation) -> str:
