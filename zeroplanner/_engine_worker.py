@@ -243,6 +243,36 @@ def _build_model(hf_config: dict):
     return AutoModelForCausalLM.from_config(config, attn_implementation=attn)
 
 
+def _census_before(owner, method, state, flag, take, seconds_key, *, disarm):
+    """Wrap ``owner.<method>`` so that while ``state[flag]`` is true it first runs ``take()`` (a census), clearing the
+    flag first when ``disarm``; the seconds ``take`` spends are added to ``state[seconds_key]`` for the caller to
+    subtract from the phase it times. Returns a function that puts the original method back, or None (nothing
+    wrapped) when ``owner`` has no such method."""
+    original = getattr(owner, method, None)
+    if original is None:
+        return None
+    own = method in vars(owner)
+
+    def census_then_call(*args, **kwargs):
+        if state.get(flag):
+            if disarm:
+                state[flag] = False
+            c0 = time.perf_counter()
+            take()
+            state[seconds_key] = state.get(seconds_key, 0.0) + time.perf_counter() - c0
+        return original(*args, **kwargs)
+
+    setattr(owner, method, census_then_call)
+
+    def restore():
+        if own:
+            setattr(owner, method, original)
+        else:
+            delattr(owner, method)
+
+    return restore
+
+
 def _run_one(run, device, rank, world, out_dir):
     import deepspeed
     import deepspeed.comm as dist
@@ -275,52 +305,30 @@ def _run_one(run, device, rank, world, out_dir):
 
     # Census inside the inner optimizer's step on the last step: gradients (16-bit and the fp32 copy the wrapper
     # hands to the optimizer), fp32 master weights and optimizer states are all alive there -- the model-state peak.
-    inner = _inner_optimizer(engine)
-    original_step = inner.step
-    step_state = {"armed": False}
-
-    def census_then_step(*args, **kwargs):
-        if step_state["armed"]:
-            step_state["armed"] = False
-            c0 = time.perf_counter()
-            result["census"]["during_step"] = _census(engine, baseline, with_gc=True)
-            step_state["census_seconds"] = step_state.get("census_seconds", 0.0) + time.perf_counter() - c0
-        return original_step(*args, **kwargs)
-
-    inner.step = census_then_step
+    def during_step():
+        result["census"]["during_step"] = _census(engine, baseline, with_gc=True)
 
     # Census where ZeRO-1/2 frees the 16-bit gradients of its partition (stage_1_and_2.py step(): called right after
     # the fp32 gradient partition is assigned, while the 16-bit averaged gradients still exist): the gradient peak.
-    free_owner = engine.optimizer
-    original_free = getattr(free_owner, "free_grad_in_param_list", None)
-    if original_free is not None:
-
-        def census_then_free(*args, **kwargs):
-            if step_state.get("armed_free"):
-                c0 = time.perf_counter()
-                snap = _census(engine, baseline)
-                old = result["census"].get("step_peak")
-                if old is None or snap["bytes"]["gradients"] > old["bytes"]["gradients"]:
-                    result["census"]["step_peak"] = snap
-                step_state["census_seconds"] = step_state.get("census_seconds", 0.0) + time.perf_counter() - c0
-            return original_free(*args, **kwargs)
-
-        free_owner.free_grad_in_param_list = census_then_free
+    def step_peak():
+        snap = _census(engine, baseline)
+        old = result["census"].get("step_peak")
+        if old is None or snap["bytes"]["gradients"] > old["bytes"]["gradients"]:
+            result["census"]["step_peak"] = snap
 
     # Census at the end of backward, before ZeRO's epilogue frees the 16-bit gradients and reduction buckets.
-    epilogue_owner = engine.optimizer
-    original_epilogue = getattr(epilogue_owner, "independent_gradient_partition_epilogue", None)
-    if original_epilogue is not None:
+    def end_of_backward():
+        result["census"]["end_of_backward"] = _census(engine, baseline)
 
-        def census_then_epilogue(*args, **kwargs):
-            if step_state.get("armed_backward"):
-                step_state["armed_backward"] = False
-                c0 = time.perf_counter()
-                result["census"]["end_of_backward"] = _census(engine, baseline)
-                step_state["backward_census_seconds"] = time.perf_counter() - c0
-            return original_epilogue(*args, **kwargs)
-
-        epilogue_owner.independent_gradient_partition_epilogue = census_then_epilogue
+    step_state = {"armed": False}
+    restores = [
+        _census_before(_inner_optimizer(engine), "step", step_state, "armed", during_step, "census_seconds",
+                       disarm=True),
+        _census_before(engine.optimizer, "free_grad_in_param_list", step_state, "armed_free", step_peak,
+                       "census_seconds", disarm=False),
+        _census_before(engine.optimizer, "independent_gradient_partition_epilogue", step_state, "armed_backward",
+                       end_of_backward, "backward_census_seconds", disarm=True),
+    ]
 
     vocab = run["hf_config"].get("vocab_size", 256)
     gen = torch.Generator().manual_seed(1000 + rank)
@@ -371,11 +379,9 @@ def _run_one(run, device, rank, world, out_dir):
                         "loss": float(loss.detach().float().item())})
         comms.append(_comms_snapshot(comms_logger))
         del loss, ids
-    inner.step = original_step
-    if original_epilogue is not None:
-        del epilogue_owner.independent_gradient_partition_epilogue
-    if original_free is not None:
-        del free_owner.free_grad_in_param_list
+    for restore in restores:
+        if restore is not None:
+            restore()
     gc.collect()
     result["census"]["after_step"] = _census(engine, baseline)
     result["timings"] = timings
