@@ -15,19 +15,17 @@ Run: ``python benchmarks/bench_app.py [--changes 30] [--loads 3]``.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get("ZEROPLANNER_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run"]
+sys.path.insert(0, str(ROOT))
+
+from tests.browserkit import CHROMIUM, CHROMIUM_ARGS, serve_app  # noqa: E402  (Chromium flags, server start/stop)
+
 QUIET_SECONDS = 0.4
 
 BARE_NOTEBOOK_CODE = """import ipywidgets as w
@@ -46,35 +44,6 @@ WATCH_JS = """(selector) => {
   document.querySelectorAll(selector).forEach(el => obs.observe(el, {subtree: true, childList: true,
                                                                      attributes: true, characterData: true}));
 }"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(cmd: list[str], port: int, env: dict | None = None) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{cmd[:4]} exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc
-        time.sleep(0.2)
-    proc.kill()
-    raise TimeoutError(f"server on {port} did not start")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
 
 
 def cold_load(browser, url: str, ready_selector: str) -> float:
@@ -141,13 +110,13 @@ def main(argv: list[str] | None = None) -> int:
 
     values = [2 + (i * 5) % 60 for i in range(args.changes)]
     values = [v if i == 0 or v != values[i - 1] else v + 1 for i, v in enumerate(values)]
-    app_port, bare_port = free_port(), free_port()
-    app = start([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(app_port), "--no-browser"], app_port)
-    bare = start([sys.executable, "-m", "voila", *voila_argv(bare_nb, bare_port)], bare_port, env=voila_env())
-    try:
+    # both servers' output is discarded (no log), as before; both are stopped when the block ends
+    with (serve_app(timeout=60.0) as app,
+          serve_app(command=lambda port: [sys.executable, "-m", "voila", *voila_argv(bare_nb, port)],
+                    env=voila_env(), timeout=60.0) as bare):
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            app_url, bare_url = f"http://127.0.0.1:{app_port}/", f"http://127.0.0.1:{bare_port}/"
+            app_url, bare_url = app.url, bare.url
             app_ready, bare_ready = ".zp-app .bqplot svg .bargroup rect", ".widget-slider .widget-readout"
             # warm both servers once (first kernel start imports everything from a cold disk cache)
             cold_load(browser, app_url, app_ready)
@@ -159,9 +128,6 @@ def main(argv: list[str] | None = None) -> int:
             app_lat = slider_latencies(browser, app_url, app_ready, ".zp-app .bqplot", values)
             bare_lat = slider_latencies(browser, bare_url, bare_ready, ".jp-OutputArea-output", values)
             browser.close()
-    finally:
-        stop(app)
-        stop(bare)
 
     def row(name, a, b):
         print(f"{name:<34} planner {a * 1e3:8.1f} ms   bare {b * 1e3:8.1f} ms   ratio {a / b:6.2f}")

@@ -1,4 +1,5 @@
-"""Shared helpers for the real-browser tests: Debian Chromium's launch settings, loopback ports, a stdlib PNG check.
+"""Shared helpers for the real-browser and served-page tests (and benchmarks/bench_app.py): Debian Chromium's launch
+settings, loopback ports, starting and stopping the planner's Voila server (``serve_app``), a stdlib PNG check.
 
 Playwright's own browser download is not reachable here; the tests launch /usr/bin/chromium (override with
 ZEROPLANNER_CHROMIUM) with the flags below.
@@ -6,13 +7,18 @@ ZEROPLANNER_CHROMIUM) with the flags below.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import struct
 import subprocess
+import sys
 import time
 import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
 
 CHROMIUM = os.environ.get("ZEROPLANNER_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -41,6 +47,76 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float) -> None:
                 return
         time.sleep(0.2)
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout} s")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root: the servers run with it as their working directory."""
+
+
+def stop_process(proc: subprocess.Popen, grace_seconds: float = 15.0) -> None:
+    """Stop ``proc``: SIGTERM, then SIGKILL if it has not exited after ``grace_seconds``; waits for it (reaped, no
+    zombie). Safe to call on a process that has already exited."""
+    proc.terminate()
+    try:
+        proc.wait(grace_seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def app_command(port: int, args: Sequence[str] = ()) -> list[str]:
+    """``python -m zeroplanner.cli app --port PORT --no-browser *args`` (the planner page, as users start it)."""
+    return [sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser", *args]
+
+
+class Server(NamedTuple):
+    """A server started by :func:`serve_app`: its page ``url`` (``http://127.0.0.1:PORT/``), ``port``, the process,
+    and the file holding its stdout and stderr (None when the output is discarded)."""
+
+    url: str
+    port: int
+    proc: subprocess.Popen
+    log_path: Path | None
+
+
+def log_tail(log_path: Path | None, chars: int = 3000) -> str:
+    """The last ``chars`` characters of a server log ('' when there is no log)."""
+    return log_path.read_text(errors="replace")[-chars:] if log_path is not None and log_path.exists() else ""
+
+
+@contextlib.contextmanager
+def serve_app(args: Sequence[str] = (), *, log_path: Path | None = None, timeout: float = 60.0,
+              command: Callable[[int], Sequence[str]] | None = None, env: Mapping[str, str] | None = None,
+              check_log: bool = True) -> Iterator[Server]:
+    """Run a Voila server on a free loopback port for the duration of a ``with`` block.
+
+    The default command is :func:`app_command` (``zeroplanner app --port P --no-browser *args``, e.g.
+    ``args=("--max-kernels", "2")``); ``command(port)`` replaces it (e.g. ``python -m voila`` with
+    ``zeroplanner.voila_config.voila_argv``), ``env`` replaces the environment (default: inherited). The working
+    directory is the repository root. stdout and stderr go to ``log_path`` (discarded when None).
+
+    Yields a :class:`Server` once something listens on the port. Raises RuntimeError (the server exited) or
+    TimeoutError (nothing listening after ``timeout`` seconds), with the log's tail.
+    When the block ends normally and ``check_log`` is set, asserts that the log holds no "Traceback"; the log is
+    read BEFORE the server is stopped, because at shutdown a pre-heated kernel killed mid-wait can log a ZMQ
+    traceback that says nothing about the pages served. The server is always stopped (:func:`stop_process`).
+    """
+    port = free_port()
+    cmd = list(command(port)) if command is not None else app_command(port, args)
+    with open(log_path, "wb") if log_path is not None else contextlib.nullcontext(subprocess.DEVNULL) as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env=dict(env) if env is not None else None)
+    try:
+        try:
+            wait_for_port(port, proc, timeout)
+        except (RuntimeError, TimeoutError) as e:
+            raise type(e)(f"{' '.join(cmd[1:5])}: {e}\n{log_tail(log_path, 2000)}") from e
+        yield Server(f"http://127.0.0.1:{port}/", port, proc, log_path)
+        if check_log and log_path is not None:
+            server_log = log_path.read_text(errors="replace")
+            assert "Traceback" not in server_log, server_log[-3000:]
+    finally:
+        stop_process(proc)
 
 
 def png_stats(data: bytes) -> tuple[int, int, int]:

@@ -8,8 +8,6 @@ slider and changing the network preset change the charts and the JSON preview, a
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +17,7 @@ pytestmark = pytest.mark.browser
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-from .browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, free_port, png_stats, wait_for_port  # noqa: E402
+from .browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, png_stats, serve_app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
@@ -27,27 +25,12 @@ ARTIFACTS = ROOT / "artifacts"
 
 @pytest.fixture(scope="module")
 def app_url(tmp_path_factory):
-    """``zeroplanner app --port P --no-browser`` in a subprocess; killed at teardown."""
+    """``zeroplanner app --port P --no-browser`` in a subprocess; at teardown its log must hold no traceback (read
+    while serving, before shutdown kills the pre-heated kernel waiting for a page), then it is stopped."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")
-    port = free_port()
-    log = tmp_path_factory.mktemp("voila") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser"],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    try:
-        wait_for_port(port, proc, timeout=60.0)
-        yield f"http://127.0.0.1:{port}/"
-        # while serving (before shutdown, when the pre-heated kernel waiting for a page is killed mid-wait)
-        server_log = log.read_text(errors="replace")
-        assert "Traceback" not in server_log, server_log[-3000:]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    with serve_app(log_path=tmp_path_factory.mktemp("voila") / "server.log", timeout=60.0) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="module")

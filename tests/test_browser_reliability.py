@@ -18,7 +18,7 @@ pytestmark = pytest.mark.browser
 
 sync_api = pytest.importorskip("playwright.sync_api")
 
-from tests.browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, free_port, wait_for_port  # noqa: E402
+from tests.browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, serve_app  # noqa: E402
 from tests.test_browser import chart_svgs, config_text, set_slider, wait_changed  # noqa: E402
 from zeroplanner.dsconfig import MAX_CONFIG_BYTES  # noqa: E402
 
@@ -30,23 +30,8 @@ TEN_MB = 10_000_000
 def app_url(tmp_path_factory):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")
-    port = free_port()
-    log = tmp_path_factory.mktemp("voila-reliability") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser"],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    try:
-        wait_for_port(port, proc, timeout=60.0)
-        yield f"http://127.0.0.1:{port}/"
-        server_log = log.read_text(errors="replace")
-        assert "Traceback" not in server_log, server_log[-3000:]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    with serve_app(log_path=tmp_path_factory.mktemp("voila-reliability") / "server.log", timeout=60.0) as server:
+        yield server.url  # teardown: no "Traceback" in the server log (serve_app's check), then the server stops
 
 
 @pytest.mark.timeout(420)

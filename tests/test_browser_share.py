@@ -8,7 +8,6 @@ Screenshots: artifacts/tutorial.png.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,38 +24,11 @@ from zeroplanner.scenarios import build_scenario  # noqa: E402
 from zeroplanner.ui.tutorial import with_zero  # noqa: E402
 from zeroplanner.voila_config import voila_argv, voila_env  # noqa: E402
 
-from .browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, free_port, png_stats, wait_for_port  # noqa: E402
+from .browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, png_stats, serve_app  # noqa: E402
+from .test_browser import set_slider  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
-
-
-def _serve(notebook: Path, log: Path):
-    port = free_port()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "voila", *voila_argv(notebook, port=port)],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=voila_env())
-    try:
-        wait_for_port(port, proc, timeout=90.0)
-    except Exception:
-        proc.kill()
-        raise
-    return port, proc
-
-
-def _stop(proc: subprocess.Popen, log: Path) -> None:
-    """Check the server log, then stop the server. The log is read BEFORE terminating: at shutdown a pre-heated
-    kernel can log a ZMQ traceback that says nothing about the pages served."""
-    try:
-        server_log = log.read_text(errors="replace")
-        assert "Traceback" not in server_log, server_log[-3000:]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +43,13 @@ def browser():
 
 @pytest.fixture(scope="module")
 def tutorial_url(tmp_path_factory):
-    log = tmp_path_factory.mktemp("voila-tutorial") / "server.log"
-    port, proc = _serve(ROOT / "notebooks" / "zero_tutorial.ipynb", log)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        _stop(proc, log)
+    """Voila itself (``python -m voila``) serving the tutorial notebook with the planner's settings; at teardown its
+    log must hold no traceback (read before the server is stopped)."""
+    notebook = ROOT / "notebooks" / "zero_tutorial.ipynb"
+    with serve_app(command=lambda port: [sys.executable, "-m", "voila", *voila_argv(notebook, port=port)],
+                   env=voila_env(), log_path=tmp_path_factory.mktemp("voila-tutorial") / "server.log",
+                   timeout=90.0) as server:
+        yield server.url
 
 
 def _open(browser, url: str, selector: str):
@@ -153,16 +126,8 @@ def test_tutorial_page_refuses_a_hostile_query_with_a_message(browser, tutorial_
 def app_url(tmp_path_factory):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")
-    port = free_port()
-    log = tmp_path_factory.mktemp("voila-app") / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser"],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    try:
-        wait_for_port(port, proc, timeout=90.0)
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        _stop(proc, log)
+    with serve_app(log_path=tmp_path_factory.mktemp("voila-app") / "server.log", timeout=90.0) as server:
+        yield server.url  # teardown: no "Traceback" in the server log, then the server stops
 
 
 APP_BARS = ".zp-app .bqplot svg .bargroup rect"
@@ -208,12 +173,7 @@ def test_copied_link_reproduces_the_scenario_in_a_fresh_page(browser, app_url):
     try:
         ctx.grant_permissions(["clipboard-read", "clipboard-write"], origin=app_url.rstrip("/"))
         # the user changes the setup in the page: 3 nodes, Ethernet 100G
-        readout = page.locator(".zp-app .widget-slider", has=page.locator(
-            "label.widget-label", has_text=re.compile("^Nodes$"))).locator(".widget-readout")
-        readout.click()
-        page.keyboard.press("Control+A")
-        page.keyboard.type("3")
-        page.keyboard.press("Enter")
+        set_slider(page, "Nodes", 3)  # typed into the readout, as a user can
         _wait_config(page, r'"train_batch_size": 192\b')  # 1 x 8 x 24 GPUs
         page.locator(".zp-app .widget-dropdown", has=page.locator("label.widget-label", has_text=re.compile(
             "^Network$"))).locator("select").select_option("eth-100g")
@@ -273,12 +233,7 @@ def test_compare_panel_pins_and_shows_both_setups(browser, app_url):
         page.get_by_text("Compare with a pinned setup").click()
         page.locator(".zp-compare-panel button", has_text="Pin current").click()
         page.locator(".zp-compare-panel table.zp-compare").wait_for(timeout=30_000)
-        readout = page.locator(".zp-app .widget-slider", has=page.locator(
-            "label.widget-label", has_text=re.compile("^Nodes$"))).locator(".widget-readout")
-        readout.click()
-        page.keyboard.press("Control+A")
-        page.keyboard.type("4")
-        page.keyboard.press("Enter")
+        set_slider(page, "Nodes", 4)  # typed into the readout, as a user can
         diff = page.locator(".zp-compare-panel table.zp-compare-diff").first
         diff.get_by_text("nodes").wait_for(timeout=30_000)
         rows = diff.locator("tr", has_text="nodes").first.inner_text().split()

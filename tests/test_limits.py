@@ -9,9 +9,6 @@ import argparse
 import asyncio
 import json
 import re
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +31,8 @@ from zeroplanner.voila_config.limits import (  # noqa: E402
     ZeroplannerKernelManager,
     full_page_html,
 )
+
+from .browserkit import serve_app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,12 +119,6 @@ def test_kernel_manager_counts_concurrent_starts_and_refill_waits(tmp_path):
     asyncio.run(scenario())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(url: str) -> tuple[int, str, dict]:
     try:
         with urllib.request.urlopen(url, timeout=120) as r:
@@ -138,22 +131,9 @@ def _get(url: str) -> tuple[int, str, dict]:
 def test_app_serves_the_full_page_over_the_cap_and_recovers_after_culling(tmp_path):
     """``zeroplanner app --max-kernels 2``: two page loads get the planner, the third the 503 "full" page; the
     pages' kernels (no websocket ever connects) are culled after the idle timeout and the page is served again."""
-    port = _free_port()
     log = tmp_path / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "zeroplanner.cli", "app", "--port", str(port), "--no-browser",
-                                 "--max-kernels", "2", "--cull-idle-seconds", "8"],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-                time.sleep(0.3)
+    with serve_app(["--max-kernels", "2", "--cull-idle-seconds", "8"], log_path=log, timeout=60.0) as server:
+        url = server.url
         for _ in range(2):
             status, body, _ = _get(url)
             assert status == 200 and "application/vnd.jupyter.widget-view+json" in body, body[:500]
@@ -171,10 +151,3 @@ def test_app_serves_the_full_page_over_the_cap_and_recovers_after_culling(tmp_pa
         text = log.read_text(errors="replace")
         assert re.search(r"Culling 'idle' kernel", text), text[-2000:]
         assert "Traceback" not in text, text[-3000:]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
