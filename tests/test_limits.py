@@ -119,6 +119,38 @@ def test_kernel_manager_counts_concurrent_starts_and_refill_waits(tmp_path):
     asyncio.run(scenario())
 
 
+def test_culler_skips_a_kernel_that_is_still_starting(tmp_path):
+    """A kernel registered but not yet marked with ``last_activity`` (jupyter_server sets it after the start): the
+    stock check raises traitlets' TraitError, which the culler logs as a traceback (seen in a load_voila.py run);
+    ours skips the kernel, and a kernel with ``last_activity`` is still checked."""
+    from datetime import timedelta
+
+    from jupyter_server._tz import utcnow
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager, ServerKernelManager
+    from traitlets import TraitError
+
+    async def scenario():
+        km = ZeroplannerKernelManager(root_dir=str(tmp_path), cull_idle_timeout=1)
+        starting = ServerKernelManager(kernel_name="python3")
+        km._kernels["starting"] = starting
+        with pytest.raises(TraitError, match="last_activity"):
+            await AsyncMappingKernelManager.cull_kernel_if_idle(km, "starting")
+        await km.cull_kernel_if_idle("starting")  # no error, not culled
+        assert "starting" in km._kernels
+        shutdowns = []
+
+        async def fake_shutdown(kernel_id, *args, **kwargs):
+            shutdowns.append(kernel_id)
+
+        km.shutdown_kernel = fake_shutdown
+        starting.last_activity = utcnow() - timedelta(seconds=60)
+        starting.execution_state = "idle"
+        await km.cull_kernel_if_idle("starting")  # now an idle kernel like any other: culled
+        assert shutdowns == ["starting"]
+
+    asyncio.run(scenario())
+
+
 def _get(url: str) -> tuple[int, str, dict]:
     try:
         with urllib.request.urlopen(url, timeout=120) as r:

@@ -123,6 +123,20 @@ class ZeroplannerKernelManager(AsyncMappingKernelManager):
         finally:
             self._zp_reserved.discard(kid)
 
+    async def cull_kernel_if_idle(self, kernel_id: str) -> None:
+        """Skip a kernel that is still starting, else jupyter_server's check.
+
+        jupyter_server 2.x registers a kernel in ``_kernels`` before it sets ``kernel.last_activity``
+        (``MappingKernelManager._async_start_kernel``); a cull tick in between reads the unset trait, traitlets raises
+        ``TraitError: ... 'last_activity' ... expected a datetime, not the NoneType`` (``hasattr`` does not catch it),
+        and the server logs that traceback. Seen in a 3-visitor ``benchmarks/load_voila.py`` run with a 2 s cull
+        interval. A starting kernel is not idle; the next tick checks it.
+        """
+        kernel = self._kernels.get(kernel_id)
+        if kernel is not None and not kernel.trait_has_value("last_activity"):
+            return
+        await super().cull_kernel_if_idle(kernel_id)
+
     async def shutdown_kernel(self, kernel_id: str, *args: Any, **kwargs: Any) -> None:
         await super().shutdown_kernel(kernel_id, *args, **kwargs)
         release_freed_memory()
