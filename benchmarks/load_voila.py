@@ -460,18 +460,18 @@ def write_report(path: Path, r: dict) -> None:
               "met a kernel that was still starting (a 3-visitor run, 2 s cull interval). The kernel manager now "
               "skips kernels still starting (`ZeroplannerKernelManager.cull_kernel_if_idle`).",
               "- The machine must not be shared with other CPU-heavy jobs. On 2026-11-29, four 30-visitor runs made "
-              "while test suites (browser tests, DeepSpeed engine tests) ran on the same 2 cores got 25, 29, 29 and "
-              "3 of 30 correct sessions; the other runs got 30/30 (this report's run and three earlier ones, e.g. "
-              "12:34 UTC with the machine otherwise idle: 30/30 in 138 s). What failed: pages with the title but "
-              "no app after the 300 s session limit, their kernels idle and connected (py-spy stacks: every kernel "
-              "waiting in its event loop, none in Voila's pre-heat request wait). In the 3/30 run (load average up "
-              "to 40) this script recorded each page's kernel websocket: every failed page got "
-              "`kernel_info_reply` and the whole widget state (`update_states`) about 175 s after opening, then had not drawn the app 125 s "
-              "later, while 27 pages built about 360 widget models each at once on cores shared with the other "
-              "jobs. Checked and ruled out: lost IOPub messages (the frames above), the widget manager's 4 s "
-              "control-comm limit (jupyter-widgets/ipywidgets#3633: a kernel made to answer 8 s late still "
-              "rendered, through ipywidgets' per-widget fallback), the pre-heated kernel's request-info wait (the "
-              "stacks). The CPU row in the results table says how much other jobs took during a run.",
+              "while test suites (browser tests, DeepSpeed engine tests) ran on the same 2 cores got 25, 29, 29 and 3 "
+              "of 30 correct sessions; the other runs got 30/30 (this report's run and three earlier ones, e.g. 12:34 "
+              "UTC with the machine otherwise idle: 30/30 in 138 s). What failed: pages with the title but no app "
+              "after the 300 s session limit, their kernels idle and connected (py-spy stacks: every kernel waiting "
+              "in its event loop, none in Voila's pre-heat request wait). In the 3/30 run (load average up to 40) "
+              "this script recorded each page's kernel websocket: every failed page got `kernel_info_reply` and the "
+              "whole widget state (`update_states`) about 175 s after opening, then had not drawn the app 125 s "
+              "later, while 27 pages built about 360 widget models each at once on cores shared with the other jobs. "
+              "Checked and ruled out: lost IOPub messages (the frames above), the widget manager's 4 s control-comm "
+              "limit (jupyter-widgets/ipywidgets#3633: a kernel made to answer 8 s late still rendered, through "
+              "ipywidgets' per-widget fallback), the pre-heated kernel's request-info wait (the stacks). The CPU row "
+              "in the results table says how much other jobs took during a run.",
               ]
     lines += ["", "## Verdict", ""]
     lines.append(("PASS" if r["passed"] else "FAIL") + ": " + "; ".join(r["verdict"]) + ".")
