@@ -427,6 +427,19 @@ def test_paste_bad_config_is_a_message(text):
     assert _outputs(app) == before
 
 
+@pytest.mark.parametrize("text", ["", "  \n\t "])
+def test_paste_of_nothing_names_the_size_limits(text):
+    """An empty box, and what arrives after a paste over the 10 MiB websocket limit (nothing: the connection drops
+    it; docs/security.md), say so and name both limits instead of "not valid JSON"."""
+    app = PlannerApp()
+    before = _outputs(app)
+    assert app.load_config(text) == []
+    message = app.paste_findings.value
+    assert "Nothing to load" in message and "1,000,000 bytes" in message and "10 MiB" in message
+    assert "not valid JSON" not in message
+    assert _outputs(app) == before
+
+
 def test_use_this_machine_without_cuda_says_so():
     """Runs the real probe in a subprocess (this test machine has no CUDA device: torch is the CPU build)."""
     torch = pytest.importorskip("torch")

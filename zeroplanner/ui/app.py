@@ -28,6 +28,7 @@ from typing import Any
 import ipywidgets as w
 from pydantic import ValidationError
 
+from ..dsconfig import MAX_CONFIG_BYTES
 from .charts import FIGURE_WIDTH_PX, HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
 from .controls import Controls
 from .state import (
@@ -61,6 +62,11 @@ _CSS = """
 """
 
 _log = logging.getLogger(__name__)
+
+WEBSOCKET_LIMIT_MIB = 10
+"""Largest websocket message the page's server accepts, MiB: tornado's ``websocket_max_message_size`` default
+(tornado/websocket.py, ``_default_max_message_size = 10 * 1024 * 1024``), which jupyter_server and Voilà keep. A
+longer paste closes the page's kernel connection and never reaches :meth:`PlannerApp.load_config`."""
 
 ABOUT_PACKAGES = ("zeroplanner", "voila", "ipywidgets", "jupyterlab_widgets", "bqplot", "deepspeed")
 """Packages whose installed versions the About section lists."""
@@ -440,7 +446,8 @@ class PlannerApp(w.VBox):
                                      layout=w.Layout(width="100%"))
         self.probe_message = w.HTML()
         self.probe_button.on_click(lambda _: self.use_this_machine())
-        self.paste_area = w.Textarea(placeholder="Paste a DeepSpeed config (JSON) here, then Load",
+        self.paste_area = w.Textarea(placeholder=f"Paste a DeepSpeed config (JSON, at most {MAX_CONFIG_BYTES:,} "
+                                                 "bytes) here, then Load",
                                      layout=w.Layout(width="100%", height="120px"))
         self.paste_mode = w.Checkbox(value=False, description="HF Trainer config (\"auto\" allowed)", indent=False)
         self.paste_button = w.Button(description="Load config", layout=w.Layout(width="120px"))
@@ -500,6 +507,14 @@ class PlannerApp(w.VBox):
         from ..lint import lint
 
         mode = "hf_trainer" if self.paste_mode.value else "deepspeed"
+        if not text.strip():
+            # Also what a paste over tornado's 10 MiB websocket message limit looks like from here: the page drops
+            # the connection, reconnects, and the text never arrives (docs/security.md).
+            self.paste_findings.value = (
+                "<div class='zp-error'><b>Nothing to load:</b> the planner received no text. Paste a DeepSpeed "
+                f"config (JSON, at most {MAX_CONFIG_BYTES:,} bytes). A paste over {WEBSOCKET_LIMIT_MIB} MiB never "
+                "reaches the planner: the page's connection drops it.</div>")
+            return []
         try:
             config, read_findings = load_config_text(text)
             scenario, findings = from_deepspeed_config(config, base=self.state.scenario, mode=mode)
