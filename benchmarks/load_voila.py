@@ -161,6 +161,30 @@ WAIT_TEXT = ("expected => { const t = document.querySelector('.zp-config textare
              " return t !== null && t.value === expected; }")
 
 
+CONTROL_COMM_PROBE = """
+(() => {
+  // load_voila.py diagnostics (not part of the page): log when the widget manager's control-comm timer
+  // (jupyterlab_widgets, base-manager _loadFromKernel; 4 s upstream, longer with the planner's template, whose
+  // script runs after this one) is set and when it fires; the delay is not changed here.
+  const nativeSetTimeout = window.setTimeout;
+  window.setTimeout = function (handler, delay, ...rest) {
+    if (typeof handler === 'function' && String(handler).indexOf('Control comm did not respond in time') !== -1) {
+      const t0 = performance.now();
+      console.log('zp-diag: control comm timer (' + delay + ' ms) set at ' + Math.round(t0) + ' ms');
+      const inner = handler;
+      handler = function () {
+        console.log('zp-diag: control comm timer fired at ' + Math.round(performance.now()) + ' ms');
+        return inner.apply(this, arguments);
+      };
+    }
+    return nativeSetTimeout.call(this, handler, delay, ...rest);
+  };
+})();
+"""
+"""Playwright init script: page-clock times of the control-comm timer, to tell a 4 s timeout from other causes of
+ipywidgets' per-widget fallback (jupyter-widgets/ipywidgets#3633) in a failed session."""
+
+
 def kernel_frame_summary(payload) -> str:
     """One kernel-websocket frame as ``channel/msg_type[/comm method]``: JSON text frames, or jupyter_server's binary
     ``v1.kernel.websocket.jupyter.org`` frames (8-byte little-endian offset count, the offsets, then channel, header,
@@ -191,15 +215,20 @@ async def session(browser, url: str, i: int, default_text: str, changed_text: st
     out = {"i": i, "nodes": node_count(i), "ok": False, "tti_seconds": None, "change_seconds": None, "error": "",
            "bad_console": [], "console_errors": 0}
     ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    await ctx.add_init_script(CONTROL_COMM_PROBE)
     out["_ctx"] = ctx
     page = await ctx.new_page()
     out["_page"] = page
 
     console_tail: list = []  # every console message (any type), trimmed to the last 40 for a failed session
 
+    diag: list = []
+
     def on_console(m):
         console_tail.append(f"{m.type}: {m.text[:200]}")
         del console_tail[:-40]
+        if m.text.startswith("zp-diag:"):
+            diag.append(f"{time.monotonic() - t_start:.1f}s {m.text}")
         if m.type == "error":
             out["console_errors"] += 1
             out.setdefault("console_samples", set()).add(m.text[:160])
@@ -223,6 +252,10 @@ async def session(browser, url: str, i: int, default_text: str, changed_text: st
     page.on("websocket", on_websocket)
     page.on("pageerror", lambda e: out["bad_console"].append(f"pageerror: {str(e)[:200]}"))
     page.on("requestfailed", lambda r: out["bad_console"].append(f"Failed to load {r.url}"))
+    pending: dict = {}  # HTTP requests the page started and that neither finished nor failed (diagnostics)
+    page.on("request", lambda r: pending.__setitem__(id(r), (time.monotonic(), r.url)))
+    page.on("requestfinished", lambda r: pending.pop(id(r), None))
+    page.on("requestfailed", lambda r: pending.pop(id(r), None))
     try:
         t0 = time.monotonic()
         await page.goto(url, timeout=timeout_ms, wait_until="commit")
@@ -254,14 +287,18 @@ async def session(browser, url: str, i: int, default_text: str, changed_text: st
                 "t.value.slice(0, 120) : '', body: document.body ? document.body.innerText.slice(0, 300) : ''}; }")
         except Exception as exc2:
             out["state"] = f"unreadable: {type(exc2).__name__}"
-        # the kernel websocket's story: counts by kind, and the first and last frames
-        counts: dict = {}
-        for _t, direction, kind in frames:
-            counts[f"{direction} {kind}"] = counts.get(f"{direction} {kind}", 0) + 1
-        out["ws_frame_counts"] = counts
         out["console_tail"] = list(console_tail)
+        out["pending_requests"] = [f"{t - t_start:.1f}s {u[-120:]}" for t, u in list(pending.values())[:20]]
         out["ws_frames_first"] = [f"{t:.1f}s {d} {k}" for t, d, k in frames[:25]]
         out["ws_frames_last"] = [f"{t:.1f}s {d} {k}" for t, d, k in frames[-25:]]
+    # every session: the kernel websocket's frame counts by kind (a "comm_info_request" means the widget manager
+    # fell back to loading widgets one by one) and the control-comm timer's times
+    counts: dict = {}
+    for _t, direction, kind in frames:
+        counts[f"{direction} {kind}"] = counts.get(f"{direction} {kind}", 0) + 1
+    out["ws_frame_counts"] = counts
+    out["fallback"] = counts.get("sent shell/comm_info_request", 0) > 0
+    out["diag"] = list(diag)
     return out
 
 
@@ -397,6 +434,9 @@ def write_report(path: Path, r: dict) -> None:
         f"| CPU used meanwhile by this run (server, kernels, browser) / by other jobs on the machine | "
         f"{r.get('own_cpu_seconds', float('nan')):.0f} s / {r.get('other_cpu_seconds', float('nan')):.0f} s "
         f"(of {r['sessions_wall_seconds'] * r['cpu_count']:.0f} core-seconds) |",
+        f"| pages whose widget manager fell back to loading widgets one by one (`comm_info_request`; the "
+        f"template's longer control-comm wait prevents it) | {sum(bool(s.get('fallback')) for s in sessions)} / "
+        f"{r['n']} |",
         f"| console errors (any `console.error`, informational; see below) | "
         f"{sum(s['console_errors'] for s in sessions)} |",
         f"| one more visitor while all {r['n']} are open | HTTP {r['extra_status']}"
@@ -459,19 +499,22 @@ def write_report(path: Path, r: dict) -> None:
               "- The jupyter_server culler logged a traceback (`TraitError` on `last_activity`) when a cull tick "
               "met a kernel that was still starting (a 3-visitor run, 2 s cull interval). The kernel manager now "
               "skips kernels still starting (`ZeroplannerKernelManager.cull_kernel_if_idle`).",
-              "- The machine must not be shared with other CPU-heavy jobs. On 2026-11-29, four 30-visitor runs made "
-              "while test suites (browser tests, DeepSpeed engine tests) ran on the same 2 cores got 25, 29, 29 and 3 "
-              "of 30 correct sessions; the other runs got 30/30 (this report's run and three earlier ones, e.g. 12:34 "
-              "UTC with the machine otherwise idle: 30/30 in 138 s). What failed: pages with the title but no app "
-              "after the 300 s session limit, their kernels idle and connected (py-spy stacks: every kernel waiting "
-              "in its event loop, none in Voila's pre-heat request wait). In the 3/30 run (load average up to 40) "
-              "this script recorded each page's kernel websocket: every failed page got `kernel_info_reply` and the "
-              "whole widget state (`update_states`) about 175 s after opening, then had not drawn the app 125 s "
-              "later, while 27 pages built about 360 widget models each at once on cores shared with the other jobs. "
-              "Checked and ruled out: lost IOPub messages (the frames above), the widget manager's 4 s control-comm "
-              "limit (jupyter-widgets/ipywidgets#3633: a kernel made to answer 8 s late still rendered, through "
-              "ipywidgets' per-widget fallback), the pre-heated kernel's request-info wait (the stacks). The CPU row "
-              "in the results table says how much other jobs took during a run.",
+              "- Pages stuck at \"Loading widget...\" (1 to 5 of 30 in some runs, also on an otherwise idle machine). "
+              "The widget manager (jupyterlab_widgets 3.0.x) waits only 4 s for the kernel's answer on the widget "
+              "control comm, then asks for each of the page's 362 widget states separately "
+              "(jupyter-widgets/ipywidgets#3633); under this load the 4 s timer fires on most pages. With ipykernel "
+              "7.4.0 (run of 2026-11-29 12:57 UTC, 26/30 correct), 4 of the 22 pages that fell back got only 327-349 "
+              "of their 362 replies and never drew the app: the kernel's busy/idle count shows it never processed the "
+              "missing requests, and py-spy showed every kernel idle in its event loop. With ipykernel 6.29.5, 0 of "
+              "41 pages that fell back lost a reply (runs at 13:17 and 13:25 UTC: 30/30 and 29/30), so the app extra "
+              "and binder pin ipykernel 6.29.5 (`pyproject.toml`).",
+              "- One page in 90 with ipykernel 6.29.5 (run at 13:25 UTC) received the whole widget state on the "
+              "control comm, closed it, and then never drew its output; the cause is not found (this script now also "
+              "records the page's unfinished HTTP requests). Lengthening the widget manager's 4 s timer from the "
+              "template, so that every page takes that path, made it common (5/30 and 3/30 correct, ipykernel 7.4.0), "
+              "so the template leaves the timer alone.",
+              "- Runs with other CPU-heavy jobs on the same 2 cores take longer (sessions 311-364 s instead of "
+              "133-170 s); the CPU row in the results table says how much other jobs took during a run.",
               ]
     lines += ["", "## Verdict", ""]
     lines.append(("PASS" if r["passed"] else "FAIL") + ": " + "; ".join(r["verdict"]) + ".")
