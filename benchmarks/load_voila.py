@@ -434,9 +434,8 @@ def write_report(path: Path, r: dict) -> None:
         f"| CPU used meanwhile by this run (server, kernels, browser) / by other jobs on the machine | "
         f"{r.get('own_cpu_seconds', float('nan')):.0f} s / {r.get('other_cpu_seconds', float('nan')):.0f} s "
         f"(of {r['sessions_wall_seconds'] * r['cpu_count']:.0f} core-seconds) |",
-        f"| pages whose widget manager fell back to loading widgets one by one (`comm_info_request`; the "
-        f"template's longer control-comm wait prevents it) | {sum(bool(s.get('fallback')) for s in sessions)} / "
-        f"{r['n']} |",
+        f"| pages whose widget manager fell back to loading widgets one by one (`comm_info_request`, "
+        f"ipywidgets#3633; see below) | {sum(bool(s.get('fallback')) for s in sessions)} / {r['n']} |",
         f"| console errors (any `console.error`, informational; see below) | "
         f"{sum(s['console_errors'] for s in sessions)} |",
         f"| one more visitor while all {r['n']} are open | HTTP {r['extra_status']}"
@@ -502,17 +501,18 @@ def write_report(path: Path, r: dict) -> None:
               "- Pages stuck at \"Loading widget...\" (1 to 5 of 30 in some runs, also on an otherwise idle machine). "
               "The widget manager (jupyterlab_widgets 3.0.x) waits only 4 s for the kernel's answer on the widget "
               "control comm, then asks for each of the page's 362 widget states separately "
-              "(jupyter-widgets/ipywidgets#3633); under this load the 4 s timer fires on most pages. With ipykernel "
-              "7.4.0 (run of 2026-11-29 12:57 UTC, 26/30 correct), 4 of the 22 pages that fell back got only 327-349 "
-              "of their 362 replies and never drew the app: the kernel's busy/idle count shows it never processed the "
-              "missing requests, and py-spy showed every kernel idle in its event loop. With ipykernel 6.29.5, 0 of "
-              "41 pages that fell back lost a reply (runs at 13:17 and 13:25 UTC: 30/30 and 29/30), so the app extra "
-              "and binder pin ipykernel 6.29.5 (`pyproject.toml`).",
-              "- One page in 90 with ipykernel 6.29.5 (run at 13:25 UTC) received the whole widget state on the "
-              "control comm, closed it, and then never drew its output; the cause is not found (this script now also "
-              "records the page's unfinished HTTP requests). Lengthening the widget manager's 4 s timer from the "
-              "template, so that every page takes that path, made it common (5/30 and 3/30 correct, ipykernel 7.4.0), "
-              "so the template leaves the timer alone.",
+              "(jupyter-widgets/ipywidgets#3633); under this load the 4 s timer fires on most pages. A page whose "
+              "per-widget requests do not all get an answer never draws the app: the kernel's busy/idle count shows "
+              "it never processed the missing requests (py-spy: every kernel idle in its event loop), cause not "
+              "found. With ipykernel 7.4.0 that happened to 4 of the 22 pages that fell back in one run (2026-11-29 "
+              "12:57 UTC, 26/30 correct); with ipykernel 6.29.5 to 1 of 87 in four runs (13:17, 13:25, 13:31, 13:45 "
+              "UTC: 30, 29, 30 and 29 of 30 correct), so the app extra and binder pin ipykernel 6.29.5 "
+              "(`pyproject.toml`). It is rarer, not gone.",
+              "- One page in those four runs received the whole widget state on the control comm, closed it, and then "
+              "never drew its output (13:25 UTC); cause not found (this script now also records the page's unfinished "
+              "HTTP requests: none in the 13:45 run's failure). Lengthening the widget manager's 4 s timer from the "
+              "template, so that every page takes that path, made this common (5/30 and 3/30 correct, ipykernel "
+              "7.4.0), so the template leaves the timer alone.",
               "- Runs with other CPU-heavy jobs on the same 2 cores take longer (sessions 311-364 s instead of "
               "133-170 s); the CPU row in the results table says how much other jobs took during a run.",
               ]
@@ -527,7 +527,10 @@ def write_report(path: Path, r: dict) -> None:
             opened = next((e.split()[0] for e in f.get("ws_frames_first") or [] if " open " in e), None)
             lines.append(f"- visitor {f['i']} (nodes {f['nodes']}): {f['error'] or 'page errors'}; kernel websocket "
                          f"{'opened at ' + opened if opened else 'never opened'}; widget state received: "
-                         f"{'yes' if state_in else 'no'}")
+                         f"{'yes' if state_in else 'no'}"
+                         + (f"; fell back to per-widget requests: {counts.get('recv iopub/comm_msg/update', 0)} "
+                            f"replies to {counts.get('sent shell/comm_msg/request_state', 0)} requests"
+                            if f.get("fallback") else "; no per-widget fallback"))
         lines += ["", "Each failed session's kernel-websocket frames and console messages are in the `--json` "
                   "file; the kernels' Python stacks (py-spy) in `artifacts/load_voila_kernel_stacks_<port>.txt`."]
     lines += ["", "Rerun: `python benchmarks/load_voila.py` (about 3-6 minutes on 2 cores; bounded by "
