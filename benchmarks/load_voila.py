@@ -503,7 +503,7 @@ def write_report(path: Path, r: dict) -> None:
               "control comm, then asks for each of the page's 362 widget states separately "
               "(jupyter-widgets/ipywidgets#3633); under this load the 4 s timer fires on most pages. A page that does "
               "not get every per-widget answer never draws the app. The stuck pages received busy/idle/update "
-              "messages for only 327-349 of their 362 requests, in one contiguous gap; whether requests or replies "
+              "messages for only 327-349 of their 362 requests; whether requests or replies "
               "were lost is not known (py-spy: every kernel idle in its event loop afterwards; by hand, a kernel's "
               "IOPub PUB socket delivered 2000 of 5000 20-KB messages to a subscriber that did not read, so a reader "
               "that falls behind loses messages). With ipykernel 7.4.0 it happened to 4 of the 22 pages that fell "
