@@ -163,9 +163,8 @@ WAIT_TEXT = ("expected => { const t = document.querySelector('.zp-config textare
 
 CONTROL_COMM_PROBE = """
 (() => {
-  // load_voila.py diagnostics (not part of the page): log when the widget manager's control-comm timer
-  // (jupyterlab_widgets, base-manager _loadFromKernel; 4 s upstream, longer with the planner's template, whose
-  // script runs after this one) is set and when it fires; the delay is not changed here.
+  // load_voila.py diagnostics (not part of the page): log when the widget manager's 4 s control-comm timer
+  // (jupyterlab_widgets, base-manager _loadFromKernel) is set and when it fires; the delay is not changed.
   const nativeSetTimeout = window.setTimeout;
   window.setTimeout = function (handler, delay, ...rest) {
     if (typeof handler === 'function' && String(handler).indexOf('Control comm did not respond in time') !== -1) {
@@ -423,12 +422,10 @@ def write_report(path: Path, r: dict) -> None:
         "|---|---|",
         f"| sessions with the exact expected config and no page errors | **{len(ok)} / {r['n']}** |",
     ]
-    if tti:
-        lines.append(f"| time to interactive, median / p95 / max | {statistics.median(tti):.1f} s / "
-                     f"{pct(tti, 95):.1f} s / {max(tti):.1f} s |")
-    if chg:
-        lines.append(f"| control change to updated config, median / p95 / max | {statistics.median(chg):.2f} s / "
-                     f"{pct(chg, 95):.2f} s / {max(chg):.2f} s |")
+    for label, values, digits in (("time to interactive", tti, 1), ("control change to updated config", chg, 2)):
+        if values:
+            spread = " / ".join(f"{v:.{digits}f} s" for v in (statistics.median(values), pct(values, 95), max(values)))
+            lines.append(f"| {label}, median / p95 / max | {spread} |")
     lines += [
         f"| wall time for all {r['n']} sessions | {r['sessions_wall_seconds']:.1f} s |",
         f"| CPU used meanwhile by this run (server, kernels, browser) / by other jobs on the machine | "
@@ -447,15 +444,13 @@ def write_report(path: Path, r: dict) -> None:
         "",
         "| when | server | kernels | total |",
         "|---|---|---|---|",
-        f"| before (pre-heated kernel ready) | {fmt_mib(before['server'])} | {len(before['kernels'])}: "
-        f"{fmt_mib(sum(before['kernels'].values()))} | {fmt_mib(before['total'])} |",
     ]
-    if peak:
-        lines.append(f"| all {r['n']} sessions open | {fmt_mib(peak['server'])} | {len(kern)}: "
-                     f"{fmt_mib(sum(kern))} | {fmt_mib(peak['total'])} |")
-    if after:
-        lines.append(f"| after close + culling | {fmt_mib(after['server'])} | {len(after['kernels'])}: "
-                     f"{fmt_mib(sum(after['kernels'].values()))} | {fmt_mib(after['total'])} |")
+    for label, m in (("before (pre-heated kernel ready)", before), (f"all {r['n']} sessions open", peak),
+                     ("after close + culling", after)):
+        if m:
+            kernels = m["kernels"].values()
+            lines.append(f"| {label} | {fmt_mib(m['server'])} | {len(kernels)}: {fmt_mib(sum(kernels))} | "
+                         f"{fmt_mib(m['total'])} |")
     lines.append("")
     if kern:
         lines.append(f"Per kernel with a session open: median {fmt_mib(statistics.median(kern))}, min "
