@@ -54,6 +54,19 @@ cell's outputs: the page then shows the title but no app. Measured with ``benchm
 opened at once on 2 busy cores lost the app on 8 of 10 pages with 4 s. The wait ends as soon as the kernel reports
 idle, so a longer limit costs nothing when the server is not loaded."""
 
+IOPUB_HWM_MESSAGES = 10_000
+"""ZeroMQ high-water mark, in messages, of the kernel's IOPub send queue (:mod:`zeroplanner.voila_config.kernel`) and
+of the server's receive queues from kernels (:class:`~zeroplanner.voila_config.limits.ZeroplannerKernelManager`),
+instead of ZeroMQ's default 1000. A PUB socket drops messages to a subscriber whose queue is full. The page's
+largest burst, measured with ``benchmarks/load_voila.py``: 1,098 IOPub messages when ipywidgets falls back to asking
+for each of the page's 362 widgets (busy, update, idle per widget). At the default 1000, 30-visitor runs with every
+page on that path lost the burst's tail on 1-3 pages in 3 of 4 runs (the server received 999-1042 of 1098 messages),
+and those pages never drew. 10,000 is 9x the burst; unlike 0 (no limit) it still bounds what a kernel that floods
+output can queue."""
+
+KERNEL_MODULE = "zeroplanner.voila_config.kernel"
+"""Module the server runs instead of ``ipykernel_launcher`` for Python kernels (same command-line arguments)."""
+
 TEMPLATE = "zeroplanner"
 """Voilà template shipped in ``share/voila/templates/zeroplanner`` (the "lab" template without CDN stylesheets)."""
 

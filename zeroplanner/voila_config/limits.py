@@ -31,13 +31,16 @@ import ctypes.util
 import gc
 from typing import Any
 
-from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+import zmq
+from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager, ServerKernelManager
 from tornado import web
-from traitlets import Float, Int
+from traitlets import Float, Int, default
 from voila.app import Voila
 from voila.tornado.handler import TornadoVoilaHandler
 
-from . import DEFAULT_MAX_KERNELS
+from . import DEFAULT_MAX_KERNELS, IOPUB_HWM_MESSAGES, KERNEL_MODULE
+
+SERVER_KERNEL_MANAGER_CLASS = "zeroplanner.voila_config.limits.ZeroplannerServerKernelManager"
 
 RETRY_AFTER_SECONDS = 30
 """``Retry-After`` of the full page, and its automatic reload interval, seconds."""
@@ -76,12 +79,36 @@ def full_page_html(max_kernels: int, retry_after_seconds: int = RETRY_AFTER_SECO
     )
 
 
+class ZeroplannerServerKernelManager(ServerKernelManager):
+    """jupyter_server's per-kernel manager, starting Python kernels with :mod:`zeroplanner.voila_config.kernel`
+    (ipykernel with a deeper IOPub queue) instead of ``ipykernel_launcher``.
+
+    Only a kernel command of the form ``PYTHON -m ipykernel_launcher ARGS...`` (ipykernel's own kernelspec) is
+    changed, to ``PYTHON -m zeroplanner.voila_config.kernel ARGS...``; any other kernelspec starts as written.
+    """
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        return with_planner_kernel(super().format_kernel_cmd(extra_arguments))
+
+
+def with_planner_kernel(cmd: list[str]) -> list[str]:
+    """``cmd`` with ``-m ipykernel_launcher`` replaced by ``-m`` :data:`KERNEL_MODULE` (a new list; ``cmd``
+    unchanged when it does not run ``ipykernel_launcher`` as its module)."""
+    out = list(cmd)
+    for i in range(1, len(out) - 1):
+        if out[i] == "-m" and out[i + 1] == "ipykernel_launcher":
+            out[i + 1] = KERNEL_MODULE
+            break
+    return out
+
+
 class ZeroplannerKernelManager(AsyncMappingKernelManager):
     """``AsyncMappingKernelManager`` with at most ``max_kernels`` kernels (running + starting).
 
     Raises :class:`KernelLimitReached` from ``start_kernel`` for a visitor's kernel over the cap; a pre-heated
     refill waits instead (polling every ``preheat_wait_seconds``). Culling settings (``MappingKernelManager.*``)
-    apply unchanged: this is a subclass.
+    apply unchanged: this is a subclass. Kernels are started by :class:`ZeroplannerServerKernelManager`, and the
+    server's sockets to them queue up to :data:`IOPUB_HWM_MESSAGES` received messages (ZMQ_RCVHWM) instead of 1000.
     """
 
     max_kernels = Int(
@@ -96,6 +123,12 @@ class ZeroplannerKernelManager(AsyncMappingKernelManager):
         super().__init__(**kwargs)
         self._zp_reserved: set[str] = set()
         self._zp_closing = False
+        # receive queues from kernels (IOPub above all) as deep as the kernel's send queue (IOPUB_HWM_MESSAGES)
+        self.context.setsockopt(zmq.RCVHWM, IOPUB_HWM_MESSAGES)
+
+    @default("kernel_manager_class")
+    def _default_kernel_manager_class(self) -> str:
+        return SERVER_KERNEL_MANAGER_CLASS
 
     def kernels_in_use(self) -> int:
         """Kernels running or starting (ids are reserved before the start, so concurrent starts count)."""
@@ -205,6 +238,7 @@ class ZeroplannerVoila(Voila):
 
 
 __all__ = [
-    "CappedVoilaHandler", "KernelLimitReached", "RETRY_AFTER_SECONDS", "ZeroplannerKernelManager",
-    "ZeroplannerVoila", "full_page_html", "ready_preheated_kernel", "release_freed_memory",
+    "CappedVoilaHandler", "KernelLimitReached", "RETRY_AFTER_SECONDS", "SERVER_KERNEL_MANAGER_CLASS",
+    "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila", "full_page_html",
+    "ready_preheated_kernel", "release_freed_memory", "with_planner_kernel",
 ]
