@@ -23,6 +23,7 @@ from zeroplanner.voila_config import (  # noqa: E402
     BINDER_MAX_KERNELS,
     CULL_SETTINGS,
     DEFAULT_MAX_KERNELS,
+    IOPUB_TIMEOUT_SECONDS,
     KERNEL_MANAGER_CLASS,
     voila_argv,
 )
@@ -43,7 +44,7 @@ def test_voila_argv_caps_kernels_and_overrides():
     assert f"--ZeroplannerKernelManager.max_kernels={DEFAULT_MAX_KERNELS}" in argv
     # hardening and load settings measured in docs/reliability.md / described in docs/security.md
     assert "--KernelManager.transport=ipc" in argv
-    assert "--VoilaExecutor.iopub_timeout=60" in argv
+    assert f"--VoilaExecutor.iopub_timeout={IOPUB_TIMEOUT_SECONDS}" in argv
     assert "--VoilaConfiguration.allow_template_override=NO" in argv
     assert "--VoilaConfiguration.strip_sources=True" in argv
     argv = voila_argv("nb.ipynb", port=9999, max_kernels=3, cull_idle_seconds=20)
@@ -80,7 +81,7 @@ def test_binder_uses_the_capped_kernel_manager():
     assert config["ServerApp"]["kernel_manager_class"] == KERNEL_MANAGER_CLASS
     assert config["ZeroplannerKernelManager"]["max_kernels"] == BINDER_MAX_KERNELS
     assert config["MappingKernelManager"] == CULL_SETTINGS["MappingKernelManager"]
-    assert config["VoilaExecutor"]["iopub_timeout"] == 60
+    assert config["VoilaExecutor"]["iopub_timeout"] == IOPUB_TIMEOUT_SECONDS
 
 
 def test_full_page_says_what_happened_and_retries():
