@@ -164,10 +164,12 @@ WAIT_TEXT = ("expected => { const t = document.querySelector('.zp-config textare
 CONTROL_COMM_PROBE = """
 (() => {
   // load_voila.py diagnostics (not part of the page): log when the widget manager's 4 s control-comm timer
-  // (jupyterlab_widgets, base-manager _loadFromKernel) is set and when it fires; the delay is not changed.
+  // (jupyterlab_widgets, base-manager _loadFromKernel) is set and when it fires; the delay is not changed
+  // unless --force-widget-fallback set window.__zpForceFallback (then it is 0 ms).
   const nativeSetTimeout = window.setTimeout;
   window.setTimeout = function (handler, delay, ...rest) {
     if (typeof handler === 'function' && String(handler).indexOf('Control comm did not respond in time') !== -1) {
+      if (window.__zpForceFallback) { delay = 0; }
       const t0 = performance.now();
       console.log('zp-diag: control comm timer (' + delay + ' ms) set at ' + Math.round(t0) + ' ms');
       const inner = handler;
@@ -182,6 +184,10 @@ CONTROL_COMM_PROBE = """
 """
 """Playwright init script: page-clock times of the control-comm timer, to tell a 4 s timeout from other causes of
 ipywidgets' per-widget fallback (jupyter-widgets/ipywidgets#3633) in a failed session."""
+
+FORCE_FALLBACK = "window.__zpForceFallback = true;"
+"""Init script added by ``--force-widget-fallback``: the control-comm timer fires at once, so every page asks for
+its widgets one by one (the page's largest IOPub burst, ~1,100 messages); a stress case, not what visitors see."""
 
 
 def kernel_frame_summary(payload) -> str:
@@ -209,11 +215,14 @@ def kernel_frame_summary(payload) -> str:
         return f"unparsed ({type(exc).__name__})"
 
 
-async def session(browser, url: str, i: int, default_text: str, changed_text: str, timeout_ms: int) -> dict:
+async def session(browser, url: str, i: int, default_text: str, changed_text: str, timeout_ms: int,
+                  force_fallback: bool = False) -> dict:
     """One visitor. Returns {ok, tti_seconds, change_seconds, error, console_errors}."""
     out = {"i": i, "nodes": node_count(i), "ok": False, "tti_seconds": None, "change_seconds": None, "error": "",
            "bad_console": [], "console_errors": 0}
     ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    if force_fallback:
+        await ctx.add_init_script(FORCE_FALLBACK)
     await ctx.add_init_script(CONTROL_COMM_PROBE)
     out["_ctx"] = ctx
     page = await ctx.new_page()
@@ -301,13 +310,14 @@ async def session(browser, url: str, i: int, default_text: str, changed_text: st
     return out
 
 
-async def run_sessions(url: str, n: int, timeout_ms: int, expected: dict[int, str]) -> tuple[list, object, object]:
+async def run_sessions(url: str, n: int, timeout_ms: int, expected: dict[int, str],
+                       force_fallback: bool = False) -> tuple[list, object, object]:
     from playwright.async_api import async_playwright
 
     pw = await async_playwright().start()
     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-    results = await asyncio.gather(*(session(browser, url, i, expected[1], expected[node_count(i)], timeout_ms)
-                                     for i in range(n)))
+    results = await asyncio.gather(*(session(browser, url, i, expected[1], expected[node_count(i)], timeout_ms,
+                                             force_fallback) for i in range(n)))
     return results, browser, pw
 
 
@@ -415,6 +425,12 @@ def write_report(path: Path, r: dict) -> None:
         "The browser's renderers run on the same cores as the server and the kernels, so time to interactive "
         "includes rendering N pages at once; every kernel also executes the page (imports, first plan) at the "
         "same moment.",
+    ]
+    if r.get("force_widget_fallback"):
+        lines.append("- Stress case (`--force-widget-fallback`): the widget manager's control-comm timer was set to "
+                     "0 ms, so every page loaded its widgets one by one (ipywidgets' fallback path, the page's "
+                     "largest IOPub burst). Visitors do not see this setting.")
+    lines += [
         "",
         "## Results",
         "",
@@ -479,8 +495,9 @@ def write_report(path: Path, r: dict) -> None:
     lines += ["", "## What earlier runs of this script found (and the settings it changed)", "",
               "- nbclient's default `iopub_timeout` of 4 s: with 10 pages opened at once, Voila logged \"Timeout "
               "waiting for IOPub output\" and dropped the cell's output, so 8 of 10 pages showed the title but no "
-              "app. Now `VoilaExecutor.iopub_timeout = 60` (`zeroplanner/voila_config/__init__.py`); the wait ends "
-              "when the kernel goes idle, so it costs nothing on an idle server.",
+              "app. 60 s still lost the app on 1 of 30 pages (2026-11-29 15:05 UTC, every page in the per-widget "
+              "path). Now `VoilaExecutor.iopub_timeout = 300` (`zeroplanner/voila_config/__init__.py`); the wait "
+              "ends when the kernel goes idle, so it costs nothing when the server keeps up.",
               "- Kernels on TCP: 30 kernels starting at once raced for free ports (`ZMQError: Address already in "
               "use` in a kernel's heartbeat thread). Now kernels use Unix sockets (`KernelManager.transport = "
               "ipc`).",
@@ -493,23 +510,29 @@ def write_report(path: Path, r: dict) -> None:
               "- The jupyter_server culler logged a traceback (`TraitError` on `last_activity`) when a cull tick "
               "met a kernel that was still starting (a 3-visitor run, 2 s cull interval). The kernel manager now "
               "skips kernels still starting (`ZeroplannerKernelManager.cull_kernel_if_idle`).",
-              "- Pages stuck at \"Loading widget...\" (1 to 5 of 30 in some runs, also on an otherwise idle machine). "
-              "The widget manager (jupyterlab_widgets 3.0.x) waits only 4 s for the kernel's answer on the widget "
-              "control comm, then asks for each of the page's 362 widget states separately "
-              "(jupyter-widgets/ipywidgets#3633); under this load the 4 s timer fires on most pages. A page that does "
-              "not get every per-widget answer never draws the app. The stuck pages received busy/idle/update "
-              "messages for only 327-349 of their 362 requests; whether requests or replies "
-              "were lost is not known (py-spy: every kernel idle in its event loop afterwards; by hand, a kernel's "
-              "IOPub PUB socket delivered 2000 of 5000 20-KB messages to a subscriber that did not read, so a reader "
-              "that falls behind loses messages). With ipykernel 7.4.0 it happened to 4 of the 22 pages that fell "
-              "back in one run (2026-11-29 12:57 UTC, 26/30 correct); with ipykernel 6.29.5 to 1 of 87 in four runs "
-              "(13:17, 13:25, 13:31, 13:45 UTC: 30, 29, 30 and 29 of 30 correct), so the app extra and binder pin "
-              "ipykernel 6.29.5 (`pyproject.toml`). It is rarer, not gone.",
-              "- One page in those four runs received the whole widget state on the control comm, closed it, and then "
-              "never drew its output (13:25 UTC); cause not found (this script now also records the page's unfinished "
-              "HTTP requests: none in the 13:45 run's failure). Lengthening the widget manager's 4 s timer from the "
-              "template, so that every page takes that path, made this common (5/30 and 3/30 correct, ipykernel "
-              "7.4.0), so the template leaves the timer alone.",
+              "- Pages stuck at \"Loading widget...\" (1 to 5 of 30 in some runs). The widget manager "
+              "(jupyterlab_widgets 3.0.x) waits only 4 s for the kernel's answer on the widget control comm, then "
+              "asks for each of the page's 362 widget states separately (jupyter-widgets/ipywidgets#3633); under "
+              "this load the 4 s timer fires on most pages. The kernel answers those requests with about 1,100 "
+              "IOPub messages in a second or two. A ZeroMQ PUB socket queues at most 1000 messages per subscriber "
+              "(ZMQ_SNDHWM) and silently drops the rest; on a loaded server the kernel's queue filled, the tail of "
+              "the burst was dropped, and the page waited for it forever. Measured: the kernels' debug logs showed "
+              "every request received and answered, while a counting websocket connection class saw 999-1042 of "
+              "the kernel's 1098 IOPub messages arrive at the server on the stuck pages (1098-1119 on the others); "
+              "runs with every page forced onto the per-widget path (`--force-widget-fallback`) lost pages this "
+              "way in 3 of 4 runs (1, 1 and 3 of 30). A server-side receive queue of 0 (unbounded) alone did not "
+              "help. The server now starts Python kernels with `zeroplanner.voila_config.kernel` (ipykernel with an "
+              "IOPub queue of 10,000 messages, set before the socket binds) and gives its own kernel sockets the "
+              "same receive queue (`zeroplanner/voila_config/limits.py`); `tests/test_kernel_queue.py` shows a "
+              "stock kernel delivering 1994 of 5000 messages to a reader that falls behind and the planner's kernel "
+              "all 5000. With that change a forced run delivered every message to every page. ipykernel 7.4.0 lost "
+              "replies more often than 6.29.5 (4 of 22 fallback pages vs 1 of 87), so the app extra and binder "
+              "still pin ipykernel 6.29.5 (`pyproject.toml`).",
+              "- One page in 120 received the whole widget state on the control comm, closed it, and then never "
+              "drew its output (13:25 UTC, before the queue change); its later messages may have been lost the same "
+              "way, not verified. Lengthening the widget manager's 4 s timer from the template, so that every page "
+              "takes that path, made this common (5/30 and 3/30 correct, ipykernel 7.4.0, stock kernel queue), so "
+              "the template leaves the timer alone.",
               "- Runs with other CPU-heavy jobs on the same 2 cores take longer (sessions 311-364 s instead of "
               "133-170 s); the CPU row in the results table says how much other jobs took during a run.",
               ]
@@ -560,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--session-timeout-seconds", type=int, default=300,
                         help="longest wait for one page to load or update, 10..1800 (default 300)")
     parser.add_argument("--deadline-seconds", type=int, default=1200, help="whole run bound (60..3600)")
+    parser.add_argument("--force-widget-fallback", action="store_true",
+                        help="stress case: every page loads its widgets one by one (ipywidgets' fallback path)")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "reliability.md")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw figures as JSON here")
     parser.add_argument("--render-only", type=Path, default=None, metavar="JSON",
@@ -597,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_model": cpu_model(), "load_before": load_avg(), "mem_total_gib": psutil.virtual_memory().total / GIB,
         "versions": versions(), "chromium": chromium_version(), "peak": None, "after": None,
         "extra_status": None, "extra_full_page": False, "cull_seconds": float("nan"), "sessions": [],
-        "sessions_wall_seconds": float("nan"),
+        "sessions_wall_seconds": float("nan"), "force_widget_fallback": bool(args.force_widget_fallback),
     }
     log_dir = ROOT / "artifacts"
     log_dir.mkdir(exist_ok=True)
@@ -613,7 +638,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         cpu0 = cpu_split()
         loop = asyncio.new_event_loop()
-        results, browser, pw = loop.run_until_complete(run_sessions(url, n, timeout_ms, expected))
+        results, browser, pw = loop.run_until_complete(run_sessions(url, n, timeout_ms, expected,
+                                                                    args.force_widget_fallback))
         report["sessions_wall_seconds"] = time.monotonic() - t0
         cpu1 = cpu_split()
         report["other_cpu_seconds"] = max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1]))
