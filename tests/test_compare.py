@@ -41,8 +41,11 @@ def test_side_by_side_numbers_are_each_plans():
 def test_panel_pins_and_updates():
     panel = ComparePanel(build_scenario())
     assert panel.body.layout.display == "none"
+    # charts are built at the first pin, visible (a bqplot figure drawn hidden logs negative-size errors)
+    assert panel.memory_chart is None and panel.time_chart is None and panel.body.children == ()
     panel.pin()
     assert panel.body.layout.display == "" and not panel.unpin_button.disabled
+    assert panel.memory_chart in panel.body.children[0].children
     assert "no differences" in panel.inputs.value
     panel.update(build_scenario(nodes=2))
     assert "nodes" in panel.inputs.value and "train_batch_size" in panel.config.value

@@ -138,7 +138,8 @@ _CSS = """<style>
 class ComparePanel(w.VBox):
     """Pinned vs current, side by side. ``pin()`` pins the current scenario (or a given one); ``update(scenario)``
     sets the current one. ``table``, ``inputs``, ``config`` (HTML) and ``memory_chart`` / ``time_chart`` (bqplot,
-    two stacked bars each) show them; before anything is pinned the panel says how to start."""
+    two stacked bars each; None until the first pin) show them; before anything is pinned the panel says how to
+    start."""
 
     def __init__(self, current: Scenario | None = None) -> None:
         self.pinned: Side | None = None
@@ -154,10 +155,13 @@ class ComparePanel(w.VBox):
         self.table = w.HTML()
         self.inputs = w.HTML()
         self.config = w.HTML()
-        self.memory_chart = self._chart("Memory per GPU (GiB)", [n for _, n in MEMORY_TERMS], TERM_COLORS, "GiB")
-        self.time_chart = self._chart("Step time (s)", [n for _, n in TIME_PARTS], TIME_COLORS, "s")
-        charts = w.HBox([self.memory_chart, self.time_chart])
-        self.body = w.VBox([charts, self.table, self.inputs, self.config])
+        # the two charts are built at the first pin, when the body is shown: a bqplot figure drawn inside a hidden
+        # (zero-size) box logs "<rect> attribute height: A negative value" errors in the browser console (12 per
+        # page load, seen in every benchmarks/load_voila.py run), and unbuilt charts are ~20 fewer widget models
+        # for the page to load
+        self.memory_chart: bq.Figure | None = None
+        self.time_chart: bq.Figure | None = None
+        self.body = w.VBox([])
         self.body.layout.display = "none"
         super().__init__([w.HTML(_CSS), w.HBox([self.pin_button, self.unpin_button, self.status]), self.body])
         self.add_class("zp-compare-panel")
@@ -205,6 +209,10 @@ class ComparePanel(w.VBox):
                                  "compare.</span>")
             return
         self.body.layout.display = ""
+        if self.memory_chart is None:  # first pin: build the charts now that the body is visible
+            self.memory_chart = self._chart("Memory per GPU (GiB)", [n for _, n in MEMORY_TERMS], TERM_COLORS, "GiB")
+            self.time_chart = self._chart("Step time (s)", [n for _, n in TIME_PARTS], TIME_COLORS, "s")
+            self.body.children = [w.HBox([self.memory_chart, self.time_chart]), self.table, self.inputs, self.config]
         self.status.value = f"<span class='zp-muted'>Pinned: {html.escape(self.pinned.label)}</span>"
         a, b = self.pinned, self.current
         for fig, values in ((self.memory_chart, (a.memory_gib, b.memory_gib)),
