@@ -11,6 +11,8 @@ server uses them (``KernelManager.transport = "ipc"``; loopback TCP's larger, au
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 pytest.importorskip("ipykernel")
@@ -74,9 +76,11 @@ def _delivered(km: KernelManager) -> tuple[int, list[str]]:
 
 
 def test_planner_kernel_command_line():
-    cmd = ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f", "/tmp/k.json"]
-    assert with_planner_kernel(cmd) == ["/usr/bin/python3", "-m", KERNEL_MODULE, "-f", "/tmp/k.json"]
+    cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "/tmp/k.json"]
+    assert with_planner_kernel(cmd) == [sys.executable, "-m", KERNEL_MODULE, "-f", "/tmp/k.json"]
     assert cmd[2] == "ipykernel_launcher"  # input unchanged
+    elsewhere = ["/opt/other-env/bin/python", "-m", "ipykernel_launcher", "-f", "/tmp/k.json"]
+    assert with_planner_kernel(elsewhere) == elsewhere  # another environment may not have zeroplanner
     other = ["/opt/julia", "-i", "--", "ipykernel_launcher", "{connection_file}"]
     assert with_planner_kernel(other) == other  # only "-m ipykernel_launcher" is rewritten
     assert BURST < IOPUB_HWM_MESSAGES

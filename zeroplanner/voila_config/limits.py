@@ -29,6 +29,8 @@ import asyncio
 import ctypes
 import ctypes.util
 import gc
+import os
+import sys
 from typing import Any
 
 import zmq
@@ -83,8 +85,9 @@ class ZeroplannerServerKernelManager(ServerKernelManager):
     """jupyter_server's per-kernel manager, starting Python kernels with :mod:`zeroplanner.voila_config.kernel`
     (ipykernel with a deeper IOPub queue) instead of ``ipykernel_launcher``.
 
-    Only a kernel command of the form ``PYTHON -m ipykernel_launcher ARGS...`` (ipykernel's own kernelspec) is
-    changed, to ``PYTHON -m zeroplanner.voila_config.kernel ARGS...``; any other kernelspec starts as written.
+    Only a kernel command of the form ``PYTHON -m ipykernel_launcher ARGS...`` (ipykernel's own kernelspec) with the
+    server's own Python is changed, to ``PYTHON -m zeroplanner.voila_config.kernel ARGS...``; any other kernelspec
+    starts as written.
     """
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
@@ -92,9 +95,12 @@ class ZeroplannerServerKernelManager(ServerKernelManager):
 
 
 def with_planner_kernel(cmd: list[str]) -> list[str]:
-    """``cmd`` with ``-m ipykernel_launcher`` replaced by ``-m`` :data:`KERNEL_MODULE` (a new list; ``cmd``
-    unchanged when it does not run ``ipykernel_launcher`` as its module)."""
+    """``cmd`` with ``-m ipykernel_launcher`` replaced by ``-m`` :data:`KERNEL_MODULE` (a new list). ``cmd`` is
+    returned unchanged when it does not run ``ipykernel_launcher`` as its module, or runs it with another Python
+    than the server's own (``sys.executable``; another environment may not have zeroplanner installed)."""
     out = list(cmd)
+    if not out or os.path.realpath(out[0]) != os.path.realpath(sys.executable):
+        return out
     for i in range(1, len(out) - 1):
         if out[i] == "-m" and out[i + 1] == "ipykernel_launcher":
             out[i + 1] = KERNEL_MODULE
