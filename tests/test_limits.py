@@ -184,3 +184,43 @@ def test_app_serves_the_full_page_over_the_cap_and_recovers_after_culling(tmp_pa
         text = log.read_text(errors="replace")
         assert re.search(r"Culling 'idle' kernel", text), text[-2000:]
         assert "Traceback" not in text, text[-3000:]
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(240)
+def test_closing_or_reloading_the_page_shuts_its_kernel_down(tmp_path):
+    """The page's unload beacon (POST /voila/api/shutdown/<id>, no XSRF header) reaches Voila's handler: the kernel
+    is shut down at once, not left to the culler (voila-dashboards/voila#1458: jupyter_server answered 403)."""
+    playwright_sync = pytest.importorskip("playwright.sync_api")
+    from .browserkit import CHROMIUM, CHROMIUM_ARGS
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    log = tmp_path / "server.log"
+    with serve_app(["--max-kernels", "4"], log_path=log, timeout=90.0) as server:
+        with playwright_sync.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page()
+                kernel_ids: list[str] = []
+                page.on("websocket", lambda ws: kernel_ids.extend(re.findall(r"/api/kernels/([0-9a-f-]{36})/", ws.url)))
+                page.goto(server.url, timeout=120_000)
+                page.wait_for_selector(".zp-config textarea", timeout=120_000)
+                assert kernel_ids, "the page opened no kernel websocket"
+                page.reload(timeout=120_000)  # a reload unloads the first page: its kernel must go
+                page.wait_for_selector(".zp-config textarea", timeout=120_000)
+                deadline = time.monotonic() + 30
+                while f"Kernel shutdown: {kernel_ids[0]}" not in log.read_text() and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                text = log.read_text()
+                assert f"Kernel shutdown: {kernel_ids[0]}" in text, text[-3000:]
+                assert "_xsrf" not in text, text[-3000:]
+                # another site's page cannot shut a visitor's kernel down: the Origin check still applies
+                forged = urllib.request.Request(f"{server.url}voila/api/shutdown/{kernel_ids[-1]}", data=b"",
+                                                method="POST", headers={"Origin": "http://evil.example"})
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    urllib.request.urlopen(forged, timeout=30)
+                assert refused.value.code == 404
+                assert f"Kernel shutdown: {kernel_ids[-1]}" not in log.read_text()
+            finally:
+                browser.close()

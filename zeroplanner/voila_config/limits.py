@@ -38,6 +38,7 @@ from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelMana
 from tornado import web
 from traitlets import Float, Int, default
 from voila.app import Voila
+from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.tornado.handler import TornadoVoilaHandler
 
 from . import DEFAULT_MAX_KERNELS, IOPUB_HWM_MESSAGES, KERNEL_MODULE
@@ -231,20 +232,38 @@ class CappedVoilaHandler(TornadoVoilaHandler):
         super().write_error(status_code, **kwargs)
 
 
+class BeaconShutdownKernelHandler(VoilaShutdownKernelHandler):
+    """Voilà's "shut my kernel down" endpoint (``POST /voila/api/shutdown/<kernel_id>``), accepting the page's
+    request without an XSRF token; the request's ``Origin`` must still be this server.
+
+    The page sends that request with ``navigator.sendBeacon`` when it is closed or reloaded (voila-dashboards/voila
+    #972), which cannot add jupyter_server's ``X-XSRFToken`` header, so jupyter_server answered ``403 '_xsrf'
+    argument missing from POST`` (voila-dashboards/voila#1458, open) and every closed or reloaded page left its
+    kernel running until the culler took it (600 s), counted against ``max_kernels`` meanwhile. Cross-site requests
+    stay refused by jupyter_server's origin check (HTTP 404), and a kernel id is a random UUID the page was given.
+    """
+
+    def check_xsrf_cookie(self) -> None:
+        if not self.check_origin():
+            raise web.HTTPError(404)
+
+
 class ZeroplannerVoila(Voila):
-    """Voilà serving the page with :class:`CappedVoilaHandler` (everything else unchanged)."""
+    """Voilà serving the page with :class:`CappedVoilaHandler` and the kernel-shutdown endpoint with
+    :class:`BeaconShutdownKernelHandler` (everything else unchanged)."""
 
     def init_handlers(self) -> list:
+        replace = {TornadoVoilaHandler: CappedVoilaHandler, VoilaShutdownKernelHandler: BeaconShutdownKernelHandler}
         handlers = []
         for spec in super().init_handlers():
-            if isinstance(spec, tuple) and len(spec) >= 2 and spec[1] is TornadoVoilaHandler:
-                spec = (spec[0], CappedVoilaHandler, *spec[2:])
+            if isinstance(spec, tuple) and len(spec) >= 2 and spec[1] in replace:
+                spec = (spec[0], replace[spec[1]], *spec[2:])
             handlers.append(spec)
         return handlers
 
 
 __all__ = [
-    "CappedVoilaHandler", "KernelLimitReached", "RETRY_AFTER_SECONDS", "SERVER_KERNEL_MANAGER_CLASS",
-    "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila", "full_page_html",
-    "ready_preheated_kernel", "release_freed_memory", "with_planner_kernel",
+    "BeaconShutdownKernelHandler", "CappedVoilaHandler", "KernelLimitReached", "RETRY_AFTER_SECONDS",
+    "SERVER_KERNEL_MANAGER_CLASS", "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila",
+    "full_page_html", "ready_preheated_kernel", "release_freed_memory", "with_planner_kernel",
 ]
