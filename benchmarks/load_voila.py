@@ -492,12 +492,30 @@ def write_report(path: Path, r: dict) -> None:
         lines += ["", "Distinct `console.error` texts seen (none is a page error or a widget that failed to load; "
                   "those fail the session):", ""]
         lines += [f"- `{t}`" for t in samples[:8]]
+    if tti and kern and peak and before:
+        per_session_gib = (peak["total"] - before["total"]) / r["n"] / GIB
+        lines += ["", "## For a workshop: what this run means", "",
+                  f"- Pages: with {r['n']} people opening the page in the same second on this "
+                  f"{r['cpu_count']}-core machine, each waited {statistics.median(tti):.0f} s (median; "
+                  f"{max(tti):.0f} s at most) before the planner answered; the {r['n']} pages, kernels and the "
+                  "server share the cores, so a bigger machine or people arriving a few at a time shortens "
+                  "that. After loading, a control change took "
+                  + (f"{statistics.median(chg):.1f} s (median)." if chg else "no measured time."),
+                  f"- Memory: plan about {per_session_gib:.2f} GiB per simultaneous visitor plus "
+                  f"{before['total'] / GIB:.2f} GiB at rest (the server and its pre-heated kernel).",
+                  "- Settings: `zeroplanner app --max-kernels N` with N at least the head count plus a few for "
+                  "late or reloading visitors (a closed or reloaded page shuts its kernel down at once; a killed "
+                  "tab or a sleeping laptop holds its kernel until the culler takes it after the 600 s idle "
+                  "timeout). Over N, a visitor gets the \"planner is full\" page and retries by itself.",
+                  "- The 5- and 15-minute load averages above include earlier jobs on the machine; the CPU row of "
+                  "the results table is what other jobs took during this run."]
     lines += ["", "## What earlier runs of this script found (and the settings it changed)", "",
               "- nbclient's default `iopub_timeout` of 4 s: with 10 pages opened at once, Voila logged \"Timeout "
               "waiting for IOPub output\" and dropped the cell's output, so 8 of 10 pages showed the title but no "
-              "app. 60 s still lost the app on 1 of 30 pages (2026-11-29 15:05 UTC, every page in the per-widget "
-              "path). Now `VoilaExecutor.iopub_timeout = 300` (`zeroplanner/voila_config/__init__.py`); the wait "
-              "ends when the kernel goes idle, so it costs nothing when the server keeps up.",
+              "app. 60 s still lost the app on 1 of 30 pages (run started 2026-11-29 14:58 UTC, every page "
+              "in the per-widget path). Now `VoilaExecutor.iopub_timeout = 300` "
+              "(`zeroplanner/voila_config/__init__.py`); the wait ends when the kernel goes idle, so it costs "
+              "nothing when the server keeps up.",
               "- Kernels on TCP: 30 kernels starting at once raced for free ports (`ZMQError: Address already in "
               "use` in a kernel's heartbeat thread). Now kernels use Unix sockets (`KernelManager.transport = "
               "ipc`).",
@@ -513,7 +531,8 @@ def write_report(path: Path, r: dict) -> None:
               "- Pages stuck at \"Loading widget...\" (1 to 5 of 30 in some runs). The widget manager "
               "(jupyterlab_widgets 3.0.x) waits only 4 s for the kernel's answer on the widget control comm, then "
               "asks for each of the page's 362 widget states separately (jupyter-widgets/ipywidgets#3633); under "
-              "this load the 4 s timer fires on most pages. The kernel answers those requests with about 1,100 "
+              "this load the 4 s timer fired on 17-24 of 30 pages (5-19 of 30 after the changes below). The "
+              "kernel answers those requests with about 1,100 "
               "IOPub messages in a second or two. A ZeroMQ PUB socket queues at most 1000 messages per subscriber "
               "(ZMQ_SNDHWM) and silently drops the rest; on a loaded server the kernel's queue filled, the tail of "
               "the burst was dropped, and the page waited for it forever. Measured: a stuck page's kernel logged "
@@ -526,14 +545,16 @@ def write_report(path: Path, r: dict) -> None:
               "IOPub queue of 10,000 messages, set before the socket binds) and gives its own kernel sockets the "
               "same receive queue (`zeroplanner/voila_config/limits.py`); `tests/test_kernel_queue.py` shows a "
               "stock kernel delivering 1994 of 5000 messages to a reader that falls behind and the planner's kernel "
-              "all 5000. With that change a forced run delivered every message to every page (2026-11-29 15:06 UTC: "
+              "all 5000. With that change a forced run delivered every message to every page (run started "
+              "2026-11-29 15:06 UTC: "
               "30/30 correct, 1115-1119 IOPub messages per page at the server). ipykernel 7.4.0 lost "
               "replies more often than 6.29.5 (4 of 22 fallback pages vs 1 of 87), so the app extra and binder "
               "still pin ipykernel 6.29.5 (`pyproject.toml`).",
               "- One page in 120 received the whole widget state on the control comm, closed it, and then never "
               "drew its output (13:25 UTC, before the queue change); its later messages may have been lost the same "
               "way, not verified. Lengthening the widget manager's 4 s timer from the template, so that every page "
-              "takes that path, made this common (5/30 and 3/30 correct, ipykernel 7.4.0, stock kernel queue), so "
+              "takes that path, made this common (only 5 and 3 of 30 pages correct; ipykernel 7.4.0, stock kernel "
+              "queue), so "
               "the template leaves the timer alone.",
               "- Runs with other CPU-heavy jobs on the same 2 cores take longer (sessions 311-364 s instead of "
               "133-170 s); the CPU row in the results table says how much other jobs took during a run.",
