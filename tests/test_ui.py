@@ -97,6 +97,9 @@ def test_opening_page_shows_the_default_scenario():
     app = PlannerApp()
     assert_shows(app, build_scenario())
     assert app.recomputes == 1
+    # the charts' "Recommended" column is the tuned pick, the others the controls' settings (a new user read a
+    # faster Recommended than its own stage's column as a contradiction)
+    assert "<i>Recommended</i> is the planner's pick" in app.timing.value
 
 
 # (control key, value, build_scenario keywords of the expected scenario, keywords set before the change)

@@ -286,7 +286,10 @@ class PlannerApp(w.VBox):
         self._update_details()
         self.last_recompute_seconds = time.perf_counter() - started
         self.timing.value = (f"<span class='zp-muted'>Planned {len(view.memory.labels)} ZeRO variants in "
-                             f"{1e3 * self.last_recompute_seconds:.0f} ms.</span>")
+                             f"{1e3 * self.last_recompute_seconds:.0f} ms. Columns: <i>Recommended</i> is the "
+                             "planner's pick, which may also change micro-batch, activation checkpointing, "
+                             "overlap_comm or ZeRO++; every other column is one ZeRO stage with the settings as "
+                             "the controls give them.</span>")
 
     # -- rendering ------------------------------------------------------------------------------------------
     def _update_details(self) -> None:
