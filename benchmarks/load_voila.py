@@ -531,7 +531,7 @@ def write_report(path: Path, r: dict) -> None:
               "- Pages stuck at \"Loading widget...\" (1 to 5 of 30 in some runs). The widget manager "
               "(jupyterlab_widgets 3.0.x) waits only 4 s for the kernel's answer on the widget control comm, then "
               "asks for each of the page's 362 widget states separately (jupyter-widgets/ipywidgets#3633); under "
-              "this load the 4 s timer fired on 17-24 of 30 pages (5-19 of 30 after the changes below). The "
+              "this load the 4 s timer fired on 17-24 of 30 pages (5-28 of 30 after the changes below). The "
               "kernel answers those requests with about 1,100 "
               "IOPub messages in a second or two. A ZeroMQ PUB socket queues at most 1000 messages per subscriber "
               "(ZMQ_SNDHWM) and silently drops the rest; on a loaded server the kernel's queue filled, the tail of "
