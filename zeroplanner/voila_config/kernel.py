@@ -6,11 +6,12 @@ subscriber instead of ZeroMQ's default 1000 (``ZMQ_SNDHWM``). A PUB socket whose
 DROPS further messages to it without an error (ZeroMQ guide, "Pub-Sub Message Envelopes"/high-water marks;
 ``zmq_setsockopt(3)``, ZMQ_SNDHWM). The planner's page can ask for every widget's state at once (ipywidgets'
 per-widget fallback, jupyter-widgets/ipywidgets#3633): 362 requests, answered by about 1,100 IOPub messages within
-a second or two. On a loaded server (30 visitors on 2 cores, ``benchmarks/load_voila.py``) the kernel's queue
-reached 1000 before the messages left the process, the rest were dropped, and the page waited for them forever
-("Loading widget..."): the server's websocket handler received 999-1042 of the kernel's 1098 IOPub messages on
-those pages (measured with a counting websocket connection class), while the kernel's debug log showed it had
-received and answered every request.
+a second or two. On a loaded server (30 visitors on 2 cores, ``benchmarks/load_voila.py``) the tail of that burst
+never reached the server and the page waited for it forever ("Loading widget..."): the server's websocket handler
+received 999-1042 of the kernel's 1098 IOPub messages on those pages (measured with a counting websocket connection
+class), while a stuck page's kernel logged (debug log) every request as received. A deeper receive queue on the
+server alone did not change that; this deeper send queue in the kernel did (every message of a forced
+per-widget-fallback run with 30 visitors arrived; ``docs/reliability.md``).
 
 The high-water mark must be set before the socket binds: ZeroMQ copies a bound socket's options into each
 accepted connection when the listener is created (``zmq_setsockopt(3)``: "Changes ... only take effect for
