@@ -33,7 +33,7 @@ from zeroplanner.voila_config.limits import (  # noqa: E402
     full_page_html,
 )
 
-from .browserkit import serve_app  # noqa: E402
+from .browserkit import CHROMIUM, CHROMIUM_ARGS, serve_app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,8 +192,6 @@ def test_closing_or_reloading_the_page_shuts_its_kernel_down(tmp_path):
     """The page's unload beacon (POST /voila/api/shutdown/<id>, no XSRF header) reaches Voila's handler: the kernel
     is shut down at once, not left to the culler (voila-dashboards/voila#1458: jupyter_server answered 403)."""
     playwright_sync = pytest.importorskip("playwright.sync_api")
-    from .browserkit import CHROMIUM, CHROMIUM_ARGS
-
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")
     log = tmp_path / "server.log"

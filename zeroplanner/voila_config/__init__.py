@@ -62,9 +62,8 @@ of the server's receive queues from kernels (:class:`~zeroplanner.voila_config.l
 instead of ZeroMQ's default 1000. A PUB socket drops messages to a subscriber whose queue is full. The page's
 largest burst, measured with ``benchmarks/load_voila.py``: 1,098 IOPub messages when ipywidgets falls back to asking
 for each of the page's widgets (busy, update, idle per widget; 362 widgets then, 337 since the compare charts are
-built at the first pin). At the default 1000, 30-visitor runs with every
-page on that path lost the burst's tail on 1-3 pages in 3 of 4 runs (the server received 999-1042 of 1098 messages),
-and those pages never drew. 10,000 is 9x the burst; unlike 0 (no limit) it still bounds what a kernel that floods
+built at the first pin). At the default 1000, 30-visitor runs with every page on that path lost the burst's tail on
+1-3 pages in 3 of 4 runs (the server received 999-1042 of 1098 messages), and those pages never drew. 10,000 is 9x the burst; unlike 0 (no limit) it still bounds what a kernel that floods
 output can queue."""
 
 KERNEL_MODULE = "zeroplanner.voila_config.kernel"
