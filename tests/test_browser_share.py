@@ -22,7 +22,7 @@ from zeroplanner.costmodel import estimate  # noqa: E402
 from zeroplanner.explain import fmt_bytes_text  # noqa: E402
 from zeroplanner.scenarios import build_scenario  # noqa: E402
 from zeroplanner.ui.tutorial import with_zero  # noqa: E402
-from zeroplanner.voila_config import voila_argv, voila_env  # noqa: E402
+from zeroplanner.server import voila_argv, voila_env  # noqa: E402
 
 from .browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, png_stats, serve_app  # noqa: E402
 from .test_browser import set_slider  # noqa: E402

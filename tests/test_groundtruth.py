@@ -1,10 +1,10 @@
 """Ground truth: the cost model against the real DeepSpeed 0.19.8 engine on CPU ranks (gloo).
 
-Each rank count is ONE launch of ``zeroplanner/_engine_worker.py`` that runs every configuration of
+Each rank count is ONE launch of ``zeroplanner/calibrate/_worker.py`` that runs every configuration of
 ``calibrate.VALIDATION_CONFIGS`` one after another (fresh model and engine each), so the launcher and import
 start-up is paid once per rank count. The tiny model is ``calibrate.tiny_hf_config(llama-2-7b)`` (LlamaForCausalLM,
 hidden 64, 32 layers, 4 heads, vocabulary 500: Ψ = 1,649,216); stage 3 releases every parameter after use
-(``calibrate.validation_scenario``). What is measured (zeroplanner/calibrate.py, measured_terms / measured_comms):
+(``calibrate.validation_scenario``). What is measured (zeroplanner/calibrate/__init__.py, measured_terms / measured_comms):
 
 - model states per rank: a census of live tensor storages (deduplicated by data_ptr) in the optimizer step;
 - message bytes per collective in the last of 3 steps from DeepSpeed's comms logger.

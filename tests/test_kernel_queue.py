@@ -1,4 +1,4 @@
-"""The planner server's kernel (zeroplanner.voila_config.kernel) does not drop IOPub messages in a burst that a
+"""The planner server's kernel (zeroplanner.server.kernel) does not drop IOPub messages in a burst that a
 stock ipykernel drops.
 
 Why it matters: on a loaded 30-visitor server (benchmarks/load_voila.py) pages that asked for each of their 362
@@ -20,8 +20,8 @@ pytest.importorskip("voila")
 
 from jupyter_client import KernelManager  # noqa: E402
 
-from zeroplanner.voila_config import IOPUB_HWM_MESSAGES, KERNEL_MODULE  # noqa: E402
-from zeroplanner.voila_config.limits import with_planner_kernel  # noqa: E402
+from zeroplanner.server import IOPUB_HWM_MESSAGES, KERNEL_MODULE  # noqa: E402
+from zeroplanner.server.voila_app import with_planner_kernel  # noqa: E402
 
 BURST = 5000
 """Comm messages the kernel sends while the client does not read: more than a stock kernel can queue (about 1000
@@ -100,7 +100,7 @@ def test_planner_kernel_keeps_a_burst_a_stock_kernel_drops():
 def test_server_starts_planner_kernels_with_deep_receive_queues():
     import zmq
 
-    from zeroplanner.voila_config.limits import (
+    from zeroplanner.server.voila_app import (
         SERVER_KERNEL_MANAGER_CLASS,
         ZeroplannerKernelManager,
         ZeroplannerServerKernelManager,

@@ -1,4 +1,4 @@
-"""The kernel cap of the planner's Voilà server (zeroplanner.voila_config.limits): the kernel manager counts
+"""The kernel cap of the planner's Voilà server (zeroplanner.server.voila_app): the kernel manager counts
 concurrent starts, refuses a visitor over the cap with HTTP 503, lets a pre-heated refill wait for a free slot, and
 ``zeroplanner app`` answers the friendly "planner is full" page, then serves again once the culler frees a kernel.
 """
@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("voila")
 
 from zeroplanner import cli_app  # noqa: E402
-from zeroplanner.voila_config import (  # noqa: E402
+from zeroplanner.server import (  # noqa: E402
     BINDER_MAX_KERNELS,
     CULL_SETTINGS,
     DEFAULT_MAX_KERNELS,
@@ -27,7 +27,7 @@ from zeroplanner.voila_config import (  # noqa: E402
     KERNEL_MANAGER_CLASS,
     voila_argv,
 )
-from zeroplanner.voila_config.limits import (  # noqa: E402
+from zeroplanner.server.voila_app import (  # noqa: E402
     KernelLimitReached,
     ZeroplannerKernelManager,
     full_page_html,

@@ -13,7 +13,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 from zeroplanner import cli_app  # noqa: E402
-from zeroplanner.voila_config import (  # noqa: E402
+from zeroplanner.server import (  # noqa: E402
     CULL_SETTINGS,
     PLANNER_NOTEBOOK_CELLS,
     SHARE_DIR,

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from zeroplanner import probe  # noqa: E402
+import zeroplanner.probe.hardware  # noqa: E402,F401  (probe.hardware._uuid_key)
 from zeroplanner.probe import (  # noqa: E402
     benchmark_collectives,
     benchmark_host_transfer,
@@ -54,7 +55,7 @@ def _core():
 # ------------------------------------------------------------------------------------------------------------
 def test_probe_modules_import_without_torch():
     code = (
-        "import sys; import zeroplanner.probe, zeroplanner.cli_probe, zeroplanner._probe_worker; "
+        "import sys; import zeroplanner.probe, zeroplanner.cli_probe, zeroplanner.probe._worker; "
         "bad = [m for m in ('torch', 'ipywidgets', 'bqplot') if m in sys.modules]; print(bad); "
         "sys.exit(1 if bad else 0)"
     )
@@ -499,7 +500,7 @@ def test_cluster_from_probe_names_a_bad_field():
 # ------------------------------------------------------------------------------------------------------------
 def test_fit_efficiency_recovers_the_mfu_that_produced_the_times():
     estimate, default_scenario, replace = _core()
-    from zeroplanner.probe import fit_efficiency
+    from zeroplanner.calibrate.fits import fit_efficiency
 
     base = default_scenario()
     runs = []
@@ -519,7 +520,7 @@ def test_fit_efficiency_recovers_the_mfu_that_produced_the_times():
 
 def test_fit_efficiency_reports_an_impossible_measurement():
     estimate, default_scenario, replace = _core()
-    from zeroplanner.probe import fit_efficiency
+    from zeroplanner.calibrate.fits import fit_efficiency
 
     s = default_scenario()
     floor = estimate(replace(s, assumptions=replace(s.assumptions, mfu=1.0))).step_seconds
@@ -551,7 +552,7 @@ def _calibration(device: str, ranks: int):
 @pytest.mark.engine
 def test_fit_from_a_real_calibration_run():
     estimate, _default_scenario, _replace = _core()
-    from zeroplanner.probe import fit_from_calibration
+    from zeroplanner.calibrate.fits import fit_from_calibration
     from zeroplanner.specs import Scenario
 
     report = _calibration("cpu", 1)  # DeepSpeed on one CPU rank: about 25 s here
@@ -589,7 +590,7 @@ def test_gpu_inventory_matches_device_properties():
         assert g["total_memory_bytes"] == props.total_memory
         assert g["compute_capability"] == f"{props.major}.{props.minor}"
         assert g["multi_processor_count"] == props.multi_processor_count
-        assert g["uuid"] == probe._uuid_key(props.uuid) and len(g["uuid"]) == 36
+        assert g["uuid"] == probe.hardware._uuid_key(props.uuid) and len(g["uuid"]) == 36
         assert 0 < g["free_memory_bytes"] <= g["total_memory_bytes"]
     n = result["gpu_count"]
     assert len(result["peer_access"]) == n and all(result["peer_access"][i][i] for i in range(n))
@@ -631,7 +632,7 @@ def test_gpu_host_transfer_and_collectives():
 @pytest.mark.gpu
 @needs_cuda
 def test_gpu_calibration_peak_memory_next_to_the_prediction(capsys):
-    from zeroplanner.probe import fit_from_calibration
+    from zeroplanner.calibrate.fits import fit_from_calibration
 
     report = _calibration("cuda", min(2, torch.cuda.device_count()))
     result = fit_from_calibration([report])

@@ -3,7 +3,7 @@
 Run by :func:`zeroplanner.probe.benchmark_collectives` on the local ranks, or by hand across nodes::
 
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
-        -m zeroplanner._probe_worker --out collectives.json
+        -m zeroplanner.probe._worker --out collectives.json
 
 Each rank times all-reduce, all-gather and reduce-scatter over a range of message sizes; rank 0 writes one JSON
 object. Sizes and bandwidths follow nccl-tests (``doc/PERFORMANCE.md``; docs/references.md section 6):
@@ -127,7 +127,7 @@ def measure(
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m zeroplanner._probe_worker", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m zeroplanner.probe._worker", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="JSON file rank 0 writes")
     p.add_argument("--backend", choices=("nccl", "gloo", "auto"), default="auto")
     p.add_argument("--message-bytes", default="1048576,4194304,16777216,67108864,268435456",

@@ -43,7 +43,7 @@ from voila.tornado.handler import TornadoVoilaHandler
 
 from . import DEFAULT_MAX_KERNELS, IOPUB_HWM_MESSAGES, KERNEL_MODULE
 
-SERVER_KERNEL_MANAGER_CLASS = "zeroplanner.voila_config.limits.ZeroplannerServerKernelManager"
+SERVER_KERNEL_MANAGER_CLASS = "zeroplanner.server.voila_app.ZeroplannerServerKernelManager"
 
 RETRY_AFTER_SECONDS = 30
 """``Retry-After`` of the full page, and its automatic reload interval, seconds."""
@@ -83,11 +83,11 @@ def full_page_html(max_kernels: int, retry_after_seconds: int = RETRY_AFTER_SECO
 
 
 class ZeroplannerServerKernelManager(ServerKernelManager):
-    """jupyter_server's per-kernel manager, starting Python kernels with :mod:`zeroplanner.voila_config.kernel`
+    """jupyter_server's per-kernel manager, starting Python kernels with :mod:`zeroplanner.server.kernel`
     (ipykernel with a deeper IOPub queue) instead of ``ipykernel_launcher``.
 
     Only a kernel command of the form ``PYTHON -m ipykernel_launcher ARGS...`` (ipykernel's own kernelspec) with the
-    server's own Python is changed, to ``PYTHON -m zeroplanner.voila_config.kernel ARGS...``; any other kernelspec
+    server's own Python is changed, to ``PYTHON -m zeroplanner.server.kernel ARGS...``; any other kernelspec
     starts as written.
     """
 

@@ -1,24 +1,20 @@
 """The planner server's Python kernel: ipykernel with a deeper IOPub send queue.
 
-``python -m zeroplanner.voila_config.kernel -f CONNECTION_FILE`` is ``python -m ipykernel_launcher -f ...`` except
-that the kernel's IOPub PUB socket queues up to :data:`~zeroplanner.voila_config.IOPUB_HWM_MESSAGES` messages per
+``python -m zeroplanner.server.kernel -f CONNECTION_FILE`` is ``python -m ipykernel_launcher -f ...`` except
+that the kernel's IOPub PUB socket queues up to :data:`~zeroplanner.server.IOPUB_HWM_MESSAGES` messages per
 subscriber instead of ZeroMQ's default 1000 (``ZMQ_SNDHWM``). A PUB socket whose queue to a subscriber is full
 DROPS further messages to it without an error (ZeroMQ guide, "Pub-Sub Message Envelopes"/high-water marks;
 ``zmq_setsockopt(3)``, ZMQ_SNDHWM). The planner's page can ask for every widget's state at once (ipywidgets'
-per-widget fallback, jupyter-widgets/ipywidgets#3633): 362 requests, answered by about 1,100 IOPub messages within
-a second or two. On a loaded server (30 visitors on 2 cores, ``benchmarks/load_voila.py``) the tail of that burst
-never reached the server and the page waited for it forever ("Loading widget..."): the server's websocket handler
-received 999-1042 of the kernel's 1098 IOPub messages on those pages (measured with a counting websocket connection
-class), while a stuck page's kernel logged (debug log) every request as received. A deeper receive queue on the
-server alone did not change that; this deeper send queue in the kernel did (every message of a forced
-per-widget-fallback run with 30 visitors arrived; ``docs/reliability.md``).
+per-widget fallback, jupyter-widgets/ipywidgets#3633) with a burst of about 1,100 IOPub messages;
+with ZeroMQ's default queue a loaded server lost the burst's tail and the page never drew. What was measured, and
+what did not help, is in ``docs/reliability.md`` ("What earlier runs of this script found").
 
 The high-water mark must be set before the socket binds: ZeroMQ copies a bound socket's options into each
 accepted connection when the listener is created (``zmq_setsockopt(3)``: "Changes ... only take effect for
 subsequent socket bind/connects"), so the kernel sets it as a context default just before ipykernel creates the
 IOPub socket (:meth:`ZeroplannerKernelApp.init_iopub`). Everything else is ipykernel's ``IPKernelApp``.
 
-Started by :class:`zeroplanner.voila_config.limits.ZeroplannerServerKernelManager` in place of
+Started by :class:`zeroplanner.server.voila_app.ZeroplannerServerKernelManager` in place of
 ``ipykernel_launcher``; imports ipykernel and pyzmq, never the planner's core.
 """
 

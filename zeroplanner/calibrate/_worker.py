@@ -2,7 +2,7 @@
 
 Not imported by the package; ``python -m`` / the ``deepspeed`` launcher run it as a script::
 
-    deepspeed --num_gpus N --no_local_rank zeroplanner/_engine_worker.py --plan plan.json --out DIR
+    deepspeed --num_gpus N --no_local_rank zeroplanner/calibrate/_worker.py --plan plan.json --out DIR
 
 ``plan.json`` holds ``{"device": "cpu"|"cuda", "runs": [run, ...]}``; each run is
 ``{"name", "hf_config": {...model_type...}, "ds_config": {...}, "steps", "micro_batch", "seq_len", "seed"}``.

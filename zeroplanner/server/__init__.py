@@ -12,7 +12,7 @@ pattern follows Voilà's deployment guide (voila-dashboards/voila, docs/deploy.m
 parameters").
 
 Kernel cap: at most :data:`DEFAULT_MAX_KERNELS` kernels; a visitor over it gets a "planner is full" page (HTTP 503)
-instead of a kernel (:mod:`zeroplanner.voila_config.limits`, which imports voila and is loaded only by the server).
+instead of a kernel (:mod:`zeroplanner.server.voila_app`, which imports voila and is loaded only by the server).
 The figures behind these settings (memory per kernel, 30 simultaneous visitors, culling) are in
 ``docs/reliability.md``, produced by ``benchmarks/load_voila.py``.
 """
@@ -39,12 +39,12 @@ connected for 10 minutes has nobody waiting for it, so it is culled too."""
 DEFAULT_MAX_KERNELS = 50
 """Most kernels at once (visitors' plus the pre-heated one) for ``zeroplanner app``: the issue's workshop size of
 30-50 people; each kernel holds about 0.1-0.2 GB (``docs/reliability.md``). Over it a visitor gets the "planner is
-full" page (:mod:`zeroplanner.voila_config.limits`). ``zeroplanner app --max-kernels N`` changes it."""
+full" page (:mod:`zeroplanner.server.voila_app`). ``zeroplanner app --max-kernels N`` changes it."""
 
 BINDER_MAX_KERNELS = 8
 """Kernel cap on mybinder.org, whose containers have 1-2 GB of memory and serve one person."""
 
-KERNEL_MANAGER_CLASS = "zeroplanner.voila_config.limits.ZeroplannerKernelManager"
+KERNEL_MANAGER_CLASS = "zeroplanner.server.voila_app.ZeroplannerKernelManager"
 """Kernel manager with the cap (``jupyter_server``'s ``AsyncMappingKernelManager`` subclass)."""
 
 IOPUB_TIMEOUT_SECONDS = 300
@@ -57,8 +57,8 @@ websockets). The wait ends as soon as the kernel reports idle, so a longer limit
 up; 300 s is the load test's own per-page limit."""
 
 IOPUB_HWM_MESSAGES = 10_000
-"""ZeroMQ high-water mark, in messages, of the kernel's IOPub send queue (:mod:`zeroplanner.voila_config.kernel`) and
-of the server's receive queues from kernels (:class:`~zeroplanner.voila_config.limits.ZeroplannerKernelManager`),
+"""ZeroMQ high-water mark, in messages, of the kernel's IOPub send queue (:mod:`zeroplanner.server.kernel`) and
+of the server's receive queues from kernels (:class:`~zeroplanner.server.voila_app.ZeroplannerKernelManager`),
 instead of ZeroMQ's default 1000. A PUB socket drops messages to a subscriber whose queue is full. The page's
 largest burst, measured with ``benchmarks/load_voila.py``: 1,098 IOPub messages when ipywidgets falls back to asking
 for each of the page's widgets (busy, update, idle per widget; 362 widgets then, 337 since the compare charts are
@@ -66,7 +66,7 @@ built at the first pin). At the default 1000, 30-visitor runs with every page on
 1-3 pages in 3 of 4 runs (the server received 999-1042 of 1098 messages), and those pages never drew. 10,000 is 9x the burst; unlike 0 (no limit) it still bounds what a kernel that floods
 output can queue."""
 
-KERNEL_MODULE = "zeroplanner.voila_config.kernel"
+KERNEL_MODULE = "zeroplanner.server.kernel"
 """Module the server runs instead of ``ipykernel_launcher`` for Python kernels (same command-line arguments)."""
 
 TEMPLATE = "zeroplanner"
@@ -93,7 +93,7 @@ use the offline-clean template and ignore a ``?template=`` argument (a visitor c
 installed template), and keep one pre-heated kernel (the notebook already executed) ready so a page
 opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``; Voilà
 does not cull its pooled kernels, ``voila_kernel_manager.py``), and cap the kernel count
-(:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.voila_config.limits`). Kernels talk to the server over Unix
+(:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.server.voila_app`). Kernels talk to the server over Unix
 sockets in Voilà's private connection folder (``KernelManager.transport = "ipc"``), not TCP ports on 127.0.0.1:
 no other local user can connect to a kernel, and 30 kernels starting at once cannot race for the same free port
 (with TCP, a 30-page run of ``benchmarks/load_voila.py`` logged ``ZMQError: Address already in use`` in a kernel's

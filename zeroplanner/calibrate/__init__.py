@@ -5,7 +5,7 @@ Two measurements, both on real code:
 1. :func:`run_calibration` launches DeepSpeed (``python -m deepspeed.launcher.runner --num_gpus N --no_local_rank``;
    gloo on CPU ranks, NCCL on CUDA) on a tiny HF model of the user's family (built from a config dict by
    ``transformers``, nothing downloaded) with the DeepSpeed config :func:`zeroplanner.dsconfig.to_deepspeed_config`
-   writes for the scenario, and measures on every rank (``zeroplanner/_engine_worker.py``):
+   writes for the scenario, and measures on every rank (``zeroplanner/calibrate/_worker.py``):
    live tensor storages by category, the comms logger's bytes per collective per step, forward/backward/step
    seconds and, on CUDA, ``torch.cuda.max_memory_allocated`` per phase. It then evaluates the cost model on the
    same tiny architecture and a cluster of ``ranks`` GPUs on one node and reports predicted vs measured per term.
@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .specs import Architecture, ClusterSpec, Scenario, replace
+from ..specs import Architecture, ClusterSpec, Scenario, replace
 
 __all__ = [
     "CalibrationError",
@@ -58,7 +58,7 @@ __all__ = [
 ENGINE_FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
 """HF families the harness can build tiny copies of (others are calibrated with a llama-shaped stand-in)."""
 
-WORKER = Path(__file__).with_name("_engine_worker.py")
+WORKER = Path(__file__).with_name("_worker.py")
 INSTALL_HINT = "calibration needs torch, deepspeed and transformers: pip install 'zeroplanner[deepspeed,hf]'"
 
 
@@ -165,7 +165,7 @@ def calibration_scenario(
 
     Returns (scenario, hf_config). Raises ``ValueError`` for ranks < 1 or an unsupported HF config.
     """
-    from .hfconfig import architecture_from_hf_config
+    from ..hfconfig import architecture_from_hf_config
 
     if ranks < 1:
         raise ValueError(f"ranks={ranks} must be >= 1")
@@ -200,7 +200,7 @@ def validation_scenario(name: str, ranks: int, *, release_all: bool = True) -> S
     2x). With DeepSpeed's defaults (scaled to the tiny model) up to ``stage3_max_live_parameters`` elements stay
     gathered from forward into backward; docs/validation.md shows that case separately.
     Raises ``ValueError`` for a malformed name."""
-    from .scenarios import build_scenario
+    from ..scenarios import build_scenario
 
     parts = name.split("_")
     if len(parts) not in (2, 3) or not parts[0].startswith("s") or parts[1] not in ("bf16", "fp16", "fp32"):
@@ -221,7 +221,7 @@ def engine_config(scenario: Scenario, device: Literal["cpu", "cuda"] = "cpu") ->
     JIT-compiles its FusedAdam CPU op; torch's AdamW keeps the same fp32 ``exp_avg``/``exp_avg_sq`` states).
     With ``offload_optimizer`` DeepSpeed's own ``DeepSpeedCPUAdam`` runs, as in production.
     """
-    from .dsconfig import to_deepspeed_config
+    from ..dsconfig import to_deepspeed_config
 
     cfg = to_deepspeed_config(scenario)
     cfg["comms_logger"] = {"enabled": True, "verbose": False, "prof_all": True, "debug": False}
@@ -248,7 +248,7 @@ def _free_port() -> int:
 
 
 def launch_worker(plan: dict[str, Any], ranks: int, out_dir: Path, timeout_seconds: float) -> dict[str, Any]:
-    """Run ``_engine_worker.py`` on ``ranks`` local ranks through DeepSpeed's launcher; returns per-run, per-rank
+    """Run ``calibrate/_worker.py`` on ``ranks`` local ranks through DeepSpeed's launcher; returns per-run, per-rank
     results ``{name: [rank0, rank1, ...]}``. Raises :class:`CalibrationError` on a timeout (the launcher's process
     group is killed), a failed launch, or a rank that wrote no result."""
     _require("torch", "deepspeed", "transformers")
@@ -427,7 +427,7 @@ def compare(name: str, scenario: Scenario, hf_config: dict[str, Any], per_rank: 
     """Evaluate the cost model on ``scenario`` (the tiny one the engine ran) and set it beside the measurements.
     ``activation_measurement``: a :func:`measure_activation_bytes` result for the same tiny model, compared with
     the activation term."""
-    from .costmodel import Candidates, evaluate, make_context
+    from ..costmodel import Candidates, evaluate, make_context
 
     v = evaluate(make_context(scenario), Candidates.from_scenario(scenario))
     pred = {k: float(v[k].reshape(-1)[0]) for k in ("parameters", "gradients", "optimizer_states", "buffers",
@@ -707,11 +707,11 @@ def predicted_activation_bytes(hf_config: dict[str, Any], *, seq_len: int, micro
                                checkpointing: Literal["none", "full"] = "none",
                                precision: Literal["bf16", "fp32"] = "bf16", flash_attention: bool = True) -> float:
     """The cost model's activation term (bytes per GPU for one micro-batch) for the same tiny architecture."""
-    from . import catalog
-    from .costmodel import Candidates, make_context
-    from .costmodel.activations import activation_bytes
-    from .hfconfig import architecture_from_hf_config
-    from .specs import NetworkSpec, TrainingSpec
+    from .. import catalog
+    from ..costmodel import Candidates, make_context
+    from ..costmodel.activations import activation_bytes
+    from ..hfconfig import architecture_from_hf_config
+    from ..specs import NetworkSpec, TrainingSpec
 
     arch = architecture_from_hf_config(hf_config, name="tiny")
     cluster = ClusterSpec(gpu=catalog.gpu("A100-80GB"), gpus_per_node=1, nodes=1,
