@@ -19,7 +19,7 @@ from zeroplanner.scenarios import build_scenario  # noqa: E402
 from zeroplanner.ui.tutorial import STEPS, Tutorial, with_zero  # noqa: E402
 from zeroplanner.units import GIB  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "zero_tutorial.ipynb"
 
 

@@ -23,7 +23,7 @@ from zeroplanner.server import (  # noqa: E402
     voila_env,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from zeroplanner.costmodel import estimate
 from zeroplanner.costmodel.memory import TERMS
 
-from .conftest import make_scenario
+from ..helpers import make_scenario
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])

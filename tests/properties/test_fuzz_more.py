@@ -35,7 +35,7 @@ from zeroplanner.dsconfig import (
 )
 from zeroplanner.lint import lint
 from zeroplanner.share import KEYS, MAX_QUERY_CHARS, ShareError, scenario_from_query
-from tests.test_fuzz import _finite_non_negative, valid_kwargs
+from tests.properties.test_fuzz import _finite_non_negative, valid_kwargs
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 TEN_MB = 10_000_000

@@ -24,10 +24,10 @@ from zeroplanner.scenarios import build_scenario  # noqa: E402
 from zeroplanner.ui.tutorial import with_zero  # noqa: E402
 from zeroplanner.server import voila_argv, voila_env  # noqa: E402
 
-from .browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, png_stats, serve_app  # noqa: E402
+from ..browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, png_stats, serve_app  # noqa: E402
 from .test_browser import set_slider  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from .browserkit import serve_app
+from ..browserkit import serve_app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "zeroplanner"
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from zeroplanner.dsconfig import ConfigError, from_deepspeed_config, load_config_text, to_deepspeed_config
 from zeroplanner.lint import COMMUNICATION_SHARE_LIMIT, lint
 from zeroplanner.specs import Scenario, TrainingSpec
-from tests.test_dsconfig import ETHERNET_25, SWEEP, scenario
+from tests.core.test_dsconfig import ETHERNET_25, SWEEP, scenario
 
 deepspeed = pytest.importorskip("deepspeed")
 from deepspeed.runtime.config import DeepSpeedConfig  # noqa: E402

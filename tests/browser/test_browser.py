@@ -17,9 +17,9 @@ pytestmark = pytest.mark.browser
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-from .browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, png_stats, serve_app  # noqa: E402
+from ..browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, png_stats, serve_app  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 
 

@@ -55,7 +55,7 @@ def test_cuda_peak_covers_live_model_states(name):
 
 def test_gpu_script_skips_cleanly_or_runs():
     """scripts/gpu_calibrate.sh is the one command; here only its CUDA detection is exercised (it is the caller)."""
-    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "gpu_calibrate.sh"
+    script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "gpu_calibrate.sh"
     assert script.exists()
     out = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr

@@ -33,9 +33,9 @@ from zeroplanner.server.voila_app import (  # noqa: E402
     full_page_html,
 )
 
-from .browserkit import CHROMIUM, CHROMIUM_ARGS, serve_app  # noqa: E402
+from ..browserkit import CHROMIUM, CHROMIUM_ARGS, serve_app  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_voila_argv_caps_kernels_and_overrides():

@@ -13,7 +13,7 @@ import pytest
 from zeroplanner.costmodel import estimate
 from zeroplanner.units import GB
 
-from .conftest import make_scenario
+from ..helpers import make_scenario
 
 TABLE_1 = {  # DP degree: {(model, stage): GB}
     1: {(7.5e9, 1): 120, (7.5e9, 2): 120, (7.5e9, 3): 120, (128e9, 1): 2048, (128e9, 2): 2048, (128e9, 3): 2048,

@@ -17,9 +17,9 @@ from zeroplanner.report import build_report, memory_chart, report_data_uri, svg_
 from zeroplanner.scenarios import build_scenario
 from zeroplanner.units import GIB
 
-from .browserkit import CHROMIUM, CHROMIUM_ARGS, png_stats
+from ..browserkit import CHROMIUM, CHROMIUM_ARGS, png_stats
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 
 SCENARIO = build_scenario(model="llama-2-70b", nodes=4, network="ib-hdr")
