@@ -4,7 +4,7 @@ import zeroplanner
 
 PINNED = [
     "Architecture", "Assumptions", "ClusterSpec", "Estimate", "GPUSpec", "NetworkSpec", "OffloadSpec", "Plan",
-    "Scenario", "TrainingSpec", "ZeroPlannerWarning", "ZeroSpec", "build_scenario", "deepspeed_estimate_table",
+    "Scenario", "TrainingSpec", "ZeroSpec", "build_scenario", "deepspeed_estimate_table",
     "default_scenario", "estimate", "largest_model", "plan", "scaling", "__version__",
 ]
 
