@@ -91,7 +91,8 @@ def _get(data: Any, path: str) -> Any:
     return data
 
 
-def _set(data: dict, path: str, value: Any) -> None:
+def set_path(data: dict, path: str, value: Any) -> None:
+    """Set ``value`` at a dotted path of a nested dict (a ``Scenario.model_dump()``)."""
     *head, last = path.split(".")
     node = data
     for part in head:
@@ -242,7 +243,7 @@ class Input:
             info = self.field_info
             if info is not None and "int" in str(info.annotation):
                 value = int(round(value))
-        _set(data, self.path, value)
+        set_path(data, self.path, value)
 
     def read(self, scenario: Scenario) -> Any:
         """The input's value in ``scenario`` in the input's unit (None: not set, e.g. no GPU memory override)."""
@@ -462,6 +463,7 @@ INPUTS: tuple[Input, ...] = (
           widget=Widget("checkbox", "zero_quantized_gradients (qgZ)", section="zero")),
     Input("pin_memory", "Pinned offload memory", "bool", "ZeRO", "pageable host memory for both offload blocks",
           path="zero.offload_optimizer.pin_memory", apply_fn=_apply_pin_memory, read_fn=_read_pin_memory,
+          shown_fn=lambda s: s.zero.offload_optimizer.pin_memory,
           deepspeed=("zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_param.pin_memory"),
           widget=Widget("checkbox", "Pinned offload memory", section="offload")),
 )
