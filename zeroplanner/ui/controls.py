@@ -32,10 +32,11 @@ def _log_slider(description: str, value: float, lo: float, hi: float, step: floa
                 style: dict = _DESC, layout: w.Layout | None = _WIDE):
     return w.FloatLogSlider(value=value, base=10, min=math.log10(lo), max=math.log10(hi), step=step,
                             description=description, readout_format=fmt, continuous_update=False, style=style,
-                            layout=layout)
+                            **({} if layout is None else {"layout": layout}))
 
 
-def _options(inp: Input) -> list:
+def widget_options(inp: Input) -> list:
+    """A dropdown's options: the row's labels, the catalog's names, or the spec field's choices."""
     spec = inp.widget
     if spec.labels:
         return list(spec.labels)
@@ -60,7 +61,7 @@ def make_widget(inp: Input, value: Any, *, style: dict = _DESC, layout: w.Layout
     layout_kw = {} if layout is None else {"layout": layout}
     kind = spec.kind
     if kind == "dropdown":
-        return w.Dropdown(options=overrides.get("options", _options(inp)), value=value, description=desc,
+        return w.Dropdown(options=overrides.get("options", widget_options(inp)), value=value, description=desc,
                           style=style, **layout_kw)
     if kind == "checkbox":
         return w.Checkbox(value=value, description=desc, indent=False)
