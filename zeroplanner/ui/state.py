@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import catalog
-from ..inputs import INPUTS, Input, set_path
+from ..inputs import BY_KEY, INPUTS, Input, input_for_error, set_path
 from ..specs import Scenario
 from ..units import GIB
 
@@ -161,6 +161,9 @@ def apply_changes(state: AppState, changes: Mapping[str, Any]) -> AppState:
     return AppState(scenario=scenario, **ui)
 
 
+_RANGE_ERRORS = ("greater_than_equal", "greater_than", "less_than_equal", "less_than")
+
+
 def error_message(exc: BaseException) -> str:
     """One or a few plain lines for an invalid input, naming the field (no traceback)."""
     if isinstance(exc, ValidationError):
@@ -168,6 +171,12 @@ def error_message(exc: BaseException) -> str:
         for err in exc.errors()[:4]:
             loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
             msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+            key = input_for_error(tuple(err.get("loc", ())), msg) if err.get("type") in _RANGE_ERRORS else None
+            if key is not None and key in BY_KEY and BY_KEY[key].low is not None:
+                inp = BY_KEY[key]  # the range in the control's unit (GiB, not bytes)
+                got = err.get("input")
+                got = got / inp.scale if isinstance(got, (int, float)) and inp.scale != 1 else got
+                msg = f"{inp.label} must be in {inp.range_text} (got {got!r})"
             lines.append(f"{loc}: {msg}" if loc else msg)
         return "; ".join(lines)
     if isinstance(exc, KeyError) and exc.args:
