@@ -326,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--params", type=_positive_int("--params", 1, 10**15), required=True)
     p.add_argument("--largest-layer-params", type=_positive_int("--largest-layer-params", 1, 10**15), required=True)
     p.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node", 1, 1024), default=1)
-    p.add_argument("--nodes", type=_positive_int("--nodes", 1, 100_000), default=1)
+    p.add_argument("--nodes", type=_positive_int("--nodes", 1, int(BY_KEY["nodes"].high)), default=1)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_deepspeed_estimate)
     for kind in ("models", "gpus", "networks"):
