@@ -118,8 +118,18 @@ def _number(x: float) -> str:
 
 @dataclass(frozen=True)
 class Input:
-    """One scenario input. See the module docstring; everything not given is derived from ``key`` and the
-    pydantic field at ``path``."""
+    """One scenario input; everything not given is derived from ``key`` and the pydantic field at ``path``.
+
+    ``key``: build_scenario keyword, share-link key, app control key, CLI ``--key-with-dashes``. ``label``: name
+    with unit (app messages). ``kind``: int, float, bool, choice, or a catalog name (model, gpu, network).
+    ``group`` / ``help``: the CLI's section and help. ``path``: the field in the Scenario (bounds, choices,
+    default); ``scale``: field units per input unit (GIB for a GiB input of a bytes field). ``widget``: the app's
+    control (None: none). ``deepspeed`` / ``hf``: the DeepSpeed config key (dotted; ``zero_optimization.*`` keys,
+    first DeepSpeed's name then its aliases, make the config reader's alias tables) and the HF TrainingArguments
+    field, where one exists. The ``*_fn`` hooks are for inputs that are not one plain field (a catalog entry, the
+    per-node bandwidth, both offload blocks' pin_memory); ``app_implies`` what the app sets along with a
+    non-default value, having no control for it (ZeRO++ -> stage 3).
+    """
 
     key: str
     label: str
