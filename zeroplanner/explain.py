@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .costmodel import explain_terms as et
 from .costmodel.explain_terms import TermValues
-from .costmodel.terms import SYMBOLS, TERM_INFO, input_names, is_sum, latex
+from .costmodel.terms import SYMBOLS, TERM_INFO, TIME_SEGMENTS, input_names, is_sum, latex
 from .specs import Scenario
 from .units import GIB
 
@@ -314,9 +314,10 @@ def explain_all(scenario: Scenario) -> dict[str, Explanation]:
 def explain_time_segment(scenario: Scenario, segment: str) -> list[Explanation]:
     """Explanations behind one segment of the app's step-time chart (``zeroplanner.ui.state.TIME_PARTS`` keys):
     "compute", "communication", or "offload" (offload + optimizer step, which that chart stacks together)."""
-    if segment == "offload":
-        return [explain(scenario, "offload"), explain(scenario, "optimizer")]
-    return [explain(scenario, segment)]
+    by_key = {s.key: s for s in TIME_SEGMENTS}
+    if segment not in by_key:
+        raise KeyError(f"unknown time segment {segment!r}; known: {', '.join(by_key)}")
+    return [explain(scenario, k) for k in by_key[segment].terms]
 
 
 def _fmt_quantity(q: Quantity) -> str:

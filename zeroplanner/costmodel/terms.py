@@ -157,6 +157,32 @@ TIME_SEGMENTS: tuple[Segment, ...] = (
 """The step-time chart's segments, bottom to top; "offload" stacks the offload time and the optimizer step."""
 
 
+ESTIMATE_FIELDS: dict[str, str] = {
+    **{k: f"per_gpu_bytes.{k}" for k in MEMORY_TERM_KEYS},
+    "host_memory": "per_node_cpu_bytes",
+    "communication_volume": "communication.bytes_per_gpu_per_step",
+    "compute": "compute_seconds_per_step",
+    "communication": "communication.exposed_seconds_per_step",
+    "offload": "offload_seconds_per_step",
+    "optimizer": "optimizer_seconds_per_step",
+    "step": "step_seconds",
+}
+"""Term key -> where :class:`~.evaluate.Estimate` holds its value (dotted attribute path)."""
+
+
+def estimate_value(estimate: object, key: str) -> float:
+    """The value of term ``key`` in an :class:`~.evaluate.Estimate` (bytes or seconds)."""
+    obj = estimate
+    for name in ESTIMATE_FIELDS[key].split("."):
+        obj = getattr(obj, name)
+    return float(obj)
+
+
+def segment_value(estimate: object, segment: Segment) -> float:
+    """A chart segment's value in an :class:`~.evaluate.Estimate`: the sum of its terms."""
+    return sum(estimate_value(estimate, k) for k in segment.terms)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Input symbols
 # --------------------------------------------------------------------------------------------------------------
