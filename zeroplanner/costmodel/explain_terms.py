@@ -13,6 +13,9 @@ Pure numpy; no UI imports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Mapping
 
 import numpy as np
 
@@ -71,19 +74,23 @@ def _one(x) -> float:
 
 @dataclass(frozen=True)
 class _Point:
-    """One scenario's context, candidate and :func:`evaluate` output."""
+    """One scenario's context, candidate, :func:`evaluate` output and memory terms' parts (read-only)."""
 
     ctx: Context
     cand: Candidates
     n: float
-    values: dict[str, float]
+    values: Mapping[str, float]
+    memory: Mapping[str, TermParts]
 
 
+@lru_cache(maxsize=64)
 def _setup(scenario: Scenario) -> _Point:
+    """Evaluated once per scenario (frozen, hashable), however many of its terms are explained."""
     ctx = make_context(scenario)
     cand = Candidates.from_scenario(scenario)
     values = {k: _one(v) for k, v in evaluate(ctx, cand).items()}
-    return _Point(ctx, cand, _one(data_parallel_degree(ctx, cand)), values)
+    return _Point(ctx, cand, _one(data_parallel_degree(ctx, cand)), MappingProxyType(values),
+                  MappingProxyType(memory_term_parts(ctx, cand)))
 
 
 def _case(scenario: Scenario, key: str) -> str:
@@ -107,7 +114,7 @@ def from_parts(scenario: Scenario, tp: TermParts, value: float) -> TermValues:
 
 def _memory(scenario: Scenario, key: str) -> TermValues:
     point = _setup(scenario)
-    tp = memory_term_parts(point.ctx, point.cand)[key]
+    tp = point.memory[key]
     return from_parts(scenario, tp, point.values[EVALUATE_KEYS[key]])
 
 

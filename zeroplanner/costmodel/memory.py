@@ -211,16 +211,20 @@ def host_parts(ctx: Context, cand: Candidates) -> TermParts:
 
 
 def host_and_nvme_bytes(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
-    """Host RAM per node (:func:`host_parts` summed) and NVMe bytes per node for offloaded states: the optimizer
-    states + fp32 master (NVMe optimizer offload) and the 16-bit parameter partition (NVMe parameter offload) of
-    each rank. Returns (host_bytes_per_node, nvme_bytes_per_node), float arrays.
-    """
+    """Host RAM per node (:func:`host_parts` summed) and NVMe bytes per node (:func:`nvme_bytes`).
+    Returns (host_bytes_per_node, nvme_bytes_per_node), float arrays."""
+    return host_parts(ctx, cand).value, nvme_bytes(ctx, cand)
+
+
+def nvme_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
+    """NVMe bytes per node for offloaded states: the optimizer states + fp32 master (NVMe optimizer offload) and
+    the 16-bit parameter partition (NVMe parameter offload) of each rank."""
     n = _n(ctx, cand)
     paper = ctx.scenario.assumptions.accounting == "paper"
     K = (ctx.master_bytes if paper else 4.0) + ctx.optimizer_state_bytes
     opt_nvme = np.where(cand.offload_optimizer == 2, K * ctx.trainable / n, 0.0)
     par_nvme = np.where(cand.offload_param == 2, ctx.params * ctx.weight_bytes / n, 0.0)
-    return host_parts(ctx, cand).value, float(ctx.gpus_per_node) * (opt_nvme + par_nvme)
+    return float(ctx.gpus_per_node) * (opt_nvme + par_nvme)
 
 
 def overhead_parts(ctx: Context, cand: Candidates, live: np.ndarray) -> TermParts:
@@ -247,5 +251,5 @@ def memory_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     terms = {k: parts[k].value for k in TERMS}
     live = sum(terms[k] for k in ("parameters", "gradients", "optimizer_states", "activations", "buffers"))
     terms["total"] = live + terms["overhead"]
-    terms["host_per_node"], terms["nvme_per_node"] = host_and_nvme_bytes(ctx, cand)
+    terms["host_per_node"], terms["nvme_per_node"] = parts["host_memory"].value, nvme_bytes(ctx, cand)
     return terms

@@ -245,8 +245,8 @@ SYMBOLS: dict[str, Symbol] = {
 # --------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PartValue:
-    """One labelled part of a term: its expression, where it applies (bool array) and its value (float array,
-    0 where it does not apply)."""
+    """One labelled part of a term: its expression, where it applies (bool, an array or one for all candidates)
+    and its value (float array, 0 where it does not apply)."""
 
     label: str
     expr: str
@@ -283,19 +283,52 @@ _FUNCTIONS = {"min": _fold(np.minimum), "max": _fold(np.maximum)}
 
 
 @lru_cache(maxsize=None)
-def _compiled(expr: str):
+def _parsed(expr: str):
     tree = ast.parse(expr, mode="eval")
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS):
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
+                                               and not node.keywords):
             raise ValueError(f"only min() and max() may be called in a term expression: {expr!r}")
         if isinstance(node, ast.Name) and node.id not in SYMBOLS and node.id not in _FUNCTIONS:
             raise ValueError(f"unknown input {node.id!r} in term expression {expr!r}; add it to SYMBOLS")
-    return tree, compile(tree, f"<term {expr}>", "eval")
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED):
+            raise ValueError(f"{type(node).__name__} is not allowed in a term expression: {expr!r}")
+    return tree
+
+
+_ALLOWED = (ast.Expression, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Name, ast.Load, ast.Constant,
+            ast.Call)
+_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+        ast.Div: lambda a, b: a / b}
+
+
+@lru_cache(maxsize=None)
+def _evaluator(expr: str) -> Callable[[Mapping[str, object]], object]:
+    """``expr`` as nested closures, built once from its syntax tree (no ``eval``)."""
+
+    def build(node) -> Callable[[Mapping[str, object]], object]:
+        if isinstance(node, ast.Expression):
+            return build(node.body)
+        if isinstance(node, ast.Name):
+            name = node.id
+            return lambda x: x[name]
+        if isinstance(node, ast.Constant):
+            const = node.value
+            return lambda x: const
+        if isinstance(node, ast.BinOp):
+            op, lhs, rhs = _OPS[type(node.op)], build(node.left), build(node.right)
+            return lambda x: op(lhs(x), rhs(x))
+        f, args = _FUNCTIONS[node.func.id], [build(a) for a in node.args]  # ast.Call of min / max (checked)
+        return lambda x: f(*(a(x) for a in args))
+
+    return build(_parsed(expr))
 
 
 def evaluate_expr(expr: str, inputs: Mapping[str, object]) -> np.ndarray:
-    """The value of ``expr`` (``+ - * /``, parentheses, ``min``/``max``, input names) for ``inputs``."""
-    return eval(_compiled(expr)[1], {"__builtins__": {}, **_FUNCTIONS}, dict(inputs))  # noqa: S307 - own strings
+    """The value of ``expr`` (``+ - * /``, parentheses, ``min``/``max``, input names) for ``inputs``: each
+    operator applied as Python applies it, so numpy arrays broadcast."""
+    return _evaluator(expr)(inputs)
 
 
 def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str, object]]) -> TermParts:
@@ -303,23 +336,20 @@ def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str,
     True. Each part is 0 where its condition is False."""
     out = []
     for label, expr, when in parts:
-        raw = np.asarray(evaluate_expr(expr, inputs), dtype=np.float64)
         applies = np.asarray(when, dtype=bool)
-        shape = np.broadcast_shapes(raw.shape, applies.shape)
-        applies = np.broadcast_to(applies, shape)
-        out.append(PartValue(label, expr, applies, np.where(applies, raw, 0.0)))
+        out.append(PartValue(label, expr, applies, np.where(applies, evaluate_expr(expr, inputs), 0.0)))
     return TermParts(key, dict(inputs), tuple(out))
 
 
 def input_names(expr: str) -> list[str]:
     """The input names of ``expr``, in order of first appearance."""
-    names = [n for n in ast.walk(_compiled(expr)[0]) if isinstance(n, ast.Name) and n.id in SYMBOLS]
+    names = [n for n in ast.walk(_parsed(expr)) if isinstance(n, ast.Name) and n.id in SYMBOLS]
     return list(dict.fromkeys(n.id for n in sorted(names, key=lambda n: n.col_offset)))
 
 
 def is_sum(expr: str) -> bool:
     """Whether ``expr`` is a sum or difference at its top level."""
-    body = _compiled(expr)[0].body
+    body = _parsed(expr).body
     return isinstance(body, ast.BinOp) and isinstance(body.op, (ast.Add, ast.Sub))
 
 
@@ -365,4 +395,4 @@ def latex(expr: str, value: Callable[[str], str] | None = None) -> str:
             return f"({text})" if wrap else text
         raise ValueError(f"unsupported expression node {type(node).__name__}")
 
-    return go(_compiled(expr)[0])
+    return go(_parsed(expr))
