@@ -1,9 +1,12 @@
 """Every number explained: for each memory term and step-time component of a scenario, its formula (words and
 LaTeX), the same formula with the scenario's numbers substituted, the result with its unit, and its source.
 
-The numbers come from :mod:`zeroplanner.costmodel.explain_terms`, which evaluates the cost model's own context
-and functions term by term (tests check each value equals :func:`zeroplanner.costmodel.estimate`'s); this module
-only writes them down. Nothing here imports ipywidgets: :func:`explanation_html` returns HTML with ``$...$`` math
+The numbers come from :mod:`zeroplanner.costmodel.explain_terms`: every value is the vectorised
+:func:`~zeroplanner.costmodel.evaluate` at the scenario's candidate (the number the chart draws), and the memory,
+host and communication-volume terms are the labelled parts of :mod:`zeroplanner.costmodel.terms`, whose
+expressions this module renders as the formula and as the formula with numbers (the same strings computed them).
+Titles, symbols, words and sources are :data:`zeroplanner.costmodel.terms.TERM_INFO`. Only the step-time terms'
+formulas are still written here (:func:`_time_parts`), beside numbers taken from the model. Nothing here imports ipywidgets: :func:`explanation_html` returns HTML with ``$...$`` math
 for ``ipywidgets.HTMLMath`` (MathJax), :func:`explanation_markdown` the same for a Markdown report.
 
 Units: bytes are shown in GiB (2^30 bytes; MiB below 0.01 GiB), times in seconds (ms below 0.1 s), parameter
@@ -20,7 +23,14 @@ from pydantic import BaseModel, ConfigDict
 
 from .costmodel import explain_terms as et
 from .costmodel.explain_terms import TermValues
-from .costmodel.terms import SYMBOLS, TERM_INFO, TIME_SEGMENTS, input_names, is_sum, latex
+from .costmodel.terms import (
+    SYMBOLS,
+    TERM_INFO,
+    TIME_SEGMENTS,
+    input_names,
+    is_sum,
+    latex,
+)
 from .specs import Scenario
 from .units import GIB
 

@@ -12,17 +12,24 @@ Pure numpy; no UI imports.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
 
 from ..specs import Scenario
 from .communication import communication_terms
 from .compute import compute_terms, flops_per_token, optimizer_and_offload_terms
-from .context import OPTIMIZER_BYTES_TOUCHED, Candidates, Context, data_parallel_degree, make_context, overlap_comm
+from .context import (
+    OPTIMIZER_BYTES_TOUCHED,
+    Candidates,
+    Context,
+    data_parallel_degree,
+    make_context,
+    overlap_comm,
+)
 from .evaluate import evaluate
 from .memory import memory_term_parts
 from .terms import SYMBOLS, TERM_INFO, TermParts, term
@@ -181,7 +188,7 @@ def compute(scenario: Scenario) -> TermValues:
     token / (peak x MFU); parts: forward and backward (+ recompute), from compute.compute_terms."""
     point = _setup(scenario)
     ctx, cand = point.ctx, point.cand
-    model, executed, fwd = (_one(x) for x in flops_per_token(ctx, cand))
+    model, executed, _ = (_one(x) for x in flops_per_token(ctx, cand))
     comp = compute_terms(ctx, cand)
     t = scenario.training
     tokens = float(t.micro_batch * t.seq_len)

@@ -19,9 +19,10 @@ Pure Python + numpy; no UI imports.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache, reduce
-from typing import Callable, Literal, Mapping, Sequence
+from functools import cache, reduce
+from typing import Literal
 
 import numpy as np
 
@@ -282,7 +283,7 @@ def _fold(f: Callable) -> Callable:
 _FUNCTIONS = {"min": _fold(np.minimum), "max": _fold(np.maximum)}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parsed(expr: str):
     tree = ast.parse(expr, mode="eval")
     for node in ast.walk(tree):
@@ -303,7 +304,7 @@ _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lamb
         ast.Div: lambda a, b: a / b}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _evaluator(expr: str) -> Callable[[Mapping[str, object]], object]:
     """``expr`` as nested closures, built once from its syntax tree (no ``eval``)."""
 
