@@ -159,3 +159,23 @@ def test_every_term_is_stated_once_in_the_registry():
     assert len(set(charts.TERM_COLORS)) == len(MEMORY_SEGMENTS)
     for info in TERM_INFO.values():
         assert info.label and info.title and info.symbol and info.words and info.formula and info.source
+
+
+def test_terms_docstring_examples_run():
+    import doctest
+
+    from zeroplanner.costmodel import terms
+
+    result = doctest.testmod(terms)
+    assert result.attempted >= 3 and result.failed == 0
+
+
+def test_an_expression_may_only_use_known_inputs_and_min_max():
+    from zeroplanner.costmodel.terms import evaluate_expr
+
+    with pytest.raises(ValueError, match="unknown input 'nope'"):
+        evaluate_expr("w*nope", {"w": 2.0})
+    with pytest.raises(ValueError, match=r"only min\(\) and max\(\)"):
+        evaluate_expr("abs(w)", {"w": 2.0})
+    with pytest.raises(ValueError, match="not allowed"):
+        evaluate_expr("w**2", {"w": 2.0})

@@ -328,7 +328,11 @@ def _evaluator(expr: str) -> Callable[[Mapping[str, object]], object]:
 
 def evaluate_expr(expr: str, inputs: Mapping[str, object]) -> np.ndarray:
     """The value of ``expr`` (``+ - * /``, parentheses, ``min``/``max``, input names) for ``inputs``: each
-    operator applied as Python applies it, so numpy arrays broadcast."""
+    operator applied as Python applies it, so numpy arrays broadcast.
+
+    >>> float(evaluate_expr("w*min(B_ar, Psi_t)", {"w": 2.0, "B_ar": 5e8, "Psi_t": 1e6}))
+    2000000.0
+    """
     return _evaluator(expr)(inputs)
 
 
@@ -358,8 +362,14 @@ _PREC = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.Div: 2}
 
 
 def latex(expr: str, value: Callable[[str], str] | None = None) -> str:
-    """``expr`` in LaTeX: with the symbols of :data:`SYMBOLS` (``value`` None), or with ``value(name)`` for each
-    input (the numbers substituted; products then use ``\\times``)."""
+    r"""``expr`` in LaTeX: with the symbols of :data:`SYMBOLS` (``value`` None), or with ``value(name)`` for each
+    input (the numbers substituted; products then use ``\times``).
+
+    >>> print(latex("w*Psi_persist*(1-1/N_d)"))
+    w\Psi_{pers}(1-1/N_d)
+    >>> print(latex("w*Psi_t/N_d", {"w": "2", "Psi_t": "7", "N_d": "8"}.get))
+    2\times7/8
+    """
     numbers = value is not None
 
     def name(n: str) -> str:
