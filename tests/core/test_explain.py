@@ -142,14 +142,19 @@ def test_unknown_key_is_refused_with_the_known_keys():
         explain(build_scenario(), "everything")
 
 
-def test_printed_activation_formulas_equal_the_cost_models_parts():
-    """The closed formulas explain prints for the activation parts (layers, token inputs, logits) evaluate to the
-    parts activations.activation_parts computes, for every checkpointing mode and norm kind in the grid."""
-    labels = {"layers": ("layer inputs + one layer recomputed", "saved layer activations"),
-              "inputs": ("token ids, labels, rotary tables",), "logits": ("logits + fp32 log-softmax",)}
+def test_printed_formulas_are_the_expressions_that_computed_each_part():
+    """Every part of a memory / host / communication-volume term is printed from the expression the cost model
+    evaluated: the expression, evaluated with the inputs explain lists, gives the part's value, and both LaTeX
+    forms (symbols, numbers) are rendered from it."""
+    from zeroplanner.costmodel.terms import evaluate_expr, latex
+
     for kw in GRID:
-        tv = et.activations(build_scenario(**kw))
-        printed = et.activation_formula_parts(tv)
-        for key, names in labels.items():
-            part = next(tv.parts[n] for n in names if n in tv.parts)
-            assert math.isclose(printed[key], part, rel_tol=1e-12), (key, kw)
+        scenario = build_scenario(**kw)
+        for key in et.EXPRESSION_TERMS:
+            tv = et.ALL_FUNCTIONS[key](scenario)
+            assert tv.formulas.keys() == tv.parts.keys(), (key, kw)
+            for label, expr in tv.formulas.items():
+                assert math.isclose(float(evaluate_expr(expr, tv.inputs)), tv.parts[label], rel_tol=1e-12), (key, label)
+            e = explain(scenario, key)
+            for part in e.parts:
+                assert part.latex in (latex(tv.formulas[part.label]), f"({latex(tv.formulas[part.label])})")

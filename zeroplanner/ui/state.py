@@ -23,6 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import catalog
+from ..costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS
 from ..inputs import BY_KEY, INPUTS, Input, input_for_error, set_path
 from ..specs import Scenario
 from ..units import GIB
@@ -32,22 +33,12 @@ CUSTOM_MODEL = "(custom size)"
 RECOMMENDED = "Recommended"
 """Config-preview entry meaning "the planner's choice"."""
 
-MEMORY_TERMS: tuple[tuple[str, str], ...] = (
-    ("parameters", "Parameters"),
-    ("gradients", "Gradients"),
-    ("optimizer_states", "Optimizer states"),
-    ("activations", "Activations"),
-    ("buffers", "Buffers"),
-    ("overhead", "Overhead"),
-)
-"""Keys of ``Estimate.per_gpu_bytes`` stacked in the memory chart, bottom to top, with their on-screen names."""
+MEMORY_TERMS: tuple[tuple[str, str], ...] = tuple((s.key, s.label) for s in MEMORY_SEGMENTS)
+"""Keys of ``Estimate.per_gpu_bytes`` stacked in the memory chart, bottom to top, with their on-screen names
+(from the cost model's term registry, ``costmodel.terms.MEMORY_SEGMENTS``)."""
 
-TIME_PARTS: tuple[tuple[str, str], ...] = (
-    ("compute", "Compute"),
-    ("communication", "Exposed communication"),
-    ("offload", "Offload + CPU optimizer"),
-)
-"""Segments of the step-time chart, bottom to top."""
+TIME_PARTS: tuple[tuple[str, str], ...] = tuple((s.key, s.label) for s in TIME_SEGMENTS)
+"""Segments of the step-time chart, bottom to top (``costmodel.terms.TIME_SEGMENTS``)."""
 
 SCALING_NODES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
 """Node counts of the scaling chart. Fixed (the current node count is a vertical line, not an extra point), so a
