@@ -86,7 +86,11 @@ def build_scenario(
     )
     zero = ZeroSpec(stage=stage, offload_optimizer=OffloadSpec(device=offload_optimizer),
                     offload_param=OffloadSpec(device=offload_param), **(zero_overrides or {}))
-    assumptions = Assumptions() if mfu is None else Assumptions(mfu=mfu)
+    # --mfu fixes the compute efficiency; the default value itself (what share links and the app carry today,
+    # they do not carry mfu_fixed yet) keeps the work-dependent model
+    default_mfu = Assumptions.model_fields["mfu"].default
+    assumptions = (Assumptions() if mfu is None or mfu == default_mfu
+                   else Assumptions(mfu=mfu, mfu_fixed=True))
     return Scenario(model=arch, cluster=cluster, training=training, zero=zero, assumptions=assumptions)
 
 

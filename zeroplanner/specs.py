@@ -445,6 +445,11 @@ class Assumptions(_Frozen):
         description="model FLOP utilisation; 0.40 is the low end of Megatron-LM's published 41-56%% "
         "(Korthikanti et al., arXiv 2205.05198, Table 5)",
     )
+    mfu_fixed: bool = Field(
+        default=False,
+        description="True: compute runs at `mfu` of the dense peak for every GPU and size (what --mfu sets); False: "
+        "the fraction depends on GPU generation and GEMM size (zeroplanner/costmodel/compute.py achieved_fraction)",
+    )
     gpu_memory_margin_fraction: float = Field(
         default=0.05, ge=0, lt=1.0, description="fraction of GPU memory kept free as a safety margin"
     )

@@ -21,6 +21,54 @@ COMM_SHARE_WARNING = 0.30
 'allgather or reduce above 30% of the time')."""
 
 
+def hidden_behind(work: np.ndarray, other: np.ndarray, loss: float) -> np.ndarray:
+    """Seconds of ``work`` left exposed when it overlaps ``other``: what does not fit under it, plus ``loss`` of the
+    overlapped part (concurrent kernels share SMs and HBM; the fitted ``overlap_loss``)."""
+    return np.maximum(0.0, work - other) + loss * np.minimum(work, other)
+
+
+def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.ndarray]:
+    """Step seconds and its parts (compute, exposed communication, ZeRO host overhead, offload, optimizer).
+
+    Per micro-step the GPU runs compute (incl. QLoRA dequantisation) plus the communication and PCIe traffic that
+    overlapping does not hide (:func:`hidden_behind` with overlap_comm, all of it without). ZeRO-3's host work per
+    module fetch (``zero3_fetch_seconds`` x fetches, forward and backward) runs ahead of the GPU and is exposed only
+    where it is longer than the GPU's micro-step; ZeRO-2/3 gradient hooks (``grad_hook_seconds`` x parameter
+    tensors) are serial with backward. Boundary collectives, the parameter upload, NVMe swapping and the optimizer
+    step are exposed. "comm_exposed_seconds" includes the ZeRO host overhead (fetch + hooks: the collectives'
+    coordination), "collectives_exposed_seconds" is the collectives alone.
+    """
+    from .steptime_constants import FITTED
+
+    loss = FITTED["overlap_loss"]
+    ga = cand.grad_accum.astype(np.float64)
+    overlap = overlap_comm(ctx, cand)
+    fwd_c, bwd_c = comp["fwd_seconds_micro"], comp["bwd_seconds_micro"]
+    bwd_comm = comm["bwd_seconds_micro"] + comm["reduce_seconds_micro"]
+    fwd_exposed = np.where(overlap, hidden_behind(comm["fwd_seconds_micro"], fwd_c, loss), comm["fwd_seconds_micro"])
+    bwd_exposed = np.where(overlap, hidden_behind(bwd_comm, bwd_c, loss), bwd_comm)
+    micro_compute = fwd_c + bwd_c + comp["dequant_seconds_micro"]
+    pcie_micro = hidden_behind(opt["pcie_seconds_micro"], micro_compute, loss)
+    gpu_micro = micro_compute + fwd_exposed + bwd_exposed + pcie_micro
+    st = cand.stage
+    # every module with parameters gets ZeRO-3's pre-/post-forward and pre-/post-backward hooks, whether it then
+    # gathers (partitioned) or finds its parameters available (persistent or still resident)
+    fetch_host = np.where(st == 3, FITTED["zero3_fetch_seconds"] * 2.0 * ctx.hooked_modules, 0.0)
+    fetch_exposed = np.maximum(0.0, fetch_host - gpu_micro)
+    hooked = (st >= 2) | ((st == 1) & overlap)
+    n = data_parallel_degree(ctx, cand)
+    hooks = np.where(hooked & (n > 1), FITTED["grad_hook_seconds"] * ctx.param_tensors, 0.0)
+    collectives = comm["boundary_seconds"] + ga * (fwd_exposed + bwd_exposed)
+    host = ga * (fetch_exposed + hooks)
+    offload = ga * pcie_micro + opt["pcie_seconds_boundary"] + opt["nvme_seconds"]
+    compute = comp["seconds"]
+    step = compute + collectives + host + offload + opt["optimizer_seconds"]
+    return {"comm_exposed_seconds": collectives + host, "collectives_exposed_seconds": collectives,
+            "offload_seconds": offload, "fetch_overhead_seconds": ga * fetch_exposed, "hook_seconds": ga * hooks,
+            "step_seconds": step, "fwd_exposed_micro": fwd_exposed, "bwd_exposed_micro": bwd_exposed,
+            "pcie_exposed_micro": pcie_micro}
+
+
 def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """Every number of the cost model for every candidate. Float/bool arrays shaped like ``cand``.
 
@@ -39,17 +87,10 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     a = ctx.scenario.assumptions
     c = ctx.scenario.cluster
     ga = cand.grad_accum.astype(np.float64)
-
-    overlap = overlap_comm(ctx, cand)
-    fwd_exposed = np.where(overlap, np.maximum(0.0, comm["fwd_seconds_micro"] - comp["fwd_seconds_micro"]),
-                           comm["fwd_seconds_micro"])
-    bwd_comm = comm["bwd_seconds_micro"] + comm["reduce_seconds_micro"]
-    bwd_exposed = np.where(overlap, np.maximum(0.0, bwd_comm - comp["bwd_seconds_micro"]), bwd_comm)
-    comm_exposed = comm["boundary_seconds"] + ga * (fwd_exposed + bwd_exposed)
-    micro_compute = comp["fwd_seconds_micro"] + comp["bwd_seconds_micro"]
-    pcie_exposed = ga * np.maximum(0.0, opt["pcie_seconds_micro"] - micro_compute) + opt["pcie_seconds_boundary"]
-    offload_seconds = pcie_exposed + opt["nvme_seconds"]
-    step = comp["seconds"] + comm_exposed + offload_seconds + opt["optimizer_seconds"]
+    parts = step_parts(ctx, cand, comm, comp, opt)
+    comm_exposed = parts["comm_exposed_seconds"]
+    offload_seconds = parts["offload_seconds"]
+    step = parts["step_seconds"]
 
     n = data_parallel_degree(ctx, cand)
     tokens = cand.micro_batch * ga * n * ctx.scenario.training.seq_len
@@ -68,6 +109,10 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
             "comm_seconds": comm["seconds"],
             "comm_exposed_seconds": comm_exposed,
             "compute_seconds": comp["seconds"],
+            "achieved_fraction": comp["achieved_fraction"],
+            "collectives_exposed_seconds": parts["collectives_exposed_seconds"],
+            "fetch_overhead_seconds": parts["fetch_overhead_seconds"],
+            "hook_seconds": parts["hook_seconds"],
             "offload_seconds": offload_seconds,
             "optimizer_seconds": opt["optimizer_seconds"],
             "step_seconds": step,
