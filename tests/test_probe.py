@@ -506,7 +506,7 @@ def test_fit_efficiency_recovers_the_mfu_that_produced_the_times():
     for micro_batch in (1, 2):
         s = replace(base, training=replace(base.training, micro_batch=micro_batch))
         # the "measurement" is the model itself at MFU 0.3: a consistent fitter must return 0.3 for both runs
-        truth = estimate(replace(s, assumptions=replace(s.assumptions, mfu=0.3))).step_seconds
+        truth = estimate(replace(s, assumptions=replace(s.assumptions, mfu=0.3, mfu_fixed=True))).step_seconds
         runs.append((s, truth))
     result = fit_efficiency(runs)
     assert result["mfu"] == pytest.approx(0.3, rel=1e-4)

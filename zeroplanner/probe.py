@@ -926,7 +926,7 @@ def fit_efficiency(
     def loss(mfu: float) -> float:
         total = 0.0
         for _s, calibrated, measured in prepared:
-            step = estimate(replace(calibrated, assumptions=replace(calibrated.assumptions, mfu=mfu))).step_seconds
+            step = estimate(replace(calibrated, assumptions=replace(calibrated.assumptions, mfu=mfu, mfu_fixed=True))).step_seconds
             total += math.log(step / measured) ** 2
         return total
 
@@ -945,7 +945,7 @@ def fit_efficiency(
     rows = []
     for scenario, calibrated, measured in prepared:
         before = estimate(scenario).step_seconds
-        after = estimate(replace(calibrated, assumptions=replace(calibrated.assumptions, mfu=mfu))).step_seconds
+        after = estimate(replace(calibrated, assumptions=replace(calibrated.assumptions, mfu=mfu, mfu_fixed=True))).step_seconds
         rows.append({"measured_step_seconds": measured, "predicted_step_seconds_before": before,
                      "predicted_step_seconds_after": after, "relative_error_before": before / measured - 1,
                      "relative_error_after": after / measured - 1})

@@ -63,7 +63,8 @@ def achieved_fraction(ctx: Context, cand: Candidates) -> np.ndarray:
     the A100's, Volta/Turing 0.30 at hidden 1536 (Megatron-LM); GEMM size: h / (h + h_half) relative to the
     reference run's, with h the hidden size per tensor-parallel rank and h_half fitted once
     (:data:`~.steptime_constants.FITTED`) on the measured runs of shared/references/THROUGHPUT.md; and tokens per
-    micro-batch b*s / (b*s + m_half) (the GEMMs' M dimension), m_half fitted likewise.
+    micro-batch b*s / (b*s + m_half) (the GEMMs' M dimension), m_half fitted likewise; capped at
+    :func:`ceiling_fraction` (no run beats its generation's measured matmul ceiling).
     """
     a = ctx.scenario.assumptions
     if a.mfu_fixed:
@@ -82,7 +83,14 @@ def achieved_fraction(ctx: Context, cand: Candidates) -> np.ndarray:
 
     tokens = cand.micro_batch.astype(np.float64) * ctx.scenario.training.seq_len
     frac = base * size(h, h_half) / size(h_ref, h_half) * size(tokens, m_half) / size(m_ref, m_half)
-    return np.minimum(frac, 0.95)
+    return np.minimum(frac, ceiling_fraction(gen))
+
+
+def ceiling_fraction(gen: str) -> float:
+    """The most a whole training step reaches: the MAMF fraction times the matmul share of a step measured at
+    FlashAttention-2's 72% on A100 (0.72 / 0.869 = 0.83); generations without a MAMF figure use the A100's."""
+    mamf = MAMF_FRACTION.get(gen, MAMF_FRACTION["ampere"])
+    return END_TO_END_FRACTION_AMPERE / MAMF_FRACTION["ampere"] * mamf
 
 
 def flops_per_token(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -189,6 +189,12 @@ class Estimate(_Out):
     mfu: float
     warnings: list[str]
     terms: list[Term]
+    fetch_overhead_seconds_per_step: float = 0.0
+    """ZeRO-3 module-hook host time the GPU waits for (part of communication.exposed_seconds_per_step)."""
+    hook_seconds_per_step: float = 0.0
+    """ZeRO-2/3 gradient-hook host time, serial with backward (part of communication.exposed_seconds_per_step)."""
+    achieved_fraction: float = 0.0
+    """Fraction of the dense peak the compute runs at (compute.achieved_fraction, or Assumptions.mfu if fixed)."""
     deepspeed_version: str = "0.19.8"
 
     def summary(self) -> str:
@@ -257,10 +263,11 @@ def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]
         w.append("QLoRA with ZeRO-3: 4-bit bitsandbytes weights are often not partitioned (DeepSpeed #5819, "
                  "peft #2016); modelled as unsharded (recent peft/accelerate shard them when bnb_4bit_quant_storage "
                  "matches the compute dtype, which this estimate does not assume)")
-    if z.stage == 3 and n > 1:
-        w.append("ZeRO-3's per-module host work (hooks, fetch coordination) is not priced: public runs measured "
-                 "ZeRO-3 1.3-2.6x slower than ZeRO-1/2 on the same hardware (docs/network_sources.md, section d); "
-                 "`zeroplanner calibrate` measures it on your machine")
+    if z.stage == 3 and n > 1 and values.get("fetch_overhead_seconds", 0.0) > 0.1 * step:
+        w.append(f"ZeRO-3's per-module host work (hooks, fetch coordination) is "
+                 f"{values['fetch_overhead_seconds'] / step:.0%} of the step: the GPU waits for the host, as in the "
+                 "measured small-model runs (ZeRO-3 2.5-3.3x slower than ZeRO-1, shared/references/THROUGHPUT.md "
+                 "section 1); a larger micro-batch or ZeRO-1/2 hides it")
     if not values["fits_gpu"]:
         w.append(f"GPU memory: needs {gib(values['total']):.1f} GiB per GPU, "
                  f"{gib(c.memory_per_gpu_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB "
@@ -324,6 +331,9 @@ def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], inde
         tokens_per_second=v["tokens_per_second"],
         tflops_per_gpu=v["tflops_per_gpu"],
         mfu=v["mfu"],
+        fetch_overhead_seconds_per_step=v["fetch_overhead_seconds"],
+        hook_seconds_per_step=v["hook_seconds"],
+        achieved_fraction=v["achieved_fraction"],
         warnings=scenario_warnings(scenario, v),
         terms=terms,
     )

@@ -227,10 +227,13 @@ def fit(exclude: str | None = None, start: dict[str, float] | None = None) -> di
     return unpack(res.x)
 
 
-def leave_one_out(constants: dict[str, float]) -> list[dict]:
-    """For every row: refit without it (starting from ``constants``), predict it; predicted/measured."""
+def leave_one_out(constants: dict[str, float], keys: list[str] | None = None) -> list[dict]:
+    """For every row (or those in ``keys``): refit without it (starting from ``constants``), predict it;
+    predicted/measured."""
     out = []
     for r in runs():
+        if keys is not None and r.key not in keys:
+            continue
         c = fit(exclude=r.key, start=constants)
         p = predict(r, c)
         out.append({"key": r.key, "predicted": p, "measured": r.measured, "ratio": p / r.measured})
