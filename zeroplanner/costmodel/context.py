@@ -116,6 +116,7 @@ class Context:
     gpu_memory_bytes: float
     fetch_modules: int = 0  # stage 3: modules holding a partitioned (non-persistent) parameter, one forward pass
     fetch_module_params: float = 0.0  # elements those modules gather, one forward pass
+    persistent_trainable_tensors: int = 0  # stage 3: trainable tensors kept whole (re-gathered after each step)
     hooked_modules: int = 0  # modules owning parameters (ZeRO-3 pre/post hooks run on each, forward and backward)
     param_tensors: int = 0  # trainable parameter tensors (one backward gradient hook each in ZeRO-2/3)
     hidden_size: int = 1
@@ -207,8 +208,12 @@ def make_context(scenario: Scenario) -> Context:
     if t.lora_rank:
         # two LoRA matrices per targeted linear per layer (Hu et al., arXiv 2106.09685)
         param_tensors = 2 * m.n_layers * len(t.lora_targets)
+        persistent_trainable = param_tensors if t.lora_rank * m.hidden_size <= threshold else 0
     else:
         param_tensors = sum(cnt * len(numels) for cnt, numels in shapes[:-1]) + (0 if m.tied_embeddings else 1)
+        persistent_trainable = sum(cnt * sum(1 for n in numels if n <= threshold) for cnt, numels in shapes[:-1])
+        if not m.tied_embeddings and m.vocab_size * m.embed_width <= threshold:
+            persistent_trainable += 1
     return Context(
         scenario=scenario,
         params=float(params),
@@ -237,6 +242,7 @@ def make_context(scenario: Scenario) -> Context:
         fetch_module_params=fetch_elements / tp,
         param_tensors=param_tensors,
         hooked_modules=sum(cnt for cnt, _ in shapes),
+        persistent_trainable_tensors=persistent_trainable,
         hidden_size=int(m.hidden_size),
         gpu_name=gpu.name,
     )

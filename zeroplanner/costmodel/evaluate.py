@@ -32,7 +32,7 @@ def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.
 
     Per micro-step the GPU runs compute (incl. QLoRA dequantisation) plus the communication and PCIe traffic that
     overlapping does not hide (:func:`hidden_behind` with overlap_comm, all of it without). ZeRO-3's host work per
-    module fetch (``zero3_fetch_seconds`` x fetches, forward and backward) runs ahead of the GPU and is exposed only
+    module hook (``zero3_fetch_seconds`` x modules with parameters x 2, forward and backward) runs ahead of the GPU and is exposed only
     where it is longer than the GPU's micro-step; ZeRO-2/3 gradient hooks (``grad_hook_seconds`` x parameter
     tensors) are serial with backward. Boundary collectives, the parameter upload, NVMe swapping and the optimizer
     step are exposed. "comm_exposed_seconds" includes the ZeRO host overhead (fetch + hooks: the collectives'
@@ -72,13 +72,11 @@ def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.
 def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """Every number of the cost model for every candidate. Float/bool arrays shaped like ``cand``.
 
-    Step time = compute + exposed communication + exposed offload traffic + optimizer step, where
-    - stage 3 forward gathers hide behind forward compute and backward gathers + reduce-scatters behind backward
-      compute when overlap_comm is on (prefetching; stage3.py), per micro-step;
-    - stage 2 reduce-scatters hide behind backward compute with overlap_comm (stage_1_and_2.py);
-    - collectives at the step boundary (stage 0 all-reduce, stage 1 reduce, stages 1-2 parameter all-gather) and
-      the optimizer step are exposed;
-    - PCIe offload traffic per micro-step hides behind compute; NVMe swapping and the upload are exposed.
+    Step time = compute + exposed communication (incl. ZeRO host overhead) + exposed offload traffic + optimizer
+    step, as :func:`step_parts` composes it: overlap (overlap_comm: stage 3 gathers behind forward/backward compute,
+    stage 1-2 reductions behind backward) hides all but ``overlap_loss`` of the shorter side; boundary collectives
+    and the optimizer step are exposed; ZeRO-3 module hooks cost host time the GPU waits for only beyond its own
+    micro-step. The constants fitted on measured runs are in :mod:`.steptime_constants`.
     """
     mem = memory_terms(ctx, cand)
     comm = communication_terms(ctx, cand)
