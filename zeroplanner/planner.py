@@ -353,9 +353,11 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         j = int(po[np.argmax(values["tokens_per_second"][po])])
         if values["tokens_per_second"][j] > est.tokens_per_second * 1.01:
             pc = _choice_at(cand, j)
-            reasons.append(f"{pc.label} is predicted {values['tokens_per_second'][j] / est.tokens_per_second - 1:.0%} "
-                           "faster but offloads parameters (every forward and backward fetches them over PCIe), "
-                           "which the planner uses only when nothing fits without it.")
+            reasons.append(f"ZeRO-3 with offload_param {pc.offload_param} (micro-batch {pc.micro_batch} x "
+                           f"{pc.grad_accum}) is predicted "
+                           f"{values['tokens_per_second'][j] / est.tokens_per_second - 1:.0%} faster but offloads the "
+                           "parameters (every forward and backward fetches them over PCIe), which the planner uses "
+                           "only when nothing fits without it.")
     warnings = list(est.warnings)
     if scenario.training.qlora:
         warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds communication for little gain (seed article).")
