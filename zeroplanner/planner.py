@@ -96,6 +96,19 @@ class Option(_Out):
     why_not: str = ""
 
 
+def _short(c: Choice) -> str:
+    """A label without '&' (reasons are matched verbatim in HTML)."""
+    parts = [f"ZeRO-{c.stage}"]
+    if c.offload_optimizer != "none":
+        parts.append(f"offload_optimizer {c.offload_optimizer}")
+    if c.offload_param != "none":
+        parts.append(f"offload_param {c.offload_param}")
+    if c.zero_hpz_partition_size > 1 or c.zero_quantized_weights or c.zero_quantized_gradients:
+        parts.append("ZeRO++")
+    parts.append(f"{c.checkpointing} checkpointing, micro-batch {c.micro_batch} x {c.grad_accum}")
+    return ", ".join(parts)
+
+
 def step_breakdown(est: Estimate) -> str:
     """One line: where the predicted step time goes (compute, exposed collectives, ZeRO host overhead, offload,
     optimizer), so a reader sees why one stage wins."""
@@ -133,7 +146,7 @@ def _why_not(best: Choice, best_est: Estimate, alt: Choice, alt_est: Estimate, t
     alt_headroom = alt_est.gpu_memory_bytes - alt_est.per_gpu_bytes.total
     if alt_headroom < headroom:
         return head + (f"within the {tolerance:.0%} model tolerance; the pick leaves more GPU memory free "
-                       f"({gib(headroom):.1f} vs {gib(alt_headroom):.1f} GiB), safer against fragmentation and "
+                       f"({gib(headroom):.2f} vs {gib(alt_headroom):.2f} GiB), safer against fragmentation and "
                        "longer batches.")
     return head + f"within the {tolerance:.0%} model tolerance; the pick is simpler."
 
@@ -285,7 +298,8 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
     if best.stage in (1, 2) and n > 1:
         r.append(f"ZeRO-{best.stage} shards optimizer states" + (" and gradients" if best.stage == 2 else "")
                  + " and keeps ZeRO-3's per-layer parameter gathers off the network: DeepSpeed 0.19.8 all-reduces "
-                 "the gradients and all-gathers the parameters once per step.")
+                 "the gradients " + ("every micro-step" if best.stage == 2 or best.overlap_comm else "once per step")
+                 + " and all-gathers the parameters once per step.")
     if best.reduce_bucket_size and best.reduce_bucket_size < scenario.zero.reduce_bucket_size:
         r.append(f"reduce_bucket_size lowered from {scenario.zero.reduce_bucket_size:,} to "
                  f"{best.reduce_bucket_size:,} elements: only {scenario.trainable_parameters:,} parameters train and "
@@ -348,6 +362,9 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         if len(alts) >= alternatives:
             break
     reasons = _reasons(scenario, best, est, values, cand, ranked, tolerance)
+    for a in alts:
+        if a.why_not:
+            reasons.append(f"Alternative {_short(a.choice)}: {a.why_not}")
     po = np.flatnonzero(values["fits"] & (cand.offload_param > 0))
     if po.size:
         j = int(po[np.argmax(values["tokens_per_second"][po])])
