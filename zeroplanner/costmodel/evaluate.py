@@ -298,7 +298,7 @@ def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], inde
     scenario (same stage, offload, checkpointing, batch and nodes)."""
     shape = np.shape(values["total"])
     flat = int(np.ravel_multi_index(index, shape)) if isinstance(index, tuple) else int(index)
-    v = {k: float(a.reshape(-1)[flat]) for k, a in values.items()}
+    v = {k: float(a.item(flat)) for k, a in values.items()}
     mem = MemoryBreakdown(**{k: int(round(v[k])) for k in (*TERMS, "total")})
     terms = [
         Term(name=_TERM_DOCS[k][0], category=k, bytes=getattr(mem, k), formula=_TERM_DOCS[k][1],
