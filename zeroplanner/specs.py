@@ -442,8 +442,9 @@ class Assumptions(_Frozen):
 
     mfu: float = Field(
         default=0.40, gt=0, le=1.0,
-        description="model FLOP utilisation; 0.40 is the low end of Megatron-LM's published 41-56%% "
-        "(Korthikanti et al., arXiv 2205.05198, Table 5)",
+        description="model FLOP utilisation used when mfu_fixed is True (what --mfu sets); 0.40 is the low end "
+        "of Megatron-LM's published 41-56%% (Korthikanti et al., arXiv 2205.05198, Table 5). With mfu_fixed False "
+        "the fraction comes from GPU generation and GEMM size (costmodel/compute.py achieved_fraction)",
     )
     mfu_fixed: bool = Field(
         default=False,
