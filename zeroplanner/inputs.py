@@ -338,6 +338,13 @@ def _read_pin_memory(s: Scenario) -> bool | None:
     return a if a == b else None
 
 
+def _shown_compute_fraction(s: Scenario) -> float:
+    """What the app's MFU slider shows while the user has not fixed it: the cost model's own fraction."""
+    from .costmodel import estimate
+
+    return round(estimate(s).achieved_fraction, 2)
+
+
 def _read_gpu_memory_gib(s: Scenario) -> float | None:
     return None if s.cluster.gpu_memory_bytes is None else s.cluster.gpu_memory_bytes / GIB
 
@@ -427,8 +434,9 @@ INPUTS: tuple[Input, ...] = (
           path="training.qlora", widget=Widget("checkbox", "QLoRA (4-bit base)", section="lora")),
     Input("mfu", "MFU (fraction of dense peak)", "float", "training",
           "fraction of the GPU's dense peak reached on the FLOPs executed, recomputation included "
-          "(default 0.40); the reported mfu counts model FLOPs only, so it is lower with checkpointing",
-          path="assumptions.mfu",
+          "(default: from GPU generation and GEMM size, fitted on measured runs); the reported mfu counts model FLOPs "
+          "only, so it is lower with checkpointing",
+          path="assumptions.mfu", shown_fn=_shown_compute_fraction,
           widget=Widget("float_slider", "MFU", section="training", low=0.05, high=0.8, step=0.01, fmt=".2f")),
     # -- DeepSpeed zero_optimization keys (DeepSpeed's names and aliases, deepspeed/runtime/zero/config.py) --
     Input("reduce_bucket_size", "reduce_bucket_size (elements)", "int", "ZeRO", "reduce bucket, elements",

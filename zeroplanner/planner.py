@@ -10,6 +10,7 @@ Ranking policy (documented, and tested against the seed article's recommendation
 2. Candidates within ``tolerance`` (default 10%) of the best predicted throughput are treated as equal: the
    model's step-time error is of that order (docs/validation.md), and the seed article warns that choosing a higher
    stage "to look advanced" often runs slower than ZeRO-2.
+   Parameter offload (``offload_param``) is considered only when no candidate without it fits.
 3. Among equals prefer, in order: no offload (offload is a last resort: PCIe/CPU-bound; DeepSpeed #1130), stages
    0-2 over stage 3 (2Ψ instead of 3Ψ per step; ZeRO paper Sec. 7), no ZeRO++, then the most GPU memory headroom
    (ZeRO-2 frees gradients at ZeRO-1's communication volume), then throughput.
@@ -85,12 +86,69 @@ class Choice(_Out):
 
 
 class Option(_Out):
-    """A labelled, evaluated configuration."""
+    """A labelled, evaluated configuration. ``why_not``: for an alternative predicted faster than the pick, why
+    it was not picked (empty otherwise)."""
 
     label: str
     choice: Choice
     scenario: Scenario
     estimate: Estimate
+    why_not: str = ""
+
+
+def _short(c: Choice) -> str:
+    """A label without '&' (reasons are matched verbatim in HTML)."""
+    parts = [f"ZeRO-{c.stage}"]
+    if c.offload_optimizer != "none":
+        parts.append(f"offload_optimizer {c.offload_optimizer}")
+    if c.offload_param != "none":
+        parts.append(f"offload_param {c.offload_param}")
+    if c.zero_hpz_partition_size > 1 or c.zero_quantized_weights or c.zero_quantized_gradients:
+        parts.append("ZeRO++")
+    parts.append(f"{c.checkpointing} checkpointing, micro-batch {c.micro_batch} x {c.grad_accum}")
+    return ", ".join(parts)
+
+
+def step_breakdown(est: Estimate) -> str:
+    """One line: where the predicted step time goes (compute, exposed collectives, ZeRO host overhead, offload,
+    optimizer), so a reader sees why one stage wins."""
+    host = est.fetch_overhead_seconds_per_step + est.hook_seconds_per_step
+    collectives = est.communication.exposed_seconds_per_step - host
+    return (f"Step {est.step_seconds:.3f} s = compute {est.compute_seconds_per_step:.3f} s "
+            f"({est.achieved_fraction:.0%} of peak) + exposed communication {collectives:.3f} s + ZeRO-3 fetch "
+            f"overhead {est.fetch_overhead_seconds_per_step:.3f} s + gradient hooks {est.hook_seconds_per_step:.3f} s "
+            f"+ offload {est.offload_seconds_per_step:.3f} s + optimizer {est.optimizer_seconds_per_step:.3f} s.")
+
+
+def _why_not(best: Choice, best_est: Estimate, alt: Choice, alt_est: Estimate, tolerance: float,
+             param_offload_excluded: bool) -> str:
+    """Why a faster alternative lost: the ranking rule that put the pick first."""
+    gain = best_est.step_seconds / alt_est.step_seconds - 1.0
+    if gain <= 0.005:
+        return ""
+    head = f"{gain:.0%} faster than the pick, not picked: "
+    alt_off = (alt.offload_optimizer != "none") + (alt.offload_param != "none")
+    best_off = (best.offload_optimizer != "none") + (best.offload_param != "none")
+    if gain > tolerance and param_offload_excluded:
+        return head + "it offloads parameters, which is used only when nothing fits without it."
+    if alt_off > best_off:
+        return head + (f"within the {tolerance:.0%} model tolerance and it needs offload (PCIe/host-bound, the "
+                       "pick does without).")
+    if alt.stage == 3 and best.stage < 3:
+        return head + (f"within the {tolerance:.0%} model tolerance; ZeRO-3 adds per-module parameter gathers "
+                       "and host hooks the pick avoids (measured ZeRO-3 2.5-3.3x slower on small models, "
+                       "THROUGHPUT.md section 1).")
+    zpp_alt = alt.zero_hpz_partition_size > 1 or alt.zero_quantized_weights or alt.zero_quantized_gradients
+    zpp_best = best.zero_hpz_partition_size > 1 or best.zero_quantized_weights or best.zero_quantized_gradients
+    if zpp_alt and not zpp_best:
+        return head + f"within the {tolerance:.0%} model tolerance and it needs ZeRO++ (quantised collectives)."
+    headroom = best_est.gpu_memory_bytes - best_est.per_gpu_bytes.total
+    alt_headroom = alt_est.gpu_memory_bytes - alt_est.per_gpu_bytes.total
+    if alt_headroom < headroom:
+        return head + (f"within the {tolerance:.0%} model tolerance; the pick leaves more GPU memory free "
+                       f"({gib(headroom):.2f} vs {gib(alt_headroom):.2f} GiB), safer against fragmentation and "
+                       "longer batches.")
+    return head + f"within the {tolerance:.0%} model tolerance; the pick is simpler."
 
 
 class Plan(_Out):
@@ -192,6 +250,11 @@ def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: 
     fits = np.flatnonzero(values["fits"])
     if fits.size == 0:
         return fits
+    # parameter offload only when nothing fits without it: it moves every parameter over PCIe in every forward
+    # and backward, and the model's overlap of that traffic is the least checked part of the step time
+    no_param_offload = fits[cand.offload_param[fits] == 0]
+    if no_param_offload.size:
+        fits = no_param_offload
     tps = values["tokens_per_second"][fits]
     near = tps >= (1.0 - tolerance) * tps.max()
     offloads = (cand.offload_optimizer[fits] > 0).astype(int) + (cand.offload_param[fits] > 0).astype(int)
@@ -235,13 +298,15 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
     if best.stage in (1, 2) and n > 1:
         r.append(f"ZeRO-{best.stage} shards optimizer states" + (" and gradients" if best.stage == 2 else "")
                  + " and keeps ZeRO-3's per-layer parameter gathers off the network: DeepSpeed 0.19.8 all-reduces "
-                 "the gradients and all-gathers the parameters once per step.")
+                 "the gradients " + ("every micro-step" if best.stage == 2 or best.overlap_comm else "once per step")
+                 + " and all-gathers the parameters once per step.")
     if best.reduce_bucket_size and best.reduce_bucket_size < scenario.zero.reduce_bucket_size:
         r.append(f"reduce_bucket_size lowered from {scenario.zero.reduce_bucket_size:,} to "
                  f"{best.reduce_bucket_size:,} elements: only {scenario.trainable_parameters:,} parameters train and "
                  "DeepSpeed allocates the whole bucket.")
     comm_share = est.communication.exposed_seconds_per_step / est.step_seconds
     r.append(f"Exposed communication is {comm_share:.0%} of the step.")
+    r.append(step_breakdown(est))
     return r
 
 
@@ -291,15 +356,31 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         seen.add(key)
         ch = _choice_at(cand, int(i))
         sc = apply_choice(scenario, ch, validate=False)
-        alts.append(Option(label=ch.label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, int(i))))
+        alt_est = estimate_from_values(sc, values, int(i))
+        alts.append(Option(label=ch.label, choice=ch, scenario=sc, estimate=alt_est,
+                           why_not=_why_not(best, est, ch, alt_est, tolerance, False)))
         if len(alts) >= alternatives:
             break
+    reasons = _reasons(scenario, best, est, values, cand, ranked, tolerance)
+    for a in alts:
+        if a.why_not:
+            reasons.append(f"Alternative {_short(a.choice)}: {a.why_not}")
+    po = np.flatnonzero(values["fits"] & (cand.offload_param > 0))
+    if po.size:
+        j = int(po[np.argmax(values["tokens_per_second"][po])])
+        if values["tokens_per_second"][j] > est.tokens_per_second * 1.01:
+            pc = _choice_at(cand, j)
+            reasons.append(f"ZeRO-3 with offload_param {pc.offload_param} (micro-batch {pc.micro_batch} x "
+                           f"{pc.grad_accum}) is predicted "
+                           f"{values['tokens_per_second'][j] / est.tokens_per_second - 1:.0%} faster but offloads the "
+                           "parameters (every forward and backward fetches them over PCIe), which the planner uses "
+                           "only when nothing fits without it.")
     warnings = list(est.warnings)
     if scenario.training.qlora:
         warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds communication for little gain (seed article).")
     return Plan(
         fits=True, choice=best, scenario=chosen, estimate=est,
-        reasons=_reasons(scenario, best, est, values, cand, ranked, tolerance),
+        reasons=reasons,
         warnings=warnings, alternatives=alts, variants=variants, candidates_evaluated=int(cand.stage.size),
     )
 
@@ -395,5 +476,5 @@ def sweep(scenario: Scenario, **axes: Sequence[int]) -> dict[str, np.ndarray]:
     return out
 
 
-__all__ = ["Choice", "Option", "Plan", "plan", "scaling", "largest_model", "sweep", "candidate_grid",
+__all__ = ["Choice", "Option", "Plan", "plan", "step_breakdown", "scaling", "largest_model", "sweep", "candidate_grid",
            "apply_choice", "VARIANTS"]

@@ -155,7 +155,8 @@ def _scenario_rows(s: Scenario) -> list[tuple[str, str]]:
                      + (f", LoRA rank {t.lora_rank}" if t.lora_rank else "") + (", QLoRA" if t.qlora else "")),
         ("Requested ZeRO", f"stage {z.stage}, offload_optimizer {z.offload_optimizer.device}, offload_param "
                            f"{z.offload_param.device}"),
-        ("MFU assumption", f"{s.assumptions.mfu:.2f}"),
+        ("Compute efficiency", f"{s.assumptions.mfu:.2f} of the dense peak (fixed by the user)"
+         if s.assumptions.mfu is not None else "from GPU generation and GEMM size (costmodel/compute.py)"),
     ]
 
 

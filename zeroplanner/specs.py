@@ -440,10 +440,11 @@ class ZeroSpec(_Frozen):
 class Assumptions(_Frozen):
     """Model constants a user may override. Each default cites its source."""
 
-    mfu: float = Field(
-        default=0.40, gt=0, le=1.0,
-        description="model FLOP utilisation; 0.40 is the low end of Megatron-LM's published 41-56%% "
-        "(Korthikanti et al., arXiv 2205.05198, Table 5)",
+    mfu: float | None = Field(
+        default=None, gt=0, le=1.0,
+        description="fraction of the GPU's dense peak the executed FLOPs run at, fixed for every GPU and size (what "
+        "--mfu sets); None: the fraction depends on GPU generation and GEMM size "
+        "(zeroplanner/costmodel/compute.py achieved_fraction, fitted on shared/references/THROUGHPUT.md)",
     )
     gpu_memory_margin_fraction: float = Field(
         default=0.05, ge=0, lt=1.0, description="fraction of GPU memory kept free as a safety margin"

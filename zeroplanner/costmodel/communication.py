@@ -77,6 +77,39 @@ def ring_seconds(
     return np.where(n > 1, t, 0.0)
 
 
+def stage3_collective_counts(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+    """ZeRO-3 collectives (float arrays): per micro-step "all_gather_forward", "all_gather_backward",
+    "reduce_scatter"; per optimizer step "all_gather_step".
+
+    Forward: one all-gather per module that owns a partitioned parameter (``fetch_sub_module`` gathers a module's
+    parameters in one ``all_gather_coalesced`` call; prefetching gathers upcoming modules' parameters ahead but, as
+    ``stage3_prefetch_bucket_size`` is consumed module by module, still about one call per module; a module larger
+    than the bucket is one call). Backward (incl. the recompute forward of checkpointed layers): the same modules
+    again, less the input embedding (its output needs no input gradient, so no backward pre-hook fetches it) and
+    less the modules still resident at the turn (up to min(stage3_max_live_parameters, stage3_max_reuse_distance)
+    elements, taken in whole average-size modules). Reduce-scatter: one per reduce bucket of gradients. After the
+    optimizer step: one all-gather per persistent trainable tensor (its updated value; bytes measured to match the
+    norms' size exactly, docs/validation.md section 1) plus one more whose bytes are too small to show in the
+    measured totals (counted on 2 CPU ranks for two models and two thresholds,
+    tests/test_zero3_collective_count.py; origin not identified).
+    """
+    z = ctx.scenario.zero
+    mods = float(ctx.fetch_modules)
+    if ctx.scenario.training.qlora:
+        mods = 0.0  # NF4 base weights are not partitioned (scenario_warnings); LoRA weights are below threshold
+    avg = ctx.fetch_module_params / mods if mods else 0.0
+    kept_elems = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance)
+    if ctx.scenario.assumptions.accounting == "paper":
+        kept_elems = 0
+    kept = min(np.floor(kept_elems / avg), mods) if avg else 0.0
+    bwd = max(mods - 1.0 - kept, 0.0)
+    fwd = mods
+    zero = np.zeros(cand.shape)
+    return {"all_gather_forward": zero + fwd, "all_gather_backward": zero + bwd,
+            "reduce_scatter": zero + np.ceil(ctx.trainable / cand.reduce_bucket),
+            "all_gather_step": zero + (ctx.persistent_trainable_tensors + 1.0 if mods else 0.0)}
+
+
 def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """Per-GPU message bytes per collective type per step, on-the-wire bytes, and seconds per phase.
 
@@ -122,7 +155,8 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     # stage 3: gathers of the partitioned (non-persistent) parameters, forward and backward, every micro-step
     gathered = (T if qlora else P) - ctx.persistent_params
     gathered = max(gathered, 0.0)
-    fetches = max(ctx.param_modules, np.ceil(gathered / max(z.stage3_prefetch_bucket_size, 1)))
+    counts = stage3_collective_counts(ctx, cand)
+    fetches = counts["all_gather_forward"]
     fwd_elem_bytes = np.where(cand.qwz > 0, 1.0, w)  # qwZ: int8 weights
     fwd_msg = gathered * fwd_elem_bytes
     ag3_fwd = ring_seconds(ctx, "all_gather", fwd_msg, n, fetches + 0.0 * nf, cross, cand.nodes)
@@ -135,8 +169,8 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     if ctx.scenario.assumptions.accounting == "paper":
         kept = 0.0  # the paper's 3Ψ: every parameter gathered again in backward
     bwd_gathered = gathered - kept
-    ag3_bwd = ring_seconds(ctx, "all_gather", bwd_gathered * w + 0.0 * nf, bwd_ranks, fetches + 0.0 * nf,
-                          cross & ~hpz, cand.nodes)
+    ag3_bwd = ring_seconds(ctx, "all_gather", bwd_gathered * w + 0.0 * nf, bwd_ranks,
+                          counts["all_gather_backward"] + 0.0 * nf, cross & ~hpz, cand.nodes)
     rs3_msg = np.where(cand.qgz > 0, T * 0.5, grad_msg)  # qgZ: int4 gradients
     rs3 = ring_seconds(ctx, "reduce_scatter", rs3_msg + 0.0 * nf, n, reduce_buckets + 0.0 * nf, cross, cand.nodes)
 

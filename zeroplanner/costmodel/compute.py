@@ -5,7 +5,8 @@ counts matmul weights (active experts only) and the second term is attention (T 
 width). LoRA/QLoRA: frozen weights need no weight gradient, so 4N instead of 6N for them (forward 2N + input
 gradients 2N; Hu et al., arXiv 2106.09685). Recomputation adds a forward: full checkpointing 2N + 4·L·H·Q·T,
 selective only the attention core 4·L·H·Q·T (Korthikanti et al., arXiv 2205.05198, Sec. 5). MFU counts model FLOPs
-only; the time uses executed FLOPs at ``Assumptions.mfu`` of the dense peak.
+only; the time uses executed FLOPs at :func:`achieved_fraction` of the dense peak (``Assumptions.mfu`` when the
+user fixes it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,83 @@ from __future__ import annotations
 import numpy as np
 
 from .context import OPTIMIZER_BYTES_TOUCHED, Candidates, Context, data_parallel_degree
+from .steptime_constants import FITTED
+
+MAMF_FRACTION = {
+    "ampere": 0.869, "hopper": 0.803, "cdna3": 0.601,
+}
+"""Maximum achievable matmul FLOPs / dense peak, bf16, measured with mamf-finder.py (stas00/ml-engineering,
+compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table": A100 SXM 271.2 of 312 = 86.9%,
+H100 SXM 794.5 of 989 = 80.3%, MI300X 781.9 of 1300 = 60.1%). Generations the table lacks use the nearest
+measured one (Ada -> Ampere; Volta and Turing have their own end-to-end figure below)."""
+
+END_TO_END_FRACTION_AMPERE = 0.72
+"""End-to-end training MFU on A100 with FlashAttention-2: "up to 225 TFLOPs/s per A100 GPU (72% model FLOPs
+utilization)" (Dao, arXiv 2307.08691, Sec. 4.3; GPT-3 2.7B, hidden 2560, 8k context). Divided by the A100's MAMF
+fraction it gives the share of a step that runs at matmul speed (0.83: norms, activations, softmax, optimizer
+kernels), applied to every generation."""
+
+END_TO_END_FRACTION_VOLTA = 0.30
+"""V100 end-to-end: "a strong single GPU baseline that sustains 39 TeraFLOPs during the overall training process,
+which is 30% of the theoretical peak FLOPS" (Megatron-LM, Shoeybi et al., arXiv 1909.08053, Sec. 1 and 5.1; 1.2B
+GPT-2, hidden 1536, sequence 1024, no fused attention). Used for Turing (same tensor-core generation, no bf16)."""
+
+REFERENCE_HIDDEN = {"volta": 1536, "turing": 1536}
+"""Hidden size of the run each end-to-end fraction was measured on (the GEMM-size factor is 1 there)."""
+
+
+def gpu_generation(name: str) -> str:
+    """volta | turing | ampere | ada | hopper | cdna3 from the catalog name (NVIDIA/AMD product families)."""
+    n = name.upper()
+    if n.startswith("V100"):
+        return "volta"
+    if "TITAN-RTX" in n or "RTX-20" in n or n.startswith("T4"):
+        return "turing"
+    if n.startswith(("H100", "H200", "H800", "GH200")):
+        return "hopper"
+    if n.startswith(("RTX-40", "L40", "L4")):
+        return "ada"
+    if n.startswith("MI3"):
+        return "cdna3"
+    return "ampere"
+
+
+def achieved_fraction(ctx: Context, cand: Candidates) -> np.ndarray:
+    """Fraction of the dense peak a training step reaches, per candidate.
+
+    ``Assumptions.mfu`` when the user fixed it (not None); else generation x GEMM size:
+    generation: Ampere 0.72 at hidden 2560 (FlashAttention-2), Hopper/CDNA3 scaled by their MAMF fraction against
+    the A100's, Volta/Turing 0.30 at hidden 1536 (Megatron-LM); GEMM size: h / (h + h_half) relative to the
+    reference run's, with h the hidden size per tensor-parallel rank and h_half fitted once
+    (:data:`~.steptime_constants.FITTED`) on the measured runs of shared/references/THROUGHPUT.md; and tokens per
+    micro-batch b*s / (b*s + m_half) (the GEMMs' M dimension), m_half fitted likewise; capped at
+    :func:`ceiling_fraction` (no run beats its generation's measured matmul ceiling).
+    """
+    a = ctx.scenario.assumptions
+    if a.mfu is not None:
+        return np.full(cand.shape, a.mfu)
+    gen = gpu_generation(ctx.gpu_name)
+    h_half, m_half = FITTED["gemm_hidden_half"], FITTED["gemm_tokens_half"]
+    if gen in ("volta", "turing"):
+        base, h_ref, m_ref = END_TO_END_FRACTION_VOLTA, REFERENCE_HIDDEN[gen], 8 * 1024
+    else:
+        mamf = MAMF_FRACTION.get(gen, MAMF_FRACTION["ampere"])
+        base, h_ref, m_ref = END_TO_END_FRACTION_AMPERE * mamf / MAMF_FRACTION["ampere"], 2560, 8192
+    h = ctx.hidden_size / ctx.tp
+
+    def size(x, half):
+        return x / (x + half)
+
+    tokens = cand.micro_batch.astype(np.float64) * ctx.scenario.training.seq_len
+    frac = base * size(h, h_half) / size(h_ref, h_half) * size(tokens, m_half) / size(m_ref, m_half)
+    return np.minimum(frac, ceiling_fraction(gen))
+
+
+def ceiling_fraction(gen: str) -> float:
+    """The most a whole training step reaches: the MAMF fraction times the matmul share of a step measured at
+    FlashAttention-2's 72% on A100 (0.72 / 0.869 = 0.83); generations without a MAMF figure use the A100's."""
+    mamf = MAMF_FRACTION.get(gen, MAMF_FRACTION["ampere"])
+    return END_TO_END_FRACTION_AMPERE / MAMF_FRACTION["ampere"] * mamf
 
 
 def flops_per_token(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -43,16 +121,36 @@ def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """
     model, executed, fwd = flops_per_token(ctx, cand)
     tokens_micro = cand.micro_batch.astype(np.float64) * ctx.scenario.training.seq_len
-    rate = ctx.peak_flops * ctx.scenario.assumptions.mfu
+    rate = ctx.peak_flops * achieved_fraction(ctx, cand)
     micro = tokens_micro * executed / rate
     fwd_micro = tokens_micro * fwd / rate
     ga = cand.grad_accum.astype(np.float64)
+    dq = qlora_dequant_seconds_micro(ctx, cand)
+    micro = micro + dq
     return {
+        "dequant_seconds_micro": dq,
         "seconds": ga * micro,
         "fwd_seconds_micro": fwd_micro,
         "bwd_seconds_micro": micro - fwd_micro,
         "model_flops": ga * tokens_micro * model,
+        "achieved_fraction": rate / ctx.peak_flops,
     }
+
+
+QLORA_DEQUANT_BYTES = 0.5 + 2.0 + 2.0
+"""HBM bytes per frozen parameter per dequantisation: read the NF4 weight (0.5 B; absmax scales add ~0.016), write
+the 16-bit weight (2 B) and read it back in the GEMM (2 B). bitsandbytes dequantises the whole weight before each
+matmul (``bnb.functional.dequantize_4bit`` inside ``MatMul4Bit`` forward and backward; Dettmers et al., QLoRA,
+arXiv 2305.14314, Sec. 3), a memory-bound kernel: time = bytes / HBM bandwidth (roofline)."""
+
+
+def qlora_dequant_seconds_micro(ctx: Context, cand: Candidates) -> np.ndarray:
+    """QLoRA: dequantisations per micro-step = forward + backward (input gradient) + recompute forward with full
+    checkpointing, each over every frozen 4-bit weight. 0 without QLoRA."""
+    if not ctx.scenario.training.qlora:
+        return np.zeros(cand.shape)
+    passes = 2.0 + (cand.checkpointing == 2)
+    return passes * ctx.frozen * QLORA_DEQUANT_BYTES / ctx.hbm_bytes_per_second
 
 
 def optimizer_and_offload_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:

@@ -114,6 +114,66 @@ class Context:
     node_nic_busbw: float  # bytes/s
     inter_latency: float
     gpu_memory_bytes: float
+    fetch_modules: int = 0  # stage 3: modules holding a partitioned (non-persistent) parameter, one forward pass
+    fetch_module_params: float = 0.0  # elements those modules gather, one forward pass
+    persistent_trainable_tensors: int = 0  # stage 3: trainable tensors kept whole (re-gathered after each step)
+    hooked_modules: int = 0  # modules owning parameters (ZeRO-3 pre/post hooks run on each, forward and backward)
+    param_tensors: int = 0  # trainable parameter tensors (one backward gradient hook each in ZeRO-2/3)
+    hidden_size: int = 1
+    gpu_name: str = ""
+
+
+def module_parameter_shapes(m) -> list[tuple[int, tuple[int, ...]]]:
+    """(count, parameter numels) per kind of module of a decoder-only transformer, as HF builds it: one entry per
+    nn.Module that owns parameters directly (``parameters(recurse=False)``, what ZeRO-3 gathers per fetch;
+    ``fetch_sub_module`` in deepspeed/runtime/zero/partitioned_param_coordinator.py). Tied embeddings: the lm_head
+    module still runs in forward and gathers the shared weight again."""
+    h, f, q, kv, L, E = m.hidden_size, m.ffn_size, m.q_size, m.kv_size, m.n_layers, m.n_experts
+    out: list[tuple[int, tuple[int, ...]]] = []
+
+    def lin(n_in, n_out, bias, count=L):
+        out.append((count, (n_in * n_out, n_out) if bias else (n_in * n_out,)))
+
+    if m.fused_qkv:
+        lin(h, q + 2 * kv, m.qkv_bias)
+    else:
+        lin(h, q, m.qkv_bias)
+        lin(h, kv, m.qkv_bias)
+        lin(h, kv, m.qkv_bias)
+    lin(q, h, m.out_bias)
+    mats = [(h, f), (h, f), (f, h)] if m.ffn_kind == "swiglu" else [(h, f), (f, h)]
+    if m.fused_experts and E > 1:
+        out.append((L, tuple(a * b * E for a, b in mats)))
+    else:
+        for a, b in mats:
+            lin(a, b, m.mlp_bias, L * E)
+    if E > 1:
+        out.append((L, (h * E,)))
+    norm = (h, h) if m.norm_kind == "layernorm" else (h,)
+    if m.norms_per_layer:
+        out.append((L * m.norms_per_layer, norm))
+    out.append((1, (m.vocab_size * m.embed_width,)))
+    if m.learned_position_embeddings:
+        out.append((1, (m.learned_position_embeddings * h,)))
+    if m.embedding_norm:
+        out.append((1, norm))
+    if m.final_norm:
+        out.append((1, norm))
+    out.append((1, (m.vocab_size * m.embed_width,)))  # lm_head (tied or not, it runs and fetches)
+    return out
+
+
+def stage3_fetch_modules(m, threshold: int) -> tuple[int, float]:
+    """(modules fetched per forward pass, elements gathered) at ZeRO-3: a parameter stays whole on every rank when
+    ``numel <= stage3_param_persistence_threshold`` (``mark_persistent_parameters`` in
+    deepspeed/runtime/zero/parameter_offload.py); a module is fetched when it owns a parameter that is not."""
+    modules, elements = 0, 0.0
+    for count, numels in module_parameter_shapes(m):
+        gathered = sum(n for n in numels if n > threshold)
+        if gathered:
+            modules += count
+            elements += count * gathered
+    return modules, elements
 
 
 def make_context(scenario: Scenario) -> Context:
@@ -143,6 +203,17 @@ def make_context(scenario: Scenario) -> Context:
         small_tensors.append(m.n_layers * m.router_params)
     linears = (2 if m.fused_qkv else 4) + (3 if m.ffn_kind == "swiglu" else 2) * (1 if m.fused_experts else m.n_experts)
     gpu = c.gpu
+    fetch_modules, fetch_elements = stage3_fetch_modules(m, threshold)
+    shapes = module_parameter_shapes(m)
+    if t.lora_rank:
+        # two LoRA matrices per targeted linear per layer (Hu et al., arXiv 2106.09685)
+        param_tensors = 2 * m.n_layers * len(t.lora_targets)
+        persistent_trainable = param_tensors if t.lora_rank * m.hidden_size <= threshold else 0
+    else:
+        param_tensors = sum(cnt * len(numels) for cnt, numels in shapes[:-1]) + (0 if m.tied_embeddings else 1)
+        persistent_trainable = sum(cnt * sum(1 for n in numels if n <= threshold) for cnt, numels in shapes[:-1])
+        if not m.tied_embeddings and m.vocab_size * m.embed_width <= threshold:
+            persistent_trainable += 1
     return Context(
         scenario=scenario,
         params=float(params),
@@ -167,6 +238,13 @@ def make_context(scenario: Scenario) -> Context:
         node_nic_busbw=c.network.node_busbw_bytes_per_second,
         inter_latency=c.network.latency_seconds,
         gpu_memory_bytes=float(c.memory_per_gpu_bytes),
+        fetch_modules=fetch_modules,
+        fetch_module_params=fetch_elements / tp,
+        param_tensors=param_tensors,
+        hooked_modules=sum(cnt for cnt, _ in shapes),
+        persistent_trainable_tensors=persistent_trainable,
+        hidden_size=int(m.hidden_size),
+        gpu_name=gpu.name,
     )
 
 

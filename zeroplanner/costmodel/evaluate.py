@@ -22,16 +22,62 @@ COMM_SHARE_WARNING = 0.30
 'allgather or reduce above 30% of the time')."""
 
 
+def hidden_behind(work: np.ndarray, other: np.ndarray, loss: float) -> np.ndarray:
+    """Seconds of ``work`` left exposed when it overlaps ``other``: what does not fit under it, plus ``loss`` of the
+    overlapped part (concurrent kernels share SMs and HBM; the fitted ``overlap_loss``)."""
+    return np.maximum(0.0, work - other) + loss * np.minimum(work, other)
+
+
+def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.ndarray]:
+    """Step seconds and its parts (compute, exposed communication, ZeRO host overhead, offload, optimizer).
+
+    Per micro-step the GPU runs compute (incl. QLoRA dequantisation) plus the communication and PCIe traffic that
+    overlapping does not hide (:func:`hidden_behind` with overlap_comm, all of it without). ZeRO-3's host work per
+    module hook (``zero3_fetch_seconds`` x modules with parameters x 2, forward and backward) runs ahead of the GPU and is exposed only
+    where it is longer than the GPU's micro-step; ZeRO-2/3 gradient hooks (``grad_hook_seconds`` x parameter
+    tensors) are serial with backward. Boundary collectives, the parameter upload, NVMe swapping and the optimizer
+    step are exposed. "comm_exposed_seconds" includes the ZeRO host overhead (fetch + hooks: the collectives'
+    coordination), "collectives_exposed_seconds" is the collectives alone.
+    """
+    from .steptime_constants import FITTED
+
+    loss = FITTED["overlap_loss"]
+    ga = cand.grad_accum.astype(np.float64)
+    overlap = overlap_comm(ctx, cand)
+    fwd_c, bwd_c = comp["fwd_seconds_micro"], comp["bwd_seconds_micro"]
+    bwd_comm = comm["bwd_seconds_micro"] + comm["reduce_seconds_micro"]
+    fwd_exposed = np.where(overlap, hidden_behind(comm["fwd_seconds_micro"], fwd_c, loss), comm["fwd_seconds_micro"])
+    bwd_exposed = np.where(overlap, hidden_behind(bwd_comm, bwd_c, loss), bwd_comm)
+    micro_compute = fwd_c + bwd_c + comp["dequant_seconds_micro"]
+    pcie_micro = hidden_behind(opt["pcie_seconds_micro"], micro_compute, loss)
+    gpu_micro = micro_compute + fwd_exposed + bwd_exposed + pcie_micro
+    st = cand.stage
+    # every module with parameters gets ZeRO-3's pre-/post-forward and pre-/post-backward hooks, whether it then
+    # gathers (partitioned) or finds its parameters available (persistent or still resident)
+    fetch_host = np.where(st == 3, FITTED["zero3_fetch_seconds"] * 2.0 * ctx.hooked_modules, 0.0)
+    fetch_exposed = np.maximum(0.0, fetch_host - gpu_micro)
+    hooked = (st >= 2) | ((st == 1) & overlap)
+    n = data_parallel_degree(ctx, cand)
+    hooks = np.where(hooked & (n > 1), FITTED["grad_hook_seconds"] * ctx.param_tensors, 0.0)
+    collectives = comm["boundary_seconds"] + ga * (fwd_exposed + bwd_exposed)
+    host = ga * (fetch_exposed + hooks)
+    offload = ga * pcie_micro + opt["pcie_seconds_boundary"] + opt["nvme_seconds"]
+    compute = comp["seconds"]
+    step = compute + collectives + host + offload + opt["optimizer_seconds"]
+    return {"comm_exposed_seconds": collectives + host, "collectives_exposed_seconds": collectives,
+            "offload_seconds": offload, "fetch_overhead_seconds": ga * fetch_exposed, "hook_seconds": ga * hooks,
+            "step_seconds": step, "fwd_exposed_micro": fwd_exposed, "bwd_exposed_micro": bwd_exposed,
+            "pcie_exposed_micro": pcie_micro}
+
+
 def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """Every number of the cost model for every candidate. Float/bool arrays shaped like ``cand``.
 
-    Step time = compute + exposed communication + exposed offload traffic + optimizer step, where
-    - stage 3 forward gathers hide behind forward compute and backward gathers + reduce-scatters behind backward
-      compute when overlap_comm is on (prefetching; stage3.py), per micro-step;
-    - stage 2 reduce-scatters hide behind backward compute with overlap_comm (stage_1_and_2.py);
-    - collectives at the step boundary (stage 0 all-reduce, stage 1 reduce, stages 1-2 parameter all-gather) and
-      the optimizer step are exposed;
-    - PCIe offload traffic per micro-step hides behind compute; NVMe swapping and the upload are exposed.
+    Step time = compute + exposed communication (incl. ZeRO host overhead) + exposed offload traffic + optimizer
+    step, as :func:`step_parts` composes it: overlap (overlap_comm: stage 3 gathers behind forward/backward compute,
+    stage 1-2 reductions behind backward) hides all but ``overlap_loss`` of the shorter side; boundary collectives
+    and the optimizer step are exposed; ZeRO-3 module hooks cost host time the GPU waits for only beyond its own
+    micro-step. The constants fitted on measured runs are in :mod:`.steptime_constants`.
     """
     mem = memory_terms(ctx, cand)
     comm = communication_terms(ctx, cand)
@@ -40,17 +86,10 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     a = ctx.scenario.assumptions
     c = ctx.scenario.cluster
     ga = cand.grad_accum.astype(np.float64)
-
-    overlap = overlap_comm(ctx, cand)
-    fwd_exposed = np.where(overlap, np.maximum(0.0, comm["fwd_seconds_micro"] - comp["fwd_seconds_micro"]),
-                           comm["fwd_seconds_micro"])
-    bwd_comm = comm["bwd_seconds_micro"] + comm["reduce_seconds_micro"]
-    bwd_exposed = np.where(overlap, np.maximum(0.0, bwd_comm - comp["bwd_seconds_micro"]), bwd_comm)
-    comm_exposed = comm["boundary_seconds"] + ga * (fwd_exposed + bwd_exposed)
-    micro_compute = comp["fwd_seconds_micro"] + comp["bwd_seconds_micro"]
-    pcie_exposed = ga * np.maximum(0.0, opt["pcie_seconds_micro"] - micro_compute) + opt["pcie_seconds_boundary"]
-    offload_seconds = pcie_exposed + opt["nvme_seconds"]
-    step = comp["seconds"] + comm_exposed + offload_seconds + opt["optimizer_seconds"]
+    parts = step_parts(ctx, cand, comm, comp, opt)
+    comm_exposed = parts["comm_exposed_seconds"]
+    offload_seconds = parts["offload_seconds"]
+    step = parts["step_seconds"]
 
     n = data_parallel_degree(ctx, cand)
     tokens = cand.micro_batch * ga * n * ctx.scenario.training.seq_len
@@ -69,6 +108,10 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
             "comm_seconds": comm["seconds"],
             "comm_exposed_seconds": comm_exposed,
             "compute_seconds": comp["seconds"],
+            "achieved_fraction": comp["achieved_fraction"],
+            "collectives_exposed_seconds": parts["collectives_exposed_seconds"],
+            "fetch_overhead_seconds": parts["fetch_overhead_seconds"],
+            "hook_seconds": parts["hook_seconds"],
             "offload_seconds": offload_seconds,
             "optimizer_seconds": opt["optimizer_seconds"],
             "step_seconds": step,
@@ -145,6 +188,12 @@ class Estimate(_Out):
     mfu: float
     warnings: list[str]
     terms: list[Term]
+    fetch_overhead_seconds_per_step: float = 0.0
+    """ZeRO-3 module-hook host time the GPU waits for (part of communication.exposed_seconds_per_step)."""
+    hook_seconds_per_step: float = 0.0
+    """ZeRO-2/3 gradient-hook host time, serial with backward (part of communication.exposed_seconds_per_step)."""
+    achieved_fraction: float = 0.0
+    """Fraction of the dense peak the compute runs at (compute.achieved_fraction, or Assumptions.mfu if fixed)."""
     deepspeed_version: str = "0.19.8"
 
     def summary(self) -> str:
@@ -193,10 +242,11 @@ def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]
         w.append("QLoRA with ZeRO-3: 4-bit bitsandbytes weights are often not partitioned (DeepSpeed #5819, "
                  "peft #2016); modelled as unsharded (recent peft/accelerate shard them when bnb_4bit_quant_storage "
                  "matches the compute dtype, which this estimate does not assume)")
-    if z.stage == 3 and n > 1:
-        w.append("ZeRO-3's per-module host work (hooks, fetch coordination) is not priced: public runs measured "
-                 "ZeRO-3 1.3-2.6x slower than ZeRO-1/2 on the same hardware (docs/network_sources.md, section d); "
-                 "`zeroplanner calibrate` measures it on your machine")
+    if z.stage == 3 and n > 1 and values.get("fetch_overhead_seconds", 0.0) > 0.1 * step:
+        w.append(f"ZeRO-3's per-module host work (hooks, fetch coordination) is "
+                 f"{values['fetch_overhead_seconds'] / step:.0%} of the step: the GPU waits for the host, as in the "
+                 "measured small-model runs (ZeRO-3 2.5-3.3x slower than ZeRO-1, shared/references/THROUGHPUT.md "
+                 "section 1); a larger micro-batch or ZeRO-1/2 hides it")
     if not values["fits_gpu"]:
         w.append(f"GPU memory: needs {gib(values['total']):.1f} GiB per GPU, "
                  f"{gib(c.memory_per_gpu_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB "
@@ -229,7 +279,7 @@ def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], inde
     scenario (same stage, offload, checkpointing, batch and nodes)."""
     shape = np.shape(values["total"])
     flat = int(np.ravel_multi_index(index, shape)) if isinstance(index, tuple) else int(index)
-    v = {k: float(a.reshape(-1)[flat]) for k, a in values.items()}
+    v = {k: float(a.item(flat)) for k, a in values.items()}
     mem = MemoryBreakdown(**{k: int(round(v[k])) for k in (*TERMS, "total")})
     terms = [
         Term(name=TERM_INFO[k].name, category=k, bytes=getattr(mem, k), formula=TERM_INFO[k].formula,
@@ -260,6 +310,9 @@ def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], inde
         tokens_per_second=v["tokens_per_second"],
         tflops_per_gpu=v["tflops_per_gpu"],
         mfu=v["mfu"],
+        fetch_overhead_seconds_per_step=v["fetch_overhead_seconds"],
+        hook_seconds_per_step=v["hook_seconds"],
+        achieved_fraction=v["achieved_fraction"],
         warnings=scenario_warnings(scenario, v),
         terms=terms,
     )

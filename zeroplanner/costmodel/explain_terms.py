@@ -31,6 +31,7 @@ from .context import (
     overlap_comm,
 )
 from .evaluate import evaluate
+from .evaluate import step_parts as _step_parts
 from .memory import memory_term_parts
 from .terms import SYMBOLS, TERM_INFO, TermParts, term
 
@@ -193,9 +194,12 @@ def compute(scenario: Scenario) -> TermValues:
     t = scenario.training
     tokens = float(t.micro_batch * t.seq_len)
     inputs = {"ga": float(t.grad_accum), "tokens_micro": tokens, "flops_token": executed,
-              "model_flops_token": model, "peak": ctx.peak_flops, "mfu": scenario.assumptions.mfu}
+              "model_flops_token": model, "peak": ctx.peak_flops,
+              "mfu": _one(comp["achieved_fraction"])}
     parts = {"forward": float(t.grad_accum) * _one(comp["fwd_seconds_micro"]),
              "backward (+ recompute)": float(t.grad_accum) * _one(comp["bwd_seconds_micro"])}
+    if t.qlora:
+        parts["QLoRA dequantisation"] = float(t.grad_accum) * _one(comp["dequant_seconds_micro"])
     return TermValues("compute", point.values["compute_seconds"], "seconds", t.checkpointing, inputs, parts)
 
 
@@ -213,12 +217,12 @@ def communication(scenario: Scenario) -> TermValues:
     fwd_comm = _one(comm["fwd_seconds_micro"])
     bwd_comm = _one(comm["bwd_seconds_micro"]) + _one(comm["reduce_seconds_micro"])
     fwd_comp, bwd_comp = _one(comp["fwd_seconds_micro"]), _one(comp["bwd_seconds_micro"])
-    if overlap:
-        fwd_exp, bwd_exp = max(0.0, fwd_comm - fwd_comp), max(0.0, bwd_comm - bwd_comp)
-    else:
-        fwd_exp, bwd_exp = fwd_comm, bwd_comm
+    sp = _step_parts(ctx, cand, comm, comp, optimizer_and_offload_terms(ctx, cand))
+    fwd_exp, bwd_exp = _one(sp["fwd_exposed_micro"]), _one(sp["bwd_exposed_micro"])
     boundary = _one(comm["boundary_seconds"])
-    parts = {"step boundary": boundary, "forward (exposed)": ga * fwd_exp, "backward (exposed)": ga * bwd_exp}
+    parts = {"step boundary": boundary, "forward (exposed)": ga * fwd_exp, "backward (exposed)": ga * bwd_exp,
+             "ZeRO host overhead (fetch hooks, gradient hooks)": _one(sp["fetch_overhead_seconds"])
+             + _one(sp["hook_seconds"])}
     inputs = {"ga": ga, "boundary": boundary, "fwd_comm": fwd_comm, "bwd_comm": bwd_comm, "fwd_compute": fwd_comp,
               "bwd_compute": bwd_comp, "overlap": 1.0 if overlap else 0.0, "N_d": point.n,
               "total": _one(comm["seconds"])}
@@ -237,7 +241,8 @@ def offload(scenario: Scenario) -> TermValues:
     ga = float(scenario.training.grad_accum)
     pcie_micro = _one(opt["pcie_seconds_micro"])
     micro_compute = _one(comp["fwd_seconds_micro"]) + _one(comp["bwd_seconds_micro"])
-    parts = {"PCIe (exposed)": ga * max(0.0, pcie_micro - micro_compute),
+    sp = _step_parts(ctx, cand, communication_terms(ctx, cand), comp, opt)
+    parts = {"PCIe (exposed)": ga * _one(sp["pcie_exposed_micro"]),
              "parameter upload": _one(opt["pcie_seconds_boundary"]), "NVMe": _one(opt["nvme_seconds"])}
     inputs = {"ga": ga, "pcie_micro": pcie_micro, "micro_compute": micro_compute,
               "pcie_boundary": parts["parameter upload"], "nvme": parts["NVMe"]}

@@ -1,0 +1,189 @@
+"""Step time against measured public runs (shared/references/THROUGHPUT.md, as scenarios in
+zeroplanner/costmodel/measured_runs.py) and the step-time behaviours issue 19 asks for.
+
+References: the measured rows themselves (sources in THROUGHPUT.md); the fitted constants are checked to be what a
+refit on those rows gives, so a change to the model that is not refitted fails here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from zeroplanner import build_scenario, estimate, plan
+from zeroplanner.costmodel import Candidates, evaluate, make_context
+from zeroplanner.costmodel import measured_runs as mr
+from zeroplanner.costmodel.steptime_constants import FITTED
+
+
+@pytest.fixture(scope="module")
+def table():
+    return mr.table()
+
+
+def test_every_measured_row_within_1_5x(table):
+    rows, _ = table
+    assert len(rows) == 16  # every row of THROUGHPUT.md: 9 + 2 + 2 + 1 + 2
+    for r in rows:
+        assert 1 / 1.5 <= r["ratio"] <= 1.5, r
+
+
+# BELLE #402's ZeRO-1 step grows 2.13x from len 512 to 1024 but only 1.42x from 560M to 1.1B parameters; no
+# FLOP-based model does that, and a per-row constant is not allowed (docs/validation.md section 5).
+KNOWN_MISSES = {"s1-560m-1024-z3/z1", "s1-1b1-512-z3/z1"}
+
+
+@pytest.mark.parametrize("name", [q[0] for q in mr.RATIOS])
+def test_in_section_ratio_within_1_25x(table, name):
+    _, ratios = table
+    q = next(q for q in ratios if q["name"] == name)
+    if name in KNOWN_MISSES:
+        assert not 1 / 1.25 <= q["error"] <= 1.25, "fixed: remove it from KNOWN_MISSES"
+        pytest.xfail(f"{name}: predicted {q['predicted']:.2f}, measured {q['measured']:.2f} (see KNOWN_MISSES)")
+    assert 1 / 1.25 <= q["error"] <= 1.25, q
+
+
+def test_zero3_on_a_small_model_is_slower_than_zero1_as_measured(table):
+    """BELLE #402: BLOOM-560M on 2 GPUs, ZeRO-3 3.27x slower than ZeRO-1 (the old model said 2.1x faster)."""
+    _, ratios = table
+    q = next(q for q in ratios if q["name"] == "s1-560m-512-z3/z1")
+    assert q["predicted"] > 2.6
+
+
+def test_four_times_the_network_is_not_four_times_the_throughput(table):
+    """ZeRO++ blog Figs. 6-7: 1 x -> 4 x 100 Gb/s gives 1.8x ZeRO-3 throughput, not 4x."""
+    _, ratios = table
+    q = next(q for q in ratios if q["name"] == "s3-4x/1x")
+    assert 1.8 / 1.25 <= q["predicted"] <= 1.8 * 1.25
+
+
+def test_stored_constants_are_the_fit():
+    """FITTED must be what measured_runs.fit gives on the rows (within 5%; Nelder-Mead tolerance)."""
+    refit = mr.fit()
+    for k in mr.FIT_NAMES:
+        assert refit[k] == pytest.approx(FITTED[k], rel=0.05), k
+
+
+def test_mfu_flag_overrides_the_efficiency_model():
+    e = estimate(build_scenario(mfu=0.3))
+    assert e.achieved_fraction == pytest.approx(0.3)
+    assert estimate(build_scenario()).achieved_fraction != pytest.approx(0.3)
+
+
+def test_efficiency_depends_on_generation_and_size():
+    """MAMF table (stas00/ml-engineering): H100 80.3% vs A100 86.9% of peak; small hidden sizes run slower."""
+    a100 = estimate(build_scenario(model="llama-2-7b")).achieved_fraction
+    h100 = estimate(build_scenario(model="llama-2-7b", gpu="H100-80GB")).achieved_fraction
+    small = estimate(build_scenario(model="qwen2.5-0.5b")).achieved_fraction
+    assert h100 / a100 == pytest.approx(0.803 / 0.869, rel=0.02)
+    assert small < 0.8 * a100
+    assert a100 <= 0.72 + 1e-9  # FlashAttention-2's 72% on A100 is the ceiling
+
+
+MISTRAL_LORA_4090 = dict(model="mistral-7b", gpu="RTX-4090", gpus_per_node=2, lora_rank=16, seq_len=2048,
+                         cpu_memory_gib=128)
+QWEN32_ETHERNET = dict(model="qwen2.5-32b", nodes=2, network="eth-25g", seq_len=4096)
+
+
+@pytest.mark.parametrize("kw", [MISTRAL_LORA_4090, QWEN32_ETHERNET, dict(model="llama-2-13b")])
+@pytest.mark.parametrize("device", ["cpu", "nvme"])
+def test_parameter_offload_costs_pcie_time(kw, device):
+    """offload_param moves every parameter partition host -> GPU in every forward and backward (PCIe) and, for NVMe,
+    through the drive: slower than the same configuration without it."""
+    base = estimate(build_scenario(**kw, stage=3))
+    off = estimate(build_scenario(**kw, stage=3, offload_param=device))
+    assert off.offload_seconds_per_step > 0.0
+    assert off.step_seconds > base.step_seconds
+
+
+@pytest.mark.parametrize("kw", [MISTRAL_LORA_4090, QWEN32_ETHERNET])
+def test_parameter_offload_only_when_nothing_fits_without_it(kw):
+    p = plan(build_scenario(**kw))
+    assert p.fits and p.choice.offload_param == "none"
+
+
+def test_parameter_offload_is_picked_when_it_is_the_only_fit():
+    # Llama-2-13B on one RTX 4090: 26 GB of 16-bit weights on a 24 GB card; nothing fits without offloading them
+    sc = build_scenario(model="llama-2-13b", gpu="RTX-4090", gpus_per_node=1, cpu_memory_gib=512, seq_len=2048)
+    from zeroplanner.planner import candidate_grid
+
+    p = plan(sc)
+    cand = candidate_grid(sc)
+    v = evaluate(make_context(sc), cand)
+    assert not (v["fits"] & (cand.offload_param == 0)).any()
+    assert p.fits and p.choice.offload_param != "none"
+
+
+def test_qlora_pays_dequantisation():
+    """bitsandbytes dequantises every NF4 weight before each matmul (forward, backward, recompute)."""
+    lora = estimate(build_scenario(model="llama-2-13b", gpus_per_node=2, lora_rank=64, seq_len=2048))
+    qlora = estimate(build_scenario(model="llama-2-13b", gpus_per_node=2, lora_rank=64, qlora=True, seq_len=2048))
+    assert qlora.compute_seconds_per_step > lora.compute_seconds_per_step
+    frozen = make_context(build_scenario(model="llama-2-13b", gpus_per_node=2, lora_rank=64, qlora=True,
+                                         seq_len=2048)).frozen
+    # 3 passes (full checkpointing) x 4.5 bytes per frozen parameter over 2039 GB/s, 8 micro-steps
+    expected = 8 * 3 * frozen * 4.5 / 2039e9
+    assert qlora.compute_seconds_per_step - lora.compute_seconds_per_step == pytest.approx(expected, rel=1e-6)
+
+
+def test_recommendation_prints_the_breakdown_and_why_not_for_faster_alternatives():
+    p = plan(build_scenario(**MISTRAL_LORA_4090))
+    line = next(r for r in p.reasons if r.startswith("Step "))
+    for word in ("compute", "exposed communication", "ZeRO-3 fetch overhead", "offload", "optimizer"):
+        assert word in line
+    faster = [o for o in p.alternatives if o.estimate.step_seconds < p.estimate.step_seconds * 0.995]
+    assert faster, "this case has alternatives predicted faster than the pick (ZeRO-0/1 vs the ZeRO-2 pick)"
+    for o in faster:
+        assert "not picked" in o.why_not
+
+
+def test_breakdown_sums_to_the_step():
+    sc = build_scenario(model="llama-2-13b", stage=3, nodes=2)
+    v = evaluate(make_context(sc), Candidates.from_scenario(sc))
+    total = (v["compute_seconds"] + v["comm_exposed_seconds"] + v["offload_seconds"] + v["optimizer_seconds"])
+    np.testing.assert_allclose(total, v["step_seconds"], rtol=1e-12)
+    host = v["fetch_overhead_seconds"] + v["hook_seconds"]
+    np.testing.assert_allclose(v["comm_exposed_seconds"] - host, v["collectives_exposed_seconds"], rtol=1e-12)
+
+
+def test_leave_one_out_is_reported():
+    """The refit without a row still predicts it within 2x (the worst case is printed in docs/validation.md)."""
+    c = dict(FITTED)
+    one = mr.leave_one_out(c, keys=["s2-z3"])  # one row here; the full table is in docs/validation.md
+    assert math.isfinite(one[0]["ratio"]) and 0.5 < one[0]["ratio"] < 2.0
+
+
+TINY_HF = {
+    "llama": {"model_type": "llama", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 64, "tie_word_embeddings": False},
+    "gpt2": {"model_type": "gpt2", "vocab_size": 128, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 64},
+    "qwen2": {"model_type": "qwen2", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 64, "tie_word_embeddings": True},
+    "gpt_neox": {"model_type": "gpt_neox", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 256,
+                 "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 64},
+}
+
+
+@pytest.mark.parametrize("family", sorted(TINY_HF))
+def test_module_parameter_shapes_match_the_hf_model(family):
+    """The modules ZeRO-3 hooks and gathers (nn.Modules owning parameters directly) and their parameter sizes, as
+    transformers builds them (a tied lm_head registers the shared embedding weight as its own, so it fetches it)."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from zeroplanner.costmodel.context import module_parameter_shapes
+    from zeroplanner.hfconfig import architecture_from_hf_config
+
+    cfg = dict(TINY_HF[family])
+    mt = cfg.pop("model_type")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(mt, **cfg))
+    real = sorted(tuple(sorted(p.numel() for p in m.parameters(recurse=False)))
+                  for m in model.modules() if any(True for _ in m.parameters(recurse=False)))
+    arch = architecture_from_hf_config(TINY_HF[family], name=f"tiny-{family}")
+    shapes = module_parameter_shapes(arch)
+    ours = sorted(tuple(sorted(numels)) for count, numels in shapes for _ in range(count))
+    assert ours == real

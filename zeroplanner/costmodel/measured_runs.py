@@ -1,0 +1,240 @@
+"""Measured public training runs (shared/references/THROUGHPUT.md) as scenarios, and the fit of the step-time
+constants (:data:`~.steptime_constants.FITTED`) on them.
+
+Each :class:`Run` is one row: the scenario as its source states it (fields the source does not state take the
+value named in ``assumed``), and the measured quantity: seconds per optimizer step, or TFLOP/s per GPU where the
+source reports that (then converted with the source's own FLOP count, ``flops_per_gpu_step``). Ratios inside a
+section (same hardware, one setting changed) are listed in :data:`RATIOS`.
+
+:func:`fit` fits the handful of constants once for all rows (least squares on log(predicted/measured) of every
+row and every ratio) and :func:`leave_one_out` refits without each row and predicts it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import catalog
+from ..specs import Architecture, ClusterSpec, GPUSpec, NetworkSpec, Scenario, TrainingSpec, ZeroSpec
+from ..units import GIB
+
+TITAN_RTX = GPUSpec(
+    name="TITAN-RTX", memory_bytes=24220 * 2**20, peak_bf16_tflops=0, peak_fp16_tflops=130.5,
+    peak_fp32_tflops=16.3, hbm_bandwidth_gb_per_s=672, intra_node_busbw_gb_per_s=40.0,
+    intra_node_latency_seconds=3.4e-6, pcie_gb_per_s=12,
+    source="NVIDIA Turing GPU architecture whitepaper (TITAN RTX): 130.5 TFLOPS fp16 tensor with fp32 accumulate, "
+    "16.3 fp32, GDDR6 672 GB/s, 24 GB, two NVLink links (2-way bridge); PCIe Gen3 x16 (NCCL topo.h PCI_BW 12). "
+    "Interconnect inferred, not stated: the measured ZeRO-1 step (0.118 s) is shorter than its 1.68 GB of fp16 "
+    "gradient all-reduce + parameter all-gather would take on PCIe Gen3 (>= 0.14 s), so the two cards must be "
+    "bridged: busbw 2 links x 20 GB/s (NCCL topo.h NVLink bandwidth per link)",
+)
+
+
+def _bloom(name: str, hidden: int) -> Architecture:
+    # bigscience/bloom-560m and bloom-1b1 config.json: n_layer 24, n_head 16, vocab 250880, 4h GELU MLP, tied
+    # embeddings, LayerNorm with biases, word_embeddings_layernorm, fused query_key_value with biases, ALiBi
+    return Architecture(
+        name=name, family="bloom", n_layers=24, hidden_size=hidden, n_heads=16, ffn_size=4 * hidden,
+        ffn_kind="gelu", vocab_size=250880, tied_embeddings=True, norm_kind="layernorm", embedding_norm=True,
+        qkv_bias=True, out_bias=True, mlp_bias=True, fused_qkv=True,
+        source=f"HF bigscience/{name} config.json",
+    )
+
+
+def _ib100(nics: int) -> NetworkSpec:
+    return NetworkSpec(name=f"ib-100g-{nics}x", kind="infiniband", link_gbps=100, nics_per_node=nics,
+                       efficiency=0.96, latency_seconds=1.4e-5,
+                       source="catalog roce-100g/ib values: 12 GB/s per 100G NIC (NVIDIA/nccl-tests#119), NCCL "
+                       "interLat 14 us")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured row. measured: seconds per step (kind "step") or TFLOP/s per GPU (kind "tflops")."""
+
+    key: str
+    section: int
+    label: str
+    scenario: Scenario
+    measured: float
+    kind: str = "step"
+    flops_per_gpu_step: float | None = None  # the source's FLOP count per GPU per step (kind "tflops")
+    assumed: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _scenario(model, gpu, *, gpus, nodes=1, network=None, precision, mb, ga, seq, ckpt, zero, lora=0,
+              cpu_gib=1024.0) -> Scenario:
+    return Scenario(
+        model=model,
+        cluster=ClusterSpec(gpu=gpu, gpus_per_node=gpus, nodes=nodes,
+                            network=network or catalog.network("ib-hdr"), cpu_memory_bytes=int(cpu_gib * GIB)),
+        training=TrainingSpec(precision=precision, micro_batch=mb, grad_accum=ga, seq_len=seq, checkpointing=ckpt,
+                              lora_rank=lora),
+        zero=ZeroSpec(**zero),
+    )
+
+
+def source_flops_llama(model: Architecture, seq: int) -> float:
+    """THROUGHPUT.md section 5's FLOP count per sequence: 6 x N_dense x s + 6 x s^2 x head_dim x heads x layers
+    (N_dense = per-layer linear weights + LM head, embedding excluded; causal attention; recompute excluded)."""
+    h, f = model.hidden_size, model.ffn_size
+    per_layer = h * (model.q_size + 2 * model.kv_size) + model.q_size * h + 3 * h * f
+    n_dense = model.n_layers * per_layer + model.vocab_size * h
+    return 6.0 * n_dense * seq + 6.0 * seq**2 * model.dim_head * model.n_heads * model.n_layers
+
+
+def runs() -> list[Run]:
+    """Every row of THROUGHPUT.md as a :class:`Run`."""
+    out: list[Run] = []
+    # -- 1. BELLE #402: BLOOM on 2 x TITAN RTX ---------------------------------------------------------------
+    belle = {"ZeRO-1": (8.5, 4.0, 6.0), "ZeRO-2": (6.8, 3.0, 4.0), "ZeRO-3": (2.6, 2.6, 2.37)}
+    cols = [("560m-512", _bloom("bloom-560m", 1024), 512), ("560m-1024", _bloom("bloom-560m", 1024), 1024),
+            ("1b1-512", _bloom("bloom-1b1", 1536), 512)]
+    for stage_label, speeds in belle.items():
+        stage = int(stage_label[-1])
+        for (col, arch, seq), its in zip(cols, speeds):
+            sc = _scenario(arch, TITAN_RTX, gpus=2, precision="fp16", mb=1, ga=1, seq=seq, ckpt="none",
+                           zero={"stage": stage})
+            out.append(Run(f"s1-{col}-z{stage}", 1, f"BLOOM {col}, {stage_label}", sc, 1.0 / its,
+                           assumed="fp16, no checkpointing, accumulation 1, DeepSpeed's default ZeRO options, "
+                           "NVLink bridge (see TITAN_RTX)"))
+    # -- 2. ms-swift: Qwen2.5-14B on 8 x A800 -------------------------------------------------------------
+    for stage, t in ((2, 10.32), (3, 10.56)):
+        zero = {"stage": stage, "overlap_comm": False}
+        if stage == 2:
+            zero["reduce_bucket_size"] = 200_000_000
+        sc = _scenario(catalog.model("qwen2.5-14b"), catalog.gpu("A800-80GB"), gpus=8, precision="bf16", mb=1,
+                       ga=2, seq=8192, ckpt="full", zero=zero)
+        out.append(Run(f"s2-z{stage}", 2, f"Qwen2.5-14B 8K, ZeRO-{stage}", sc, t,
+                       assumed="ms-swift presets' other options at DeepSpeed's defaults"))
+    # -- 3. ZeRO++ blog: 138B on 384 V100, 1 x and 4 x 100 Gb/s ---------------------------------------------
+    arch138 = Architecture.from_parameter_count(138_000_000_000, name="gpt-138b")
+    for nics, tf in ((1, 20.0), (4, 36.0)):
+        sc = _scenario(arch138, catalog.gpu("V100-32GB"), gpus=16, nodes=24, network=_ib100(nics),
+                       precision="fp16", mb=1, ga=1, seq=2048, ckpt="full", zero={"stage": 3})
+        out.append(Run(f"s3-{nics}x100", 3, f"138B ZeRO-3, {nics} x 100 Gb/s", sc, tf, kind="tflops",
+                       assumed="Llama-shaped 138B (layers/hidden not stated), full checkpointing, accumulation 1, "
+                       "TFLOP/s as the planner counts model FLOPs"))
+    # -- 4. ZeRO-Offload tutorial: GPT-2 10B on 1 V100 ----------------------------------------------------
+    gpt10 = Architecture(name="megatron-gpt2-10b", family="gpt2", n_layers=50, hidden_size=4096, n_heads=32,
+                         ffn_size=16384, ffn_kind="gelu", vocab_size=50304, tied_embeddings=True,
+                         learned_position_embeddings=1024, norm_kind="layernorm", qkv_bias=True, out_bias=True,
+                         mlp_bias=True, fused_qkv=True, source="DeepSpeed docs/_tutorials/zero-offload.md")
+    sc = _scenario(gpt10, catalog.gpu("V100-32GB"), gpus=1, precision="fp16", mb=10, ga=1, seq=1024, ckpt="full",
+                   zero={"stage": 2, "offload_optimizer": {"device": "cpu"}})
+    out.append(Run("s4-10b", 4, "GPT-2 10B ZeRO-2 + CPU optimizer, 1 V100", sc, 25.765,
+                   assumed="vocabulary 50304 (Megatron's padded GPT-2); host CPU-Adam at the cluster default"))
+    # -- 5. ml-engineering: Llama-3.1-8B on 8 x H200, ZeRO-3 + CPU optimizer -------------------------------
+    llama8 = catalog.model("llama-3.1-8b")
+    for seq, tf in ((8192, 141.0), (32768, 324.0)):
+        sc = _scenario(llama8, catalog.gpu("H200"), gpus=8, precision="bf16", mb=1, ga=1, seq=seq, ckpt="full",
+                       zero={"stage": 3, "offload_optimizer": {"device": "cpu"}, "overlap_comm": True})
+        out.append(Run(f"s5-{seq // 1024}k", 5, f"Llama-3.1-8B {seq // 1024}K, ZeRO-3 + CPU optimizer", sc, tf,
+                       kind="tflops", flops_per_gpu_step=source_flops_llama(llama8, seq),
+                       assumed="host CPU-Adam at the cluster default"))
+    return out
+
+
+RATIOS: list[tuple[str, str, str]] = [
+    *[(f"s1-{c}-z3/z1", f"s1-{c}-z3", f"s1-{c}-z1") for c in ("560m-512", "560m-1024", "1b1-512")],
+    *[(f"s1-{c}-z2/z1", f"s1-{c}-z2", f"s1-{c}-z1") for c in ("560m-512", "560m-1024", "1b1-512")],
+    ("s2-z3/z2", "s2-z3", "s2-z2"),
+    ("s3-4x/1x", "s3-4x100", "s3-1x100"),
+    ("s5-32k/8k", "s5-32k", "s5-8k"),
+]
+"""(name, numerator row, denominator row): step-time ratios for "step" rows, throughput ratios for "tflops" rows."""
+
+
+def predict(run: Run, constants: dict[str, float] | None = None) -> float:
+    """The model's value for ``run`` in the run's unit, with ``constants`` replacing the fitted ones."""
+    from . import steptime_constants
+    from .evaluate import estimate
+
+    saved = dict(steptime_constants.FITTED)
+    try:
+        if constants:
+            steptime_constants.FITTED.update(constants)
+        est = estimate(run.scenario)
+    finally:
+        steptime_constants.FITTED.clear()
+        steptime_constants.FITTED.update(saved)
+    if run.kind == "step":
+        return est.step_seconds
+    if run.flops_per_gpu_step is not None:
+        return run.flops_per_gpu_step / est.step_seconds / 1e12
+    return est.tflops_per_gpu
+
+
+def table(constants: dict[str, float] | None = None) -> tuple[list[dict], list[dict]]:
+    """(rows, ratios): predicted vs measured for every row and every in-section ratio."""
+    rs = runs()
+    pred = {r.key: predict(r, constants) for r in rs}
+    rows = [{"key": r.key, "section": r.section, "label": r.label, "kind": r.kind, "measured": r.measured,
+             "predicted": pred[r.key], "ratio": pred[r.key] / r.measured, "assumed": r.assumed} for r in rs]
+    by = {r.key: r for r in rs}
+    ratios = []
+    for name, a, b in RATIOS:
+        meas = by[a].measured / by[b].measured
+        p = pred[a] / pred[b]
+        ratios.append({"name": name, "section": by[a].section, "measured": meas, "predicted": p,
+                       "error": p / meas})
+    return rows, ratios
+
+
+FIT_NAMES = ("gemm_hidden_half", "gemm_tokens_half", "zero3_fetch_seconds", "grad_hook_seconds", "overlap_loss")
+_BOUNDS = {"gemm_hidden_half": (16.0, 8192.0), "gemm_tokens_half": (1.0, 16384.0),
+           "zero3_fetch_seconds": (1e-5, 1e-2), "grad_hook_seconds": (1e-6, 1e-3), "overlap_loss": (0.0, 1.0)}
+
+
+def _loss(constants: dict[str, float], exclude: str | None = None) -> float:
+    rows, ratios = table(constants)
+    err = [math.log(r["ratio"]) for r in rows if r["key"] != exclude]
+    err += [math.log(r["error"]) for r in ratios if exclude is None or exclude not in _RATIO_KEYS[r["name"]]]
+    return float(np.sum(np.square(err)))
+
+
+_RATIO_KEYS = {name: (a, b) for name, a, b in RATIOS}
+
+
+def fit(exclude: str | None = None, start: dict[str, float] | None = None) -> dict[str, float]:
+    """Least-squares fit of :data:`FIT_NAMES` on log errors of all rows and ratios (without row ``exclude`` and
+    the ratios that use it). Nelder-Mead on transformed parameters (log for the positive ones), within bounds."""
+    from scipy.optimize import minimize
+
+    from .steptime_constants import FITTED
+
+    x0 = start or {k: FITTED[k] for k in FIT_NAMES}
+
+    def unpack(x):
+        out = {}
+        for k, v in zip(FIT_NAMES, x):
+            lo, hi = _BOUNDS[k]
+            val = 1.0 / (1.0 + math.exp(-v)) if k == "overlap_loss" else math.exp(v)
+            out[k] = min(max(val, lo), hi)
+        return out
+
+    def pack(c):
+        return [math.log(c[k] / (1 - c[k])) if k == "overlap_loss" else math.log(c[k])
+                for k in FIT_NAMES]
+
+    x0c = {k: min(max(v, _BOUNDS[k][0] * 1.01), _BOUNDS[k][1] * 0.99) for k, v in x0.items()}
+    res = minimize(lambda x: _loss(unpack(x), exclude), pack(x0c), method="Nelder-Mead",
+                   options={"maxiter": 600, "xatol": 1e-3, "fatol": 1e-5})
+    return unpack(res.x)
+
+
+def leave_one_out(constants: dict[str, float], keys: list[str] | None = None) -> list[dict]:
+    """For every row (or those in ``keys``): refit without it (starting from ``constants``), predict it;
+    predicted/measured."""
+    out = []
+    for r in runs():
+        if keys is not None and r.key not in keys:
+            continue
+        c = fit(exclude=r.key, start=constants)
+        p = predict(r, c)
+        out.append({"key": r.key, "predicted": p, "measured": r.measured, "ratio": p / r.measured})
+    return out
