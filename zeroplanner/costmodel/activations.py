@@ -6,12 +6,17 @@ Follows the accounting of Korthikanti et al., "Reducing Activation Recomputation
 ``4sbh``. Generalised here term by term to grouped-query attention (K and V widths), SwiGLU MLPs (gate, up,
 activation and product saved: 4 tensors of width f instead of 2), no-dropout blocks (no masks), flash attention
 (no s^2 terms; the output and an fp32 log-sum-exp per head are saved instead; Dao et al., arXiv 2205.14135, Alg. 2),
-MoE (MLP activations for each of the k routed experts) and tensor parallelism (inner terms divided by t;
+MoE (MLP activations for each of the k routed experts, the shared expert and the router logits; dense and MoE
+layers weighted by their counts), vision-language models (image tokens added to the sequence) and tensor parallelism (inner terms divided by t;
 Korthikanti Eq. 2).
 
 Checkpointing: "selective" recomputes the attention core (drops the s^2 terms; Korthikanti Sec. 4.3); "full" keeps
 only each layer's input (2sbh) plus one layer's activations during its recomputation (Chen et al., arXiv
 1604.06174).
+
+Approximate for the hybrid families: layers whose mixer is not softmax attention (Qwen3-Next Gated DeltaNet,
+Nemotron-H Mamba-2) are priced as the attention layer; MLA as attention with q/k width head_dim; the vision
+encoder's own activations are not included.
 
 The logits: the 16-bit logits returned by the model (``2sbV``) plus the fp32 log-softmax output saved by the
 cross-entropy loss (``4sbV``; Korthikanti Sec. 4.1 "fp32 logits"), both per tensor-parallel rank.
@@ -32,7 +37,7 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     """
     sc = ctx.scenario
     m, t = sc.model, sc.training
-    s = float(t.seq_len)
+    s = float(sc.sequence_tokens)  # seq_len + image tokens (vision-language models)
     b = micro_batch.astype(np.float64)
     tp = float(ctx.tp)
     ab = 4.0 if t.precision == "fp32" else 2.0  # activation element bytes
@@ -57,7 +62,9 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     norm = ((4.0 + ab) * sb * h if rms else ab * sb * h) + stats
     qkv_in = ab * sb * h  # norm output, input of the Q/K/V projections
     rotary = m.learned_position_embeddings == 0 and m.family not in ("bloom",)
-    if t.flash_attention:
+    # Gemma 2's attention-logit soft-capping is not implemented by flash/sdpa kernels: transformers runs eager
+    # attention for it (Gemma2Config docs; modeling_gemma2.py eager_attention_forward applies the tanh cap)
+    if t.flash_attention and not m.attn_logit_softcapping:
         q_k_v = ab * sb * (hq + 2 * hk) / tp  # inputs of the attention kernel
         out_copy = 0.0 * b
         if m.fused_qkv:
@@ -88,8 +95,15 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
         width = 5.0 if m.family == "gpt2" else 2.0  # gelu_new's composed ops vs exact GELU (input, output)
     inner = width * ab * sb * f / tp
     mlp_drop = drop * sb * h
-    router = ab * sb * m.n_experts if m.n_experts > 1 else 0.0
-    mlp = mlp_norm + k_experts * (mlp_in + inner) + mlp_drop + router
+    router = ab * sb * m.n_experts if m.n_experts > 1 else 0.0  # router logits
+    # MoE layers: the k routed experts each see the tokens routed to them (k·s·b token-expert pairs in all), plus
+    # the always-active shared expert; dense layers one MLP of dense_ffn_size. Layers of both kinds are averaged
+    # over n_layers (exact for the total; the recomputed layer under full checkpointing is the average layer).
+    shared = (mlp_in + width * ab * sb * m.shared_expert_ffn_size / tp) if m.shared_expert_ffn_size else 0.0
+    moe = k_experts * (mlp_in + inner) + router + shared
+    dense = mlp_in + width * ab * sb * m.dense_width / tp
+    layers = float(m.n_layers)
+    mlp = mlp_norm + mlp_drop + (m.n_moe_layers / layers) * moe + (m.n_dense_layers / layers) * dense
     return attention + mlp
 
 
@@ -108,7 +122,7 @@ def activation_parts(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     sc = ctx.scenario
     m, t = sc.model, sc.training
     b = cand.micro_batch.astype(np.float64)
-    sb = float(t.seq_len) * b
+    sb = float(sc.sequence_tokens) * b
     ab = 4.0 if t.precision == "fp32" else 2.0
     h = float(m.hidden_size)
     rms = m.norm_kind == "rmsnorm"

@@ -122,7 +122,7 @@ def make_context(scenario: Scenario) -> Context:
     tp = c.tensor_parallel_size
     params = scenario.parameters / tp
     trainable = scenario.trainable_parameters / tp
-    frozen = params - trainable if t.lora_rank else 0.0
+    frozen = params - trainable if (t.lora_rank or t.freeze_vision) else 0.0
     mixed = t.precision != "fp32"
     w = DTYPE_BYTES[t.precision]
     threshold = scenario.zero.stage3_param_persistence_threshold
