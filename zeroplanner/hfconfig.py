@@ -512,7 +512,7 @@ def _gemma3_text(k: _Keys) -> dict[str, Any]:
 
 
 def _siglip_vision(v: _Keys) -> int:
-    """SiglipVisionModel without its pooling head (Gemma 3's vision tower): biased patch conv (hv x 3 x p x p),
+    """SiglipVisionModel (Gemma 3's vision tower; the pooling head only with vision_use_head): biased patch conv (hv x 3 x p x p),
     learned positions ((image_size/p)^2 rows), layers of two biased LayerNorms, biased q/k/v/out and fc1/fc2,
     a post LayerNorm."""
     hv, fv, layers = v.integer("hidden_size", default=768), v.integer("intermediate_size", default=3072), \
@@ -520,7 +520,10 @@ def _siglip_vision(v: _Keys) -> int:
     patch, image, ch = v.integer("patch_size", default=16), v.integer("image_size", default=224), \
         v.integer("num_channels", default=3)
     layer = 4 * hv * hv + 4 * hv + 2 * hv * fv + fv + hv + 4 * hv
-    return hv * ch * patch * patch + hv + (image // patch) ** 2 * hv + layers * layer + 2 * hv
+    total = hv * ch * patch * patch + hv + (image // patch) ** 2 * hv + layers * layer + 2 * hv
+    if v.flag("vision_use_head", default=True):  # SiglipMultiheadAttentionPoolingHead (Gemma 3 files: false)
+        total += hv + 4 * hv * hv + 4 * hv + 2 * hv + 2 * hv * fv + fv + hv
+    return total
 
 
 def _gemma3(k: _Keys) -> dict[str, Any]:
@@ -553,7 +556,7 @@ def _gemma4_text(k: _Keys) -> dict[str, Any]:
     if types is None:
         types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]
     full = types.count("full_attention")
-    gd = k.integer("global_head_dim", default=f["head_dim"])
+    gd = k.integer("global_head_dim", default=512)
     gkv = k.integer("num_global_key_value_heads", default=f["n_kv_heads"])
     k_eq_v = k.flag("attention_k_eq_v", default=False)
     bias = k.flag("attention_bias", default=False)
