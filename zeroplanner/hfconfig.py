@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -27,7 +28,10 @@ from typing import Any
 
 from .specs import Architecture
 
-__all__ = ["MAX_CONFIG_BYTES", "SUPPORTED_MODEL_TYPES", "architecture_from_hf_config", "load_hf_config"]
+__all__ = [
+    "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_CONFIG_INTEGER", "SUPPORTED_MODEL_TYPES",
+    "architecture_from_hf_config", "check_config_structure", "load_hf_config",
+]
 
 MAX_CONFIG_BYTES = 1_000_000
 """Largest config file read (bytes). Released config.json files are a few kB."""
@@ -880,11 +884,39 @@ def load_hf_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:
         raise ValueError(f"HF config {str(p)!r} is not UTF-8 text: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"HF config {str(p)!r} is nested deeper than {MAX_CONFIG_DEPTH} levels") from None
     except ValueError as exc:  # json.JSONDecodeError, or a NaN/Infinity constant
         raise ValueError(f"HF config {str(p)!r} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"HF config {str(p)!r} must hold a JSON object, not {type(data).__name__}")
+    check_config_structure(data)
     return data
+
+
+def check_config_structure(data: Mapping[str, Any]) -> None:
+    """Refuse a config nested deeper than :data:`MAX_CONFIG_DEPTH`, with more than 100,000 values, non-string
+    keys or non-JSON values; the message names the key path. Iterative (no recursion on hostile input)."""
+    stack: list[tuple[str, Any, int]] = [("", data, 0)]
+    seen = 0
+    while stack:
+        path, value, depth = stack.pop()
+        seen += 1
+        if seen > 100_000:
+            raise ValueError("HF config holds more than 100000 values")
+        if isinstance(value, Mapping):
+            if depth >= MAX_CONFIG_DEPTH:
+                raise ValueError(f"HF config key {path!r} is nested deeper than {MAX_CONFIG_DEPTH} levels")
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"HF config key {_short(key)} under {path or 'the top level'!r} is not a string")
+                stack.append((f"{path}.{key}" if path else key, item, depth + 1))
+        elif isinstance(value, (list, tuple)):
+            if depth >= MAX_CONFIG_DEPTH:
+                raise ValueError(f"HF config key {path!r} is nested deeper than {MAX_CONFIG_DEPTH} levels")
+            stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
+        elif not (value is None or isinstance(value, (str, int, float, bool))):
+            raise ValueError(f"HF config key {path!r} holds a {type(value).__name__}, not a JSON value")
 
 
 def _reject_constant(name: str) -> float:
@@ -904,12 +936,17 @@ def _default_name(config: Mapping[str, Any], path: pathlib.Path | None, model_ty
 
 
 def architecture_from_hf_config(
-    config: Mapping[str, Any] | str | os.PathLike[str], name: str | None = None
+    config: Mapping[str, Any] | str | os.PathLike[str], name: str | None = None, *, use_transformers: bool = True
 ) -> Architecture:
     """Build an :class:`Architecture` from a HF ``config.json`` (a dict, or a path to the file or its directory).
 
     Supported ``model_type`` values: :data:`SUPPORTED_MODEL_TYPES` (llama, mistral, qwen2, mixtral, gpt2,
-    gpt_neox, bloom, opt, falcon). ``name`` defaults to ``_name_or_path``, else the file's directory name.
+    gpt_neox, bloom, opt, falcon, and the 2024-26 families qwen3, qwen3_moe, qwen3_next, gemma2, gemma3(_text),
+    gemma4(_text), phi3, deepseek_v2, deepseek_v3, llama4_text, gpt_oss, glm4, glm4_moe, olmo2, qwen2_vl,
+    qwen2_5_vl, nemotron_h). Any other ``model_type`` (or a variant the reader does not count) is built by
+    ``transformers`` on the meta device when it is installed and ``use_transformers`` is true (the 'hf' extra;
+    :mod:`zeroplanner._hf_meta`, no remote code). ``name`` defaults to ``_name_or_path``, else the file's
+    directory name.
 
     Raises ``ValueError`` naming the offending key: unsupported or missing ``model_type``, a missing shape key,
     a value of the wrong type or range, inconsistent heads (pydantic's ``ValidationError`` is a ``ValueError``);
@@ -924,20 +961,32 @@ def architecture_from_hf_config(
     else:
         raise ValueError(f"HF config must be a dict or a path, not {type(config).__name__}")
 
+    if path is None:
+        check_config_structure(data)
     model_type = data.get("model_type")
-    if not isinstance(model_type, str) or not model_type:
+    if not isinstance(model_type, str) or not model_type or len(model_type) > 100:
         raise ValueError(
             f"HF config lacks a string 'model_type'; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     family = _FAMILIES.get(model_type)
-    if family is not None:
-        fields = _read(_Keys(data, model_type), family)
-    elif model_type in _MODERN:
-        fields = _MODERN[model_type](_Keys(data, model_type))
-    else:
-        raise ValueError(
-            f"HF config model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
+    try:
+        if family is not None:
+            fields = _read(_Keys(data, model_type), family)
+        elif model_type in _MODERN:
+            fields = _MODERN[model_type](_Keys(data, model_type))
+        else:
+            raise _Unsupported(f"model_type {model_type!r}")
+    except _Unsupported as exc:
+        if not use_transformers or importlib.util.find_spec("transformers") is None:
+            raise ValueError(
+                f"HF config {exc} is not supported by the built-in reader; supported: "
+                f"{', '.join(SUPPORTED_MODEL_TYPES)}. Any architecture transformers knows is read when the 'hf' "
+                f"extra is installed (pip install 'zeroplanner[hf]')"
+            ) from None
+        from ._hf_meta import architecture_from_transformers
+
+        label = name if name is not None else _default_name(data, path, model_type)
+        return architecture_from_transformers(data, label, str(path) if path is not None else "dict")
     fields = {key: value for key, value in fields.items() if value is not None}
     hidden, heads = fields["hidden_size"], fields["n_heads"]
     if "head_dim" not in fields and hidden % heads:

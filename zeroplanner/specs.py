@@ -171,6 +171,10 @@ class Architecture(_Frozen):
     parameter_count_override: int | None = Field(
         default=None, ge=1, le=10**15, description="exact Ψ when the architecture is synthesised from a bare count"
     )
+    largest_module_override: int | None = Field(
+        default=None, ge=1, le=10**15,
+        description="exact largest module when the architecture comes from a transformers meta-device build",
+    )
     max_position_embeddings: int | None = Field(default=None, ge=1)
     source: str = Field(default="", max_length=500, description="where these numbers come from")
 
@@ -400,6 +404,8 @@ class Architecture(_Frozen):
                 candidates.append(h * f + f * self.mlp_bias)
                 candidates.append(f * h + h * self.mlp_bias)
         largest = max(candidates)
+        if self.largest_module_override:
+            return self.largest_module_override
         if self.parameter_count_override:
             scale = self.parameter_count_override / max(self.derived_parameter_count, 1)
             largest = int(largest * scale)
