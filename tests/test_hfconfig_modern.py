@@ -151,3 +151,130 @@ def test_shared_real_config_exact_count(name):
     if "breakdown" in expected:
         b = expected["breakdown"]
         assert arch.vision_params == b["model.vision_tower"] + b["model.embed_vision"]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Families only transformers knows (the hf extra): meta-device build, never remote code
+# ------------------------------------------------------------------------------------------------------------------
+_GRANITE = dict(model_type="granite", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=False)
+
+
+def test_family_only_transformers_knows_is_built_on_meta():
+    """Granite's layers are Llama's (GraniteForCausalLM: same projections, RMSNorms, untied lm_head; its
+    multipliers are scalars, not parameters), so the built-in llama reader is an independent reference."""
+    pytest.importorskip("transformers")
+    granite = architecture_from_hf_config(dict(_GRANITE, auto_map={"AutoModelForCausalLM": "evil.Model"}))
+    llama = architecture_from_hf_config(dict(_GRANITE, model_type="llama"))
+    assert granite.parameter_count == llama.parameter_count == 189_760
+    assert granite.largest_module_params == llama.largest_module_params == 64_000
+    assert granite.family == "granite" and "approximate" in granite.source and not granite.tied_embeddings
+
+
+def test_unknown_to_transformers_and_encoder_decoder_are_refused():
+    with pytest.raises(ValueError, match=r"'RefinedWebModel' is not supported.*auto_map is never run"):
+        architecture_from_hf_config({"model_type": "RefinedWebModel", "auto_map": {"AutoConfig": "x.C"}})
+    pytest.importorskip("transformers")
+    with pytest.raises(ValueError, match=r"'t5'.*no causal-LM"):
+        architecture_from_hf_config({"model_type": "t5", "d_model": 64})
+
+
+def _without_transformers(monkeypatch):
+    import importlib.util
+
+    from zeroplanner import hfconfig
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(hfconfig.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else real(name, *a))
+
+
+def test_without_transformers_unknown_family_names_supported_and_extra(monkeypatch):
+    _without_transformers(monkeypatch)
+    with pytest.raises(ValueError, match=r"'granite' is not supported.*qwen3_moe.*deepseek_v3.*zeroplanner\[hf\]"):
+        architecture_from_hf_config(_GRANITE)
+
+
+def test_cli_without_transformers_exits_2_with_the_message(monkeypatch, tmp_path, capsys):
+    from zeroplanner import cli
+
+    _without_transformers(monkeypatch)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_GRANITE), encoding="utf-8")
+    assert cli.main(["estimate", "--hf-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--hf-config" in err and "'granite' is not supported" in err and "zeroplanner[hf]" in err
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Hostile or malformed files: refused with the key named, nothing executed
+# ------------------------------------------------------------------------------------------------------------------
+_QWEN3 = dict(model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+              num_attention_heads=32, num_key_value_heads=8, vocab_size=151936, head_dim=128)
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("hidden_size", 10**30, "between 1 and 100000000"),
+    ("num_hidden_layers", -3, "between 1 and 1000"),
+    ("vocab_size", "151936", "integer"),
+    ("intermediate_size", [1, 2], "integer"),
+    ("head_dim", 1.5, "integer"),
+    ("num_key_value_heads", 0, "between 1"),
+])
+def test_hostile_values_name_the_key(key, value, match):
+    with pytest.raises(ValueError, match=rf"{key!r}.*{match}"):
+        architecture_from_hf_config(dict(_QWEN3, **{key: value}))
+
+
+def test_hostile_family_keys_name_the_key():
+    base = SMALL["nemotron_h"]
+    with pytest.raises(ValueError, match="'hybrid_override_pattern'"):
+        architecture_from_hf_config(dict(base, hybrid_override_pattern="M*X"))
+    with pytest.raises(ValueError, match="'mlp_only_layers'"):
+        architecture_from_hf_config(dict(SMALL["qwen3_moe"], mlp_only_layers=[99]))
+    with pytest.raises(ValueError, match="'layer_types'"):
+        architecture_from_hf_config(dict(SMALL["gpt_oss"], layer_types=["sliding_attention"] * 3 + ["evil"]))
+    with pytest.raises(ValueError, match="'text_config'"):
+        architecture_from_hf_config(dict(SMALL["gemma4"], text_config="not an object"))
+    with pytest.raises(ValueError, match=r"'vision_config.hidden_size'|'gemma4.vision_config'|hidden_size"):
+        architecture_from_hf_config(dict(SMALL["gemma4"], vision_config=dict(SMALL["gemma4"]["vision_config"],
+                                                                             hidden_size=-1)))
+    with pytest.raises(ValueError, match="'first_k_dense_replace'"):
+        architecture_from_hf_config(dict(SMALL["deepseek_v3"], first_k_dense_replace=10**6))
+
+
+def test_deeply_nested_and_huge_files_are_refused(tmp_path):
+    from zeroplanner.hfconfig import MAX_CONFIG_BYTES, load_hf_config
+
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"model_type": "qwen3", "x": ' + "[" * 50_000 + "]" * 50_000 + "}", encoding="utf-8")
+    with pytest.raises(ValueError, match="nested deeper"):
+        load_hf_config(deep)
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps(dict(_QWEN3, rope_scaling={"a": {"b": {"c": [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]}}})),
+                      encoding="utf-8")
+    with pytest.raises(ValueError, match=r"'rope_scaling\.a\.b\.c.*nested deeper than 20"):
+        architecture_from_hf_config(nested)
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(dict(_QWEN3, padding="x" * 10_000_000)), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"limit is {MAX_CONFIG_BYTES}"):
+        architecture_from_hf_config(big)
+
+
+def test_deeply_nested_dict_is_refused_without_recursion():
+    config: dict = dict(_QWEN3)
+    node = config
+    for _ in range(5000):
+        node["n"] = {}
+        node = node["n"]
+    with pytest.raises(ValueError, match="nested deeper than 20"):
+        architecture_from_hf_config(config)
+
+
+def test_cli_refuses_a_deeply_nested_file_with_exit_2(tmp_path, capsys):
+    from zeroplanner import cli
+
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"model_type": "qwen3", "x": ' + "[" * 50_000 + "]" * 50_000 + "}", encoding="utf-8")
+    assert cli.main(["estimate", "--hf-config", str(deep)]) == 2
+    assert "--hf-config" in capsys.readouterr().err
