@@ -67,6 +67,11 @@ SMALL: dict[str, dict] = {
                         topk_group=1),
     "llama4_text": dict(_T, model_type="llama4_text", intermediate_size_mlp=80, num_local_experts=4,
                         num_experts_per_tok=1, interleave_moe_layer_step=2, head_dim=16),
+    "llama4": dict(model_type="llama4", text_config=dict(_T, intermediate_size_mlp=80, num_local_experts=4,
+                                                          interleave_moe_layer_step=2, head_dim=16),
+                   vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, image_size=56, patch_size=14, projector_input_dim=64,
+                                      projector_output_dim=64, vision_output_dim=48, pixel_shuffle_ratio=0.5)),
     "gpt_oss": dict(_T, model_type="gpt_oss", num_local_experts=4, num_experts_per_tok=2, head_dim=16),
     "glm4": dict(_T, model_type="glm4", head_dim=16),
     "glm4_moe": dict(_T, model_type="glm4_moe", moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=1,
@@ -83,7 +88,7 @@ SMALL: dict[str, dict] = {
                        mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=8, head_dim=16),
 }
 
-MULTIMODAL = {"gemma3", "gemma4", "qwen2_vl", "qwen2_5_vl"}
+MULTIMODAL = {"gemma3", "gemma4", "llama4", "qwen2_vl", "qwen2_5_vl"}
 
 
 def _meta(config: dict):
@@ -107,7 +112,7 @@ def _largest(model) -> int:
 
 
 def _vision(model) -> int:
-    names = ("visual", "vision_tower", "multi_modal_projector", "embed_vision")
+    names = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "embed_vision")
     return sum(p.numel() for n, p in model.named_parameters() if any(f".{x}." in f".{n}" for x in names))
 
 
@@ -278,3 +283,18 @@ def test_cli_refuses_a_deeply_nested_file_with_exit_2(tmp_path, capsys):
     deep.write_text('{"model_type": "qwen3", "x": ' + "[" * 50_000 + "]" * 50_000 + "}", encoding="utf-8")
     assert cli.main(["estimate", "--hf-config", str(deep)]) == 2
     assert "--hf-config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("label", sorted(SMALL) + [f"shared:{n}" for n in _shared_files()])
+def test_cli_estimate_reads_every_family(label, tmp_path, capsys):
+    """`zeroplanner estimate --hf-config X --json` answers for each family (and reports Ψ exactly)."""
+    from zeroplanner import cli
+
+    if label.startswith("shared:"):
+        path = SHARED / f"{label[7:]}.json"
+    else:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(SMALL[label]), encoding="utf-8")
+    assert cli.main(["estimate", "--hf-config", str(path), "--stage", "3", "--json"]) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert out["parameters"] == architecture_from_hf_config(path).parameter_count

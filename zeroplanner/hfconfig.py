@@ -672,6 +672,32 @@ def _llama4_text(k: _Keys) -> dict[str, Any]:
     return f
 
 
+def _llama4(k: _Keys) -> dict[str, Any]:
+    """Llama4ForConditionalGeneration: llama4_text language model; Llama4VisionModel = class embedding, learned
+    positions ((image_size/p)^2 + 1 rows), a bias-free patch Linear (hv x 3*p*p), pre/post LayerNorms, layers of
+    biased q/k/v/o, biased fc1/fc2 and two biased LayerNorms, the pixel-shuffle adapter (bias-free
+    intermediate_size x projector_input_dim and projector_output_dim^2); Llama4MultiModalProjector
+    vision_output_dim x text hidden (bias with multi_modal_projector_bias). Image tokens: one 448-pixel tile is
+    (image_size/p)^2 * pixel_shuffle_ratio^2 = 256 tokens; one tile per image assumed."""
+    f = _llama4_text(k.sub("text_config"))
+    f["tied_embeddings"] = k.flag("tie_word_embeddings", default=f["tied_embeddings"])
+    v = k.sub("vision_config")
+    hv, fv = v.integer("hidden_size", default=768), v.integer("intermediate_size", default=5632)
+    layers, ch = v.integer("num_hidden_layers", default=34, maximum=1000), v.integer("num_channels", default=3)
+    image, patch = v.integer("image_size", default=448), v.integer("patch_size", default=14)
+    pin, pout = v.integer("projector_input_dim", default=4096), v.integer("projector_output_dim", default=4096)
+    out = v.integer("vision_output_dim", default=7680)
+    ratio = v.config.get("pixel_shuffle_ratio", 0.5)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+        raise ValueError(f"config.json key 'vision_config.pixel_shuffle_ratio' must be in (0, 1] (got {_short(ratio)})")
+    grid = (image // patch) ** 2
+    layer = 4 * hv * hv + 4 * hv + 2 * hv * fv + fv + hv + 4 * hv
+    tower = hv + (grid + 1) * hv + hv * ch * patch * patch + 4 * hv + layers * layer + fv * pin + pout * pout
+    projector = out * f["hidden_size"] + f["hidden_size"] * v.flag("multi_modal_projector_bias", default=False)
+    f.update(vision_params=tower + projector, vision_tokens_per_image=int(grid * ratio * ratio))
+    return f
+
+
 def _gpt_oss(k: _Keys) -> dict[str, Any]:
     """GptOssForCausalLM: attention with biases on q, k, v and o and a learned sink logit per head
     (self_attn.sinks); every layer MoE: GptOssTopKRouter Linear(h, E) with bias, GptOssExperts with biases
@@ -848,6 +874,7 @@ _MODERN: dict[str, Callable[[_Keys], dict[str, Any]]] = {
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "llama4_text": _llama4_text,
+    "llama4": _llama4,
     "gpt_oss": _gpt_oss,
     "glm4": _glm4,
     "glm4_moe": _glm4_moe,
