@@ -298,3 +298,21 @@ def test_cli_estimate_reads_every_family(label, tmp_path, capsys):
     assert cli.main(["estimate", "--hf-config", str(path), "--stage", "3", "--json"]) == 0, capsys.readouterr().err
     out = json.loads(capsys.readouterr().out)
     assert out["parameters"] == architecture_from_hf_config(path).parameter_count
+
+
+@pytest.mark.parametrize("name", _shared_files())
+def test_shared_real_config_largest_module_matches_deepspeed(name):
+    """Largest module of each released model: DeepSpeed's model_to_params on transformers' meta-device build
+    (quantization_config dropped: the count is of logical parameters, as in param_counts.json)."""
+    expected = json.loads((SHARED / "param_counts.json").read_text())[name]
+    config = json.loads((SHARED / f"{name}.json").read_text())
+    config.pop("quantization_config", None)
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model(
+        config["model_type"], **{k: v for k, v in config.items() if k not in ("model_type", "auto_map")})
+    with torch.device("meta"):
+        model = getattr(transformers, expected["auto_class"]).from_config(cfg)
+    assert _count(model) == expected["parameters"]
+    assert architecture_from_hf_config(SHARED / f"{name}.json").largest_module_params == \
+        pytest.approx(_largest(model), rel=0.01)
