@@ -82,7 +82,15 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
         core_s2 = (ab * a * s * s * b + drop * (a * s * s * b + ab * a * s * s * b)) / tp  # softmax (+mask, +out)
         out_in = ab * sb * hq / tp  # input of the output projection
     attn_drop = drop * sb * h
-    attention = norm + qkv_in + q_k_v + core + np.where(checkpointing >= 1, 0.0, core_s2) + out_in
+    # q/k RMSNorms (Qwen3, Gemma 3/4, OLMo 2, Qwen3-Next): like the block norms, each saves its fp32 upcast input
+    # and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel input)
+    if m.qk_norm != "none":
+        rows = (a + m.kv_heads) if m.qk_norm == "head" else 2.0
+        q_k_v = q_k_v + ((4.0 + ab) * sb * (hq + hk) + 4.0 * sb * rows) / tp
+    # norms beyond the two pre-norms (Gemma's post-attention / post-feedforward, OLMo 2's, GLM-4's sandwich
+    # norms, Gemma 4's MoE norms): each as a block norm on a hidden-width tensor
+    extra_norms = max(0, m.norms_per_layer - 2) * norm
+    attention = norm + qkv_in + q_k_v + core + np.where(checkpointing >= 1, 0.0, core_s2) + out_in + extra_norms
     attention = attention + attn_drop
 
     # MLP block (Korthikanti 19sbh for f = 4h, generalised)
