@@ -316,3 +316,41 @@ def test_shared_real_config_largest_module_matches_deepspeed(name):
     assert _count(model) == expected["parameters"]
     assert architecture_from_hf_config(SHARED / f"{name}.json").largest_module_params == \
         pytest.approx(_largest(model), rel=0.01)
+
+
+def test_quantised_checkpoint_is_counted_logically_and_says_so():
+    """param_counts.json README: deepseek-v3's fp8 and gpt-oss-20b's mxfp4 quantization_config do not change the
+    logical parameter count."""
+    arch = architecture_from_hf_config(SHARED / "gpt-oss-20b.json")
+    assert arch.parameter_count == 20_914_757_184
+    assert "mxfp4 checkpoint: logical parameters" in arch.source
+
+
+def test_variant_the_reader_does_not_count_goes_to_transformers_or_is_named(monkeypatch):
+    """Gemma 4 E2B/E4B layouts (per-layer input embeddings, the gemma4_text default hidden_size_per_layer_input
+    256) are not counted by the built-in reader: transformers builds them when installed, else the message names
+    the variant."""
+    config = dict(_T, model_type="gemma4_text", head_dim=16, num_hidden_layers=6)
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is not None:
+        assert architecture_from_hf_config(config).parameter_count == _count(_meta(config))
+    _without_transformers(monkeypatch)
+    with pytest.raises(ValueError, match="gemma4 with per-layer input embeddings.*zeroplanner\\[hf\\]"):
+        architecture_from_hf_config(config)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("attention_layers", 99, "attention_layers=99 exceeds n_layers"),
+    ("moe_layers", 99, "moe_layers=99 exceeds n_layers"),
+    ("other_mixer_params", -1, "other_mixer_params"),
+    ("qk_rope_head_dim", 10**6, "qk_rope_head_dim"),
+    ("norms_per_layer", 17, "norms_per_layer"),
+    ("vision_params", -5, "vision_params"),
+])
+def test_architecture_fields_are_bounded(field, value, match):
+    from pydantic import ValidationError
+
+    arch = architecture_from_hf_config(SMALL["qwen3_moe"])
+    with pytest.raises(ValidationError, match=match):
+        type(arch).model_validate(dict(arch.model_dump(), **{field: value}))

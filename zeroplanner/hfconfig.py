@@ -1020,4 +1020,10 @@ def architecture_from_hf_config(
         raise ValueError(f"config.json: hidden size {hidden} is not divisible by num_attention_heads {heads}")
     label = name if name is not None else _default_name(data, path, model_type)
     source = f"HF config.json ({path})" if path is not None else "HF config.json (dict)"
+    quant = data.get("quantization_config")
+    if isinstance(quant, Mapping):
+        method = quant.get("quant_method")
+        method = method[:20] if isinstance(method, str) else "quantised"
+        # fp8 (DeepSeek-V3) and mxfp4 (gpt-oss) checkpoints: ZeRO fine-tuning loads them dequantised
+        source += f"; {method} checkpoint: logical parameters, trained in the TrainingSpec precision (bf16 assumed)"
     return Architecture(name=label, family=model_type, source=source[:500], **fields)
