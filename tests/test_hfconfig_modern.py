@@ -354,3 +354,13 @@ def test_architecture_fields_are_bounded(field, value, match):
     arch = architecture_from_hf_config(SMALL["qwen3_moe"])
     with pytest.raises(ValidationError, match=match):
         type(arch).model_validate(dict(arch.model_dump(), **{field: value}))
+
+
+def test_cli_estimate_family_only_transformers_knows(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from zeroplanner import cli
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_GRANITE), encoding="utf-8")
+    assert cli.main(["estimate", "--hf-config", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["parameters"] == 189_760  # = the llama reader's count (above)
