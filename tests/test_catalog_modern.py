@@ -17,7 +17,9 @@ import pytest
 from zeroplanner import catalog
 from zeroplanner.hfconfig import architecture_from_hf_config
 
-SHARED_DIR = pathlib.Path(__file__).resolve().parents[3] / "shared" / "hf-configs"
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DIR = next((p for p in (_ROOT.parent / "shared" / "hf-configs", _ROOT.parents[1] / "shared" / "hf-configs")
+                   if p.is_dir()), _ROOT.parent / "shared" / "hf-configs")  # checkout beside shared/, or a worktree
 
 SHARED = {  # catalog name -> file in ../shared/hf-configs
     "qwen3-235b-a22b": "qwen3-235b-a22b", "deepseek-v3": "deepseek-v3", "mixtral-8x22b": "mixtral-8x22b",

@@ -16,9 +16,9 @@ import pytest
 
 from zeroplanner.hfconfig import SUPPORTED_MODEL_TYPES, architecture_from_hf_config
 
-SHARED = pathlib.Path(__file__).resolve().parents[1] / ".." / "shared" / "hf-configs"
-if not SHARED.is_dir():  # worktrees live beside the shared folder: /work/wt/<name> and /work/shared
-    SHARED = pathlib.Path(__file__).resolve().parents[3] / "shared" / "hf-configs"
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED = next((p for p in (_ROOT.parent / "shared" / "hf-configs", _ROOT.parents[1] / "shared" / "hf-configs")
+               if p.is_dir()), _ROOT.parent / "shared" / "hf-configs")  # checkout beside shared/, or a worktree
 
 _T = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
           vocab_size=1000, pad_token_id=0, bos_token_id=1, eos_token_id=1)

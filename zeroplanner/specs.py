@@ -43,6 +43,11 @@ class Architecture(_Frozen):
     The exact parameter count is derived from the shapes (tied embeddings counted once, every MoE expert counted,
     biases and norms included); :mod:`zeroplanner.hfconfig` builds this from any supported ``config.json`` and the
     tests compare the count with ``transformers`` instantiated on the meta device.
+
+    Layers may differ (2024-26 families): ``attention_layers`` of them hold the softmax attention the head fields
+    describe (MLA when ``kv_lora_rank`` is set) and the rest a mixer counted in ``other_mixer_params``;
+    ``moe_layers`` hold ``n_experts`` routed experts of ``ffn_size`` (+ a shared expert), ``dense_mlp_layers`` a
+    dense MLP of ``dense_ffn_size``. Every new field defaults to the uniform layout, so older entries are unchanged.
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -193,8 +198,6 @@ class Architecture(_Frozen):
                 raise ValueError(f"{name}={value} exceeds n_layers={self.n_layers}")
         if self.n_moe_layers and self.n_experts == 1:
             raise ValueError(f"moe_layers={self.moe_layers} needs n_experts > 1")
-        if self.dense_mlp_layers is None and self.moe_layers is not None and self.n_dense_layers < 0:
-            raise ValueError("moe_layers exceeds n_layers")
         if self.kv_lora_rank is None and (self.q_lora_rank is not None or self.v_head_dim is not None):
             raise ValueError("q_lora_rank / v_head_dim are MLA fields and need kv_lora_rank")
         if self.kv_lora_rank is not None and (self.v_head_dim is None or self.qk_rope_head_dim >= self.dim_head):
