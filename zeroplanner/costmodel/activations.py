@@ -28,6 +28,10 @@ import numpy as np
 
 from .context import Candidates, Context
 
+_GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"})
+"""Families whose RMSNorm keeps its normalised output in fp32 ((1 + w) scaling in fp32; transformers 5.24
+Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward)."""
+
 
 def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing: np.ndarray) -> np.ndarray:
     """Bytes saved for backward by ONE transformer layer for a micro-batch, without checkpointing.
@@ -59,7 +63,10 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # - GPT-NeoX's parallel residual feeds both LayerNorms the same input: the second saves only its statistics.
     rms = m.norm_kind == "rmsnorm"
     stats = 4.0 * sb * (1.0 if rms else 2.0)  # fp32 rstd (RMSNorm) or mean + rstd (LayerNorm) per token
-    norm = ((4.0 + ab) * sb * h if rms else ab * sb * h) + stats
+    # Gemma's RMSNorm (Gemma2/3/4RMSNorm) multiplies by (1 + w) in fp32 before casting: its normalised tensor is
+    # saved in fp32 (measured: 8 bytes per element with the fp32 upcast), not in the working precision
+    nb = 4.0 if m.family in _GEMMA_NORM_FAMILIES else ab
+    norm = ((4.0 + nb) * sb * h if rms else ab * sb * h) + stats
     qkv_in = ab * sb * h  # norm output, input of the Q/K/V projections
     rotary = m.learned_position_embeddings == 0 and m.family not in ("bloom",)
     # Gemma 2's attention-logit soft-capping is not implemented by flash/sdpa kernels: transformers runs eager
@@ -86,7 +93,7 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel input)
     if m.qk_norm != "none":
         rows = (a + m.kv_heads) if m.qk_norm == "head" else 2.0
-        q_k_v = q_k_v + ((4.0 + ab) * sb * (hq + hk) + 4.0 * sb * rows) / tp
+        q_k_v = q_k_v + ((4.0 + nb) * sb * (hq + hk) + 4.0 * sb * rows) / tp
     # norms beyond the two pre-norms (Gemma's post-attention / post-feedforward, OLMo 2's, GLM-4's sandwich
     # norms, Gemma 4's MoE norms): each as a block norm on a hidden-width tensor
     extra_norms = max(0, m.norms_per_layer - 2) * norm
@@ -138,7 +145,8 @@ def activation_parts(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     layers = float(m.n_layers)
     shared_input = 0.0 if rms else ab * sb * h
     stored = np.where(cand.checkpointing == 2, layers * ab * sb * h + per_layer - shared_input, layers * per_layer)
-    final = ((4.0 + ab) * sb * h + 4.0 * sb if rms else ab * sb * h + 8.0 * sb) + ab * sb * h
+    nb = 4.0 if m.family in _GEMMA_NORM_FAMILIES else ab
+    final = ((4.0 + nb) * sb * h + 4.0 * sb if rms else ab * sb * h + 8.0 * sb) + ab * sb * h
     rotary = 0.0 if m.learned_position_embeddings > 0 else 2.0 * ab * sb * m.dim_head
     inputs = 16.0 * sb + rotary
     logits = (ab + 4.0) * sb * m.vocab_size / ctx.tp
