@@ -170,3 +170,5 @@ def test_transcribed_entries_match_transformers_meta(name):
         model = auto.from_config(cfg)
     count = sum(dict((id(p), p.numel()) for p in model.parameters()).values())
     assert catalog.model(name).parameter_count == count
+    stage3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
+    assert catalog.model(name).largest_module_params == pytest.approx(stage3.model_to_params(model)[1], rel=0.01)
