@@ -155,6 +155,8 @@ def _read_json_file(option: str, path: str) -> Any:
         return json.loads(p.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         fail(option, f"{path!r} is not valid JSON ({exc})")
+    except RecursionError:  # a hostile file nested thousands of levels deep
+        fail(option, f"{path!r} is nested too deeply to be a config")
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:

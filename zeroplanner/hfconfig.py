@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -27,10 +28,25 @@ from typing import Any
 
 from .specs import Architecture
 
-__all__ = ["MAX_CONFIG_BYTES", "SUPPORTED_MODEL_TYPES", "architecture_from_hf_config", "load_hf_config"]
+__all__ = [
+    "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_CONFIG_INTEGER", "SUPPORTED_MODEL_TYPES",
+    "architecture_from_hf_config", "check_config_structure", "load_hf_config",
+]
 
 MAX_CONFIG_BYTES = 1_000_000
 """Largest config file read (bytes). Released config.json files are a few kB."""
+
+MAX_CONFIG_INTEGER = 100_000_000
+"""Largest integer a shape key may hold. The largest released shapes are vocabularies of 262,208 (Gemma 3) and
+intermediate sizes of 53,248 (Llama-3.1-405B); 1e8 refuses absurd values with the key's name before any count."""
+
+MAX_CONFIG_DEPTH = 20
+"""Deepest nesting of objects/lists accepted in a config.json (released files nest 4 levels: rope_parameters)."""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 _MISSING = object()
 
@@ -48,8 +64,11 @@ class _Keys:
                 return name, self.config[name]
         return names[0], _MISSING
 
-    def integer(self, *names: str, default: Any = _MISSING, minimum: int = 1) -> Any:
-        """A positive integer from the first present key of ``names``; ``default`` when absent (or required)."""
+    def integer(
+        self, *names: str, default: Any = _MISSING, minimum: int = 1, maximum: int = MAX_CONFIG_INTEGER
+    ) -> Any:
+        """An integer in [minimum, maximum] from the first present key of ``names``; ``default`` when absent (or
+        required)."""
         key, value = self._lookup(names)
         if value is _MISSING:
             if default is _MISSING:
@@ -57,10 +76,59 @@ class _Keys:
                 raise ValueError(f"config.json for model_type {self.model_type!r} lacks required key {key!r}{alias}")
             return default
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"config.json key {key!r} must be an integer >= {minimum} (got {value!r})")
-        if value < minimum:
-            raise ValueError(f"config.json key {key!r} must be an integer >= {minimum} (got {value})")
+            raise ValueError(f"config.json key {key!r} must be an integer >= {minimum} (got {_short(value)})")
+        if not minimum <= value <= maximum:
+            raise ValueError(f"config.json key {key!r} must be an integer between {minimum} and {maximum} "
+                             f"(got {_short(value)})")
         return value
+
+    def optional_integer(self, name: str, default: int | None, minimum: int = 1) -> int | None:
+        """Like :meth:`integer` for one key whose explicit ``null`` means "none" (not "default")."""
+        if name in self.config and self.config[name] is None:
+            return None
+        return self.integer(name, default=default, minimum=minimum)
+
+    def string(self, *names: str, default: Any = _MISSING) -> Any:
+        key, value = self._lookup(names)
+        if value is _MISSING:
+            if default is _MISSING:
+                raise ValueError(f"config.json for model_type {self.model_type!r} lacks required key {key!r}")
+            return default
+        if not isinstance(value, str) or len(value) > 10_000:
+            raise ValueError(f"config.json key {key!r} must be a string of at most 10000 characters "
+                             f"(got {_short(value)})")
+        return value
+
+    def string_list(self, name: str, allowed: tuple[str, ...], length: int | None = None) -> list[str] | None:
+        """A list of strings from ``allowed`` (``layer_types``); None when absent."""
+        value = self.config.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) and v in allowed for v in value):
+            raise ValueError(f"config.json key {name!r} must be a list of {', '.join(allowed)} (got {_short(value)})")
+        if length is not None and len(value) != length:
+            raise ValueError(f"config.json key {name!r} has {len(value)} entries; num_hidden_layers is {length}")
+        return list(value)
+
+    def index_list(self, name: str, n_layers: int, default: list[int] | None = None) -> list[int] | None:
+        """A list of layer indices in [0, n_layers) (``mlp_only_layers``, ``moe_layers``)."""
+        value = self.config.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n_layers for v in value
+        ):
+            raise ValueError(f"config.json key {name!r} must be a list of layer indices 0..{n_layers - 1} "
+                             f"(got {_short(value)})")
+        return list(value)
+
+    def sub(self, name: str) -> _Keys:
+        """The nested config ``name`` (``text_config`` / ``vision_config``) as its own key reader."""
+        value = self.config.get(name)
+        if not isinstance(value, Mapping):
+            raise ValueError(f"config.json for model_type {self.model_type!r} needs an object {name!r} "
+                             f"(got {_short(value)})")
+        return _Keys(value, f"{self.model_type}.{name}")
 
     def flag(self, *names: str, default: bool) -> bool:
         key, value = self._lookup(names)
@@ -302,7 +370,522 @@ _FAMILIES: dict[str, _Family] = {
     ),
 }
 
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(_FAMILIES)
+
+# ------------------------------------------------------------------------------------------------------------------
+# 2024-26 families. Each reader returns every Architecture field (the layer kinds differ too much for the table
+# above); each docstring names the transformers 5.24 classes whose parameters it counts, and the defaults are those
+# of the family's transformers 5.24 config class. tests/test_hfconfig.py compares each with transformers on the
+# meta device. Quantised checkpoints (DeepSeek-V3's fp8 block-quantised weights, gpt-oss's mxfp4 experts) are
+# read as their logical parameters and assumed trained in the precision of the TrainingSpec (bf16): DeepSpeed ZeRO
+# fine-tuning upcasts them (the fp8/mxfp4 kernels are inference or pre-training paths outside this model).
+# ------------------------------------------------------------------------------------------------------------------
+_SLIDING = ("sliding_attention", "full_attention")
+
+
+def _common(k: _Keys, *, tied: bool, positions: int, kv_default: int | None, head_dim_default: int | None,
+            vocab_default: Any = _MISSING) -> dict[str, Any]:
+    """Shape keys every llama-like family names the same way (RMSNorm, gated MLP, rotary)."""
+    heads = k.integer("num_attention_heads")
+    return dict(
+        n_layers=k.integer("num_hidden_layers", maximum=1000),
+        hidden_size=k.integer("hidden_size"),
+        n_heads=heads,
+        n_kv_heads=k.integer("num_key_value_heads", default=heads if kv_default is None else kv_default),
+        head_dim=k.integer("head_dim", default=head_dim_default),
+        ffn_size=k.integer("intermediate_size"),
+        ffn_kind="swiglu",
+        vocab_size=k.integer("vocab_size", default=vocab_default),
+        tied_embeddings=k.flag("tie_word_embeddings", default=tied),
+        norm_kind="rmsnorm",
+        norms_per_layer=2,
+        final_norm=True,
+        max_position_embeddings=k.integer("max_position_embeddings", default=positions),
+        dropout=k.any_dropout("attention_dropout"),
+    )
+
+
+def _sliding(k: _Keys, n_layers: int, default_pattern: Callable[[int], bool] | None,
+             window_default: int | None) -> dict[str, Any]:
+    """sliding_window and the number of sliding-window layers (``layer_types``, else the family's pattern)."""
+    types = k.string_list("layer_types", _SLIDING, n_layers)
+    window = k.optional_integer("sliding_window", window_default)
+    if types is not None:
+        count = types.count("sliding_attention")
+    elif default_pattern is not None and window is not None:
+        count = sum(default_pattern(i) for i in range(n_layers))
+    else:
+        count = 0
+    return dict(sliding_window=window if count else None, sliding_window_layers=count if window else 0)
+
+
+def _qwen_moe_layers(k: _Keys, n_layers: int, n_experts: int) -> int:
+    """Qwen2/3-MoE, Qwen3-Next: layer i is sparse unless listed in mlp_only_layers, when (i+1) % step == 0."""
+    step = k.integer("decoder_sparse_step", default=1)
+    only = set(k.index_list("mlp_only_layers", n_layers, default=[]) or [])
+    return sum(1 for i in range(n_layers) if i not in only and n_experts > 0 and (i + 1) % step == 0)
+
+
+def _qwen3(k: _Keys) -> dict[str, Any]:
+    """Qwen3ForCausalLM: Qwen3Attention with q_norm/k_norm (RMSNorm over head_dim) and ``attention_bias`` on
+    q, k, v and o; dense SwiGLU MLP; head_dim 128 by default (so n_heads * head_dim may differ from hidden)."""
+    f = _common(k, tied=False, positions=32768, kv_default=None, head_dim_default=128)
+    bias = k.flag("attention_bias", default=False)
+    f.update(qk_norm="head", qkv_bias=bias, out_bias=bias)
+    if k.flag("use_sliding_window", default=False):
+        window = k.optional_integer("sliding_window", 4096)
+        upto = k.integer("max_window_layers", default=28, minimum=0)
+        f.update(sliding_window=window, sliding_window_layers=max(0, f["n_layers"] - upto) if window else 0)
+    return f
+
+
+def _qwen3_moe(k: _Keys) -> dict[str, Any]:
+    """Qwen3MoeForCausalLM: Qwen3 attention (q/k norms); Qwen3MoeSparseMoeBlock = router Linear(h, E) without bias
+    and Qwen3MoeExperts (fused gate_up_proj (E, 2f, h), down_proj (E, h, f)) with f = moe_intermediate_size;
+    layers outside the sparse pattern keep a dense MLP of intermediate_size."""
+    f = _common(k, tied=False, positions=32768, kv_default=4, head_dim_default=None)
+    bias = k.flag("attention_bias", default=False)
+    experts = k.integer("num_experts", default=128)
+    moe = _qwen_moe_layers(k, f["n_layers"], experts)
+    f.update(
+        qk_norm="head", qkv_bias=bias, out_bias=bias, dense_ffn_size=f["ffn_size"],
+        ffn_size=k.integer("moe_intermediate_size", default=768),
+    )
+    if experts > 1 and moe:
+        f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=8),
+                 fused_experts=True, moe_layers=moe)
+    return f
+
+
+def _qwen3_next(k: _Keys) -> dict[str, Any]:
+    """Qwen3NextForCausalLM. Full-attention layers (every full_attention_interval-th, or ``layer_types``):
+    Qwen3NextAttention with a gated q_proj (2 * n_heads * head_dim: queries and output gate), q/k norms over
+    head_dim. The others: Qwen3NextGatedDeltaNet = in_proj_qkvz h x (2*nk*dk + 2*nv*dv), in_proj_ba h x 2*nv,
+    depthwise conv1d (2*nk*dk + nv*dv) x kernel (no bias), dt_bias and A_log (nv each), a gated RMSNorm over dv,
+    out_proj nv*dv x h. MoE as Qwen3-MoE plus a shared expert (shared_expert_intermediate_size) with a
+    sigmoid gate Linear(h, 1)."""
+    f = _common(k, tied=False, positions=32768, kv_default=2, head_dim_default=256)
+    n, h = f["n_layers"], f["hidden_size"]
+    types = k.string_list("layer_types", ("linear_attention", "full_attention"), n)
+    if types is None:
+        interval = k.integer("full_attention_interval", default=4)
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
+    full = types.count("full_attention")
+    nk, dk = k.integer("linear_num_key_heads", default=16), k.integer("linear_key_head_dim", default=128)
+    nv, dv = k.integer("linear_num_value_heads", default=32), k.integer("linear_value_head_dim", default=128)
+    kernel = k.integer("linear_conv_kernel_dim", default=4)
+    qkvz, out = h * (2 * nk * dk + 2 * nv * dv), nv * dv * h
+    linear = qkvz + h * 2 * nv + (2 * nk * dk + nv * dv) * kernel + 2 * nv + dv + out
+    bias = k.flag("attention_bias", default=False)
+    experts = k.integer("num_experts", default=512)
+    moe = _qwen_moe_layers(k, n, experts)
+    f.update(
+        qk_norm="head", qkv_bias=bias, out_bias=bias, gated_attention=True, attention_layers=full,
+        other_mixer_params=(n - full) * linear, other_mixer_largest_module=max(qkvz, out) if n > full else 0,
+        dense_ffn_size=f["ffn_size"], ffn_size=k.integer("moe_intermediate_size", default=512),
+    )
+    if experts > 1 and moe:
+        shared = k.integer("shared_expert_intermediate_size", default=512, minimum=0)
+        f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=10),
+                 fused_experts=True, moe_layers=moe, shared_expert_ffn_size=shared, shared_expert_gate=shared > 0)
+    return f
+
+
+def _gemma2(k: _Keys) -> dict[str, Any]:
+    """Gemma2ForCausalLM: four RMSNorms per layer (input, post_attention, pre_ and post_feedforward), GeGLU MLP
+    (three matrices), head_dim 256, tied lm_head, 256k vocabulary. attn_logit_softcapping (default 50.0) needs
+    eager attention in transformers (flash/sdpa do not cap), so it is priced with O(s^2) scores; sliding window
+    on every other layer (layer i when (i + 1) % 2)."""
+    f = _common(k, tied=True, positions=8192, kv_default=4, head_dim_default=256, vocab_default=256000)
+    bias = k.flag("attention_bias", default=False)
+    cap = k.config.get("attn_logit_softcapping", 50.0) if "attn_logit_softcapping" in k.config else 50.0
+    f.update(norms_per_layer=4, qkv_bias=bias, out_bias=bias, attn_logit_softcapping=cap is not None,
+             **_sliding(k, f["n_layers"], lambda i: bool((i + 1) % 2), 4096))
+    return f
+
+
+def _gemma3_text(k: _Keys) -> dict[str, Any]:
+    """Gemma3ForCausalLM (gemma3_text): Gemma 2's layer with q/k norms over head_dim and no soft-capping
+    (attn_logit_softcapping null by default); 5 sliding-window layers to 1 global (sliding_window_pattern 6)."""
+    f = _common(k, tied=True, positions=131072, kv_default=4, head_dim_default=256, vocab_default=262208)
+    bias = k.flag("attention_bias", default=False)
+    cap = k.config.get("attn_logit_softcapping")
+    pattern = k.integer("sliding_window_pattern", default=6)
+    f.update(norms_per_layer=4, qk_norm="head", qkv_bias=bias, out_bias=bias, attn_logit_softcapping=cap is not None,
+             **_sliding(k, f["n_layers"], lambda i: bool((i + 1) % pattern), 4096))
+    return f
+
+
+def _siglip_vision(v: _Keys) -> int:
+    """SiglipVisionModel (Gemma 3's vision tower; the pooling head only with vision_use_head): biased patch conv (hv x 3 x p x p),
+    learned positions ((image_size/p)^2 rows), layers of two biased LayerNorms, biased q/k/v/out and fc1/fc2,
+    a post LayerNorm."""
+    hv, fv, layers = v.integer("hidden_size", default=768), v.integer("intermediate_size", default=3072), \
+        v.integer("num_hidden_layers", default=12, maximum=1000)
+    patch, image, ch = v.integer("patch_size", default=16), v.integer("image_size", default=224), \
+        v.integer("num_channels", default=3)
+    layer = 4 * hv * hv + 4 * hv + 2 * hv * fv + fv + hv + 4 * hv
+    total = hv * ch * patch * patch + hv + (image // patch) ** 2 * hv + layers * layer + 2 * hv
+    if v.flag("vision_use_head", default=True):  # SiglipMultiheadAttentionPoolingHead (Gemma 3 files: false)
+        total += hv + 4 * hv * hv + 4 * hv + 2 * hv + 2 * hv * fv + fv + hv
+    return total
+
+
+def _gemma3(k: _Keys) -> dict[str, Any]:
+    """Gemma3ForConditionalGeneration: gemma3_text language model, SigLIP vision tower and
+    Gemma3MultiModalProjector (mm_soft_emb_norm RMSNorm over the vision width, mm_input_projection_weight
+    vision x text); mm_tokens_per_image (256) tokens per image."""
+    text, vision = k.sub("text_config"), k.sub("vision_config")
+    f = _gemma3_text(text)
+    f["tied_embeddings"] = k.flag("tie_word_embeddings", default=f["tied_embeddings"])
+    hv = vision.integer("hidden_size", default=768)
+    f.update(vision_params=_siglip_vision(vision) + hv + hv * f["hidden_size"],
+             vision_tokens_per_image=k.integer("mm_tokens_per_image", default=256))
+    return f
+
+
+def _gemma4_text(k: _Keys) -> dict[str, Any]:
+    """Gemma4ForCausalLM (gemma4_text), the layouts without per-layer input embeddings or KV sharing
+    (hidden_size_per_layer_input 0, num_kv_shared_layers 0; the 26B-A4B and 31B checkpoints). Sliding layers:
+    q/k/v/o with head_dim and num_key_value_heads, q/k norms over head_dim. Full-attention layers: global_head_dim
+    and num_global_key_value_heads, and with attention_k_eq_v no v_proj (values are the keys). Every layer: the
+    four Gemma norms and a GeGLU MLP of intermediate_size; with enable_moe_block also Gemma4TextRouter (proj
+    Linear(h, E), scale (h), per_expert_scale (E)), Gemma4TextExperts (fused gate_up_proj (E, 2f, h), down_proj)
+    of moe_intermediate_size, and three more norms."""
+    if k.integer("hidden_size_per_layer_input", default=256, minimum=0) or \
+            k.integer("num_kv_shared_layers", default=0, minimum=0):
+        raise _Unsupported("gemma4 with per-layer input embeddings or KV-shared layers (E2B/E4B layouts)")
+    f = _common(k, tied=True, positions=131072, kv_default=4, head_dim_default=256, vocab_default=262144)
+    n, h = f["n_layers"], f["hidden_size"]
+    types = k.string_list("layer_types", _SLIDING, n)
+    if types is None:
+        types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]
+    full = types.count("full_attention")
+    gd = k.integer("global_head_dim", default=512)
+    gkv = k.integer("num_global_key_value_heads", default=f["n_kv_heads"])
+    k_eq_v = k.flag("attention_k_eq_v", default=False)
+    bias = k.flag("attention_bias", default=False)
+    heads = f["n_heads"]
+    q, kk = h * heads * gd + heads * gd * bias, h * gkv * gd + gkv * gd * bias
+    o = heads * gd * h + h * bias
+    global_layer = q + kk * (1 if k_eq_v else 2) + o + 2 * gd
+    window = k.optional_integer("sliding_window", 512)
+    f.update(
+        norms_per_layer=4, qk_norm="head", qkv_bias=bias, out_bias=bias, attention_layers=n - full,
+        other_mixer_params=full * global_layer, other_mixer_largest_module=max(h * heads * gd, o) if full else 0,
+        sliding_window=window, sliding_window_layers=(n - full) if window else 0,
+    )
+    if k.flag("enable_moe_block", default=False):
+        experts = k.integer("num_experts")
+        f.update(
+            n_experts=experts, experts_per_token=k.integer("top_k_experts"), fused_experts=True, moe_layers=n,
+            dense_mlp_layers=n, dense_ffn_size=f["ffn_size"], ffn_size=k.integer("moe_intermediate_size"),
+            norms_per_layer=7, layer_extra_params=h + experts,
+        )
+    return f
+
+
+def _gemma4_vision(v: _Keys) -> int:
+    """Gemma4VisionModel: patch_embedder (position_embedding_table (2, position_embedding_size, hv) and a
+    bias-free input_proj hv x 3*p*p), layers of q/k/v/o (head_dim, num_key_value_heads), q/k norms over head_dim,
+    a GeGLU MLP and four RMSNorms. use_clipped_linears (extra clamp scalars) is not supported."""
+    if v.flag("use_clipped_linears", default=False):
+        raise _Unsupported("gemma4 vision tower with use_clipped_linears")
+    hv, fv = v.integer("hidden_size", default=768), v.integer("intermediate_size", default=3072)
+    layers, heads = v.integer("num_hidden_layers", default=16, maximum=1000), v.integer("num_attention_heads", default=12)
+    kv, hd = v.integer("num_key_value_heads", default=heads), v.integer("head_dim", default=64)
+    patch, table = v.integer("patch_size", default=16), v.integer("position_embedding_size", default=10240)
+    bias = v.flag("attention_bias", default=False)
+    attn = 2 * hv * heads * hd + 2 * hv * kv * hd + (heads * hd + 2 * kv * hd + hv) * bias + 2 * hd
+    layer = attn + 3 * hv * fv + 4 * hv
+    return 2 * table * hv + hv * 3 * patch * patch + layers * layer
+
+
+def _gemma4(k: _Keys) -> dict[str, Any]:
+    """Gemma4ForConditionalGeneration: gemma4_text language model, Gemma4VisionModel, and embed_vision (a
+    bias-free vision-to-text projection); vision_soft_tokens_per_image (280) tokens per image. Audio towers are
+    not supported."""
+    if k.config.get("audio_config") is not None:
+        raise _Unsupported("gemma4 with an audio tower")
+    f = _gemma4_text(k.sub("text_config"))
+    f["tied_embeddings"] = k.flag("tie_word_embeddings", default=f["tied_embeddings"])
+    if k.config.get("vision_config") is not None:
+        vision = k.sub("vision_config")
+        hv = vision.integer("hidden_size", default=768)
+        f.update(vision_params=_gemma4_vision(vision) + hv * f["hidden_size"],
+                 vision_tokens_per_image=k.integer("vision_soft_tokens_per_image", default=280))
+    return f
+
+
+def _phi3(k: _Keys) -> dict[str, Any]:
+    """Phi3ForCausalLM (Phi-3, Phi-3.5, Phi-4): fused qkv_proj and gate_up_proj, no biases, untied."""
+    f = _common(k, tied=False, positions=4096, kv_default=None, head_dim_default=None, vocab_default=32064)
+    f.update(fused_qkv=True, fused_gate_up=True,
+             dropout=k.any_dropout("attention_dropout", "resid_pdrop", "embd_pdrop"))
+    return f
+
+
+def _deepseek(k: _Keys) -> dict[str, Any]:
+    """DeepseekV2ForCausalLM / DeepseekV3ForCausalLM. MLA attention (DeepseekV3Attention): q_a_proj h x q_lora_rank
+    + q_a_layernorm + q_b_proj (q_lora_rank x n_heads*(qk_nope+qk_rope)), or a full q_proj when q_lora_rank is
+    null (DeepSeek-V2-Lite); kv_a_proj_with_mqa h x (kv_lora_rank + qk_rope) + kv_a_layernorm; kv_b_proj
+    kv_lora_rank x n_heads*(qk_nope + v_head_dim); o_proj n_heads*v_head_dim x h. Layers from
+    first_k_dense_replace on are MoE: router Linear(h, E) (V3's e_score_correction_bias is a buffer), fused experts
+    of moe_intermediate_size, shared experts as one MLP n_shared_experts * moe_intermediate_size wide; the first
+    layers a dense MLP of intermediate_size. The multi-token-prediction layer (num_nextn_predict_layers) is not
+    built by transformers and not counted."""
+    v3 = k.model_type == "deepseek_v3"
+    f = _common(k, tied=False, positions=4096 if v3 else 2048, kv_default=None, head_dim_default=None,
+                vocab_default=129280 if v3 else 102400)
+    nope, rope = k.integer("qk_nope_head_dim", default=128), k.integer("qk_rope_head_dim", default=64)
+    bias = k.flag("attention_bias", default=False)
+    n = f["n_layers"]
+    experts = k.integer("n_routed_experts", default=256 if v3 else 64)
+    first = k.integer("first_k_dense_replace", default=3 if v3 else 0, minimum=0, maximum=n)
+    moe = n - first if experts > 1 else 0
+    f.update(
+        n_kv_heads=None, head_dim=nope + rope, qk_rope_head_dim=rope,
+        q_lora_rank=k.optional_integer("q_lora_rank", 1536), kv_lora_rank=k.integer("kv_lora_rank", default=512),
+        v_head_dim=k.integer("v_head_dim", default=128), qkv_bias=bias, out_bias=bias,
+        dense_ffn_size=f["ffn_size"], ffn_size=k.integer("moe_intermediate_size", default=2048 if v3 else 1407),
+    )
+    if moe:
+        shared = k.integer("n_shared_experts", default=1 if v3 else 2, minimum=0)
+        f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=8 if v3 else _MISSING),
+                 fused_experts=True, moe_layers=moe, shared_expert_ffn_size=shared * f["ffn_size"])
+    return f
+
+
+def _llama4_text(k: _Keys) -> dict[str, Any]:
+    """Llama4ForCausalLM (llama4_text): Llama attention (use_qk_norm is a parameter-free L2 norm); MoE layers
+    (moe_layers, else every interleave_moe_layer_step-th) hold Llama4TextMoe: router Linear(h, E), fused experts
+    and a shared expert, both intermediate_size wide; the other layers a dense MLP of intermediate_size_mlp."""
+    f = _common(k, tied=False, positions=131072, kv_default=8, head_dim_default=128, vocab_default=202048)
+    n = f["n_layers"]
+    bias = k.flag("attention_bias", default=False)
+    step = k.integer("interleave_moe_layer_step", default=1)
+    layers = k.index_list("moe_layers", n, default=list(range(step - 1, n, step)))
+    experts = k.integer("num_local_experts", default=16)
+    f.update(qkv_bias=bias, out_bias=bias, dense_ffn_size=k.integer("intermediate_size_mlp", default=16384))
+    if experts > 1 and layers:
+        f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=1),
+                 fused_experts=True, moe_layers=len(set(layers)), shared_expert_ffn_size=f["ffn_size"])
+    return f
+
+
+def _llama4(k: _Keys) -> dict[str, Any]:
+    """Llama4ForConditionalGeneration: llama4_text language model; Llama4VisionModel = class embedding, learned
+    positions ((image_size/p)^2 + 1 rows), a bias-free patch Linear (hv x 3*p*p), pre/post LayerNorms, layers of
+    biased q/k/v/o, biased fc1/fc2 and two biased LayerNorms, the pixel-shuffle adapter (bias-free
+    intermediate_size x projector_input_dim and projector_output_dim^2); Llama4MultiModalProjector
+    vision_output_dim x text hidden (bias with multi_modal_projector_bias). Image tokens: one 448-pixel tile is
+    (image_size/p)^2 * pixel_shuffle_ratio^2 = 256 tokens; one tile per image assumed."""
+    f = _llama4_text(k.sub("text_config"))
+    f["tied_embeddings"] = k.flag("tie_word_embeddings", default=f["tied_embeddings"])
+    v = k.sub("vision_config")
+    hv, fv = v.integer("hidden_size", default=768), v.integer("intermediate_size", default=5632)
+    layers, ch = v.integer("num_hidden_layers", default=34, maximum=1000), v.integer("num_channels", default=3)
+    image, patch = v.integer("image_size", default=448), v.integer("patch_size", default=14)
+    pin, pout = v.integer("projector_input_dim", default=4096), v.integer("projector_output_dim", default=4096)
+    out = v.integer("vision_output_dim", default=7680)
+    ratio = v.config.get("pixel_shuffle_ratio", 0.5)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+        raise ValueError(f"config.json key 'vision_config.pixel_shuffle_ratio' must be in (0, 1] (got {_short(ratio)})")
+    grid = (image // patch) ** 2
+    layer = 4 * hv * hv + 4 * hv + 2 * hv * fv + fv + hv + 4 * hv
+    tower = hv + (grid + 1) * hv + hv * ch * patch * patch + 4 * hv + layers * layer + fv * pin + pout * pout
+    projector = out * f["hidden_size"] + f["hidden_size"] * v.flag("multi_modal_projector_bias", default=False)
+    f.update(vision_params=tower + projector, vision_tokens_per_image=int(grid * ratio * ratio))
+    return f
+
+
+def _gpt_oss(k: _Keys) -> dict[str, Any]:
+    """GptOssForCausalLM: attention with biases on q, k, v and o and a learned sink logit per head
+    (self_attn.sinks); every layer MoE: GptOssTopKRouter Linear(h, E) with bias, GptOssExperts with biases
+    (gate_up_proj (E, h, 2f) + bias, down_proj (E, f, h) + bias). Sliding-window layers alternate
+    (``layer_types``). The mxfp4 experts of the checkpoint are logical parameters, trained in bf16."""
+    f = _common(k, tied=False, positions=131072, kv_default=8, head_dim_default=64, vocab_default=201088)
+    bias = k.flag("attention_bias", default=True)
+    f.update(
+        qkv_bias=bias, out_bias=bias, mlp_bias=True, router_bias=True, layer_extra_params=f["n_heads"],
+        n_experts=k.integer("num_local_experts", default=128), experts_per_token=k.integer("num_experts_per_tok",
+                                                                                            default=4),
+        fused_experts=True, **_sliding(k, f["n_layers"], lambda i: i % 2 == 0, 128),
+    )
+    return f
+
+
+def _glm4(k: _Keys) -> dict[str, Any]:
+    """Glm4ForCausalLM: q, k, v biased by attention_bias (o never), fused gate_up_proj, four norms per layer
+    (input, post_self_attn, post_attention, post_mlp), head_dim 128 by default."""
+    f = _common(k, tied=False, positions=131072, kv_default=2, head_dim_default=128, vocab_default=151552)
+    f.update(norms_per_layer=4, fused_gate_up=True, qkv_bias=k.flag("attention_bias", default=True))
+    return f
+
+
+def _glm4_moe(k: _Keys) -> dict[str, Any]:
+    """Glm4MoeForCausalLM: q, k, v biased by attention_bias (o never), optional q/k norms (use_qk_norm); layers
+    from first_k_dense_replace on are MoE as DeepSeek-V3 (router Linear(h, E), fused experts, shared experts
+    n_shared_experts * moe_intermediate_size), the first a dense MLP of intermediate_size."""
+    f = _common(k, tied=False, positions=131072, kv_default=8, head_dim_default=None, vocab_default=151552)
+    n = f["n_layers"]
+    experts = k.integer("n_routed_experts", default=128)
+    first = k.integer("first_k_dense_replace", default=1, minimum=0, maximum=n)
+    f.update(qkv_bias=k.flag("attention_bias", default=False),
+             qk_norm="head" if k.flag("use_qk_norm", default=False) else "none",
+             dense_ffn_size=f["ffn_size"], ffn_size=k.integer("moe_intermediate_size", default=1408))
+    if experts > 1 and n > first:
+        shared = k.integer("n_shared_experts", default=1, minimum=0)
+        f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=8), fused_experts=True,
+                 moe_layers=n - first, shared_expert_ffn_size=shared * f["ffn_size"])
+    return f
+
+
+def _olmo2(k: _Keys) -> dict[str, Any]:
+    """Olmo2ForCausalLM: q_norm over n_heads*head_dim and k_norm over n_kv_heads*head_dim, norms after attention
+    and MLP (post_attention_layernorm, post_feedforward_layernorm), attention_bias on q, k, v and o."""
+    f = _common(k, tied=False, positions=2048, kv_default=None, head_dim_default=None, vocab_default=50304)
+    bias = k.flag("attention_bias", default=False)
+    f.update(qk_norm="full", qkv_bias=bias, out_bias=bias)
+    return f
+
+
+def _qwen2_vl_text(k: _Keys) -> dict[str, Any]:
+    """The Qwen2 language model of Qwen2-VL / Qwen2.5-VL: its keys in ``text_config`` (transformers 5 layout) or
+    at the top level (the released files); q, k, v biased, o not."""
+    text = k.sub("text_config") if isinstance(k.config.get("text_config"), Mapping) else k
+    f = _common(text, tied=False, positions=32768, kv_default=8, head_dim_default=None, vocab_default=152064)
+    f["tied_embeddings"] = k.flag("tie_word_embeddings", default=text.flag("tie_word_embeddings", default=False))
+    f.update(qkv_bias=True)
+    return f
+
+
+def _qwen2_vl(k: _Keys) -> dict[str, Any]:
+    """Qwen2VLForConditionalGeneration: Qwen2VisionTransformerPretrainedModel = bias-free Conv3d patch embedding
+    (embed_dim x 3 x temporal_patch x p x p), depth blocks of two biased LayerNorms, biased qkv and proj,
+    biased fc1/fc2 (mlp_ratio * embed_dim), and PatchMerger (LayerNorm, Linear(m^2 e, m^2 e), Linear(m^2 e, h)
+    with biases, m = spatial_merge_size). Image tokens: (H/28)*(W/28); 256 (a 448x448 image) assumed."""
+    f = _qwen2_vl_text(k)
+    v = k.sub("vision_config")
+    e, depth = v.integer("embed_dim", default=1280), v.integer("depth", default=32, maximum=1000)
+    ratio, ch = v.integer("mlp_ratio", default=4), v.integer("in_channels", "in_chans", default=3)
+    p, t, m = v.integer("patch_size", default=14), v.integer("temporal_patch_size", default=2), \
+        v.integer("spatial_merge_size", default=2)
+    out = v.integer("hidden_size", default=f["hidden_size"])
+    fm = ratio * e
+    block = 4 * e + 3 * e * e + 3 * e + e * e + e + 2 * e * fm + fm + e
+    merger = 2 * e + (m * m * e) ** 2 + m * m * e + m * m * e * out + out
+    f.update(vision_params=e * ch * t * p * p + depth * block + merger, vision_tokens_per_image=256)
+    return f
+
+
+def _qwen2_5_vl(k: _Keys) -> dict[str, Any]:
+    """Qwen2_5_VLForConditionalGeneration: Qwen2.5-VL vision tower = Qwen2-VL's with RMSNorms (weight only),
+    a biased SwiGLU MLP of intermediate_size, width hidden_size, and a merger (RMSNorm ln_q, two biased Linears)
+    into out_hidden_size. Image tokens as Qwen2-VL (256 assumed)."""
+    f = _qwen2_vl_text(k)
+    v = k.sub("vision_config")
+    e, depth = v.integer("hidden_size", default=3584), v.integer("depth", default=32, maximum=1000)
+    fv, ch = v.integer("intermediate_size", default=3420), v.integer("in_channels", "in_chans", default=3)
+    p, t, m = v.integer("patch_size", default=14), v.integer("temporal_patch_size", default=2), \
+        v.integer("spatial_merge_size", default=2)
+    out = v.integer("out_hidden_size", default=f["hidden_size"])
+    block = 2 * e + 3 * e * e + 3 * e + e * e + e + 3 * e * fv + 2 * fv + e
+    merger = e + (m * m * e) ** 2 + m * m * e + m * m * e * out + out
+    f.update(vision_params=e * ch * t * p * p + depth * block + merger, vision_tokens_per_image=256)
+    return f
+
+
+_NEMOTRON_BLOCKS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+_NEMOTRON_TYPES = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+                   "moe": "E"}
+
+
+def _nemotron_h(k: _Keys) -> dict[str, Any]:
+    """NemotronHForCausalLM: one RMSNorm and one mixer per block, the blocks given by hybrid_override_pattern
+    (M Mamba-2, * attention, - MLP, E MoE) or layers_block_type. Mamba-2 (NemotronHMamba2Mixer, d_inner =
+    mamba_num_heads * mamba_head_dim, conv width d_inner + 2*n_groups*ssm_state_size): in_proj
+    h x (d_inner + conv + heads) (+bias with use_bias), conv1d conv x kernel (+bias with use_conv_bias),
+    dt_bias, A_log, D (heads each), a gated RMSNorm over d_inner, out_proj d_inner x h (+bias). MLP and experts
+    are two-matrix (relu^2) of intermediate_size / moe_intermediate_size; MoE has a router Linear(h, E) (its
+    e_score_correction_bias is a buffer) and a shared expert of moe_shared_expert_intermediate_size. Latent MoE
+    (moe_latent_size) is not supported."""
+    if k.config.get("moe_latent_size") is not None:
+        raise _Unsupported("nemotron_h with moe_latent_size")
+    pattern = k.config.get("hybrid_override_pattern")
+    if pattern is not None:
+        pattern = k.string("hybrid_override_pattern")
+        if not pattern or any(c not in _NEMOTRON_BLOCKS for c in pattern) or len(pattern) > 1000:
+            raise ValueError(f"config.json key 'hybrid_override_pattern' must be 1-1000 of M * - E (got "
+                             f"{_short(pattern)})")
+    else:
+        types = k.string_list("layers_block_type", tuple(_NEMOTRON_TYPES)) or \
+            k.string_list("layer_types", tuple(_NEMOTRON_TYPES))
+        if not types:
+            raise ValueError("config.json for model_type 'nemotron_h' lacks required key 'hybrid_override_pattern'")
+        pattern = "".join(_NEMOTRON_TYPES[t] for t in types)
+    n = len(pattern)
+    h, heads = k.integer("hidden_size"), k.integer("num_attention_heads")
+    mh, md = k.integer("mamba_num_heads", default=128), k.integer("mamba_head_dim", default=64)
+    groups, state = k.integer("n_groups", default=8), k.integer("ssm_state_size", default=128)
+    kernel = k.integer("conv_kernel", default=4)
+    proj_bias, conv_bias = k.flag("use_bias", default=False), k.flag("use_conv_bias", default=True)
+    inner = mh * md
+    conv = inner + 2 * groups * state
+    in_proj = h * (inner + conv + mh) + (inner + conv + mh) * proj_bias
+    out_proj = inner * h + h * proj_bias
+    mamba = in_proj + conv * kernel + conv * conv_bias + 3 * mh + inner + out_proj
+    experts = k.integer("n_routed_experts", default=8)
+    moe = pattern.count("E")
+    f = dict(
+        n_layers=n, hidden_size=h, n_heads=heads, n_kv_heads=k.integer("num_key_value_heads", default=8),
+        head_dim=k.integer("head_dim", default=128), ffn_size=k.integer("moe_intermediate_size", default=7688),
+        dense_ffn_size=k.integer("intermediate_size", default=21504), ffn_kind="gelu",
+        vocab_size=k.integer("vocab_size", default=131072),
+        tied_embeddings=k.flag("tie_word_embeddings", default=False), norm_kind="rmsnorm", norms_per_layer=1,
+        final_norm=True, max_position_embeddings=k.integer("max_position_embeddings", default=4096),
+        qkv_bias=k.flag("attention_bias", default=False), out_bias=k.flag("attention_bias", default=False),
+        mlp_bias=k.flag("mlp_bias", default=False), attention_layers=pattern.count("*"),
+        other_mixer_params=pattern.count("M") * mamba,
+        other_mixer_largest_module=max(in_proj, out_proj) if "M" in pattern else 0,
+        dense_mlp_layers=pattern.count("-"), moe_layers=moe if experts > 1 else 0,
+        dropout=k.any_dropout("attention_dropout", "hidden_dropout"),
+    )
+    if moe and experts > 1:
+        f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=2), fused_experts=True,
+                 shared_expert_ffn_size=k.integer("moe_shared_expert_intermediate_size", default=7688, minimum=0)
+                 if k.integer("n_shared_experts", default=1, minimum=0) else 0)
+    return f
+
+
+class _Unsupported(ValueError):
+    """A known family in a variant the built-in reader does not count (transformers may, when installed)."""
+
+
+_MODERN: dict[str, Callable[[_Keys], dict[str, Any]]] = {
+    "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
+    "qwen3_next": _qwen3_next,
+    "gemma2": _gemma2,
+    "gemma3_text": _gemma3_text,
+    "gemma3": _gemma3,
+    "gemma4_text": _gemma4_text,
+    "gemma4": _gemma4,
+    "phi3": _phi3,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+    "llama4_text": _llama4_text,
+    "llama4": _llama4,
+    "gpt_oss": _gpt_oss,
+    "glm4": _glm4,
+    "glm4_moe": _glm4_moe,
+    "olmo2": _olmo2,
+    "qwen2_vl": _qwen2_vl,
+    "qwen2_5_vl": _qwen2_5_vl,
+    "nemotron_h": _nemotron_h,
+}
+
+
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = (*_FAMILIES, *_MODERN)
 """HF ``model_type`` values this reader understands."""
 
 
@@ -328,11 +911,39 @@ def load_hf_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:
         raise ValueError(f"HF config {str(p)!r} is not UTF-8 text: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"HF config {str(p)!r} is nested deeper than {MAX_CONFIG_DEPTH} levels") from None
     except ValueError as exc:  # json.JSONDecodeError, or a NaN/Infinity constant
         raise ValueError(f"HF config {str(p)!r} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"HF config {str(p)!r} must hold a JSON object, not {type(data).__name__}")
+    check_config_structure(data)
     return data
+
+
+def check_config_structure(data: Mapping[str, Any]) -> None:
+    """Refuse a config nested deeper than :data:`MAX_CONFIG_DEPTH`, with more than 100,000 values, non-string
+    keys or non-JSON values; the message names the key path. Iterative (no recursion on hostile input)."""
+    stack: list[tuple[str, Any, int]] = [("", data, 0)]
+    seen = 0
+    while stack:
+        path, value, depth = stack.pop()
+        seen += 1
+        if seen > 100_000:
+            raise ValueError("HF config holds more than 100000 values")
+        if isinstance(value, Mapping):
+            if depth >= MAX_CONFIG_DEPTH:
+                raise ValueError(f"HF config key {path!r} is nested deeper than {MAX_CONFIG_DEPTH} levels")
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"HF config key {_short(key)} under {path or 'the top level'!r} is not a string")
+                stack.append((f"{path}.{key}" if path else key, item, depth + 1))
+        elif isinstance(value, (list, tuple)):
+            if depth >= MAX_CONFIG_DEPTH:
+                raise ValueError(f"HF config key {path!r} is nested deeper than {MAX_CONFIG_DEPTH} levels")
+            stack.extend((f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value))
+        elif not (value is None or isinstance(value, (str, int, float, bool))):
+            raise ValueError(f"HF config key {path!r} holds a {type(value).__name__}, not a JSON value")
 
 
 def _reject_constant(name: str) -> float:
@@ -352,12 +963,17 @@ def _default_name(config: Mapping[str, Any], path: pathlib.Path | None, model_ty
 
 
 def architecture_from_hf_config(
-    config: Mapping[str, Any] | str | os.PathLike[str], name: str | None = None
+    config: Mapping[str, Any] | str | os.PathLike[str], name: str | None = None, *, use_transformers: bool = True
 ) -> Architecture:
     """Build an :class:`Architecture` from a HF ``config.json`` (a dict, or a path to the file or its directory).
 
     Supported ``model_type`` values: :data:`SUPPORTED_MODEL_TYPES` (llama, mistral, qwen2, mixtral, gpt2,
-    gpt_neox, bloom, opt, falcon). ``name`` defaults to ``_name_or_path``, else the file's directory name.
+    gpt_neox, bloom, opt, falcon, and the 2024-26 families qwen3, qwen3_moe, qwen3_next, gemma2, gemma3(_text),
+    gemma4(_text), phi3, deepseek_v2, deepseek_v3, llama4_text, gpt_oss, glm4, glm4_moe, olmo2, qwen2_vl,
+    qwen2_5_vl, nemotron_h). Any other ``model_type`` (or a variant the reader does not count) is built by
+    ``transformers`` on the meta device when it is installed and ``use_transformers`` is true (the 'hf' extra;
+    :mod:`zeroplanner._hf_meta`, no remote code). ``name`` defaults to ``_name_or_path``, else the file's
+    directory name.
 
     Raises ``ValueError`` naming the offending key: unsupported or missing ``model_type``, a missing shape key,
     a value of the wrong type or range, inconsistent heads (pydantic's ``ValidationError`` is a ``ValueError``);
@@ -372,21 +988,42 @@ def architecture_from_hf_config(
     else:
         raise ValueError(f"HF config must be a dict or a path, not {type(config).__name__}")
 
+    if path is None:
+        check_config_structure(data)
     model_type = data.get("model_type")
-    if not isinstance(model_type, str) or not model_type:
+    if not isinstance(model_type, str) or not model_type or len(model_type) > 100:
         raise ValueError(
             f"HF config lacks a string 'model_type'; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     family = _FAMILIES.get(model_type)
-    if family is None:
-        raise ValueError(
-            f"HF config model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
-    fields = _read(_Keys(data, model_type), family)
+    try:
+        if family is not None:
+            fields = _read(_Keys(data, model_type), family)
+        elif model_type in _MODERN:
+            fields = _MODERN[model_type](_Keys(data, model_type))
+        else:
+            raise _Unsupported(f"model_type {model_type!r}")
+    except _Unsupported as exc:
+        if not use_transformers or importlib.util.find_spec("transformers") is None:
+            raise ValueError(
+                f"HF config {exc} is not supported by the built-in reader; supported: "
+                f"{', '.join(SUPPORTED_MODEL_TYPES)}. Any architecture transformers knows is read when the 'hf' "
+                f"extra is installed (pip install 'zeroplanner[hf]')"
+            ) from None
+        from ._hf_meta import architecture_from_transformers
+
+        label = name if name is not None else _default_name(data, path, model_type)
+        return architecture_from_transformers(data, label, str(path) if path is not None else "dict")
     fields = {key: value for key, value in fields.items() if value is not None}
     hidden, heads = fields["hidden_size"], fields["n_heads"]
     if "head_dim" not in fields and hidden % heads:
         raise ValueError(f"config.json: hidden size {hidden} is not divisible by num_attention_heads {heads}")
     label = name if name is not None else _default_name(data, path, model_type)
     source = f"HF config.json ({path})" if path is not None else "HF config.json (dict)"
+    quant = data.get("quantization_config")
+    if isinstance(quant, Mapping):
+        method = quant.get("quant_method")
+        method = method[:20] if isinstance(method, str) else "quantised"
+        # fp8 (DeepSeek-V3) and mxfp4 (gpt-oss) checkpoints: ZeRO fine-tuning loads them dequantised
+        source += f"; {method} checkpoint: logical parameters, trained in the TrainingSpec precision (bf16 assumed)"
     return Architecture(name=label, family=model_type, source=source[:500], **fields)

@@ -43,6 +43,11 @@ class Architecture(_Frozen):
     The exact parameter count is derived from the shapes (tied embeddings counted once, every MoE expert counted,
     biases and norms included); :mod:`zeroplanner.hfconfig` builds this from any supported ``config.json`` and the
     tests compare the count with ``transformers`` instantiated on the meta device.
+
+    Layers may differ (2024-26 families): ``attention_layers`` of them hold the softmax attention the head fields
+    describe (MLA when ``kv_lora_rank`` is set) and the rest a mixer counted in ``other_mixer_params``;
+    ``moe_layers`` hold ``n_experts`` routed experts of ``ffn_size`` (+ a shared expert), ``dense_mlp_layers`` a
+    dense MLP of ``dense_ffn_size``. Every new field defaults to the uniform layout, so older entries are unchanged.
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -60,7 +65,7 @@ class Architecture(_Frozen):
     tied_embeddings: bool = False
     learned_position_embeddings: int = Field(default=0, ge=0, le=10_000_000, description="rows; 0 = rotary/ALiBi")
     norm_kind: Literal["layernorm", "rmsnorm"] = "rmsnorm"
-    norms_per_layer: int = Field(default=2, ge=0, le=4)
+    norms_per_layer: int = Field(default=2, ge=0, le=16, description="hidden-width norms per layer (Gemma 2/3: 4; Gemma 4 MoE: 7)")
     final_norm: bool = True
     embedding_norm: bool = False
     qkv_bias: bool = False
@@ -80,12 +85,100 @@ class Architecture(_Frozen):
     n_experts: int = Field(default=1, ge=1, le=10_000)
     experts_per_token: int = Field(default=1, ge=1, le=10_000)
     fused_experts: bool = Field(default=False, description="all experts' weights live in one module")
+    # -- 2024-26 families (transformers 5.24 modeling_<family>.py; every field defaults to the layout above) --
+    fused_gate_up: bool = Field(
+        default=False, description="gate and up projections are one nn.Linear (Phi-3 gate_up_proj, GLM-4)"
+    )
+    qk_norm: Literal["none", "head", "full"] = Field(
+        default="none",
+        description="RMSNorm weights on queries and keys: 'head' one head_dim vector each (Qwen3 q_norm/k_norm, "
+        "Gemma 3, Qwen3-Next); 'full' over the whole q and k widths (OLMo 2 q_norm(n_heads*head_dim), "
+        "k_norm(n_kv_heads*head_dim))",
+    )
+    q_lora_rank: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="MLA (DeepSeek-V2/V3, arXiv 2405.04434 Sec. 2.1): rank of the query down-projection q_a_proj "
+        "(with its q_a_layernorm); None with kv_lora_rank set = a full-rank q_proj",
+    )
+    kv_lora_rank: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="MLA: rank of the joint key/value compression kv_a_proj_with_mqa (None = no MLA); query/key "
+        "head width is head_dim (qk_nope_head_dim + qk_rope_head_dim)",
+    )
+    qk_rope_head_dim: int = Field(default=0, ge=0, le=100_000, description="MLA: decoupled rotary key width")
+    v_head_dim: int | None = Field(default=None, ge=1, le=100_000, description="MLA: value head width")
+    attention_layers: int | None = Field(
+        default=None, ge=0, le=1000,
+        description="layers whose token mixer is the softmax attention the head fields describe; None = n_layers. "
+        "The other layers' mixers (Qwen3-Next Gated DeltaNet, Nemotron-H Mamba-2, Gemma 4 full-attention layers "
+        "of another shape) are counted exactly in other_mixer_params",
+    )
+    other_mixer_params: int = Field(
+        default=0, ge=0, le=10**15, description="total parameters of the mixers of the other layers (see above)"
+    )
+    other_mixer_largest_module: int = Field(
+        default=0, ge=0, le=10**15, description="largest single module among those other mixers"
+    )
+    moe_layers: int | None = Field(
+        default=None, ge=0, le=1000,
+        description="layers with the routed-expert MLP; None = all layers when n_experts > 1, else 0 "
+        "(DeepSeek first_k_dense_replace, Qwen decoder_sparse_step / mlp_only_layers, Llama 4 "
+        "interleave_moe_layer_step, Nemotron-H pattern 'E')",
+    )
+    dense_mlp_layers: int | None = Field(
+        default=None, ge=0, le=1000,
+        description="layers with a dense MLP of dense_ffn_size; None = n_layers - moe_layers (Gemma 4 MoE layers "
+        "have both; Nemotron-H Mamba and attention blocks have neither)",
+    )
+    dense_ffn_size: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="width of the dense MLP; None = ffn_size"
+    )
+    shared_expert_ffn_size: int = Field(
+        default=0, ge=0, le=10_000_000,
+        description="total width of the always-active shared expert MLP of every MoE layer (DeepSeek "
+        "n_shared_experts * moe_intermediate_size, Qwen3-Next shared_expert_intermediate_size, Llama 4 "
+        "intermediate_size); 0 = none",
+    )
+    shared_expert_gate: bool = Field(default=False, description="sigmoid gate Linear(hidden, 1) on the shared expert")
+    router_bias: bool = Field(default=False, description="the router Linear has a bias (gpt-oss)")
+    layer_extra_params: int = Field(
+        default=0, ge=0, le=10**12,
+        description="small per-layer parameters not above: gpt-oss attention sinks (n_heads), Gemma 4 router "
+        "scale + per_expert_scale (hidden + n_experts)",
+    )
+    vision_params: int = Field(
+        default=0, ge=0, le=10**14,
+        description="vision tower + projector parameters of a vision-language model (trainable or frozen: "
+        "TrainingSpec.freeze_vision)",
+    )
+    vision_tokens_per_image: int = Field(
+        default=0, ge=0, le=1_000_000,
+        description="language-model tokens one image becomes (Gemma 4 vision_soft_tokens_per_image; Qwen2-VL "
+        "depends on the resolution: (H/28)*(W/28), 256 at 448x448 is the default taken here)",
+    )
+    sliding_window: int | None = Field(
+        default=None, ge=1, le=100_000_000, description="window of the sliding-window attention layers"
+    )
+    sliding_window_layers: int = Field(default=0, ge=0, le=1000, description="layers with sliding-window attention")
+    gated_attention: bool = Field(
+        default=False,
+        description="q_proj also emits a sigmoid output gate of the same width (Qwen3-Next attn_output_gate)",
+    )
+    attn_logit_softcapping: bool = Field(
+        default=False,
+        description="Gemma 2 tanh soft-capping of attention logits: flash/sdpa kernels do not apply it, "
+        "transformers uses eager attention (O(s^2) scores saved); priced as flash_attention=False",
+    )
     dropout: bool = Field(default=False, description="dropout active in training (saves 1-byte masks)")
     extra_parameters: int = Field(
         default=0, ge=0, description="parameters outside the blocks above, e.g. OPT's project_in/project_out"
     )
     parameter_count_override: int | None = Field(
         default=None, ge=1, le=10**15, description="exact Ψ when the architecture is synthesised from a bare count"
+    )
+    largest_module_override: int | None = Field(
+        default=None, ge=1, le=10**15,
+        description="exact largest module when the architecture comes from a transformers meta-device build",
     )
     max_position_embeddings: int | None = Field(default=None, ge=1)
     source: str = Field(default="", max_length=500, description="where these numbers come from")
@@ -99,6 +192,18 @@ class Architecture(_Frozen):
             raise ValueError(f"experts_per_token={self.experts_per_token} exceeds n_experts={self.n_experts}")
         if self.head_dim is None and self.hidden_size % self.n_heads:
             raise ValueError(f"hidden_size={self.hidden_size} is not divisible by n_heads={self.n_heads}")
+        for name in ("attention_layers", "moe_layers", "dense_mlp_layers", "sliding_window_layers"):
+            value = getattr(self, name)
+            if value is not None and value > self.n_layers:
+                raise ValueError(f"{name}={value} exceeds n_layers={self.n_layers}")
+        if self.n_moe_layers and self.n_experts == 1:
+            raise ValueError(f"moe_layers={self.moe_layers} needs n_experts > 1")
+        if self.kv_lora_rank is None and (self.q_lora_rank is not None or self.v_head_dim is not None):
+            raise ValueError("q_lora_rank / v_head_dim are MLA fields and need kv_lora_rank")
+        if self.kv_lora_rank is not None and (self.v_head_dim is None or self.qk_rope_head_dim >= self.dim_head):
+            raise ValueError(
+                f"MLA needs v_head_dim and qk_rope_head_dim={self.qk_rope_head_dim} < head_dim={self.dim_head}"
+            )
         return self
 
     # -- shapes --------------------------------------------------------------------------------------------
@@ -108,6 +213,7 @@ class Architecture(_Frozen):
 
     @property
     def dim_head(self) -> int:
+        """Query/key head width (for MLA: qk_nope_head_dim + qk_rope_head_dim)."""
         return self.head_dim or self.hidden_size // self.n_heads
 
     @property
@@ -125,38 +231,119 @@ class Architecture(_Frozen):
         """Width of the token embedding and of the lm_head input (embedding_dim, else hidden_size)."""
         return self.embedding_dim or self.hidden_size
 
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def n_attention_layers(self) -> int:
+        return self.n_layers if self.attention_layers is None else self.attention_layers
+
+    @property
+    def n_moe_layers(self) -> int:
+        if self.moe_layers is not None:
+            return self.moe_layers
+        return self.n_layers if self.n_experts > 1 else 0
+
+    @property
+    def n_dense_layers(self) -> int:
+        if self.dense_mlp_layers is not None:
+            return self.dense_mlp_layers
+        return self.n_layers - self.n_moe_layers
+
+    @property
+    def dense_width(self) -> int:
+        return self.dense_ffn_size or self.ffn_size
+
     # -- parameter counts ---------------------------------------------------------------------------------
     @property
     def norm_params(self) -> int:
         return 2 * self.hidden_size if self.norm_kind == "layernorm" else self.hidden_size
 
     @property
+    def qk_norm_params(self) -> int:
+        if self.qk_norm == "head":
+            return 2 * self.dim_head
+        if self.qk_norm == "full":
+            return self.q_size + self.kv_size
+        return 0
+
+    def _mla_matrices(self) -> dict[str, int]:
+        """MLA weight matrices of one layer (DeepseekV3Attention, transformers 5.24), elements each."""
+        h, heads, qh = self.hidden_size, self.n_heads, self.dim_head
+        rq, rkv, rope, v = self.q_lora_rank, self.kv_lora_rank or 0, self.qk_rope_head_dim, self.v_head_dim or 0
+        mats = {}
+        if rq:
+            mats["q_a_proj"] = h * rq
+            mats["q_b_proj"] = rq * heads * qh
+        else:
+            mats["q_proj"] = h * heads * qh
+        mats["kv_a_proj_with_mqa"] = h * (rkv + rope)
+        mats["kv_b_proj"] = rkv * heads * (qh - rope + v)
+        mats["o_proj"] = heads * v * h
+        return mats
+
+    @property
     def attention_params(self) -> int:
-        """Q, K, V and output projections of one layer, with biases."""
+        """Q, K, V and output projections of one attention layer, with biases and q/k norms."""
         h = self.hidden_size
-        qkv = h * (self.q_size + 2 * self.kv_size) + (self.q_size + 2 * self.kv_size) * self.qkv_bias
+        if self.mla:
+            # q_a_proj, kv_a_proj_with_mqa and o_proj carry attention_bias; q_b_proj, kv_b_proj never do; the
+            # two low-rank RMSNorms (q_a_layernorm, kv_a_layernorm)
+            rq, rkv = self.q_lora_rank or 0, self.kv_lora_rank or 0
+            biases = ((rq if rq else 0) + rkv + self.qk_rope_head_dim) * self.qkv_bias + h * self.out_bias
+            return sum(self._mla_matrices().values()) + rq + rkv + biases
+        q_out = self.q_size * (2 if self.gated_attention else 1)
+        qkv = h * (q_out + 2 * self.kv_size) + (q_out + 2 * self.kv_size) * self.qkv_bias
         out = self.q_size * h + h * self.out_bias
-        return qkv + out
+        return qkv + out + self.qk_norm_params
+
+    def _mlp(self, width: int, bias: bool) -> int:
+        h = self.hidden_size
+        if self.ffn_kind == "swiglu":
+            return 3 * h * width + (2 * width + h) * bias
+        return 2 * h * width + (width + h) * bias
 
     @property
     def mlp_params(self) -> int:
         """One MLP (one expert for MoE), with biases."""
-        h, f = self.hidden_size, self.ffn_size
-        if self.ffn_kind == "swiglu":
-            return 3 * h * f + (2 * f + h) * self.mlp_bias
-        return 2 * h * f + (f + h) * self.mlp_bias
+        return self._mlp(self.ffn_size, self.mlp_bias)
+
+    @property
+    def dense_mlp_params(self) -> int:
+        """The dense MLP of a non-MoE layer (dense_ffn_size wide)."""
+        return self._mlp(self.dense_width, self.mlp_bias)
+
+    @property
+    def shared_expert_params(self) -> int:
+        """The shared expert(s) of one MoE layer (bias-free) and their gate."""
+        if not self.shared_expert_ffn_size:
+            return 0
+        return self._mlp(self.shared_expert_ffn_size, False) + self.hidden_size * self.shared_expert_gate
 
     @property
     def router_params(self) -> int:
-        return self.hidden_size * self.n_experts if self.n_experts > 1 else 0
+        return (self.hidden_size + self.router_bias) * self.n_experts if self.n_experts > 1 else 0
+
+    @property
+    def moe_block_params(self) -> int:
+        """One MoE layer's MLP: every routed expert, the router and the shared expert."""
+        return self.n_experts * self.mlp_params + self.router_params + self.shared_expert_params
 
     @cached_property
     def layer_params(self) -> int:
+        """Parameters of the decoder layers divided by their number (exact when the layers are alike)."""
+        return self.blocks_params // self.n_layers
+
+    @cached_property
+    def blocks_params(self) -> int:
+        """Parameters of all decoder layers."""
         return (
-            self.attention_params
-            + self.n_experts * self.mlp_params
-            + self.router_params
-            + self.norms_per_layer * self.norm_params
+            self.n_attention_layers * self.attention_params
+            + self.other_mixer_params
+            + self.n_moe_layers * self.moe_block_params
+            + self.n_dense_layers * self.dense_mlp_params
+            + self.n_layers * (self.norms_per_layer * self.norm_params + self.layer_extra_params)
         )
 
     @property
@@ -176,10 +363,11 @@ class Architecture(_Frozen):
     def derived_parameter_count(self) -> int:
         return (
             self.embedding_params
-            + self.n_layers * self.layer_params
+            + self.blocks_params
             + self.final_norm * self.norm_params
             + self.lm_head_params
             + self.extra_parameters
+            + self.vision_params
         )
 
     @cached_property
@@ -196,18 +384,31 @@ class Architecture(_Frozen):
         """
         h, f = self.hidden_size, self.ffn_size
         candidates = [self.vocab_size * self.embed_width, self.learned_position_embeddings * h]
-        if self.fused_qkv:
-            candidates.append(h * (self.q_size + 2 * self.kv_size) + (self.q_size + 2 * self.kv_size) * self.qkv_bias)
+        q_out = self.q_size * (2 if self.gated_attention else 1)
+        if self.mla:
+            candidates.extend(self._mla_matrices().values())
+        elif self.fused_qkv:
+            candidates.append(h * (q_out + 2 * self.kv_size) + (q_out + 2 * self.kv_size) * self.qkv_bias)
         else:
-            candidates.append(h * self.q_size + self.q_size * self.qkv_bias)
-        candidates.append(self.q_size * h + h * self.out_bias)
-        mlp_matrix = h * f + f * self.mlp_bias
-        if self.fused_experts and self.n_experts > 1:
-            candidates.append(self.n_experts * self.mlp_params)
-        else:
-            candidates.append(mlp_matrix)
-            candidates.append(f * h + h * self.mlp_bias)  # down projection (larger than up only when h > f)
+            candidates.append(h * q_out + q_out * self.qkv_bias)
+        if self.n_attention_layers and not self.mla:
+            candidates.append(self.q_size * h + h * self.out_bias)
+        candidates.append(self.other_mixer_largest_module)
+        gate_up = 2 if self.fused_gate_up and self.ffn_kind == "swiglu" else 1
+        for width, layers in ((self.dense_width, self.n_dense_layers), (self.shared_expert_ffn_size, 1)):
+            if width and layers:
+                bias = self.mlp_bias and width == self.dense_width
+                candidates.append(gate_up * (h * width + width * bias))
+                candidates.append(width * h + h * bias)  # down projection (larger than up only when h > f)
+        if self.n_moe_layers:
+            if self.fused_experts:
+                candidates.append(self.n_experts * self.mlp_params)
+            else:
+                candidates.append(h * f + f * self.mlp_bias)
+                candidates.append(f * h + h * self.mlp_bias)
         largest = max(candidates)
+        if self.largest_module_override:
+            return self.largest_module_override
         if self.parameter_count_override:
             scale = self.parameter_count_override / max(self.derived_parameter_count, 1)
             largest = int(largest * scale)
@@ -217,9 +418,14 @@ class Architecture(_Frozen):
     def matmul_params_per_token(self) -> int:
         """Weights that take part in a matrix multiply for one token (active experts only, lm_head included,
         input embedding lookup and norms excluded). Used for FLOPs (PaLM, arXiv 2204.02311, appendix B)."""
-        active_mlp = self.experts_per_token * self.mlp_params
-        per_layer = self.attention_params + active_mlp + self.router_params
-        total = self.n_layers * per_layer + self.vocab_size * self.embed_width
+        active_moe = self.experts_per_token * self.mlp_params + self.router_params + self.shared_expert_params
+        total = (
+            self.n_attention_layers * self.attention_params
+            + self.other_mixer_params
+            + self.n_moe_layers * active_moe
+            + self.n_dense_layers * self.dense_mlp_params
+            + self.vocab_size * self.embed_width
+        )
         if self.parameter_count_override:
             total = int(total * self.parameter_count_override / max(self.derived_parameter_count, 1))
         return total
@@ -244,9 +450,12 @@ class Architecture(_Frozen):
             shape = shapes.get(t)
             if shape is None:
                 continue
-            mult = self.n_experts if t in ("up", "down", "gate") else 1
-            total += rank * (shape[0] + shape[1]) * mult
-        return self.n_layers * total
+            if t in ("up", "down", "gate"):
+                layers = self.n_moe_layers * self.n_experts + self.n_dense_layers
+            else:
+                layers = self.n_attention_layers
+            total += rank * (shape[0] + shape[1]) * layers
+        return total
 
     @classmethod
     def from_parameter_count(cls, parameters: int, name: str | None = None) -> Architecture:
@@ -376,6 +585,17 @@ class TrainingSpec(_Frozen):
     lora_rank: int = Field(default=0, ge=0, le=65_536, description="0 = full fine-tune")
     lora_targets: tuple[str, ...] = ("q", "k", "v", "o")
     qlora: bool = Field(default=False, description="4-bit NF4 base weights (bitsandbytes); needs lora_rank > 0")
+    freeze_vision: bool = Field(
+        default=False,
+        description="vision tower and projector frozen in a full fine-tune (ms-swift freeze_vit / LLaMA-Factory "
+        "freeze_vision_tower): no gradients or optimizer states for Architecture.vision_params; no effect on a "
+        "text-only model",
+    )
+    images_per_sample: int = Field(
+        default=0, ge=0, le=10_000,
+        description="images in one training sample; each adds the model's vision_tokens_per_image tokens to the "
+        "language model's sequence (activations)",
+    )
 
     @field_validator("lora_targets")
     @classmethod
@@ -492,7 +712,14 @@ class Scenario(_Frozen):
         t = self.training
         if t.lora_rank:
             return self.model.lora_parameters(t.lora_rank, t.lora_targets)
+        if t.freeze_vision:
+            return self.model.parameter_count - self.model.vision_params
         return self.model.parameter_count
+
+    @property
+    def sequence_tokens(self) -> int:
+        """Tokens the language model processes per sample: seq_len plus images_per_sample * vision tokens."""
+        return self.training.seq_len + self.training.images_per_sample * self.model.vision_tokens_per_image
 
     @property
     def global_batch_size(self) -> int:

@@ -6,12 +6,17 @@ Follows the accounting of Korthikanti et al., "Reducing Activation Recomputation
 ``4sbh``. Generalised here term by term to grouped-query attention (K and V widths), SwiGLU MLPs (gate, up,
 activation and product saved: 4 tensors of width f instead of 2), no-dropout blocks (no masks), flash attention
 (no s^2 terms; the output and an fp32 log-sum-exp per head are saved instead; Dao et al., arXiv 2205.14135, Alg. 2),
-MoE (MLP activations for each of the k routed experts) and tensor parallelism (inner terms divided by t;
+MoE (MLP activations for each of the k routed experts, the shared expert and the router logits; dense and MoE
+layers weighted by their counts), vision-language models (image tokens added to the sequence) and tensor parallelism (inner terms divided by t;
 Korthikanti Eq. 2).
 
 Checkpointing: "selective" recomputes the attention core (drops the s^2 terms; Korthikanti Sec. 4.3); "full" keeps
 only each layer's input (2sbh) plus one layer's activations during its recomputation (Chen et al., arXiv
 1604.06174).
+
+Approximate for the hybrid families: layers whose mixer is not softmax attention (Qwen3-Next Gated DeltaNet,
+Nemotron-H Mamba-2) are priced as the attention layer; MLA as attention with q/k width head_dim; the vision
+encoder's own activations are not included.
 
 The logits: the 16-bit logits returned by the model (``2sbV``) plus the fp32 log-softmax output saved by the
 cross-entropy loss (``4sbV``; Korthikanti Sec. 4.1 "fp32 logits"), both per tensor-parallel rank.
@@ -24,6 +29,10 @@ import numpy as np
 from .context import Candidates, Context
 from .terms import TermParts, term
 
+_GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"})
+"""Families whose RMSNorm keeps its normalised output in fp32 ((1 + w) scaling in fp32; transformers 5.24
+Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward)."""
+
 
 def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing: np.ndarray) -> np.ndarray:
     """Bytes saved for backward by ONE transformer layer for a micro-batch, without checkpointing.
@@ -33,7 +42,7 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     """
     sc = ctx.scenario
     m, t = sc.model, sc.training
-    s = float(t.seq_len)
+    s = float(sc.sequence_tokens)  # seq_len + image tokens (vision-language models)
     b = micro_batch.astype(np.float64)
     tp = float(ctx.tp)
     ab = 4.0 if t.precision == "fp32" else 2.0  # activation element bytes
@@ -55,10 +64,15 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # - GPT-NeoX's parallel residual feeds both LayerNorms the same input: the second saves only its statistics.
     rms = m.norm_kind == "rmsnorm"
     stats = 4.0 * sb * (1.0 if rms else 2.0)  # fp32 rstd (RMSNorm) or mean + rstd (LayerNorm) per token
-    norm = ((4.0 + ab) * sb * h if rms else ab * sb * h) + stats
+    # Gemma's RMSNorm (Gemma2/3/4RMSNorm) multiplies by (1 + w) in fp32 before casting: its normalised tensor is
+    # saved in fp32 (measured: 8 bytes per element with the fp32 upcast), not in the working precision
+    nb = 4.0 if m.family in _GEMMA_NORM_FAMILIES else ab
+    norm = ((4.0 + nb) * sb * h if rms else ab * sb * h) + stats
     qkv_in = ab * sb * h  # norm output, input of the Q/K/V projections
     rotary = m.learned_position_embeddings == 0 and m.family not in ("bloom",)
-    if t.flash_attention:
+    # Gemma 2's attention-logit soft-capping is not implemented by flash/sdpa kernels: transformers runs eager
+    # attention for it (Gemma2Config docs; modeling_gemma2.py eager_attention_forward applies the tanh cap)
+    if t.flash_attention and not m.attn_logit_softcapping:
         q_k_v = ab * sb * (hq + 2 * hk) / tp  # inputs of the attention kernel
         out_copy = 0.0 * b
         if m.fused_qkv:
@@ -76,7 +90,15 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
         core_s2 = (ab * a * s * s * b + drop * (a * s * s * b + ab * a * s * s * b)) / tp  # softmax (+mask, +out)
         out_in = ab * sb * hq / tp  # input of the output projection
     attn_drop = drop * sb * h
-    attention = norm + qkv_in + q_k_v + core + np.where(checkpointing >= 1, 0.0, core_s2) + out_in
+    # q/k RMSNorms (Qwen3, Gemma 3/4, OLMo 2, Qwen3-Next): like the block norms, each saves its fp32 upcast input
+    # and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel input)
+    if m.qk_norm != "none":
+        rows = (a + m.kv_heads) if m.qk_norm == "head" else 2.0
+        q_k_v = q_k_v + ((4.0 + nb) * sb * (hq + hk) + 4.0 * sb * rows) / tp
+    # norms beyond the two pre-norms (Gemma's post-attention / post-feedforward, OLMo 2's, GLM-4's sandwich
+    # norms, Gemma 4's MoE norms): each as a block norm on a hidden-width tensor
+    extra_norms = max(0, m.norms_per_layer - 2) * norm
+    attention = norm + qkv_in + q_k_v + core + np.where(checkpointing >= 1, 0.0, core_s2) + out_in + extra_norms
     attention = attention + attn_drop
 
     # MLP block (Korthikanti 19sbh for f = 4h, generalised)
@@ -89,8 +111,15 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
         width = 5.0 if m.family == "gpt2" else 2.0  # gelu_new's composed ops vs exact GELU (input, output)
     inner = width * ab * sb * f / tp
     mlp_drop = drop * sb * h
-    router = ab * sb * m.n_experts if m.n_experts > 1 else 0.0
-    mlp = mlp_norm + k_experts * (mlp_in + inner) + mlp_drop + router
+    router = ab * sb * m.n_experts if m.n_experts > 1 else 0.0  # router logits
+    # MoE layers: the k routed experts each see the tokens routed to them (k·s·b token-expert pairs in all), plus
+    # the always-active shared expert; dense layers one MLP of dense_ffn_size. Layers of both kinds are averaged
+    # over n_layers (exact for the total; the recomputed layer under full checkpointing is the average layer).
+    shared = (mlp_in + width * ab * sb * m.shared_expert_ffn_size / tp) if m.shared_expert_ffn_size else 0.0
+    moe = k_experts * (mlp_in + inner) + router + shared
+    dense = mlp_in + width * ab * sb * m.dense_width / tp
+    layers = float(m.n_layers)
+    mlp = mlp_norm + mlp_drop + (m.n_moe_layers / layers) * moe + (m.n_dense_layers / layers) * dense
     return attention + mlp
 
 
@@ -116,19 +145,21 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t.
     Every part was checked against the saved-tensor measurement (docs/validation.md).
     """
-    m, t = ctx.scenario.model, ctx.scenario.training
+    sc = ctx.scenario
+    m, t = sc.model, sc.training
     rms = m.norm_kind == "rmsnorm"
     rotary = m.learned_position_embeddings <= 0
     full = cand.checkpointing == 2
-    x = {"L": float(m.n_layers), "s": float(t.seq_len), "b": cand.micro_batch.astype(np.float64),
+    x = {"L": float(m.n_layers), "s": float(sc.sequence_tokens), "b": cand.micro_batch.astype(np.float64),
          "h": float(m.hidden_size), "V": float(m.vocab_size), "a_b": 4.0 if t.precision == "fp32" else 2.0,
          "d_head": float(m.dim_head), "t": float(ctx.tp),
+         "n_b": 4.0 if m.family in _GEMMA_NORM_FAMILIES else (4.0 if t.precision == "fp32" else 2.0),
          "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing)}
     return term("activations", x, [
         ("layer inputs + one layer recomputed", "L*a_b*s*b*h + layer", full & rms),
         ("layer inputs + one layer recomputed", "L*a_b*s*b*h + layer - a_b*s*b*h", full & (not rms)),
         ("saved layer activations", "L*layer", ~full),
-        ("final norm + lm_head inputs", "(4+a_b)*s*b*h + 4*s*b + a_b*s*b*h", rms),
+        ("final norm + lm_head inputs", "(4+n_b)*s*b*h + 4*s*b + a_b*s*b*h", rms),
         ("final norm + lm_head inputs", "a_b*s*b*h + 8*s*b + a_b*s*b*h", not rms),
         ("token ids, labels, rotary tables", "16*s*b + 2*a_b*s*b*d_head", rotary),
         ("token ids, labels, rotary tables", "16*s*b", not rotary),

@@ -182,7 +182,7 @@ def make_context(scenario: Scenario) -> Context:
     tp = c.tensor_parallel_size
     params = scenario.parameters / tp
     trainable = scenario.trainable_parameters / tp
-    frozen = params - trainable if t.lora_rank else 0.0
+    frozen = params - trainable if (t.lora_rank or t.freeze_vision) else 0.0
     mixed = t.precision != "fp32"
     w = DTYPE_BYTES[t.precision]
     threshold = scenario.zero.stage3_param_persistence_threshold
@@ -195,13 +195,35 @@ def make_context(scenario: Scenario) -> Context:
             small_tensors.append(m.n_layers * m.hidden_size)
         if m.mlp_bias:
             small_tensors.append(m.n_layers * m.hidden_size * m.n_experts)
-    if m.qkv_bias and (m.q_size + 2 * m.kv_size) < threshold:
-        small_tensors.append(m.n_layers * (m.q_size + 2 * m.kv_size))
+    attn_layers = m.n_attention_layers
+    if m.qkv_bias and not m.mla and (m.q_size + 2 * m.kv_size) < threshold:
+        small_tensors.append(attn_layers * (m.q_size + 2 * m.kv_size))
     if m.mlp_bias and m.ffn_size < threshold:
         small_tensors.append(m.n_layers * m.ffn_size * (2 if m.ffn_kind == "swiglu" else 1) * m.n_experts)
     if m.router_params and m.router_params < threshold:
-        small_tensors.append(m.n_layers * m.router_params)
-    linears = (2 if m.fused_qkv else 4) + (3 if m.ffn_kind == "swiglu" else 2) * (1 if m.fused_experts else m.n_experts)
+        small_tensors.append(m.n_moe_layers * m.router_params)
+    # 2024-26 layouts: q/k norm weights (head_dim wide, or q/k wide for OLMo 2), MLA's two low-rank RMSNorms,
+    # attention sinks and router scales (layer_extra_params); each is its own tensor below the threshold
+    if m.qk_norm != "none":
+        q_norm, k_norm = (m.dim_head, m.dim_head) if m.qk_norm == "head" else (m.q_size, m.kv_size)
+        small_tensors.append(attn_layers * sum(x for x in (q_norm, k_norm) if x < threshold))
+    if m.mla:
+        small_tensors.append(attn_layers * ((m.q_lora_rank or 0) + (m.kv_lora_rank or 0)))
+    if m.layer_extra_params and m.layer_extra_params < threshold:
+        small_tensors.append(m.n_layers * m.layer_extra_params)
+    # modules whose parameters stage 3 gathers separately: attention projections (MLA: q_a/q_b or q, kv_a, kv_b,
+    # o), about three per other mixer (in/conv/out), the MLP matrices (fused experts one module per matrix kind
+    # as before), the shared expert's three
+    mlp_mats = 3 if m.ffn_kind == "swiglu" else 2
+    attn_mats = (4 + (m.q_lora_rank is not None)) if m.mla else (2 if m.fused_qkv else 4)
+    dense_mats = 2 if (m.fused_gate_up and m.ffn_kind == "swiglu") else mlp_mats
+    layer_modules = (
+        attn_layers * attn_mats
+        + (m.n_layers - attn_layers) * 3
+        + m.n_moe_layers * mlp_mats * (1 if m.fused_experts else m.n_experts)
+        + m.n_dense_layers * dense_mats
+        + m.n_moe_layers * (mlp_mats if m.shared_expert_ffn_size else 0)
+    )
     gpu = c.gpu
     fetch_modules, fetch_elements = stage3_fetch_modules(m, threshold)
     shapes = module_parameter_shapes(m)
@@ -229,7 +251,7 @@ def make_context(scenario: Scenario) -> Context:
         tp=tp,
         largest_module=float(m.largest_module_params),
         persistent_params=float(min(sum(small_tensors), scenario.parameters)) / tp,
-        param_modules=int(m.n_layers * linears + 2),
+        param_modules=int(layer_modules + 2),
         peak_flops=gpu.peak_tflops(t.precision) * 1e12,
         hbm_bytes_per_second=gpu.hbm_bandwidth_gb_per_s * 1e9,
         pcie_bytes_per_second=gpu.pcie_gb_per_s * 1e9,

@@ -1,0 +1,366 @@
+"""Built-in readers of the 2024-26 families against transformers 5.24 on the meta device.
+
+References: the model ``transformers`` builds from the same config on the meta device (parameters deduplicated by
+identity, tied weights once), and DeepSpeed's ``model_to_params`` for the largest module (the input of
+``estimate_zero3_model_states_mem_needs_all_live``); for the seven released files in ``../shared/hf-configs/``
+also ``param_counts.json`` there (transformers 5.24 meta-device counts). Small configs shrink the widths of each
+family's layout (same layer kinds, keys as the released files spell them) so a meta build takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from zeroplanner.hfconfig import SUPPORTED_MODEL_TYPES, architecture_from_hf_config
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+SHARED = next((p for p in (_ROOT.parent / "shared" / "hf-configs", _ROOT.parents[1] / "shared" / "hf-configs")
+               if p.is_dir()), _ROOT.parent / "shared" / "hf-configs")  # checkout beside shared/, or a worktree
+
+_T = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+          vocab_size=1000, pad_token_id=0, bos_token_id=1, eos_token_id=1)
+
+SMALL: dict[str, dict] = {
+    "qwen3": dict(_T, model_type="qwen3", head_dim=32),
+    "qwen3-bias-tied": dict(_T, model_type="qwen3", attention_bias=True, tie_word_embeddings=True),
+    "qwen3_moe": dict(_T, model_type="qwen3_moe", moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                      head_dim=32),
+    "qwen3_moe-sparse-step-mlp-only": dict(_T, model_type="qwen3_moe", moe_intermediate_size=32, num_experts=4,
+                                           num_experts_per_tok=2, decoder_sparse_step=2, mlp_only_layers=[3]),
+    "qwen3_next": dict(_T, model_type="qwen3_next", moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                       shared_expert_intermediate_size=48, head_dim=16, linear_num_value_heads=4,
+                       linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=12,
+                       linear_conv_kernel_dim=4),
+    "gemma2": dict(_T, model_type="gemma2", head_dim=32),
+    "gemma3_text": dict(_T, model_type="gemma3_text", head_dim=32, num_hidden_layers=7),
+    "gemma3": dict(model_type="gemma3", text_config=dict(_T, head_dim=32), mm_tokens_per_image=16,
+                   vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, patch_size=14, image_size=56)),
+    "gemma4_text-moe": dict(_T, model_type="gemma4_text", head_dim=16, global_head_dim=32,
+                            num_global_key_value_heads=1, attention_k_eq_v=True, enable_moe_block=True,
+                            num_experts=4, top_k_experts=2, moe_intermediate_size=24, hidden_size_per_layer_input=0,
+                            num_hidden_layers=6, sliding_window=32),
+    "gemma4_text-dense": dict(_T, model_type="gemma4_text", head_dim=16, hidden_size_per_layer_input=0,
+                              num_hidden_layers=6),
+    "gemma4": dict(model_type="gemma4", tie_word_embeddings=True, vision_soft_tokens_per_image=16,
+                   text_config=dict(_T, head_dim=16, global_head_dim=32, num_global_key_value_heads=1,
+                                    attention_k_eq_v=True, enable_moe_block=True, num_experts=4, top_k_experts=2,
+                                    moe_intermediate_size=24, hidden_size_per_layer_input=0, num_hidden_layers=6),
+                   vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, head_dim=8, patch_size=4,
+                                      position_embedding_size=64)),
+    "phi3": dict(_T, model_type="phi3", num_key_value_heads=4),
+    "phi3-gqa": dict(_T, model_type="phi3", resid_pdrop=0.1),
+    "deepseek_v2": dict(_T, model_type="deepseek_v2", moe_intermediate_size=32, n_routed_experts=4,
+                        n_shared_experts=2, num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=24,
+                        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12),
+    "deepseek_v2-lite-no-q-lora": dict(_T, model_type="deepseek_v2", moe_intermediate_size=32, n_routed_experts=4,
+                                       n_shared_experts=2, num_experts_per_tok=2, first_k_dense_replace=1,
+                                       q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16,
+                                       v_head_dim=12),
+    "deepseek_v3": dict(_T, model_type="deepseek_v3", moe_intermediate_size=32, n_routed_experts=4,
+                        n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=24,
+                        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12, n_group=1,
+                        topk_group=1),
+    "llama4_text": dict(_T, model_type="llama4_text", intermediate_size_mlp=80, num_local_experts=4,
+                        num_experts_per_tok=1, interleave_moe_layer_step=2, head_dim=16),
+    "llama4": dict(model_type="llama4", text_config=dict(_T, intermediate_size_mlp=80, num_local_experts=4,
+                                                          interleave_moe_layer_step=2, head_dim=16),
+                   vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, image_size=56, patch_size=14, projector_input_dim=64,
+                                      projector_output_dim=64, vision_output_dim=48, pixel_shuffle_ratio=0.5)),
+    "gpt_oss": dict(_T, model_type="gpt_oss", num_local_experts=4, num_experts_per_tok=2, head_dim=16),
+    "glm4": dict(_T, model_type="glm4", head_dim=16),
+    "glm4_moe": dict(_T, model_type="glm4_moe", moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=1,
+                     num_experts_per_tok=2, first_k_dense_replace=1, head_dim=16, use_qk_norm=True),
+    "olmo2": dict(_T, model_type="olmo2"),
+    "qwen2_vl": dict(_T, model_type="qwen2_vl", image_token_id=5, video_token_id=6, vision_start_token_id=7,
+                     vision_config=dict(depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=4)),
+    "qwen2_5_vl": dict(_T, model_type="qwen2_5_vl", image_token_id=5, video_token_id=6, vision_start_token_id=7,
+                       vision_config=dict(depth=2, hidden_size=32, out_hidden_size=64, intermediate_size=48,
+                                          num_heads=4, fullatt_block_indexes=[1])),
+    "nemotron_h": dict({k: v for k, v in _T.items() if k != "num_hidden_layers"}, model_type="nemotron_h",
+                       hybrid_override_pattern="M-M*E", moe_intermediate_size=32,
+                       moe_shared_expert_intermediate_size=48, n_routed_experts=4, num_experts_per_tok=2,
+                       mamba_num_heads=8, mamba_head_dim=16, n_groups=2, ssm_state_size=8, head_dim=16),
+}
+
+MULTIMODAL = {"gemma3", "gemma4", "llama4", "qwen2_vl", "qwen2_5_vl"}
+
+
+def _meta(config: dict):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    kwargs = {k: v for k, v in config.items() if k not in ("model_type", "auto_map")}
+    cfg = transformers.AutoConfig.for_model(config["model_type"], **kwargs)
+    auto = transformers.AutoModelForImageTextToText if config["model_type"] in MULTIMODAL else \
+        transformers.AutoModelForCausalLM
+    with torch.device("meta"):
+        return auto.from_config(cfg)
+
+
+def _count(model) -> int:
+    return sum(dict((id(p), p.numel()) for _, p in model.named_parameters(remove_duplicate=False)).values())
+
+
+def _largest(model) -> int:
+    stage3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
+    return stage3.model_to_params(model)[1]
+
+
+def _vision(model) -> int:
+    names = ("visual", "vision_tower", "vision_model", "multi_modal_projector", "embed_vision")
+    return sum(p.numel() for n, p in model.named_parameters() if any(f".{x}." in f".{n}" for x in names))
+
+
+@pytest.fixture(scope="module", params=sorted(SMALL))
+def small(request):
+    return request.param, SMALL[request.param], _meta(SMALL[request.param])
+
+
+def test_small_count_matches_transformers_meta(small):
+    label, config, model = small
+    arch = architecture_from_hf_config(config)
+    assert arch.parameter_count == _count(model), label
+    assert arch.vision_params == _vision(model), label
+
+
+def test_small_largest_module_matches_deepspeed_within_1_percent(small):
+    label, config, model = small
+    arch = architecture_from_hf_config(config)
+    assert arch.largest_module_params == pytest.approx(_largest(model), rel=0.01), label
+
+
+def test_every_new_family_has_a_small_case():
+    new = set(SUPPORTED_MODEL_TYPES) - {"llama", "mistral", "qwen2", "mixtral", "gpt2", "gpt_neox", "bloom", "opt",
+                                        "falcon"}
+    assert new == {c["model_type"] for c in SMALL.values()}
+
+
+def _shared_files():
+    if not SHARED.is_dir():
+        return []
+    return sorted(p.stem for p in SHARED.glob("*.json") if p.stem != "param_counts")
+
+
+@pytest.mark.parametrize("name", _shared_files())
+def test_shared_real_config_exact_count(name):
+    """param_counts.json: transformers 5.24 meta-device counts of the published config.json files."""
+    expected = json.loads((SHARED / "param_counts.json").read_text())[name]
+    arch = architecture_from_hf_config(SHARED / f"{name}.json")
+    assert arch.parameter_count == expected["parameters"]
+    assert arch.tied_embeddings == expected["tied"]
+    if "breakdown" in expected:
+        b = expected["breakdown"]
+        assert arch.vision_params == b["model.vision_tower"] + b["model.embed_vision"]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Families only transformers knows (the hf extra): meta-device build, never remote code
+# ------------------------------------------------------------------------------------------------------------------
+_GRANITE = dict(model_type="granite", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=False)
+
+
+def test_family_only_transformers_knows_is_built_on_meta():
+    """Granite's layers are Llama's (GraniteForCausalLM: same projections, RMSNorms, untied lm_head; its
+    multipliers are scalars, not parameters), so the built-in llama reader is an independent reference."""
+    pytest.importorskip("transformers")
+    granite = architecture_from_hf_config(dict(_GRANITE, auto_map={"AutoModelForCausalLM": "evil.Model"}))
+    llama = architecture_from_hf_config(dict(_GRANITE, model_type="llama"))
+    assert granite.parameter_count == llama.parameter_count == 189_760
+    assert granite.largest_module_params == llama.largest_module_params == 64_000
+    assert granite.family == "granite" and "approximate" in granite.source and not granite.tied_embeddings
+
+
+def test_unknown_to_transformers_and_encoder_decoder_are_refused():
+    with pytest.raises(ValueError, match=r"'RefinedWebModel' is not supported.*auto_map is never run"):
+        architecture_from_hf_config({"model_type": "RefinedWebModel", "auto_map": {"AutoConfig": "x.C"}})
+    pytest.importorskip("transformers")
+    with pytest.raises(ValueError, match=r"'t5'.*no causal-LM"):
+        architecture_from_hf_config({"model_type": "t5", "d_model": 64})
+
+
+def _without_transformers(monkeypatch):
+    import importlib.util
+
+    from zeroplanner import hfconfig
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(hfconfig.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else real(name, *a))
+
+
+def test_without_transformers_unknown_family_names_supported_and_extra(monkeypatch):
+    _without_transformers(monkeypatch)
+    with pytest.raises(ValueError, match=r"'granite' is not supported.*qwen3_moe.*deepseek_v3.*zeroplanner\[hf\]"):
+        architecture_from_hf_config(_GRANITE)
+
+
+def test_cli_without_transformers_exits_2_with_the_message(monkeypatch, tmp_path, capsys):
+    from zeroplanner import cli
+
+    _without_transformers(monkeypatch)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_GRANITE), encoding="utf-8")
+    assert cli.main(["estimate", "--hf-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--hf-config" in err and "'granite' is not supported" in err and "zeroplanner[hf]" in err
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Hostile or malformed files: refused with the key named, nothing executed
+# ------------------------------------------------------------------------------------------------------------------
+_QWEN3 = dict(model_type="qwen3", hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+              num_attention_heads=32, num_key_value_heads=8, vocab_size=151936, head_dim=128)
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("hidden_size", 10**30, "between 1 and 100000000"),
+    ("num_hidden_layers", -3, "between 1 and 1000"),
+    ("vocab_size", "151936", "integer"),
+    ("intermediate_size", [1, 2], "integer"),
+    ("head_dim", 1.5, "integer"),
+    ("num_key_value_heads", 0, "between 1"),
+])
+def test_hostile_values_name_the_key(key, value, match):
+    with pytest.raises(ValueError, match=rf"{key!r}.*{match}"):
+        architecture_from_hf_config(dict(_QWEN3, **{key: value}))
+
+
+def test_hostile_family_keys_name_the_key():
+    base = SMALL["nemotron_h"]
+    with pytest.raises(ValueError, match="'hybrid_override_pattern'"):
+        architecture_from_hf_config(dict(base, hybrid_override_pattern="M*X"))
+    with pytest.raises(ValueError, match="'mlp_only_layers'"):
+        architecture_from_hf_config(dict(SMALL["qwen3_moe"], mlp_only_layers=[99]))
+    with pytest.raises(ValueError, match="'layer_types'"):
+        architecture_from_hf_config(dict(SMALL["gpt_oss"], layer_types=["sliding_attention"] * 3 + ["evil"]))
+    with pytest.raises(ValueError, match="'text_config'"):
+        architecture_from_hf_config(dict(SMALL["gemma4"], text_config="not an object"))
+    with pytest.raises(ValueError, match=r"'vision_config.hidden_size'|'gemma4.vision_config'|hidden_size"):
+        architecture_from_hf_config(dict(SMALL["gemma4"], vision_config=dict(SMALL["gemma4"]["vision_config"],
+                                                                             hidden_size=-1)))
+    with pytest.raises(ValueError, match="'first_k_dense_replace'"):
+        architecture_from_hf_config(dict(SMALL["deepseek_v3"], first_k_dense_replace=10**6))
+
+
+def test_deeply_nested_and_huge_files_are_refused(tmp_path):
+    from zeroplanner.hfconfig import MAX_CONFIG_BYTES, load_hf_config
+
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"model_type": "qwen3", "x": ' + "[" * 50_000 + "]" * 50_000 + "}", encoding="utf-8")
+    with pytest.raises(ValueError, match="nested deeper"):
+        load_hf_config(deep)
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps(dict(_QWEN3, rope_scaling={"a": {"b": {"c": [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]}}})),
+                      encoding="utf-8")
+    with pytest.raises(ValueError, match=r"'rope_scaling\.a\.b\.c.*nested deeper than 20"):
+        architecture_from_hf_config(nested)
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(dict(_QWEN3, padding="x" * 10_000_000)), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"limit is {MAX_CONFIG_BYTES}"):
+        architecture_from_hf_config(big)
+
+
+def test_deeply_nested_dict_is_refused_without_recursion():
+    config: dict = dict(_QWEN3)
+    node = config
+    for _ in range(5000):
+        node["n"] = {}
+        node = node["n"]
+    with pytest.raises(ValueError, match="nested deeper than 20"):
+        architecture_from_hf_config(config)
+
+
+def test_cli_refuses_a_deeply_nested_file_with_exit_2(tmp_path, capsys):
+    from zeroplanner import cli
+
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"model_type": "qwen3", "x": ' + "[" * 50_000 + "]" * 50_000 + "}", encoding="utf-8")
+    assert cli.main(["estimate", "--hf-config", str(deep)]) == 2
+    assert "--hf-config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("label", sorted(SMALL) + [f"shared:{n}" for n in _shared_files()])
+def test_cli_estimate_reads_every_family(label, tmp_path, capsys):
+    """`zeroplanner estimate --hf-config X --json` answers for each family (and reports Ψ exactly)."""
+    from zeroplanner import cli
+
+    if label.startswith("shared:"):
+        path = SHARED / f"{label[7:]}.json"
+    else:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(SMALL[label]), encoding="utf-8")
+    assert cli.main(["estimate", "--hf-config", str(path), "--stage", "3", "--json"]) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert out["parameters"] == architecture_from_hf_config(path).parameter_count
+
+
+@pytest.mark.parametrize("name", _shared_files())
+def test_shared_real_config_largest_module_matches_deepspeed(name):
+    """Largest module of each released model: DeepSpeed's model_to_params on transformers' meta-device build
+    (quantization_config dropped: the count is of logical parameters, as in param_counts.json)."""
+    expected = json.loads((SHARED / "param_counts.json").read_text())[name]
+    config = json.loads((SHARED / f"{name}.json").read_text())
+    config.pop("quantization_config", None)
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model(
+        config["model_type"], **{k: v for k, v in config.items() if k not in ("model_type", "auto_map")})
+    with torch.device("meta"):
+        model = getattr(transformers, expected["auto_class"]).from_config(cfg)
+    assert _count(model) == expected["parameters"]
+    assert architecture_from_hf_config(SHARED / f"{name}.json").largest_module_params == \
+        pytest.approx(_largest(model), rel=0.01)
+
+
+def test_quantised_checkpoint_is_counted_logically_and_says_so():
+    """param_counts.json README: deepseek-v3's fp8 and gpt-oss-20b's mxfp4 quantization_config do not change the
+    logical parameter count."""
+    arch = architecture_from_hf_config(SHARED / "gpt-oss-20b.json")
+    assert arch.parameter_count == 20_914_757_184
+    assert "mxfp4 checkpoint: logical parameters" in arch.source
+
+
+def test_variant_the_reader_does_not_count_goes_to_transformers_or_is_named(monkeypatch):
+    """Gemma 4 E2B/E4B layouts (per-layer input embeddings, the gemma4_text default hidden_size_per_layer_input
+    256) are not counted by the built-in reader: transformers builds them when installed, else the message names
+    the variant."""
+    config = dict(_T, model_type="gemma4_text", head_dim=16, num_hidden_layers=6)
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is not None:
+        assert architecture_from_hf_config(config).parameter_count == _count(_meta(config))
+    _without_transformers(monkeypatch)
+    with pytest.raises(ValueError, match="gemma4 with per-layer input embeddings.*zeroplanner\\[hf\\]"):
+        architecture_from_hf_config(config)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("attention_layers", 99, "attention_layers=99 exceeds n_layers"),
+    ("moe_layers", 99, "moe_layers=99 exceeds n_layers"),
+    ("other_mixer_params", -1, "other_mixer_params"),
+    ("qk_rope_head_dim", 10**6, "qk_rope_head_dim"),
+    ("norms_per_layer", 17, "norms_per_layer"),
+    ("vision_params", -5, "vision_params"),
+])
+def test_architecture_fields_are_bounded(field, value, match):
+    from pydantic import ValidationError
+
+    arch = architecture_from_hf_config(SMALL["qwen3_moe"])
+    with pytest.raises(ValidationError, match=match):
+        type(arch).model_validate(dict(arch.model_dump(), **{field: value}))
+
+
+def test_cli_estimate_family_only_transformers_knows(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from zeroplanner import cli
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_GRANITE), encoding="utf-8")
+    assert cli.main(["estimate", "--hf-config", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["parameters"] == 189_760  # = the llama reader's count (above)
