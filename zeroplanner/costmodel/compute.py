@@ -81,7 +81,7 @@ def achieved_fraction(ctx: Context, cand: Candidates) -> np.ndarray:
     def size(x, half):
         return x / (x + half)
 
-    tokens = cand.micro_batch.astype(np.float64) * ctx.scenario.training.seq_len
+    tokens = cand.micro_batch.astype(np.float64) * ctx.scenario.sequence_tokens
     frac = base * size(h, h_half) / size(h_ref, h_half) * size(tokens, m_half) / size(m_ref, m_half)
     return np.minimum(frac, ceiling_fraction(gen))
 
@@ -99,7 +99,9 @@ def flops_per_token(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndar
     m, t = sc.model, sc.training
     tp = float(ctx.tp)
     matmul = m.matmul_params_per_token / tp
-    attention = 12.0 * m.n_layers * m.q_size * t.seq_len / tp
+    # attention layers only (hybrid models' linear-attention/Mamba blocks count in matmul_params_per_token);
+    # image tokens lengthen the language model's sequence (Scenario.sequence_tokens)
+    attention = 12.0 * m.n_attention_layers * m.q_size * sc.sequence_tokens / tp
     if t.lora_rank:
         lora = sc.trainable_parameters / tp
         model = 4.0 * matmul + 6.0 * lora + attention
@@ -120,7 +122,7 @@ def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     Returns dict of float arrays: "seconds", "fwd_seconds_micro", "bwd_seconds_micro", "model_flops".
     """
     model, executed, fwd = flops_per_token(ctx, cand)
-    tokens_micro = cand.micro_batch.astype(np.float64) * ctx.scenario.training.seq_len
+    tokens_micro = cand.micro_batch.astype(np.float64) * ctx.scenario.sequence_tokens
     rate = ctx.peak_flops * achieved_fraction(ctx, cand)
     micro = tokens_micro * executed / rate
     fwd_micro = tokens_micro * fwd / rate
