@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zeroplanner.dsconfig import ConfigError, from_deepspeed_config, load_config_text, to_deepspeed_config
-from zeroplanner.lint import COMMUNICATION_SHARE_LIMIT, lint
+from zeroplanner.lint import lint
+from zeroplanner.pitfalls import COMMUNICATION_SHARE_LIMIT
 from zeroplanner.specs import Scenario, TrainingSpec
 from tests.test_dsconfig import ETHERNET_25, SWEEP, scenario
 
@@ -173,10 +174,19 @@ def test_untested_optimizer():
 
 
 def test_offload_client_optimizer():
-    bad = to_deepspeed_config(scenario(2, opt="cpu", optimizer="sgd"))
-    del bad["zero_force_ds_cpu_optimizer"]
-    assert "offload_client_optimizer" in rules(bad)
-    assert "offload_client_optimizer" not in rules(to_deepspeed_config(scenario(2, opt="cpu", optimizer="sgd")))
+    """ZeRO-Offload with no optimizer block: DeepSpeed alone raises on the client's torch optimizer, the HF Trainer
+    runs it (accelerate swaps in DeepSpeedCPUAdam). A config-typed optimizer (even torch's SGD) is built by DeepSpeed
+    itself and never reaches the check. Shown on real runs in tests/test_shipped_configs.py (engine tests)."""
+    bad = to_deepspeed_config(scenario(2, opt="cpu"))
+    del bad["optimizer"]
+    found = [f for f in lint(bad) if f.rule == "offload_client_optimizer"]
+    assert [f.severity for f in found] == ["error"]
+    in_hf = [f for f in lint(bad, mode="hf_trainer") if f.rule == "offload_client_optimizer"]
+    assert [f.severity for f in in_hf] == ["info"] and "DeepSpeedCPUAdam" in in_hf[0].message
+    assert "offload_client_optimizer" not in rules({**bad, "zero_force_ds_cpu_optimizer": False})
+    sgd = to_deepspeed_config(scenario(2, opt="cpu", optimizer="sgd"))
+    del sgd["zero_force_ds_cpu_optimizer"]
+    assert "offload_client_optimizer" not in rules(sgd)  # DeepSpeed builds torch.optim.SGD itself: it runs
     assert "offload_client_optimizer" not in rules(to_deepspeed_config(scenario(2, opt="cpu")))
 
 
