@@ -141,10 +141,10 @@ WORKER = r'''
 import dataclasses, json, sys, types
 import torch
 config = json.load(open(sys.argv[1]))
-client, optimizer = sys.argv[2], sys.argv[3]
+client, optimizer, fill = sys.argv[2], sys.argv[3], sys.argv[4] == "fill"
 from transformers import TrainingArguments
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
-if any(v == "auto" for v in json.dumps(config).split('"')):
+if fill:
     # the HF Trainer's own fill with TrainingArguments' defaults (per-device batch 1, accumulation 1, 1 rank)
     d = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
     args = types.SimpleNamespace(**{k: d[k] for k in ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon",
@@ -185,7 +185,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(tmp_path, config: dict, client: str, optimizer: str) -> dict:
+def _run(tmp_path, config: dict, client: str, optimizer: str, fill: bool = False) -> dict:
+    """One rank; ``fill``: first run the HF Trainer's fill of "auto" (HfTrainerDeepSpeedConfig)."""
     pytest.importorskip("deepspeed")
     pytest.importorskip("accelerate")
     cfg = tmp_path / f"cfg_{client}_{optimizer}.json"
@@ -194,7 +195,8 @@ def _run(tmp_path, config: dict, client: str, optimizer: str) -> dict:
     worker.write_text(WORKER)
     env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(worker), str(cfg), client, optimizer], capture_output=True,
+    proc = subprocess.run([sys.executable, str(worker), str(cfg), client, optimizer, "fill" if fill else "raw"],
+                          capture_output=True,
                           text=True, timeout=300, env=env, cwd=tmp_path)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -207,7 +209,7 @@ def test_offload_without_optimizer_block_runs_under_hf_trainer(tmp_path, name):
     """accelerate's Accelerator._prepare_deepspeed replaces the Trainer's torch AdamW by DeepSpeedCPUAdam
     (map_pytorch_optim_to_deepspeed): the file starts, so check --hf-trainer reports no error."""
     config = json.loads((CONFIGS_DIR / name).read_text())
-    result = _run(tmp_path, config, "hf_trainer", "torch_adamw")
+    result = _run(tmp_path, config, "hf_trainer", "torch_adamw", fill=True)
     assert result == {"ok": True, "optimizer": "DeepSpeedCPUAdam"}
     assert "offload_client_optimizer" not in EXPECTED_ERRORS["hf_trainer"][name]
 
@@ -217,7 +219,7 @@ def test_offload_with_client_torch_optimizer_raises_under_deepspeed_alone(tmp_pa
     """The same file (filled as the Trainer would, so only the optimizer differs) given to deepspeed.initialize
     with a torch optimizer: ZeRORuntimeException (engine.py _configure_optimizer), the error check reports."""
     config = json.loads((CONFIGS_DIR / "lf_z2_offload.json").read_text())
-    result = _run(tmp_path, config, "deepspeed", "torch_adamw")
+    result = _run(tmp_path, config, "deepspeed", "torch_adamw", fill=True)
     assert result["ok"] is False and result["error"] == "ZeRORuntimeException"
     assert "offload_client_optimizer" in EXPECTED_ERRORS["deepspeed"]["lf_z2_offload.json"]
 
@@ -236,3 +238,23 @@ def test_config_typed_torch_optimizer_with_offload_runs_and_untested_needs_the_f
     assert "untested_optimizer" in {f.rule for f in lint(config) if f.severity == "error"}
     result = _run(tmp_path, config, "deepspeed", "none")
     assert result["ok"] is False and "untested ZeRO Optimizer" in result["message"]
+
+
+@pytest.mark.engine
+def test_optimizer_param_errors_raise_in_deepspeed_initialize(tmp_path):
+    """Two lint errors DeepSpeed's config classes accept and the engine rejects (deepspeed.initialize, 1 CPU
+    rank): max_grad_norm as an optimizer parameter (engine.py _configure_basic_optimizer raises ValueError) and
+    "auto" in optimizer.params outside the HF Trainer (the string reaches the torch optimizer)."""
+    base = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+            "zero_optimization": {"stage": 1}}
+    assert _run(tmp_path, base, "deepspeed", "none")["ok"] is True
+    clip = json.loads(json.dumps(base))
+    clip["optimizer"]["params"]["max_grad_norm"] = 1.0
+    assert "max_grad_norm_param" in {f.rule for f in lint(clip) if f.severity == "error"}
+    result = _run(tmp_path, clip, "deepspeed", "none")
+    assert result["ok"] is False and result["error"] == "ValueError" and "max_grad_norm" in result["message"]
+    auto = json.loads(json.dumps(base))
+    auto["optimizer"]["params"]["lr"] = "auto"
+    assert "auto_outside_hf" in {f.rule for f in lint(auto) if f.severity == "error"}
+    assert _run(tmp_path, auto, "deepspeed", "none")["ok"] is False
