@@ -11,11 +11,18 @@ writes ``FILE``'s sibling ``<stem>.accelerate.yaml`` for ``accelerate launch --c
 exactly as given (launch from the directory the path is relative to). Notes and lint findings go to stderr (or into
 the ``--json`` object).
 
-``check`` reads a user's config (at most 1 MB, JSON only, nothing executed), builds the scenario from the scenario
-options (model, cluster, sequence length, ...) overridden by what the config says (stage, offload, buckets, batch,
-precision, optimizer), and prints the findings (reading + lint) and the estimate of that scenario. With ``--json``:
-one object ``{"findings": [...], "errors": n, "warnings": n, "scenario": {"training": ..., "zero": ...},
-"estimate": {...}}`` (estimate as in ``zeroplanner estimate --json``).
+``check`` reads a user's config (at most 1 MB, nothing executed) the way the client that runs it reads the file:
+DeepSpeed alone (default) uses hjson (comments and trailing commas accepted, a duplicate key is an error);
+``--hf-trainer`` means the HF Trainer / accelerate, which use ``json.load`` (strict JSON; a duplicate key silently
+keeps the last value) and fill ``"auto"``. It builds the scenario from the scenario options (model, cluster,
+sequence length, ...) overridden by what the config says (stage, offload, buckets, batch, precision, optimizer,
+``tensor_parallel.autotp_size``), and prints the findings (reading + lint, the run-level rules shared with
+``estimate``) and the estimate of that scenario, saying which model and shape it priced (a warning when no model
+was named). Where DeepSpeed (and, for ``--hf-trainer``, transformers) is installed the config is also handed to
+their own validation (:mod:`zeroplanner.dslibrary`; ``--no-library-check`` skips it). With ``--json``: one object
+``{"findings": [...], "errors": n, "warnings": n, "mode": ..., "priced": {"model", "model_from", "seq_len", ...},
+"validated_by": [...] | null, "scenario": {"training": ..., "zero": ...}, "estimate": {...}}`` (estimate as in
+``zeroplanner estimate --json``).
 
 Exit status: 0 = done (``check``: no error findings), 1 = ``check`` found errors, 2 = bad input (one line on
 stderr naming the option or the file, never a traceback).

@@ -9,8 +9,9 @@ Three entry points (the linter lives in :mod:`zeroplanner.lint`):
 * :func:`from_deepspeed_config` -- a user's config (dict, JSON text or bytes) -> ``(Scenario, findings)`` so the
   cost model can price it. Unknown keys, ``"auto"`` values and values that had to be reinterpreted are reported as
   :class:`Finding` objects, never dropped silently.
-* :func:`load_config_text` -- the safe JSON reader both use: size limit (:data:`MAX_CONFIG_BYTES`), nesting limit
-  (:data:`MAX_DEPTH`), ``json.loads`` only (no eval, no YAML tags), duplicate keys reported.
+* :func:`load_config_text` -- the safe reader both use: size limit (:data:`MAX_CONFIG_BYTES`), nesting limit
+  (:data:`MAX_DEPTH`), ``json.loads`` and, for what strict JSON refuses, ``hjson`` as DeepSpeed itself reads files
+  (no eval, no YAML tags); duplicate keys and non-strict syntax reported for the client that reads the file.
 
 Key names, types and defaults follow DeepSpeed 0.19.8 (``deepspeed/runtime/config.py``,
 ``deepspeed/runtime/zero/config.py``, ``deepspeed/runtime/zero/offload_config.py``,
@@ -948,7 +949,10 @@ def from_deepspeed_config(
     Read: batch keys (DeepSpeed's rules for whichever two or three are given, world size = the base's data-parallel
     degree), precision (bf16/bfloat16/fp16 blocks), optimizer type, activation checkpointing (present -> the base's
     mode, or "full" if the base has none; absent -> the base's, since HF models checkpoint outside the config), and
-    every modelled ``zero_optimization`` key incl. the ``stage3_*`` aliases, offload blocks and ZeRO++ keys.
+    every modelled ``zero_optimization`` key incl. the ``stage3_*`` aliases, offload blocks and ZeRO++ keys, and
+    ``tensor_parallel.autotp_size`` (the cluster's tensor-parallel degree: ZeRO and the batch arithmetic run over
+    world / autotp_size). LLaMA-Factory's ``sequence_parallel`` block and ``sequence_parallel_size`` are read and
+    stated in an info finding but not priced (no sequence-parallel dimension in the cost model yet).
 
     Returns ``(scenario, findings)``. Findings: unknown keys (error inside DeepSpeed's strict blocks, warning at the
     top level, which DeepSpeed ignores), ``"auto"`` resolutions, and values that had to be reinterpreted for pricing

@@ -1,12 +1,16 @@
 """Lint a DeepSpeed config against the pitfalls users hit (docs/references.md section 7, issue 5, the seed article).
 
 :func:`lint` returns :class:`~zeroplanner.dsconfig.Finding` objects: severity, the dotted key concerned, why it is
-a problem, and the fix. Rules that depend only on the config run without a scenario; rules about the cluster
-(world size, nodes, network, GPUs per node, QLoRA) need ``scenario``; two rules (pinned host memory, communication
-share of the step) also need the cost model (:func:`zeroplanner.costmodel.estimate`).
+a problem, and the fix. Rules that depend only on the config run without a scenario; rules about the run (world
+size, nodes, network, QLoRA, host RAM, communication share) need ``scenario`` and come from
+:func:`zeroplanner.pitfalls.scenario_pitfalls`, the same statements ``zeroplanner estimate`` prints as warnings.
+``mode`` names the client that runs the config: ``"deepspeed"`` (``deepspeed.initialize`` in the user's script) or
+``"hf_trainer"`` (the HF Trainer / accelerate); rules whose outcome depends on the client say what that client does.
+:data:`zeroplanner.pitfalls.RULES` lists every rule with what shows it in the real stack (DeepSpeed's config
+classes, the Trainer's fill, ``deepspeed.initialize``, or the run itself).
 
-Every rule tolerates malformed input (wrong types anywhere): it reports what it can and never raises. The rules, by
-``Finding.rule``:
+Every rule tolerates malformed input (wrong types anywhere): it reports what it can and never raises. The
+config-text rules, by ``Finding.rule``:
 
 ============================  =========  ========================================================================
 rule                          severity   source
@@ -14,32 +18,30 @@ rule                          severity   source
 integer_type                  error/warn bucket sizes etc. must be integers, not 15099494.4 or "5e8"
                                          (LlamaFactory #5252; DeepSpeedZeroConfig's pydantic int fields)
 nonpositive_value             error      zero/negative buckets and batch sizes (DeepSpeed #8260; gt=0 / ge=0)
-batch_mismatch                error      train_batch_size != micro * grad_accum * world size (DeepSpeed #6914)
+batch_mismatch                error      train_batch_size != micro * grad_accum * data-parallel degree (#6914)
 fp16_and_bf16                 error      both enabled (DeepSpeedConfig asserts)
 offload_param_below_stage3    error      offload_param is read only by ZeRO-3 (ignored below; docs/references.md s.7)
 offload_optimizer_stage0      error      offload_optimizer needs stage 1-3 (docs/references.md s.7)
 nvme_optimizer_below_stage3   warning    stage 1/2 treat any offload_optimizer device as CPU (stage_1_and_2.py)
-auto_outside_hf               error      "auto" outside the HF Trainer (docs/references.md s.7); info in HF mode
+auto_outside_hf               error      "auto" with DeepSpeed alone (docs/references.md s.7); info in HF mode
 auto_not_filled               warning    "auto" in a key the HF Trainer does not fill
 removed_key                   error      keys DeepSpeed 0.19.8 removed and rejects
 max_grad_norm_param           error      optimizer.params.max_grad_norm (DeepSpeed raises; use gradient_clipping)
 untested_optimizer            error      non-DeepSpeed optimizer type with ZeRO needs zero_allow_untested_optimizer
-offload_client_optimizer      error      ZeRO-Offload with a non-DeepSpeed optimizer needs
-                                         zero_force_ds_cpu_optimizer=false (engine.py raises)
+offload_client_optimizer      error/info ZeRO-Offload without an optimizer block: deepspeed.initialize raises on the
+                                         client's torch optimizer unless zero_force_ds_cpu_optimizer=false
+                                         (engine.py); under the HF Trainer accelerate swaps in DeepSpeedCPUAdam
+                                         (map_pytorch_optim_to_deepspeed): info
 small_buckets_multinode       warning    buckets < 1e8 elements on a multi-node run (seed: 5e7 -> 2e8 gave 2.1x)
-zero3_slow_network            warning    ZeRO-3 across nodes on <= 25 Gb/s, or <= 100 Gb/s at 64+ GPUs
-                                         (DeepSpeed #2928, #5770)
-offload_without_pin           warning    ZeRO-3 offload with pin_memory false (seed article's anecdote)
-pinned_exceeds_host           error      pinned host memory above host RAM (DeepSpeed #3448, #3481)
-host_ram_short                warning    unpinned offload above host RAM (it swaps)
-nvme_without_path             error      NVMe offload without nvme_path
 hpz_not_dividing              error      zero_hpz_partition_size must divide GPUs per node (ZeRO++ hpZ)
-zero_at_dp1                   warning    data-parallel degree 1: ZeRO shards nothing (DeepSpeed #4953)
-qlora_stage3                  warning    QLoRA / 4-bit with ZeRO-3 (DeepSpeed #5819, peft #2016)
-communication_share           warning    exposed communication > 30% of the step (the seed's threshold)
-zero2_offload_full_weights    info       ZeRO-1/2 + offload_optimizer keeps full 16-bit weights per GPU
-                                         (DeepSpeed #1883, #3770)
+nvme_without_path             error      NVMe offload without nvme_path
 ============================  =========  ========================================================================
+
+The run-level rules (zeroplanner.pitfalls): zero3_slow_network (ZeRO-3 across nodes on <= 25 Gb/s, or below
+200 Gb/s at data-parallel degree 64+; DeepSpeed #2928, #5770), offload_without_pin, pinned_exceeds_host /
+host_ram_short (offload above host RAM incl. the buffer factor; DeepSpeed #3448, #3481), zero_at_dp1 (#4953),
+qlora_stage3 (#5819, peft #2016), communication_share (> 30% of the step), zero2_offload_full_weights (#1883,
+#3770), nvme_offload_slow (#1130, #3000).
 """
 
 from __future__ import annotations
@@ -60,7 +62,6 @@ from .dsconfig import (
 )
 from .pitfalls import scenario_pitfalls
 from .specs import Scenario
-from .units import GIB
 
 SMALL_BUCKET_ELEMENTS = 100_000_000
 """Buckets below this on a multi-node run are flagged. The seed article's multi-node ZeRO-2 run was slow at 5e7 and
@@ -72,8 +73,6 @@ DEEPSPEED_OPTIMIZER_TYPES = frozenset({
 })
 """Optimizer types DeepSpeed builds itself (deepspeed/runtime/config.py DEEPSPEED_OPTIMIZERS, plus the 1-bit
 family); any other ``type`` is looked up in ``torch.optim`` and is "untested" for ZeRO."""
-CPU_OFFLOAD_OPTIMIZER_TYPES = frozenset({"adam", "adamw", "adagrad", "lion"})
-"""Types for which DeepSpeed builds its CPU optimizer under offload (engine.py, _configure_basic_optimizer)."""
 
 _MISSING = object()
 
@@ -135,10 +134,6 @@ def _walk(node: Any, prefix: str = ""):
 
 def _add(out: list[Finding], severity: str, key: str, rule: str, message: str, fix: str = "") -> None:
     out.append(Finding(severity=severity, key=clip_key(key), rule=rule, message=message, fix=fix))
-
-
-def _gib(num_bytes: float) -> str:
-    return f"{num_bytes / GIB:.1f} GiB"
 
 
 # ----------------------------------------------------------------------------------------------------------------
