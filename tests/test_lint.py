@@ -240,8 +240,20 @@ def test_nvme_without_path():
 
 
 def test_hpz_not_dividing():
-    s = scenario(3, nodes=2, gpus_per_node=8)
-    assert "hpz_not_dividing" in rules(cfg(s, zero_hpz_partition_size=3), s)
+    """DeepSpeed asserts only that the hpZ size divides the data-parallel world (utils/groups.py,
+    _create_zero_param_parallel_group -> _ensure_divisibility(world, min(hpz, world))): an error there; a size that
+    divides the world but not the GPUs per node runs with groups spanning nodes: a warning."""
+    from deepspeed.utils.groups import _ensure_divisibility
+
+    s = scenario(3, nodes=2, gpus_per_node=8)  # data-parallel degree 16
+    found = [f for f in lint(cfg(s, zero_hpz_partition_size=3), s) if f.rule == "hpz_not_dividing"]
+    assert [f.severity for f in found] == ["error"]
+    with pytest.raises(AssertionError):
+        _ensure_divisibility(16, 3)
+    s3 = scenario(3, nodes=3, gpus_per_node=8)  # 24 ranks: 3 divides the world, not the 8 GPUs of a node
+    _ensure_divisibility(24, 3)
+    found = [f for f in lint(cfg(s3, zero_hpz_partition_size=3), s3) if f.rule == "hpz_not_dividing"]
+    assert [f.severity for f in found] == ["warning"]
     assert "hpz_not_dividing" not in rules(cfg(s, zero_hpz_partition_size=8), s)
     assert "hpz_not_dividing" not in rules(cfg(s, zero_hpz_partition_size=4), s)
 

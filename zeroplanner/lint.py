@@ -33,7 +33,8 @@ offload_client_optimizer      error/info ZeRO-Offload without an optimizer block
                                          (engine.py); under the HF Trainer accelerate swaps in DeepSpeedCPUAdam
                                          (map_pytorch_optim_to_deepspeed): info
 small_buckets_multinode       warning    buckets < 1e8 elements on a multi-node run (seed: 5e7 -> 2e8 gave 2.1x)
-hpz_not_dividing              error      zero_hpz_partition_size must divide GPUs per node (ZeRO++ hpZ)
+hpz_not_dividing              error/warn zero_hpz_partition_size must divide the data-parallel degree
+                                         (groups.py asserts); not dividing GPUs per node: warning
 nvme_without_path             error      NVMe offload without nvme_path
 ============================  =========  ========================================================================
 
@@ -383,11 +384,21 @@ def _rule_cluster(config: dict[str, Any], scenario: Scenario, out: list[Finding]
                      "paying the inter-node latency. The seed article's multi-node ZeRO-2 run went 2.1x faster "
                      "when its buckets went from 5e7 to 2e8.", f"Use at least 200000000 for {name}.")
     hpz = _number(_get(config, "zero_optimization.zero_hpz_partition_size"))
-    if hpz is not None and hpz > 1 and cluster.gpus_per_node % int(hpz):
-        _add(out, "error", "zero_optimization.zero_hpz_partition_size", "hpz_not_dividing",
-             f"zero_hpz_partition_size {int(hpz)} does not divide the {cluster.gpus_per_node} GPUs per node; "
-             "ZeRO++'s secondary partition must sit inside one node.",
-             f"Use {cluster.gpus_per_node} (GPUs per node) or one of its divisors.")
+    if hpz is not None and hpz > 1 and stage == 3:
+        world = cluster.data_parallel_degree
+        size = min(int(hpz), world)
+        if world % size:
+            _add(out, "error", "zero_optimization.zero_hpz_partition_size", "hpz_not_dividing",
+                 f"zero_hpz_partition_size {int(hpz)} does not divide the data-parallel degree {world}; DeepSpeed "
+                 "asserts it does when it builds the secondary-partition groups (utils/groups.py, "
+                 "_create_zero_param_parallel_group: _ensure_divisibility).",
+                 f"Use {cluster.gpus_per_node} (GPUs per node) or one of its divisors.")
+        elif cluster.gpus_per_node % size:
+            _add(out, "warning", "zero_optimization.zero_hpz_partition_size", "hpz_not_dividing",
+                 f"zero_hpz_partition_size {int(hpz)} does not divide the {cluster.gpus_per_node} GPUs per node: "
+                 "DeepSpeed accepts it, but some secondary-partition groups (consecutive ranks) span two nodes, "
+                 "so ZeRO++'s parameter all-gathers cross the network it is meant to avoid.",
+                 f"Use {cluster.gpus_per_node} (GPUs per node) or one of its divisors.")
 
 
 def _scenario_values(scenario: Scenario) -> dict[str, float] | None:

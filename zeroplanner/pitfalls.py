@@ -96,7 +96,8 @@ RULES: dict[str, Rule] = {
     "offload_without_pin": Rule(checked_by="runtime", source="seed article's anecdote"),
     "pinned_exceeds_host": Rule(checked_by="runtime", source="DeepSpeed #3448, #3481"),
     "host_ram_short": Rule(checked_by="runtime", source="unpinned pages swap"),
-    "hpz_not_dividing": Rule(checked_by="runtime", source="ZeRO++ hpZ: secondary partition inside a node"),
+    "hpz_not_dividing": Rule(checked_by="engine", source="utils/groups.py _create_zero_param_parallel_group "
+                             "(_ensure_divisibility over the world); across nodes: runs, slow"),
     "zero_at_dp1": Rule(checked_by="runtime", source="DeepSpeed #4953"),
     "qlora_stage3": Rule(checked_by="runtime", source="DeepSpeed #5819, peft #2016"),
     "communication_share": Rule(checked_by="runtime", source="seed article's 30% threshold"),
