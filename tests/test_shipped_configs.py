@@ -160,7 +160,8 @@ if fill:
     hf.trainer_config_finalize(args, types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=8)), 10)
     config = hf.config
 model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3) if optimizer == "torch_adamw" else None
+opt = {"torch_adamw": lambda: torch.optim.AdamW(model.parameters(), lr=1e-3),
+       "torch_sgd": lambda: torch.optim.SGD(model.parameters(), lr=1e-3)}.get(optimizer, lambda: None)()
 try:
     if client == "hf_trainer":  # accelerate, as the Trainer prepares model and optimizer
         from accelerate import Accelerator
@@ -258,3 +259,17 @@ def test_optimizer_param_errors_raise_in_deepspeed_initialize(tmp_path):
     auto["optimizer"]["params"]["lr"] = "auto"
     assert "auto_outside_hf" in {f.rule for f in lint(auto) if f.severity == "error"}
     assert _run(tmp_path, auto, "deepspeed", "none")["ok"] is False
+
+
+@pytest.mark.engine
+def test_hf_trainer_offload_turns_a_torch_sgd_into_cpu_adam(tmp_path):
+    """accelerate's map_pytorch_optim_to_deepspeed builds DeepSpeedCPUAdam for a torch SGD too, so check
+    --hf-trainer prices Adam's states for --optimizer sgd with offload and no optimizer block (and says so)."""
+    from zeroplanner.scenarios import build_scenario
+
+    config = json.loads((CONFIGS_DIR / "lf_z2_offload.json").read_text())
+    assert _run(tmp_path, config, "hf_trainer", "torch_sgd", fill=True) == {"ok": True, "optimizer": "DeepSpeedCPUAdam"}
+    s, findings = from_deepspeed_config(config, base=build_scenario(optimizer="sgd"), mode="hf_trainer")
+    assert s.training.optimizer == "adam" and any(f.rule == "optimizer_mapped" for f in findings)
+    s, _ = from_deepspeed_config(config, base=build_scenario(optimizer="sgd"), mode="deepspeed")
+    assert s.training.optimizer == "sgd"

@@ -1003,6 +1003,16 @@ def from_deepspeed_config(
         r.obj("activation_checkpointing", ac)
 
     zero_fields = _read_zero(r, config)
+    if r.hf and config.get("optimizer") is None and zero_fields["stage"] >= 1 \
+            and zero_fields["offload_optimizer"]["device"] != "none" \
+            and config.get("zero_force_ds_cpu_optimizer") is not False and optimizer in ("sgd", "adam8bit"):
+        # accelerate's Accelerator._prepare_deepspeed hands the Trainer's optimizer to map_pytorch_optim_to_deepspeed,
+        # which builds DeepSpeedCPUAdam for anything but (32-bit) Adagrad/Lion, with adamw_mode only for AdamW.
+        r.note("info", "optimizer", f"under the HF Trainer with offload_optimizer, accelerate replaces the {optimizer!r} "
+               "optimizer by DeepSpeedCPUAdam (map_pytorch_optim_to_deepspeed; adamw_mode off): priced as Adam.",
+               "Set \"zero_force_ds_cpu_optimizer\": false to keep your optimizer (its step then runs on the CPU in "
+               "torch).", "optimizer_mapped")
+        optimizer = "adam"
 
     try:
         training = TrainingSpec.model_validate({
