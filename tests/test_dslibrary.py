@@ -102,3 +102,28 @@ def test_auto_zero_key_silently_becomes_deepspeeds_default(monkeypatch):
                                                                  get_world_size=lambda *a, **k: 8))
     assert ds_config.DeepSpeedConfig(config).zero_config.reduce_bucket_size == 500_000_000
     assert "auto_outside_hf" in {f.rule for f in lint(config) if f.severity == "error"}
+
+
+def test_autotp_batch_arithmetic_uses_all_ranks_like_deepspeed(monkeypatch):
+    """deepspeed.initialize builds DeepSpeedConfig without an mpu when AutoTP comes from the config
+    (deepspeed/__init__.py), so its batch assertion counts all dist ranks: on 8 GPUs with autotp_size 2,
+    train_batch_size = micro 1 x accumulation 8 x 8 = 64, not x 4, although ZeRO shards over 4."""
+    import types
+
+    import deepspeed.runtime.config as ds_config
+
+    monkeypatch.setattr(ds_config, "dist", types.SimpleNamespace(get_rank=lambda *a, **k: 0,
+                                                                 get_world_size=lambda *a, **k: 8))
+    base = scenario(2, nodes=1, micro=1, accum=8)
+    for tb, ok in ((64, True), (32, False)):
+        config = {"train_batch_size": tb, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8,
+                  "zero_optimization": {"stage": 2}, "tensor_parallel": {"autotp_size": 2}}
+        if ok:
+            ds_config.DeepSpeedConfig(copy.deepcopy(config))
+        else:
+            with pytest.raises(AssertionError):
+                ds_config.DeepSpeedConfig(copy.deepcopy(config))
+        s, _ = from_deepspeed_config(config, base=base)
+        assert s.cluster.data_parallel_degree == 4
+        assert ("batch_mismatch" in {f.rule for f in lint(config, s)}) is not ok
+        assert bool(library_findings(config, s)) is not ok

@@ -742,6 +742,7 @@ class _Reader:
         self.base = base
         self.hf = hf
         self.stage = stage
+        self.batch_world = base.cluster.data_parallel_degree
         self.findings: list[Finding] = []
         self._fill_auto()
 
@@ -752,11 +753,15 @@ class _Reader:
         if self.stage is not None and self.stage != base.zero.stage:
             base = base.model_copy(update={"zero": base.zero.model_copy(update={"stage": self.stage})})
         self.auto = hf_auto_values(base)
+        t = base.training
+        self.auto["train_batch_size"] = t.micro_batch * t.grad_accum * self.batch_world
 
-    def set_tensor_parallel(self, tp: int) -> None:
-        """Batch arithmetic and 'auto' fills over the data-parallel degree world / tp from here on."""
+    def set_tensor_parallel(self, tp: int, batch_world: int) -> None:
+        """Price with tensor-parallel degree ``tp`` from here on; DeepSpeed's batch arithmetic (and the Trainer's
+        train_batch_size fill) runs over ``batch_world`` ranks (see :func:`batch_world_size`)."""
         cluster = self.base.cluster.model_copy(update={"tensor_parallel_size": tp})
         self.base = self.base.model_copy(update={"cluster": cluster})
+        self.batch_world = batch_world
         self._fill_auto()
 
     def note(self, severity: Severity, key: str, message: str, fix: str = "", rule: str = "") -> None:
@@ -909,7 +914,7 @@ def _read_optimizer(r: _Reader, config: dict[str, Any]) -> str:
 
 def _read_batch(r: _Reader, config: dict[str, Any]) -> tuple[int, int]:
     """micro-batch and grad_accum the way DeepSpeedConfig._set_batch_related_parameters derives them."""
-    dp = r.base.cluster.data_parallel_degree
+    dp = r.batch_world
     t = r.base.training
     values: dict[str, int | None] = {}
     for key, fallback in (("train_batch_size", r.base.global_batch_size),
@@ -978,7 +983,8 @@ def from_deepspeed_config(
     r.findings.extend(findings)
     tp = _read_tensor_parallel(r, config)
     if tp != base.cluster.tensor_parallel_size:
-        r.set_tensor_parallel(tp)
+        r.set_tensor_parallel(tp, base.cluster.world_size if config_autotp_size(config) > 1
+                              else base.cluster.world_size // tp)
 
     for key in config:
         if not isinstance(key, str):
@@ -1029,6 +1035,25 @@ def from_deepspeed_config(
     scenario = Scenario.model_validate({**base.model_dump(), "cluster": cluster, "training": training.model_dump(),
                                         "zero": zero.model_dump()})
     return scenario, r.findings
+
+
+def config_autotp_size(config: Any) -> int:
+    """``tensor_parallel.autotp_size`` as DeepSpeed's engine reads it (1 when absent, 0, or unreadable)."""
+    block = config.get("tensor_parallel") if isinstance(config, dict) else None
+    raw = block.get("autotp_size") if isinstance(block, dict) else None
+    value = None if isinstance(raw, bool) else _as_count(raw)
+    return value if value is not None and value > 1 else 1
+
+
+def batch_world_size(config: Any, scenario: Scenario) -> int:
+    """The world size DeepSpeedConfig's batch arithmetic uses for this config (``_batch_assertion``,
+    ``_set_batch_related_parameters``): ``dist.get_world_size()`` -- all ranks -- when the tensor parallelism comes
+    from the config's ``tensor_parallel.autotp_size`` (``deepspeed.initialize`` builds DeepSpeedConfig with no mpu,
+    deepspeed/__init__.py), else the data-parallel degree (an mpu reports it). The HF Trainer's
+    ``train_batch_size`` fill uses ``args.world_size``, all processes, too."""
+    if config_autotp_size(config) > 1:
+        return scenario.cluster.world_size
+    return scenario.cluster.data_parallel_degree
 
 
 def _peek_stage(config: dict[str, Any]) -> int | None:

@@ -11,8 +11,9 @@ the rules of :mod:`zeroplanner.lint` are all there is (the tests keep both in ag
   assumed to agree), so only the config's own inconsistencies become mismatches, e.g. a concrete
   ``train_batch_size`` that is not micro x accumulation x world.
 * then DeepSpeed's ``DeepSpeedConfig`` (``deepspeed/runtime/config.py``: every pydantic sub-config with
-  ``extra="forbid"``, removed keys, the batch assertion, precision checks) on the (filled) dict, with the
-  scenario's data-parallel degree as its world size. ``DeepSpeedConfig`` takes its world size from
+  ``extra="forbid"``, removed keys, the batch assertion, precision checks) on the (filled) dict, with the world
+  size ``deepspeed.initialize`` gives it (:func:`zeroplanner.dsconfig.batch_world_size`: the data-parallel degree,
+  or all ranks when AutoTP comes from the config). ``DeepSpeedConfig`` takes its world size from
   ``deepspeed.comm`` (its ``mpu`` argument is only consulted after ``dist.get_rank()`` succeeds, i.e. after a
   distributed init), so while it runs the ``dist`` name inside ``deepspeed.runtime.config`` is replaced by a stand-in
   answering rank 0 and that world size; nothing else is patched and the name is restored afterwards.
@@ -31,7 +32,7 @@ import math
 import types
 from typing import Any, Iterator
 
-from .dsconfig import AUTO, Finding, Mode, clip_key
+from .dsconfig import AUTO, Finding, Mode, batch_world_size, clip_key
 from .specs import Scenario
 
 _MODEL_BLOCKS = {
@@ -107,7 +108,7 @@ def _training_arguments(config: dict[str, Any], scenario: Scenario) -> tuple[Any
         return default
 
     args = types.SimpleNamespace(
-        world_size=scenario.cluster.data_parallel_degree,
+        world_size=batch_world_size(config, scenario),
         per_device_train_batch_size=t.micro_batch,
         gradient_accumulation_steps=t.grad_accum,
         max_grad_norm=pick("max_grad_norm", "gradient_clipping", defaults["max_grad_norm"]),
@@ -194,7 +195,7 @@ def library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode = "d
         filled = _hf_fill(config, scenario, out)
         if filled is None:
             return out
-    with _deepspeed_world(scenario.cluster.data_parallel_degree):
+    with _deepspeed_world(batch_world_size(config, scenario)):
         try:
             DeepSpeedConfig(filled)
         except Exception as exc:  # DeepSpeed raises pydantic, assertion, value, type and its own errors

@@ -58,6 +58,7 @@ from .dsconfig import (
     REMOVED_ZERO_KEYS,
     Finding,
     Mode,
+    batch_world_size,
     clip_key,
     hf_auto_values,
 )
@@ -220,7 +221,7 @@ def _rule_batch(config: dict[str, Any], scenario: Scenario | None, out: list[Fin
         return
     if any(v is not None and v <= 0 for v in values.values()):
         return  # nonpositive_value reports it
-    world = scenario.cluster.data_parallel_degree if scenario is not None else None
+    world = batch_world_size(config, scenario) if scenario is not None else None
     if tb is not None and mb is not None and ga is not None:
         if world is not None and tb != mb * ga * world:
             _add(out, "error", "train_batch_size", "batch_mismatch",
