@@ -273,3 +273,17 @@ def test_hf_trainer_offload_turns_a_torch_sgd_into_cpu_adam(tmp_path):
     assert s.training.optimizer == "adam" and any(f.rule == "optimizer_mapped" for f in findings)
     s, _ = from_deepspeed_config(config, base=build_scenario(optimizer="sgd"), mode="deepspeed")
     assert s.training.optimizer == "sgd"
+
+
+def test_cli_json_stays_json_with_library_check_and_names_the_config_overrides():
+    """The real command line in a fresh process (DeepSpeed's logger writes to stdout on import): stdout is one JSON
+    object; it says which libraries validated, what it priced and which values came from the file."""
+    pytest.importorskip("deepspeed")
+    code = "import sys; from zeroplanner import cli; sys.exit(cli.main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", code, "check", str(CONFIGS_DIR / "lf_z3_alst.json"), "--hf-trainer",
+                           "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    obj = json.loads(proc.stdout)
+    assert proc.returncode == 1 and obj["errors"] == 6
+    assert [v.split()[0] for v in obj["validated_by"]] == ["transformers", "deepspeed"]
+    assert obj["from_config"]["--stage"] == {"config": 3, "command_line": 2}
+    assert obj["priced"]["model_from"] == "default"

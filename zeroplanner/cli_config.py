@@ -21,7 +21,7 @@ sequence length, ...) overridden by what the config says (stage, offload, bucket
 was named). Where DeepSpeed (and, for ``--hf-trainer``, transformers) is installed the config is also handed to
 their own validation (:mod:`zeroplanner.dslibrary`; ``--no-library-check`` skips it). With ``--json``: one object
 ``{"findings": [...], "errors": n, "warnings": n, "mode": ..., "priced": {"model", "model_from", "seq_len", ...},
-"validated_by": [...] | null, "scenario": {"training": ..., "zero": ...}, "estimate": {...}}`` (estimate as in
+"from_config": {option: {"config": v, "command_line": v}}, "validated_by": [...] | null, "scenario": {"training": ..., "zero": ...}, "estimate": {...}}`` (estimate as in
 ``zeroplanner estimate --json``).
 
 Exit status: 0 = done (``check``: no error findings), 1 = ``check`` found errors, 2 = bad input (one line on
@@ -192,6 +192,32 @@ def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
     return priced, notes
 
 
+_FROM_CONFIG = (
+    ("--stage", lambda s: s.zero.stage), ("--offload-optimizer", lambda s: s.zero.offload_optimizer.device),
+    ("--offload-param", lambda s: s.zero.offload_param.device), ("--precision", lambda s: s.training.precision),
+    ("--optimizer", lambda s: s.training.optimizer), ("--micro-batch", lambda s: s.training.micro_batch),
+    ("--grad-accum", lambda s: s.training.grad_accum), ("--checkpointing", lambda s: s.training.checkpointing),
+    ("--reduce-bucket-size", lambda s: s.zero.reduce_bucket_size),
+    ("--allgather-bucket-size", lambda s: s.zero.allgather_bucket_size),
+    ("tensor-parallel degree", lambda s: s.cluster.tensor_parallel_size),
+)
+
+
+def _from_config(base, scenario) -> tuple[dict, list[Finding]]:
+    """Every priced value the config set differently from the command line (the config wins)."""
+    changed = {}
+    for option, get in _FROM_CONFIG:
+        before, after = get(base), get(scenario)
+        if before != after:
+            changed[option] = {"config": after, "command_line": before}
+    if not changed:
+        return changed, []
+    text = ", ".join(f"{k} {v['config']} (command line {v['command_line']})" for k, v in changed.items())
+    return changed, [Finding(severity="info", key="", rule="from_config",
+                             message=f"priced with the config's values instead of the command line's: {text}.",
+                             fix="")]
+
+
 def _merge_library(table: list[Finding], library: list[Finding]) -> list[Finding]:
     """Library findings not already said by the tables: a keyed one unless a table error has that key, an unkeyed
     one unless the tables already found an error DeepSpeed's config classes check."""
@@ -230,6 +256,8 @@ def run_check(args) -> int:
     except ConfigError as exc:
         return _error(f"CONFIG {args.config_path!r}: {exc}")
     priced, assumption_notes = _priced_for(args, scenario)
+    from_config, override_notes = _from_config(base, scenario)
+    assumption_notes += override_notes
     findings = read_findings + lint(config, scenario, mode) + parse_findings
     validated_by = None
     if not args.no_library_check:
@@ -267,6 +295,7 @@ def run_check(args) -> int:
             "warnings": warnings,
             "mode": mode,
             "priced": priced,
+            "from_config": from_config,
             "validated_by": validated_by,
             "scenario": {"training": scenario.training.model_dump(), "zero": scenario.zero.model_dump()},
             "estimate": estimate_json(est),

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import sys
 import types
 from typing import Any, Iterator
 
@@ -46,19 +47,27 @@ _MODEL_BLOCKS = {
 """pydantic model title (as in DeepSpeed's ValidationError) -> the config block it validates."""
 
 
+def _quiet() -> contextlib.AbstractContextManager:
+    """DeepSpeed's logger writes to stdout (its StreamHandler takes sys.stdout when deepspeed is imported, e.g.
+    "Setting accelerator to CPU"); the command line's stdout is JSON, so imports and validation run with stdout
+    pointed at stderr, which is also where that handler then stays."""
+    return contextlib.redirect_stdout(sys.stderr)
+
+
 def library_versions() -> dict[str, str] | None:
     """Versions of the libraries :func:`library_findings` uses, or None when DeepSpeed is not installed."""
-    try:
-        import deepspeed
-    except ImportError:
-        return None
-    out = {"deepspeed": deepspeed.__version__}
-    try:
-        import transformers
+    with _quiet():
+        try:
+            import deepspeed
+        except ImportError:
+            return None
+        out = {"deepspeed": deepspeed.__version__}
+        try:
+            import transformers
 
-        out["transformers"] = transformers.__version__
-    except ImportError:
-        pass
+            out["transformers"] = transformers.__version__
+        except ImportError:
+            pass
     return out
 
 
@@ -178,8 +187,13 @@ def _validation_findings(exc: Any) -> list[Finding]:
 def library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode = "deepspeed") -> list[Finding] | None:
     """Findings from the installed libraries' own validation of ``config`` (see the module docstring), or ``None``
     when DeepSpeed (or, with ``mode="hf_trainer"``, transformers) is not installed. ``scenario`` supplies the world
-    size (its data-parallel degree), hidden size and training values, usually the one
-    :func:`zeroplanner.dsconfig.from_deepspeed_config` read from this config."""
+    size (:func:`zeroplanner.dsconfig.batch_world_size`), hidden size and training values, usually the one
+    :func:`zeroplanner.dsconfig.from_deepspeed_config` read from this config. Nothing is written to stdout."""
+    with _quiet():
+        return _library_findings(config, scenario, mode)
+
+
+def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode) -> list[Finding] | None:
     try:
         from deepspeed.runtime.config import DeepSpeedConfig
     except ImportError:
