@@ -178,6 +178,12 @@ _TERM_DOCS = {
 }
 
 
+def _with_fix(p) -> str:
+    """One warning line: the pitfall's message, then its fix as a clause."""
+    fix = p.fix.rstrip(".")
+    return f"{p.message}; {fix[:1].lower()}{fix[1:]}" if fix else p.message
+
+
 def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]:
     """Plain-language warnings for one evaluated scenario: the shared run-level pitfalls
     (:func:`zeroplanner.pitfalls.scenario_pitfalls`, the same rules ``zeroplanner check`` reports) followed by what
@@ -185,7 +191,7 @@ def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]
     z, t, c, m = scenario.zero, scenario.training, scenario.cluster, scenario.model
     pitfalls = scenario_pitfalls(scenario, values)
     host = ("pinned_exceeds_host", "host_ram_short")
-    w = [p.message for p in pitfalls if p.rule not in host]
+    w = [_with_fix(p) for p in pitfalls if p.rule not in host]
     if m.max_position_embeddings and t.seq_len > m.max_position_embeddings:
         w.append(f"seq_len {t.seq_len} exceeds the model's max_position_embeddings {m.max_position_embeddings} "
                  "(context extension changes the model; memory is still estimated)")
@@ -197,7 +203,7 @@ def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]
         w.append(f"GPU memory: needs {gib(values['total']):.1f} GiB per GPU, "
                  f"{gib(c.memory_per_gpu_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB "
                  "usable")
-    w += [p.message for p in pitfalls if p.rule in host]
+    w += [_with_fix(p) for p in pitfalls if p.rule in host]
     if not values["fits_nvme"]:
         w.append(f"NVMe: needs {gib(values['nvme_per_node']):.0f} GiB per node, node has {gib(c.nvme_bytes):.0f} GiB")
     return w
