@@ -313,3 +313,9 @@ def test_offload_blocks_the_stage_ignores_are_ignored_by_deepspeed(tmp_path):
     assert result["ok"] and result["wrapper"] == "DeepSpeedZeroOptimizer" and not result["partitioned"] and flagged
     result, flagged = run(3, "offload_param")
     assert result["ok"] and result["partitioned"] and not flagged
+
+
+def test_comment_key_is_not_a_spelling_warning():
+    _, _, findings = _table_findings("lf_z2_autotp.json", "hf_trainer")
+    assert [f.severity for f in findings if f.key == "_comment"] == ["info"]
+    assert not [f for f in findings if f.severity == "warning"]

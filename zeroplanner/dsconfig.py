@@ -991,6 +991,9 @@ def from_deepspeed_config(
             r.note("error", str(key), "config keys must be strings", "", "wrong_type")
         elif key in FRAMEWORK_TOP_LEVEL_KEYS:
             pass  # read by the framework around DeepSpeed; _read_sequence_parallel says what is priced
+        elif key.startswith("_") and key.strip("_").lower().startswith("comment"):
+            r.note("info", key, "a comment key (like LLaMA-Factory's \"_comment\"): DeepSpeed "
+                   "reads the top level with dict.get and ignores it.", "", "comment_key")
         elif key not in TOP_LEVEL_KEYS and key not in REMOVED_TOP_LEVEL_KEYS:  # removed keys: lint reports them
             r.unknown(key, "the top level", rejected=False)
 
