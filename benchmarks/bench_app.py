@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     import nbformat
     from playwright.sync_api import sync_playwright
 
-    from zeroplanner.voila_config import voila_argv, voila_env
+    from zeroplanner.server import voila_argv, voila_env
 
     tmp = Path(tempfile.mkdtemp(prefix="zp-bench-"))
     bare_nb = tmp / "bare.ipynb"

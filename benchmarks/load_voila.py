@@ -2,7 +2,7 @@
 
 What it does (bounded in time by ``--deadline-seconds`` and in count by ``--sessions``; loopback only):
 
-1. Starts ``zeroplanner app`` (the same server users get: :class:`zeroplanner.voila_config.limits.ZeroplannerVoila`,
+1. Starts ``zeroplanner app`` (the same server users get: :class:`zeroplanner.server.voila_app.ZeroplannerVoila`,
    pre-heated kernel, kernel cap) on a free 127.0.0.1 port with ``--max-kernels N`` and a short idle-cull timeout
    (``--cull-idle-seconds``, default 120 s instead of the shipped 600 s, so the test waits for culling in minutes,
    not tens of minutes; it must exceed the slowest page's time to connect its websocket, since the culler shuts
@@ -514,7 +514,7 @@ def write_report(path: Path, r: dict) -> None:
               "waiting for IOPub output\" and dropped the cell's output, so 8 of 10 pages showed the title but no "
               "app. 60 s still lost the app on 1 of 30 pages (run started 2026-11-29 14:58 UTC, every page "
               "in the per-widget path). Now `VoilaExecutor.iopub_timeout = 300` "
-              "(`zeroplanner/voila_config/__init__.py`); the wait ends when the kernel goes idle, so it costs "
+              "(`zeroplanner/server/__init__.py`); the wait ends when the kernel goes idle, so it costs "
               "nothing when the server keeps up.",
               "- Kernels on TCP: 30 kernels starting at once raced for free ports (`ZMQError: Address already in "
               "use` in a kernel's heartbeat thread). Now kernels use Unix sockets (`KernelManager.transport = "
@@ -524,7 +524,7 @@ def write_report(path: Path, r: dict) -> None:
               "- The server process kept its high-water mark after the kernels were culled (+35 MiB after 10 "
               "sessions, 12% of the at-rest total). The kernel manager now runs `gc.collect()` and glibc "
               "`malloc_trim(0)` after each kernel shutdown (`release_freed_memory`, "
-              "`zeroplanner/voila_config/limits.py`).",
+              "`zeroplanner/server/voila_app.py`).",
               "- The jupyter_server culler logged a traceback (`TraitError` on `last_activity`) when a cull tick "
               "met a kernel that was still starting (a 3-visitor run, 2 s cull interval). The kernel manager now "
               "skips kernels still starting (`ZeroplannerKernelManager.cull_kernel_if_idle`).",
@@ -541,9 +541,9 @@ def write_report(path: Path, r: dict) -> None:
               "pages (1098-1119 for the others); "
               "runs with every page forced onto the per-widget path (`--force-widget-fallback`) lost pages this "
               "way in 3 of 4 runs (1, 1 and 3 of 30). A server-side receive queue of 0 (unbounded) alone did not "
-              "help. The server now starts Python kernels with `zeroplanner.voila_config.kernel` (ipykernel with an "
+              "help. The server now starts Python kernels with `zeroplanner.server.kernel` (ipykernel with an "
               "IOPub queue of 10,000 messages, set before the socket binds) and gives its own kernel sockets the "
-              "same receive queue (`zeroplanner/voila_config/limits.py`); `tests/test_kernel_queue.py` shows a "
+              "same receive queue (`zeroplanner/server/voila_app.py`); `tests/test_kernel_queue.py` shows a "
               "stock kernel delivering 1994 of 5000 messages to a reader that falls behind and the planner's kernel "
               "all 5000. With that change a forced run delivered every message to every page (run started "
               "2026-11-29 15:06 UTC: "
@@ -629,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load_voila: error: no Chromium at {CHROMIUM}", file=sys.stderr)
         return 2
 
-    from zeroplanner.voila_config import voila_argv
+    from zeroplanner.server import voila_argv
 
     n = args.sessions
     deadline = time.monotonic() + args.deadline_seconds

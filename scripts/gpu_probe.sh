@@ -27,7 +27,7 @@ echo "== probe with benchmarks (matmul, host<->device, collectives)"
 timeout 300 "$PY" -m zeroplanner.probe --benchmarks --json --budget-seconds 60 > "$OUT/probe.json" || status=1
 "$PY" - "$OUT/probe.json" <<'PYEOF' | tee "$OUT/probe.txt"
 import json, sys
-from zeroplanner.probe import format_text
+from zeroplanner.cli_probe import format_text
 print(format_text(json.load(open(sys.argv[1]))))
 PYEOF
 
@@ -51,7 +51,8 @@ echo "== calibration run on the GPUs (tiny model of the default architecture, De
 timeout 400 "$PY" - "$OUT" "$GPUS" <<'PYEOF' || status=1
 import json, sys
 from zeroplanner import calibrate
-from zeroplanner.probe import fit_from_calibration, load_probe
+from zeroplanner.calibrate.fits import fit_from_calibration
+from zeroplanner.probe import load_probe
 from zeroplanner.scenarios import default_scenario
 out, gpus = sys.argv[1], int(sys.argv[2])
 report = calibrate.run_calibration(default_scenario(), ranks=min(2, gpus), steps=3, device="cuda",

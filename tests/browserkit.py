@@ -92,7 +92,7 @@ def serve_app(args: Sequence[str] = (), *, log_path: Path | None = None, timeout
 
     The default command is :func:`app_command` (``zeroplanner app --port P --no-browser *args``, e.g.
     ``args=("--max-kernels", "2")``); ``command(port)`` replaces it (e.g. ``python -m voila`` with
-    ``zeroplanner.voila_config.voila_argv``), ``env`` replaces the environment (default: inherited). The working
+    ``zeroplanner.server.voila_argv``), ``env`` replaces the environment (default: inherited). The working
     directory is the repository root. stdout and stderr go to ``log_path`` (discarded when None).
 
     Yields a :class:`Server` once something listens on the port. Raises RuntimeError (the server exited) or

@@ -1,6 +1,6 @@
 """zeroplanner: plan DeepSpeed ZeRO runs (memory, communication, step time, config) before renting GPUs.
 
-Public API (pinned by tests/test_public_api.py)::
+Public API (pinned by tests/core/test_public_api.py)::
 
     from zeroplanner import build_scenario, estimate, plan
     s = build_scenario(model="llama-2-13b", nodes=2, network="ib-hdr")
@@ -10,14 +10,10 @@ Public API (pinned by tests/test_public_api.py)::
 from __future__ import annotations
 
 
-class ZeroPlannerWarning(UserWarning):
-    """Warnings zeroplanner itself emits (tests turn them into errors)."""
-
-
-from .costmodel import Estimate, deepspeed_estimate_table, estimate  # noqa: E402
-from .planner import Plan, largest_model, plan, scaling  # noqa: E402
-from .scenarios import build_scenario, default_scenario  # noqa: E402
-from .specs import (  # noqa: E402
+from .costmodel import Estimate, deepspeed_estimate_table, estimate
+from .planner import Plan, largest_model, plan, scaling
+from .scenarios import build_scenario, default_scenario
+from .specs import (
     Architecture,
     Assumptions,
     ClusterSpec,
@@ -33,6 +29,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Architecture", "Assumptions", "ClusterSpec", "Estimate", "GPUSpec", "NetworkSpec", "OffloadSpec", "Plan",
-    "Scenario", "TrainingSpec", "ZeroPlannerWarning", "ZeroSpec", "build_scenario", "deepspeed_estimate_table",
+    "Scenario", "TrainingSpec", "ZeroSpec", "build_scenario", "deepspeed_estimate_table",
     "default_scenario", "estimate", "largest_model", "plan", "scaling", "__version__",
 ]

@@ -13,6 +13,7 @@ import argparse
 import difflib
 import importlib
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import catalog
-from .scenarios import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_NETWORK, build_scenario
+from .inputs import BY_KEY, CATALOG_KINDS, INPUTS, Input, input_for_error
+from .scenarios import build_scenario
 from .specs import Scenario
 from .units import GIB
 
@@ -74,66 +76,71 @@ def _positive_int(name: str, low: int = 1, high: int = 10**7):
     return parse
 
 
-def _positive_float(name: str, low: float, high: float):
+def _positive_float(name: str, inp: Input):
     def parse(text: str) -> float:
+        bad = argparse.ArgumentTypeError(f"{name} must be a number in {inp.range_text} (got {text!r})")
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number in [{low}, {high}] (got {text!r})") from None
-        if not (low <= value <= high):
-            raise argparse.ArgumentTypeError(f"{name} must be a number in [{low}, {high}] (got {text!r})")
+            raise bad from None
+        if not math.isfinite(value) or not inp.in_range(value):
+            raise bad
         return value
 
     return parse
 
 
+def _input_type(inp: Input):
+    """argparse type of an int/float input: the bounds of its spec field, in the input's unit."""
+    flag = inp.cli_flag
+    if inp.kind == "int":
+        return _positive_int(flag, int(inp.low), int(inp.high))
+    return _positive_float(flag, inp)
+
+
+def _input_help(inp: Input) -> str:
+    default = inp.default
+    text = inp.help
+    if inp.kind in ("int", "float") and inp.low is not None:
+        text += f"; {inp.range_text}"
+    if default is not None and inp.kind != "bool" and inp.kind not in CATALOG_KINDS and "default" not in text:
+        text += f" (default {default:g})" if isinstance(default, float) else f" (default {default})"
+    return text
+
+
 def add_scenario_options(p: argparse.ArgumentParser) -> None:
-    """The scenario options shared by every scenario command (defaults: Llama-2-7B, 1 node x 8 A100-80GB)."""
-    g = p.add_argument_group("model (one of)")
-    g.add_argument("--model", default=None, help=f"catalog name (default {DEFAULT_MODEL}); see `zeroplanner models`")
-    g.add_argument("--hf-config", default=None, metavar="PATH", help="a Hugging Face config.json")
-    g.add_argument("--params", default=None, type=_positive_int("--params", 1_000_000, 10**15),
-                   help="a bare parameter count, e.g. 7e9")
-    g = p.add_argument_group("cluster")
-    g.add_argument("--gpu", default=DEFAULT_GPU, help=f"GPU catalog name (default {DEFAULT_GPU})")
-    g.add_argument("--gpu-memory-gib", type=_positive_float("--gpu-memory-gib", 1, 4096), default=None)
-    g.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node", 1, 64), default=8)
-    g.add_argument("--nodes", type=_positive_int("--nodes", 1, 100_000), default=1)
-    g.add_argument("--network", default=DEFAULT_NETWORK, help=f"network preset (default {DEFAULT_NETWORK})")
-    g.add_argument("--inter-node-gbps", type=_positive_float("--inter-node-gbps", 0.1, 100_000), default=None,
-                   help="inter-node bandwidth per node in Gbit/s (overrides the preset's NICs)")
-    g.add_argument("--cpu-memory-gib", type=_positive_float("--cpu-memory-gib", 1, 2**20), default=1024.0,
-                   help="host RAM per node, GiB (default 1024)")
-    g.add_argument("--cluster-from", default=None, metavar="PROBE_JSON", help="cluster from `zeroplanner probe --json`")
-    g = p.add_argument_group("ZeRO")
-    g.add_argument("--stage", type=int, choices=(0, 1, 2, 3), default=2)
-    g.add_argument("--offload-optimizer", choices=("none", "cpu", "nvme"), default="none")
-    g.add_argument("--offload-param", choices=("none", "cpu", "nvme"), default="none")
-    g.add_argument("--reduce-bucket-size", type=_positive_int("--reduce-bucket-size", 1, 10**12), default=None)
-    g.add_argument("--allgather-bucket-size", type=_positive_int("--allgather-bucket-size", 1, 10**12), default=None)
-    g = p.add_argument_group("training")
-    g.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default="bf16")
-    g.add_argument("--optimizer", choices=("adamw", "adam", "sgd", "adam8bit"), default="adamw")
-    g.add_argument("--micro-batch", type=_positive_int("--micro-batch", 1, 65_536), default=1)
-    g.add_argument("--grad-accum", type=_positive_int("--grad-accum", 1, 65_536), default=8)
-    g.add_argument("--seq-len", type=_positive_int("--seq-len", 1, 4_194_304), default=4096)
-    g.add_argument("--checkpointing", choices=("none", "selective", "full"), default="full")
-    g.add_argument("--no-flash-attention", action="store_true")
-    g.add_argument("--lora-rank", type=_positive_int("--lora-rank", 0, 65_536), default=0)
-    g.add_argument("--qlora", action="store_true", help="4-bit NF4 base weights (needs --lora-rank)")
-    g.add_argument("--mfu", type=_positive_float("--mfu", 0.01, 1.0), default=None,
-                   help="fraction of the GPU's dense peak reached on the FLOPs executed, recomputation included "
-                        "(default 0.40); the reported mfu counts model FLOPs only, so it is lower with checkpointing")
+    """The scenario options shared by every scenario command, one per input of :data:`zeroplanner.inputs.INPUTS`
+    (defaults: Llama-2-7B, 1 node x 8 A100-80GB), plus ``--hf-config`` and ``--cluster-from`` (files)."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for inp in INPUTS:
+        if inp.group not in groups:
+            groups[inp.group] = p.add_argument_group(inp.group)
+            if inp.group == "model (one of)":
+                groups[inp.group].add_argument("--hf-config", default=None, metavar="PATH",
+                                               help="a Hugging Face config.json")
+        g = groups[inp.group]
+        if inp.kind == "bool":
+            if inp.nullable:
+                g.add_argument(inp.cli_flag, dest=inp.key, action=argparse.BooleanOptionalAction, default=None,
+                               help=inp.help)
+            else:
+                g.add_argument(inp.cli_flag, dest=inp.key, action="store_false" if inp.default else "store_true",
+                               default=None, help=inp.help)
+        elif inp.kind == "choice":
+            g.add_argument(inp.cli_flag, dest=inp.key, choices=inp.choices, default=None, help=_input_help(inp))
+        elif inp.kind in CATALOG_KINDS:
+            g.add_argument(inp.cli_flag, dest=inp.key, default=None, help=inp.help)
+        else:
+            g.add_argument(inp.cli_flag, dest=inp.key, type=_input_type(inp), default=None, help=_input_help(inp))
+    groups["cluster"].add_argument("--cluster-from", default=None, metavar="PROBE_JSON",
+                                   help="cluster from `zeroplanner probe --json`")
 
 
-_FIELD_OPTIONS = {
-    "micro_batch": "--micro-batch", "grad_accum": "--grad-accum", "seq_len": "--seq-len", "lora_rank": "--lora-rank",
-    "qlora": "--qlora", "precision": "--precision", "gpus_per_node": "--gpus-per-node", "nodes": "--nodes",
-    "gpu_memory_bytes": "--gpu-memory-gib", "cpu_memory_bytes": "--cpu-memory-gib", "stage": "--stage",
-    "offload_param": "--offload-param", "offload_optimizer": "--offload-optimizer", "link_gbps": "--inter-node-gbps",
-    "tensor_parallel_size": "--gpus-per-node", "mfu": "--mfu", "reduce_bucket_size": "--reduce-bucket-size",
-    "allgather_bucket_size": "--allgather-bucket-size", "n_heads": "--hf-config",
-}
+def _option(key: str | None, args: argparse.Namespace, hf: Any) -> str:
+    """The CLI flag of an input key (a model error names the model source that was given)."""
+    if key in (None, "model", "params"):
+        return "--hf-config" if hf is not None else "--params" if args.params is not None else "--model"
+    return BY_KEY[key].cli_flag
 
 
 def _read_json_file(option: str, path: str) -> Any:
@@ -157,12 +164,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         hf = _read_json_file("--hf-config", args.hf_config)
         if not isinstance(hf, dict):
             fail("--hf-config", "must be a JSON object")
-    zero_overrides = {}
-    if args.reduce_bucket_size is not None:
-        zero_overrides["reduce_bucket_size"] = args.reduce_bucket_size
-    if args.allgather_bucket_size is not None:
-        zero_overrides["allgather_bucket_size"] = args.allgather_bucket_size
-    for name, option in (("model", "--model"), ("gpu", "--gpu"), ("network", "--network")):
+    for name, option in ((i.key, i.cli_flag) for i in INPUTS if i.kind in CATALOG_KINDS):
         value = getattr(args, name)
         names = {"model": catalog.model_names, "gpu": catalog.gpu_names, "network": catalog.network_names}[name]()
         if value is not None and value.lower() not in {n.lower() for n in names}:
@@ -170,27 +172,18 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
             close += [n.lower() for n in names if value.lower() in n.lower() and n.lower() not in close]
             hint = f"did you mean {', '.join(close[:3])}? " if close else ""
             fail(option, f"unknown {name} {value!r}; {hint}known: {', '.join(names)}")
+    values = {inp.key: getattr(args, inp.key, None) for inp in INPUTS}
+    values = {k: v for k, v in values.items() if v is not None}
     try:
-        scenario = build_scenario(
-            model=args.model, hf_config=hf, params=args.params, gpu=args.gpu, gpu_memory_gib=args.gpu_memory_gib,
-            gpus_per_node=args.gpus_per_node, nodes=args.nodes, network=args.network,
-            inter_node_gbps=args.inter_node_gbps, cpu_memory_gib=args.cpu_memory_gib, stage=args.stage,
-            offload_optimizer=args.offload_optimizer, offload_param=args.offload_param, precision=args.precision,
-            optimizer=args.optimizer, micro_batch=args.micro_batch, grad_accum=args.grad_accum, seq_len=args.seq_len,
-            checkpointing=args.checkpointing, flash_attention=not args.no_flash_attention, lora_rank=args.lora_rank,
-            qlora=args.qlora, mfu=args.mfu, zero_overrides=zero_overrides,
-        )
+        scenario = build_scenario(hf_config=hf, **values)
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = next((str(x) for x in reversed(err["loc"]) if str(x) in _FIELD_OPTIONS), None)
-        if field is None:  # a cross-field rule: name the first option its message mentions
-            found = [(err["msg"].find(f), f) for f in _FIELD_OPTIONS if f in err["msg"]]
-            field = min(found)[1] if found else None
-        option = _FIELD_OPTIONS.get(field, "--" + "-".join(str(x) for x in err["loc"][-1:]) if err["loc"] else "input")
-        fail(option, err["msg"].removeprefix("Value error, "))
+        msg = err["msg"].removeprefix("Value error, ")
+        key = input_for_error(tuple(err["loc"]), msg, given=values)
+        option = _option(key, args, hf) if key is not None or not err["loc"] else "--" + str(err["loc"][-1])
+        fail(option, msg)
     except (ValueError, KeyError) as exc:
-        option = "--hf-config" if hf is not None else "--params" if args.params is not None else "--model"
-        fail(option, str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
+        fail(_option(None, args, hf), str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     if getattr(args, "cluster_from", None):
         data = _read_json_file("--cluster-from", args.cluster_from)
         try:
@@ -333,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--params", type=_positive_int("--params", 1, 10**15), required=True)
     p.add_argument("--largest-layer-params", type=_positive_int("--largest-layer-params", 1, 10**15), required=True)
     p.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node", 1, 1024), default=1)
-    p.add_argument("--nodes", type=_positive_int("--nodes", 1, 100_000), default=1)
+    p.add_argument("--nodes", type=_positive_int("--nodes", 1, int(BY_KEY["nodes"].high)), default=1)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_deepspeed_estimate)
     for kind in ("models", "gpus", "networks"):

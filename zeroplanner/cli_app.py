@@ -3,7 +3,7 @@
 CLI plugin (see ``PLUGINS`` in :mod:`zeroplanner.cli`): :func:`register` adds the ``app`` subcommand. Voilà is
 imported only when the command runs, so the rest of the CLI works without the ``app`` extra; without it the command
 prints an install hint and exits with status 2. Server settings (loopback address, kernel culling, the kernel cap
-and its "planner is full" page) live in :mod:`zeroplanner.voila_config` and :mod:`zeroplanner.voila_config.limits`.
+and its "planner is full" page) live in :mod:`zeroplanner.server` and :mod:`zeroplanner.server.voila_app`.
 
 Also runnable directly: ``python -m zeroplanner.cli_app --port 8866 --no-browser``.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import os
 
-from .voila_config import (
+from .server import (
     CULL_SETTINGS,
     DEFAULT_MAX_KERNELS,
     DEFAULT_PORT,
@@ -94,7 +94,7 @@ def page_path(page: str = "planner") -> Path:
 
 def notebook_path() -> Path:
     """The page to serve: the repository's ``notebooks/planner.ipynb`` when present, otherwise a copy written to a
-    temporary folder from :data:`zeroplanner.voila_config.PLANNER_NOTEBOOK_CELLS` (wheel installs)."""
+    temporary folder from :data:`zeroplanner.server.PLANNER_NOTEBOOK_CELLS` (wheel installs)."""
     path = repo_notebook()
     if path.is_file():
         return path
@@ -125,7 +125,7 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 def run_app(args: argparse.Namespace) -> int:
     """Run Voilà until interrupted. Returns the exit code (2 when the app extra is missing)."""
     try:
-        from .voila_config.limits import ZeroplannerVoila
+        from .server.voila_app import ZeroplannerVoila
     except ImportError:
         print(f"zeroplanner app: error: {INSTALL_HINT}", file=sys.stderr)
         return 2

@@ -13,10 +13,76 @@ Typical use::
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
+from typing import Any
 
-from .probe import add_probe_arguments, format_text, probe_from_args
+from .probe import run_probe
+
+
+def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``zeroplanner probe`` / ``python -m zeroplanner.probe``."""
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    parser.add_argument("--benchmarks", action="store_true",
+                        help="also run the micro-benchmarks: matmul TFLOP/s, host<->device GB/s, collective busbw")
+    parser.add_argument("--nvme-path", default=".", help="directory an NVMe offload would use (free disk is read "
+                        "there; default: the current directory)")
+    parser.add_argument("--ranks", type=int, default=None,
+                        help="ranks for the collective benchmark, 2-64 (default: the GPU count; 2 CPU ranks without CUDA)")
+    parser.add_argument("--budget-seconds", type=float, default=30.0,
+                        help="time budget of the collective sweep, seconds (1-600; default 30)")
+    parser.add_argument("--timeout-seconds", type=float, default=None,
+                        help="bound on the whole probe with --benchmarks, seconds (1-3600; default: none)")
+
+
+def probe_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Validate the parsed options and run :func:`run_probe`. Raises ``ValueError`` naming the option."""
+    if args.ranks is not None and not (2 <= args.ranks <= 64):
+        raise ValueError(f"--ranks: {args.ranks} is out of range (2-64)")
+    if not (1 <= args.budget_seconds <= 600):
+        raise ValueError(f"--budget-seconds: {args.budget_seconds:g} is out of range (1-600)")
+    if args.timeout_seconds is not None and not (1 <= args.timeout_seconds <= 3600):
+        raise ValueError(f"--timeout-seconds: {args.timeout_seconds:g} is out of range (1-3600)")
+    if not os.path.isdir(args.nvme_path):
+        raise ValueError(f"--nvme-path: {args.nvme_path!r} is not a directory")
+    return run_probe(benchmarks=args.benchmarks, nvme_path=args.nvme_path, ranks=args.ranks,
+                     budget_seconds=args.budget_seconds, timeout_seconds=args.timeout_seconds)
+
+
+def format_text(result: dict[str, Any]) -> str:
+    """The probe result as a few lines for people (GiB, GB/s, TFLOP/s)."""
+    gib = 2**30
+    lines = [result.get("message", "")]
+    host = result.get("host") or {}
+    if host:
+        lines.append(f"host RAM {host['ram_available_bytes'] / gib:.1f} GiB available of "
+                     f"{host['ram_total_bytes'] / gib:.1f} GiB; {host['cpu_count']} CPUs; "
+                     f"disk {host['disk_free_bytes'] / gib:.0f} GiB free at {host['disk_path']}")
+    for g in result.get("gpus", []):
+        cat = g.get("catalog")
+        lines.append(f"GPU {g['index']}: {g['name']} (sm {g['compute_capability']}), "
+                     f"{g['total_memory_bytes'] / gib:.1f} GiB total, {g['free_memory_bytes'] / gib:.1f} GiB free; "
+                     f"catalog: {cat['name'] if cat else 'not found'}")
+    if result.get("gpu_count", 0) > 1:
+        nv = result.get("nvlink") or {}
+        lines.append(f"NVLink: {nv.get('detected')} ({nv.get('source')}); peer access all pairs: "
+                     f"{all(all(row) for row in result.get('peer_access', []))}")
+    bench = result.get("benchmarks") or {}
+    for m in bench.get("matmul", []):
+        lines.append(f"matmul: {m.get('message')}")
+    if bench.get("host_transfer"):
+        lines.append(f"transfer: {bench['host_transfer'].get('message')}")
+    coll = bench.get("collectives")
+    if coll:
+        lines.append(f"collectives: {coll.get('message')}")
+        for key, fits in (coll.get("fits") or {}).items():
+            for name, fit in fits.items():
+                if fit.get("ok"):
+                    lines.append(f"  {key} {name}: busbw {fit['busbw_gb_per_s']:.3g} GB/s, "
+                                 f"alpha {fit['alpha_seconds'] * 1e6:.0f} us over {fit['ranks']} ranks")
+    return "\n".join(line for line in lines if line)
 
 
 def register(subparsers, add_scenario_options=None) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .inputs import stage3_only, zero_aliases
 from .specs import OffloadSpec, Scenario, TrainingSpec, ZeroSpec
 
 Mode = Literal["deepspeed", "hf_trainer"]
@@ -151,23 +152,11 @@ INTEGER_KEYS = frozenset({
 
 BUCKET_KEYS = ("reduce_bucket_size", "allgather_bucket_size")
 
-# Which zero_optimization key feeds which ZeroSpec field (alias -> canonical).
-_ZERO_INT_FIELDS = {
-    "reduce_bucket_size": "reduce_bucket_size",
-    "allgather_bucket_size": "allgather_bucket_size",
-    "stage3_prefetch_bucket_size": "stage3_prefetch_bucket_size",
-    "prefetch_bucket_size": "stage3_prefetch_bucket_size",
-    "stage3_param_persistence_threshold": "stage3_param_persistence_threshold",
-    "param_persistence_threshold": "stage3_param_persistence_threshold",
-    "stage3_max_live_parameters": "stage3_max_live_parameters",
-    "max_live_parameters": "stage3_max_live_parameters",
-    "stage3_max_reuse_distance": "stage3_max_reuse_distance",
-    "max_reuse_distance": "stage3_max_reuse_distance",
-    "zero_hpz_partition_size": "zero_hpz_partition_size",
-}
-_STAGE3_ONLY = ("stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-                "stage3_max_reuse_distance")
-_ZERO_BOOL_FIELDS = ("overlap_comm", "contiguous_gradients", "zero_quantized_weights", "zero_quantized_gradients")
+# Which zero_optimization key feeds which ZeroSpec field (alias -> canonical): from the input table's DeepSpeed
+# keys (zeroplanner/inputs.py), where each input names DeepSpeed's key and its aliases once.
+_ZERO_INT_FIELDS = zero_aliases("int")
+_STAGE3_ONLY = stage3_only()
+_ZERO_BOOL_FIELDS = tuple(zero_aliases("bool"))
 
 HF_TRAINER_AUTO_KEYS = (
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",

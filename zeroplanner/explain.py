@@ -1,9 +1,12 @@
 """Every number explained: for each memory term and step-time component of a scenario, its formula (words and
 LaTeX), the same formula with the scenario's numbers substituted, the result with its unit, and its source.
 
-The numbers come from :mod:`zeroplanner.costmodel.explain_terms`, which evaluates the cost model's own context
-and functions term by term (tests check each value equals :func:`zeroplanner.costmodel.estimate`'s); this module
-only writes them down. Nothing here imports ipywidgets: :func:`explanation_html` returns HTML with ``$...$`` math
+The numbers come from :mod:`zeroplanner.costmodel.explain_terms`: every value is the vectorised
+:func:`~zeroplanner.costmodel.evaluate` at the scenario's candidate (the number the chart draws), and the memory,
+host and communication-volume terms are the labelled parts of :mod:`zeroplanner.costmodel.terms`, whose
+expressions this module renders as the formula and as the formula with numbers (the same strings computed them).
+Titles, symbols, words and sources are :data:`zeroplanner.costmodel.terms.TERM_INFO`. Only the step-time terms'
+formulas are still written here (:func:`_time_parts`), beside numbers taken from the model. Nothing here imports ipywidgets: :func:`explanation_html` returns HTML with ``$...$`` math
 for ``ipywidgets.HTMLMath`` (MathJax), :func:`explanation_markdown` the same for a Markdown report.
 
 Units: bytes are shown in GiB (2^30 bytes; MiB below 0.01 GiB), times in seconds (ms below 0.1 s), parameter
@@ -20,6 +23,14 @@ from pydantic import BaseModel, ConfigDict
 
 from .costmodel import explain_terms as et
 from .costmodel.explain_terms import TermValues
+from .costmodel.terms import (
+    SYMBOLS,
+    TERM_INFO,
+    TIME_SEGMENTS,
+    input_names,
+    is_sum,
+    latex,
+)
 from .specs import Scenario
 from .units import GIB
 
@@ -151,36 +162,7 @@ def _table_parts(tv: TermValues, table: dict[str, tuple[str, str]], fmt: Callabl
 # --------------------------------------------------------------------------------------------------------------
 # Formulas per term
 # --------------------------------------------------------------------------------------------------------------
-_SYMBOLS = {
-    "Psi": (r"\Psi", "parameters of the model (per tensor-parallel rank)"),
-    "Psi_t": (r"\Psi_t", "trainable parameters"),
-    "Psi_f": (r"\Psi_f", "frozen parameters (LoRA base)"),
-    "Psi_persist": (r"\Psi_{pers}", "stage-3 persistent parameters (below stage3_param_persistence_threshold)"),
-    "N_d": (r"N_d", "data-parallel degree (GPUs that share the ZeRO partitions)"),
-    "w": (r"w", "bytes per working-precision element"),
-    "w_f": (r"w_f", "bytes per frozen-base element (NF4 for QLoRA)"),
-    "K": (r"K", "bytes per parameter of fp32 master weights + optimizer states"),
-    "master": (r"m", "bytes per parameter of fp32 master weights"),
-    "opt_state": (r"k", "bytes per parameter of optimizer states"),
-    "hpz": (r"h_{pz}", "zero_hpz_partition_size"),
-    "L": (r"L", "layers"),
-    "s": (r"s", "sequence length"),
-    "b": (r"b", "micro-batch"),
-    "h": (r"h", "hidden size"),
-    "V": (r"V", "vocabulary"),
-    "a_b": (r"a", "bytes per activation element"),
-    "layer": (r"A_{layer}", "bytes one layer saves for backward"),
-    "t": (r"t", "tensor-parallel degree"),
-    "bucket": (r"B", "reduce bucket, elements"),
-    "overlap": (r"o", "2 with overlap_comm (double buffering), else 1"),
-    "copies": (r"o", "reduce-bucket copies"),
-    "live": (r"B_{live}", "stage3_max_live_parameters"),
-    "largest": (r"\Psi_{max}", "parameters of the largest module"),
-    "prefetch": (r"B_{pf}", "stage3_prefetch_bucket_size"),
-    "kept": (r"K", "parameters kept gathered from forward into backward: min(B_live, stage3_max_reuse_distance, Ψ)"),
-    "context": (r"C", "CUDA context + workspaces"),
-    "frag": (r"f", "allocator fragmentation fraction"),
-    "live_bytes": (r"M_{live}", "the other five terms together"),
+_TIME_SYMBOLS = {
     "ga": (r"GA", "gradient accumulation steps"),
     "tokens_micro": (r"b\,s", "tokens per micro-batch"),
     "flops_token": (r"F_{tok}", "executed FLOPs per token (incl. recompute)"),
@@ -191,105 +173,61 @@ _SYMBOLS = {
     "cpu_rate": (r"R_{cpu}", "CPU-Adam parameter updates per second per node"),
     "touched": (r"\beta", "HBM bytes touched per parameter by the optimizer step"),
     "hbm": (r"BW_{HBM}", "HBM bandwidth, bytes/s"),
-    "d_head": (r"d_{head}", "attention head dimension"),
     "shard": (r"\Psi_t/N_d", "parameters the GPU updates"),
-    "frac": (r"\tfrac{N_d-1}{N_d}", "ring factor"),
 }
-_INPUT_UNITS = {**et.INPUT_UNITS, "copies": "x", "total": "s"}
+"""Symbols of the step-time explanations' inputs (their formulas are written in :func:`_time_parts`); the memory
+terms' symbols are :data:`zeroplanner.costmodel.terms.SYMBOLS`."""
+
+
+def _symbol(k: str) -> tuple[str, str] | None:
+    if k in _TIME_SYMBOLS:
+        return _TIME_SYMBOLS[k]
+    if k in SYMBOLS:
+        return SYMBOLS[k].latex, SYMBOLS[k].meaning
+    return None
 
 
 def _quantities(tv: TermValues, keys: tuple[str, ...]) -> list[Quantity]:
     out = []
     for k in keys:
-        if k in tv.inputs and k in _SYMBOLS:
-            sym, meaning = _SYMBOLS[k]
-            out.append(Quantity(symbol=sym, value=float(tv.inputs[k]), unit=_INPUT_UNITS.get(k, ""), meaning=meaning))
+        sym = _symbol(k) if k in tv.inputs else None
+        if sym is not None:
+            out.append(Quantity(symbol=sym[0], value=float(tv.inputs[k]), unit=et.INPUT_UNITS.get(k, ""),
+                                meaning=sym[1]))
     return out
 
 
-def _memory_parts(tv: TermValues) -> list[Part]:
-    """Symbolic and numeric LaTeX for each part of a memory (or host) term."""
-    i = tv.inputs
-    n = fmt_count(i.get("N_d", 1))
-    P, T, F = (fmt_count(i.get(k, 0)) for k in ("Psi", "Psi_t", "Psi_f"))
-    w, wf = _b(i.get("w", 0)), _b(i.get("w_f", 0))
-    table: dict[str, tuple[str, str]] = {}
-    if tv.key == "parameters":
-        pers = fmt_count(i["Psi_persist"])
-        stage3_frozen = tv.case == "stage3"
-        table = {
-            "frozen base": ((r"w_f\Psi_f/N_d", rf"{wf}\times{F}/{n}") if stage3_frozen
-                            else (r"w_f\Psi_f", rf"{wf}\times{F}")),
-            "trainable": ((r"w\Psi_t/N_d", rf"{w}\times{T}/{n}") if tv.case.startswith("stage3")
-                          else (r"w\Psi_t", rf"{w}\times{T}")),
-            "persistent": ((r"w\Psi_{pers}", rf"{w}\times{pers}") if tv.case == "stage3_offload"
-                           else (r"w\Psi_{pers}(1-1/N_d)", rf"{w}\times{pers}\times(1-1/{n})")),
-            "partition": (r"w\Psi/N_d", rf"{w}\times{P}/{n}"),
-            "hpZ secondary copy": (r"w\Psi/h_{pz}", rf"{w}\times{P}/{fmt_count(i['hpz'])}"),
-        }
-    elif tv.key == "gradients":
-        table = {
-            "working-precision gradients": ((r"w\Psi_t/N_d", rf"{w}\times{T}/{n}") if "partitioned" in tv.case
-                                            else (r"w\Psi_t", rf"{w}\times{T}")),
-            "fp32 copies (mixed-precision wrapper)": (r"4\Psi_t", rf"4\times{T}"),
-            "accumulated working-precision gradients": (r"w\Psi_t", rf"{w}\times{T}"),
-            "working-precision gradient partition": (r"w\Psi_t/N_d", rf"{w}\times{T}/{n}"),
-            "fp32 gradient partition": (r"4\Psi_t/N_d", rf"4\times{T}/{n}"),
-        }
-    elif tv.key == "optimizer_states":
-        sh = "/N_d" if tv.case == "partitioned" else ""
-        shn = f"/{n}" if tv.case == "partitioned" else ""
-        table = {
-            "fp32 master weights": (rf"m\Psi_t{sh}", rf"{_b(i['master'])}\times{T}{shn}"),
-            "optimizer states": (rf"k\Psi_t{sh}", rf"{_b(i['opt_state'])}\times{T}{shn}"),
-        }
-    elif tv.key == "activations":
-        a, s, b, h, V, L = (fmt_count(i[k]) for k in ("a_b", "s", "b", "h", "V", "L"))
-        minus = (r" - a\,s\,b\,h", rf" - {a}\times{s}\times{b}\times{h}") if i["shared"] else ("", "")
-        rot = ((r" + 2a\,s\,b\,d_{head}", rf" + 2\times{a}\times{s}\times{b}\times{fmt_count(i['d_head'])}")
-               if i["rotary"] else ("", ""))
-        table = {
-            "layer inputs + one layer recomputed": (r"L\,a\,s\,b\,h + A_{layer}" + minus[0],
-                                                    rf"{L}\times{a}\times{s}\times{b}\times{h} + "
-                                                    rf"{fmt_bytes(i['layer'])}" + minus[1]),
-            "saved layer activations": (r"L\,A_{layer}", rf"{L}\times{fmt_bytes(i['layer'])}"),
-            "final norm + lm_head inputs": (r"M_{final}", fmt_bytes(tv.parts.get("final norm + lm_head inputs", 0))),
-            "token ids, labels, rotary tables": (r"16\,s\,b" + rot[0], rf"16\times{s}\times{b}" + rot[1]),
-            "logits + fp32 log-softmax": (r"(a+4)\,s\,b\,V/t",
-                                          rf"({a}+4)\times{s}\times{b}\times{V}/{fmt_count(i['t'])}"),
-        }
-    elif tv.key == "buffers":
-        B = fmt_count(i.get("bucket", 0))
-        o = fmt_count(i.get("overlap", 1))
-        if tv.case == "stage0":
-            table = {"all-reduce bucket": (r"w\min(5\times10^{8},\Psi_t)", rf"{w}\times{B}")}
-        elif tv.case == "stage12":
-            table = {"reduce bucket": (r"w\,B\,o", rf"{w}\times{B}\times{o}"),
-                     "offload staging buffer": (r"w\Psi_{max}", rf"{w}\times{fmt_count(i.get('largest', 0))}")}
-        else:
-            live = min(i["live"], max(i["largest"] + i["prefetch"], i["kept"]), i["Psi"])
-            table = {
-                "gathered live parameters": (r"w\min(B_{live},\max(\Psi_{max}+B_{pf},K),\Psi)",
-                                             rf"{w}\times{fmt_count(live)}"),
-                "largest module's gradient": (r"w\Psi_{max}", rf"{w}\times{fmt_count(i['largest'])}"),
-                "reduce bucket": (r"w\,B\,o", rf"{w}\times{B}\times{fmt_count(i['copies'])}"),
-            }
-    elif tv.key == "overhead":
-        table = {"CUDA context": (r"C", fmt_bytes(i["context"])),
-                 "allocator fragmentation": (r"f\,M_{live}", rf"{i['frag']:.3g}\times{fmt_bytes(i['live_bytes'])}")}
-    elif tv.key == "host_memory":
-        g, K = fmt_count(i["gpn"]), _b(i["K"])
-        table = {
-            "optimizer states + fp32 master": (r"g\,K\Psi_t/N_d", rf"{g}\times{K}\times{T}/{n}"),
-            "pinned NVMe swap buffers (optimizer)": (r"g\cdot4\cdot\min(10^9,\Psi_t/N_d)K",
-                                                     rf"{g}\times4\times\min(10^9,{T}/{n})\times{K}"),
-            "fp32 gradients": (r"4g\Psi_t/N_d", rf"4\times{g}\times{T}/{n}"),
-            "16-bit host copies": (r"g\,w\Psi_t/N_d", rf"{g}\times{w}\times{T}/{n}"),
-            "16-bit staging buffer": (r"g\,w\Psi_{max}", rf"{g}\times{w}\times{fmt_count(i['largest'])}"),
-            "parameter partition": (r"g\,w\Psi/N_d", rf"{g}\times{w}\times{P}/{n}"),
-            "pinned NVMe swap buffers (parameters)": (r"g\cdot5\cdot10^8\,w", rf"{g}\times5\times10^{{8}}\times{w}"),
-        }
-    return _table_parts(tv, table, fmt_bytes)
+def _input_keys(tv: TermValues) -> tuple[str, ...]:
+    """The inputs of the parts' expressions, in order of first use (terms stated as expressions), else the
+    step-time term's list."""
+    if tv.key in et.EXPRESSION_TERMS:
+        return tuple(dict.fromkeys(n for expr in tv.formulas.values() for n in input_names(expr)))
+    return _INPUT_KEYS.get(tv.key, ())
+
+
+def _number(tv: TermValues, name: str) -> str:
+    """Input ``name`` of ``tv`` as LaTeX, formatted by its unit."""
+    x = tv.inputs[name]
+    unit = SYMBOLS[name].unit
+    if unit == "bytes":
+        return fmt_bytes(x)
+    if unit.startswith("bytes/"):
+        return _b(x)
+    if unit == "fraction":
+        return f"{x:.3g}"
+    return fmt_count(x)
+
+
+def _expression_parts(tv: TermValues) -> list[Part]:
+    """Each part of a term stated as expressions (:mod:`zeroplanner.costmodel.terms`): its symbolic LaTeX and the
+    same with the scenario's numbers, both from the expression that computed it."""
+    out = []
+    for label, expr in tv.formulas.items():
+        sym, num = latex(expr), latex(expr, lambda n: _number(tv, n))
+        if is_sum(expr):  # one addend of the term's sum: keep the part's own sum together
+            sym, num = f"({sym})", f"({num})"
+        out.append(Part(label=label, latex=sym, numbers=num, value=float(tv.parts[label])))
+    return out
 
 
 def _time_parts(tv: TermValues) -> list[Part]:
@@ -330,94 +268,17 @@ def _time_parts(tv: TermValues) -> list[Part]:
                                         rf"{_b(i['touched'])}\times{fmt_count(i['shard'])}/({fmt_count(i['hbm'])})")}
     elif tv.key == "step":
         table = {k: (rf"t_{{{k}}}", fmt_seconds(v)) for k, v in tv.parts.items()}
-    elif tv.key == "communication_volume":
-        frac = r"\tfrac{N_d-1}{N_d}"
-        fr = rf"\tfrac{{{fmt_count(i['N_d'])}-1}}{{{fmt_count(i['N_d'])}}}"
-        table = {"all-reduce": (rf"2{frac}S_{{ar}}", rf"2\times{fr}\times{fmt_bytes(i['size all_reduce'])}"),
-                 "reduce-scatter": (rf"{frac}S_{{rs}}", rf"{fr}\times{fmt_bytes(i['size reduce_scatter'])}"),
-                 "all-gather": (rf"{frac}S_{{ag}}", rf"{fr}\times{fmt_bytes(i['size all_gather'])}")}
-        return _table_parts(tv, table, fmt_bytes)
     return _table_parts(tv, table, fmt_seconds)
 
 
-_TITLES = {
-    "parameters": ("Parameters", r"M_{params}", "memory"),
-    "gradients": ("Gradients", r"M_{grads}", "memory"),
-    "optimizer_states": ("Optimizer states", r"M_{opt}", "memory"),
-    "activations": ("Activations", r"M_{act}", "memory"),
-    "buffers": ("Buffers", r"M_{buf}", "memory"),
-    "overhead": ("Overhead", r"M_{ovh}", "memory"),
-    "host_memory": ("Host RAM per node", r"M_{host}", "host"),
-    "communication_volume": ("Bytes sent per GPU per step", r"V_{comm}", "communication"),
-    "compute": ("Compute time", r"t_{compute}", "time"),
-    "communication": ("Exposed communication time", r"t_{comm}", "time"),
-    "offload": ("Exposed offload time", r"t_{offload}", "time"),
-    "optimizer": ("Optimizer step time", r"t_{optimizer}", "time"),
-    "step": ("Step time", r"t_{step}", "time"),
-}
-
-_WORDS = {
-    "parameters": "Working copy of the weights each GPU holds: all of them below ZeRO-3, its 1/N_d partition "
-                  "(+ small persistent tensors) at ZeRO-3.",
-    "gradients": "Gradients each GPU holds at the step's gradient peak: working precision, plus the fp32 copy "
-                 "DeepSpeed hands to the optimizer; partitioned over N_d from ZeRO-2 (ZeRO-1 as measured).",
-    "optimizer_states": "fp32 master weights and optimizer states (Adam: momentum + variance); partitioned over "
-                        "N_d from ZeRO-1; moved to the host with offload_optimizer.",
-    "activations": "Tensors saved for backward for one micro-batch, from the architecture; with full "
-                   "checkpointing only each layer's input plus one layer being recomputed.",
-    "buffers": "Communication buckets and the ZeRO-3 working set of gathered parameters.",
-    "overhead": "CUDA context and workspaces, plus caching-allocator fragmentation on the live bytes.",
-    "host_memory": "Host RAM each node needs for what is offloaded, summed over its GPUs.",
-    "communication_volume": "Bytes each GPU sends per optimizer step in ring collectives.",
-    "compute": "Executed FLOPs of the step divided by the achieved rate (peak x MFU).",
-    "communication": "Collective time that compute does not hide: step-boundary collectives, and with "
-                     "overlap_comm only what exceeds the forward/backward compute of each micro-step.",
-    "offload": "PCIe traffic to and from the host that compute does not hide, the boundary upload, NVMe swapping.",
-    "optimizer": "The optimizer step: memory-bound on the GPU (roofline), or DeepSpeed CPU-Adam on the host.",
-    "step": "Step time = compute + exposed communication + exposed offload + optimizer step.",
-}
-
-_SOURCES = {
-    "host_memory": "zeroplanner/costmodel/memory.py host_and_nvme_bytes; DeepSpeed offload_config.py defaults "
-                   "(buffer_count, buffer_size, sub_group_size); host extras measured (docs/validation.md)",
-    "communication_volume": "ZeRO paper (arXiv 1910.02054) Sec. 7: 2Ψ for DP and ZeRO-1/2, 3Ψ for ZeRO-3; what "
-                            "DeepSpeed 0.19.8 sends (zeroplanner/costmodel/communication.py)",
-    "compute": "PaLM (arXiv 2204.02311) App. B: 6N + 12LHQT FLOPs per token; recompute: Korthikanti et al. "
-               "(arXiv 2205.05198) Sec. 5; MFU assumption (Assumptions.mfu); zeroplanner/costmodel/compute.py",
-    "communication": "alpha-beta ring model (Hockney 1994) with NCCL's latency model (src/graph/tuning.cc) and "
-                     "busbw (nccl-tests PERFORMANCE.md); overlap as in DeepSpeed stage_1_and_2.py / stage3.py; "
-                     "zeroplanner/costmodel/communication.py and evaluate.py",
-    "offload": "PCIe and NVMe bandwidths from the GPU and cluster specs; zeroplanner/costmodel/compute.py "
-               "optimizer_and_offload_terms",
-    "optimizer": "GPU: roofline (Williams et al., CACM 2009) with OPTIMIZER_BYTES_TOUCHED; CPU: DeepSpeed "
-                 "CPU-Adam rate ClusterSpec.cpu_adam_params_per_second (calibration); "
-                 "zeroplanner/costmodel/compute.py",
-    "step": "zeroplanner/costmodel/evaluate.py evaluate",
-}
-
 _INPUT_KEYS = {
-    "parameters": ("Psi", "Psi_t", "Psi_f", "w", "w_f", "N_d", "Psi_persist", "hpz"),
-    "gradients": ("Psi_t", "w", "N_d", "ga"),
-    "optimizer_states": ("Psi_t", "master", "opt_state", "N_d"),
-    "activations": ("L", "s", "b", "h", "V", "a_b", "layer", "t", "d_head"),
-    "buffers": ("w", "bucket", "overlap", "copies", "live", "largest", "prefetch", "kept", "Psi"),
-    "overhead": ("context", "frag", "live_bytes"),
-    "host_memory": ("gpn", "Psi_t", "Psi", "K", "N_d", "w", "largest"),
-    "communication_volume": ("N_d", "Psi_t", "Psi", "w", "ga"),
     "compute": ("ga", "tokens_micro", "flops_token", "model_flops_token", "peak", "mfu"),
     "communication": ("ga", "N_d"),
     "offload": ("ga",),
     "optimizer": ("gpn", "Psi_t", "N_d", "cpu_rate", "touched", "hbm"),
     "step": (),
 }
-
-
-def _source(key: str, scenario: Scenario) -> str:
-    if key in et.MEMORY_FUNCTIONS:
-        from .costmodel.evaluate import _TERM_DOCS  # the estimate's own term sources
-
-        return _TERM_DOCS[key][2]
-    return _SOURCES[key]
+"""Inputs listed for the step-time terms (the others list the inputs of their parts' expressions)."""
 
 
 def explain(scenario: Scenario, key: str) -> Explanation:
@@ -427,16 +288,17 @@ def explain(scenario: Scenario, key: str) -> Explanation:
     if key not in et.ALL_FUNCTIONS:
         raise KeyError(f"unknown term {key!r}; known: {', '.join(et.ALL_FUNCTIONS)}")
     tv = et.ALL_FUNCTIONS[key](scenario)
-    title, symbol, category = _TITLES[key]
-    parts = _time_parts(tv) if tv.unit == "seconds" or key == "communication_volume" else _memory_parts(tv)
+    info = TERM_INFO[key]
+    title, symbol, category = info.title, info.symbol, info.category
+    parts = _expression_parts(tv) if key in et.EXPRESSION_TERMS else _time_parts(tv)
     # zero parts are left out (a term that is offloaded or absent reads "= 0"), except for communication, where
     # max(0, communication - compute) = 0 is the lesson of overlap_comm
     shown = parts if key == "communication" else [p for p in parts if p.value != 0]
     if not shown:
-        latex = symbol + " = 0"
+        formula = symbol + " = 0"
         substituted = symbol + " = " + _fmt_value(tv.unit, 0.0)
     else:
-        latex = symbol + " = " + " + ".join(p.latex for p in shown)
+        formula = symbol + " = " + " + ".join(p.latex for p in shown)
         substituted = symbol + " = " + " + ".join(p.numbers for p in shown)
         values = [_fmt_value(tv.unit, p.value) for p in shown]
         if len(shown) > 1 and values != [p.numbers for p in shown]:
@@ -444,8 +306,8 @@ def explain(scenario: Scenario, key: str) -> Explanation:
         substituted += " = " + _fmt_value(tv.unit, tv.value)
     return Explanation(
         key=key, title=title, category=category, case=tv.case, value=float(tv.value), unit=tv.unit,
-        display=_display(tv), words=_WORDS[key], latex=latex, substituted=substituted,
-        inputs=_quantities(tv, _INPUT_KEYS[key]), parts=parts, source=_source(key, scenario),
+        display=_display(tv), words=info.words, latex=formula, substituted=substituted,
+        inputs=_quantities(tv, _input_keys(tv)), parts=parts, source=info.source,
     )
 
 
@@ -462,9 +324,10 @@ def explain_all(scenario: Scenario) -> dict[str, Explanation]:
 def explain_time_segment(scenario: Scenario, segment: str) -> list[Explanation]:
     """Explanations behind one segment of the app's step-time chart (``zeroplanner.ui.state.TIME_PARTS`` keys):
     "compute", "communication", or "offload" (offload + optimizer step, which that chart stacks together)."""
-    if segment == "offload":
-        return [explain(scenario, "offload"), explain(scenario, "optimizer")]
-    return [explain(scenario, segment)]
+    by_key = {s.key: s for s in TIME_SEGMENTS}
+    if segment not in by_key:
+        raise KeyError(f"unknown time segment {segment!r}; known: {', '.join(by_key)}")
+    return [explain(scenario, k) for k in by_key[segment].terms]
 
 
 def _fmt_quantity(q: Quantity) -> str:

@@ -14,23 +14,18 @@ import json
 from importlib import metadata
 from typing import Any, Literal, Sequence
 
+from .costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS, segment_value
 from .explain import explain_all, fmt_bytes_text, fmt_seconds_text
 from .specs import Scenario
 from .units import GIB
 
 Format = Literal["html", "markdown"]
 
-TERM_SERIES = (
-    ("parameters", "Parameters", "#4c78a8"),
-    ("gradients", "Gradients", "#f58518"),
-    ("optimizer_states", "Optimizer states", "#e45756"),
-    ("activations", "Activations", "#72b7b2"),
-    ("buffers", "Buffers", "#54a24b"),
-    ("overhead", "Overhead", "#b279a2"),
-)
-"""Memory chart segments (Estimate.per_gpu_bytes keys), bottom to top, with the app's colours."""
-TIME_SERIES = (("compute", "Compute", "#4c78a8"), ("communication", "Exposed communication", "#e45756"),
-               ("offload", "Offload + CPU optimizer", "#eeca3b"))
+TERM_SERIES = tuple((s.key, s.label, s.colour) for s in MEMORY_SEGMENTS)
+"""Memory chart segments (Estimate.per_gpu_bytes keys), bottom to top, with the app's names and colours
+(``costmodel.terms.MEMORY_SEGMENTS``)."""
+TIME_SERIES = tuple((s.key, s.label, s.colour) for s in TIME_SEGMENTS)
+"""Step-time chart segments (``costmodel.terms.TIME_SEGMENTS``)."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -129,8 +124,7 @@ def memory_chart(p: Any, scenario: Scenario) -> str:
     """SVG: per-GPU memory (GiB) of the recommendation and every variant, stacked by term, GPU memory as a line."""
     rows = _variants(p)
     labels = [label for label, _ in rows]
-    series = [(name, colour, [getattr(e.per_gpu_bytes, key) / GIB for _, e in rows])
-              for key, name, colour in TERM_SERIES]
+    series = [(s.label, s.colour, [segment_value(e, s) / GIB for _, e in rows]) for s in MEMORY_SEGMENTS]
     notes = ["fits" if e.fits_gpu else "OOM" for _, e in rows]
     return svg_stacked_bars("Memory per GPU (GiB)", labels, series, "GiB per GPU",
                             line=("GPU memory", scenario.cluster.memory_per_gpu_bytes / GIB), notes=notes)
@@ -141,12 +135,7 @@ def time_chart(p: Any) -> str:
     offload + optimizer; tokens/s over the bars that fit."""
     rows = _variants(p)
     labels = [label for label, _ in rows]
-    values = {
-        "compute": [e.compute_seconds_per_step for _, e in rows],
-        "communication": [e.communication.exposed_seconds_per_step for _, e in rows],
-        "offload": [e.offload_seconds_per_step + e.optimizer_seconds_per_step for _, e in rows],
-    }
-    series = [(name, colour, values[key]) for key, name, colour in TIME_SERIES]
+    series = [(s.label, s.colour, [segment_value(e, s) for _, e in rows]) for s in TIME_SEGMENTS]
     notes = [f"{e.tokens_per_second / 1e3:.3g}k tok/s" if e.fits else "OOM" for _, e in rows]
     return svg_stacked_bars("Step time (s) and tokens/s", labels, series, "seconds per step", notes=notes)
 

@@ -1,17 +1,16 @@
 """Building scenarios from names and plain values: the default scenario, and a keyword builder shared by the CLI,
-the app and the Python API."""
+the app and the Python API (its keywords are the inputs of :mod:`zeroplanner.inputs`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from . import catalog
-from .specs import Architecture, Assumptions, ClusterSpec, OffloadSpec, Scenario, TrainingSpec, ZeroSpec
-from .units import GIB
+from .inputs import BY_KEY, DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_NETWORK, scenario_data
+from .specs import Architecture, Scenario
 
-DEFAULT_MODEL = "llama-2-7b"
-DEFAULT_GPU = "A100-80GB"
-DEFAULT_NETWORK = "ib-hdr"
+__all__ = ["DEFAULT_GPU", "DEFAULT_MODEL", "DEFAULT_NETWORK", "build_scenario", "default_scenario", "resolve_model"]
 
 
 def resolve_model(model: str | None = None, hf_config: str | Path | dict | None = None,
@@ -38,56 +37,29 @@ def build_scenario(
     hf_config: str | Path | dict | None = None,
     params: int | None = None,
     architecture: Architecture | None = None,
-    gpu: str = DEFAULT_GPU,
-    gpu_memory_gib: float | None = None,
-    gpus_per_node: int = 8,
-    nodes: int = 1,
-    network: str = DEFAULT_NETWORK,
-    inter_node_gbps: float | None = None,
-    cpu_memory_gib: float = 1024.0,
-    stage: int = 2,
-    offload_optimizer: str = "none",
-    offload_param: str = "none",
-    precision: str = "bf16",
-    optimizer: str = "adamw",
-    micro_batch: int = 1,
-    grad_accum: int = 8,
-    seq_len: int = 4096,
-    checkpointing: str = "full",
-    flash_attention: bool = True,
-    lora_rank: int = 0,
-    qlora: bool = False,
-    mfu: float | None = None,
     zero_overrides: dict | None = None,
+    **inputs: Any,
 ) -> Scenario:
-    """A validated Scenario from plain values. Defaults: Llama-2-7B on one node of 8 A100-80GB, InfiniBand HDR,
-    ZeRO-2, bf16, AdamW, micro-batch 1 x 8 accumulation steps, sequence 4096, full activation checkpointing.
+    """A validated Scenario from plain values: the model (one of ``model``, ``hf_config``, ``params`` or an
+    ``architecture``) and any input of :data:`zeroplanner.inputs.INPUTS` by key, in the input's unit (``gpu``,
+    ``gpu_memory_gib``, ``gpus_per_node``, ``nodes``, ``network``, ``inter_node_gbps``, ``cpu_memory_gib``,
+    ``stage``, ``offload_optimizer``, ``offload_param``, ``precision``, ``optimizer``, ``micro_batch``,
+    ``grad_accum``, ``seq_len``, ``checkpointing``, ``flash_attention``, ``lora_rank``, ``qlora``, ``mfu``, the
+    DeepSpeed ``zero_optimization`` keys, ``pin_memory``). ``zero_overrides`` (ZeroSpec field -> value) is the
+    older spelling of the zero keys. A value of None means "not given".
 
-    Raises pydantic.ValidationError naming the field, KeyError for unknown catalog names.
+    Defaults: Llama-2-7B on one node of 8 A100-80GB, InfiniBand HDR, ZeRO-2, bf16, AdamW, micro-batch 1 x 8
+    accumulation steps, sequence 4096, full activation checkpointing.
+
+    Raises pydantic.ValidationError naming the field, KeyError for unknown catalog names, TypeError for an
+    unknown keyword.
     """
+    values = {**(zero_overrides or {}), **inputs}
+    unknown = [k for k in values if k not in BY_KEY or k in ("model", "params")]
+    if unknown:
+        raise TypeError(f"build_scenario() got unknown inputs {unknown}; known: {', '.join(BY_KEY)}")
     arch = architecture or resolve_model(model, hf_config, params)
-    gpu_spec = catalog.gpu(gpu)
-    net = catalog.network(network)
-    if inter_node_gbps is not None:
-        net = net.model_copy(update={"link_gbps": float(inter_node_gbps), "nics_per_node": 1})
-        net = type(net).model_validate(net.model_dump())
-    cluster = ClusterSpec(
-        gpu=gpu_spec,
-        gpu_memory_bytes=None if gpu_memory_gib is None else int(gpu_memory_gib * GIB),
-        gpus_per_node=gpus_per_node,
-        nodes=nodes,
-        network=net,
-        cpu_memory_bytes=int(cpu_memory_gib * GIB),
-    )
-    training = TrainingSpec(
-        precision=precision, optimizer=optimizer, micro_batch=micro_batch, grad_accum=grad_accum, seq_len=seq_len,
-        checkpointing=checkpointing, flash_attention=flash_attention, lora_rank=lora_rank, qlora=qlora,
-        lora_targets=("q", "k", "v", "o") if lora_rank else ("q", "k", "v", "o"),
-    )
-    zero = ZeroSpec(stage=stage, offload_optimizer=OffloadSpec(device=offload_optimizer),
-                    offload_param=OffloadSpec(device=offload_param), **(zero_overrides or {}))
-    assumptions = Assumptions() if mfu is None else Assumptions(mfu=mfu)
-    return Scenario(model=arch, cluster=cluster, training=training, zero=zero, assumptions=assumptions)
+    return Scenario.model_validate(scenario_data(arch, values))
 
 
 def default_scenario() -> Scenario:

@@ -27,7 +27,6 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -35,9 +34,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import ValidationError
 
 from . import catalog
+from .inputs import CATALOG_KINDS, INPUTS, Input, input_for_error
 from .scenarios import build_scenario
 from .specs import Architecture, Scenario
-from .units import GIB
 
 MAX_QUERY_CHARS = 2000
 """Longest query string accepted (a full scenario with every key is about 500 characters)."""
@@ -61,62 +60,13 @@ class ShareError(ValueError):
         self.detail = message
 
 
-@dataclass(frozen=True)
-class ShareKey:
-    """One query key: its kind ("model", "gpu", "network", "int", "float", "bool", "choice"), allowed range or
-    choices, and the unit of its value."""
+SHARE_KEYS: tuple[Input, ...] = INPUTS
+"""Every key a link may carry, in the order :func:`scenario_to_query` writes them: the inputs of
+:data:`zeroplanner.inputs.INPUTS` (a key is the CLI option's name with underscores; ``flash_attention``,
+``contiguous_gradients`` and ``pin_memory`` are the CLI's ``--no-...`` flags, ``pin_memory`` sets both offload
+blocks as the app does). Ranges and choices are the specs' own, in the input's unit."""
 
-    name: str
-    kind: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] = ()
-    unit: str = ""
-    zero_override: bool = False  # passed to build_scenario(zero_overrides=...)
-
-
-SHARE_KEYS: tuple[ShareKey, ...] = (
-    ShareKey("model", "model"),
-    ShareKey("params", "int", 1_000_000, 10**15, unit="parameters"),
-    ShareKey("gpu", "gpu"),
-    ShareKey("gpu_memory_gib", "float", 1, 4096, unit="GiB"),
-    ShareKey("gpus_per_node", "int", 1, 64),
-    ShareKey("nodes", "int", 1, 100_000),
-    ShareKey("network", "network"),
-    ShareKey("inter_node_gbps", "float", 0.1, 100_000, unit="Gbit/s per node"),
-    ShareKey("cpu_memory_gib", "float", 1, 2**20, unit="GiB per node"),
-    ShareKey("stage", "int", 0, 3),
-    ShareKey("offload_optimizer", "choice", choices=("none", "cpu", "nvme")),
-    ShareKey("offload_param", "choice", choices=("none", "cpu", "nvme")),
-    ShareKey("precision", "choice", choices=("bf16", "fp16", "fp32")),
-    ShareKey("optimizer", "choice", choices=("adamw", "adam", "sgd", "adam8bit")),
-    ShareKey("micro_batch", "int", 1, 65_536),
-    ShareKey("grad_accum", "int", 1, 65_536),
-    ShareKey("seq_len", "int", 1, 4_194_304, unit="tokens"),
-    ShareKey("checkpointing", "choice", choices=("none", "selective", "full")),
-    ShareKey("flash_attention", "bool"),
-    ShareKey("lora_rank", "int", 0, 65_536),
-    ShareKey("qlora", "bool"),
-    ShareKey("mfu", "float", 0.01, 1.0),
-    ShareKey("reduce_bucket_size", "int", 1, 10**12, unit="elements", zero_override=True),
-    ShareKey("allgather_bucket_size", "int", 1, 10**12, unit="elements", zero_override=True),
-    ShareKey("stage3_prefetch_bucket_size", "int", 0, 10**12, unit="elements", zero_override=True),
-    ShareKey("overlap_comm", "bool", zero_override=True),
-    ShareKey("contiguous_gradients", "bool", zero_override=True),
-    ShareKey("stage3_param_persistence_threshold", "int", 0, 10**12, unit="elements", zero_override=True),
-    ShareKey("stage3_max_live_parameters", "int", 0, 10**13, unit="elements", zero_override=True),
-    ShareKey("stage3_max_reuse_distance", "int", 0, 10**13, unit="elements", zero_override=True),
-    ShareKey("zero_hpz_partition_size", "int", 1, 1024, zero_override=True),
-    ShareKey("zero_quantized_weights", "bool", zero_override=True),
-    ShareKey("zero_quantized_gradients", "bool", zero_override=True),
-    ShareKey("pin_memory", "bool"),
-)
-"""Every key a link may carry, in the order :func:`scenario_to_query` writes them. The first 22 are the CLI's
-scenario options (same names, ranges and units); then DeepSpeed ``zero_optimization`` keys with DeepSpeed's names
-and ranges (``--reduce-bucket-size`` and ``--allgather-bucket-size`` are CLI options too), and ``pin_memory`` (of
-both offload blocks, as the app sets it)."""
-
-KEYS: dict[str, ShareKey] = {k.name: k for k in SHARE_KEYS}
+KEYS: dict[str, Input] = {k.name: k for k in SHARE_KEYS}
 ALWAYS_WRITTEN = ("gpu", "gpus_per_node", "nodes", "network")
 """Keys :func:`scenario_to_query` writes even at their default value (with the model), so a link names the cluster
 explicitly."""
@@ -127,24 +77,6 @@ _SCI_RE = re.compile(r"^[0-9]{1,16}(\.[0-9]{1,16})?[eE]\+?[0-9]{1,2}$")
 _FLOAT_RE = re.compile(r"^[0-9]{1,16}(\.[0-9]{0,40})?([eE][+-]?[0-9]{1,3})?$|^\.[0-9]{1,40}$")
 _PRINTABLE_RE = re.compile(r"^[\x21-\x7e]*$")
 
-# Scenario field (last element of a pydantic error location) -> query key, for validation errors.
-_FIELD_KEYS = {
-    "micro_batch": "micro_batch", "grad_accum": "grad_accum", "seq_len": "seq_len", "lora_rank": "lora_rank",
-    "qlora": "qlora", "precision": "precision", "optimizer": "optimizer", "checkpointing": "checkpointing",
-    "flash_attention": "flash_attention", "gpus_per_node": "gpus_per_node", "nodes": "nodes",
-    "gpu_memory_bytes": "gpu_memory_gib", "cpu_memory_bytes": "cpu_memory_gib", "stage": "stage",
-    "offload_param": "offload_param", "offload_optimizer": "offload_optimizer", "link_gbps": "inter_node_gbps",
-    "mfu": "mfu", "reduce_bucket_size": "reduce_bucket_size", "allgather_bucket_size": "allgather_bucket_size",
-    "stage3_prefetch_bucket_size": "stage3_prefetch_bucket_size", "overlap_comm": "overlap_comm",
-    "contiguous_gradients": "contiguous_gradients",
-    "stage3_param_persistence_threshold": "stage3_param_persistence_threshold",
-    "stage3_max_live_parameters": "stage3_max_live_parameters", "stage3_max_reuse_distance": "stage3_max_reuse_distance",
-    "zero_hpz_partition_size": "zero_hpz_partition_size", "zero_quantized_weights": "zero_quantized_weights",
-    "zero_quantized_gradients": "zero_quantized_gradients", "pin_memory": "pin_memory",
-    "parameter_count_override": "params", "tensor_parallel_size": "gpus_per_node",
-}
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Values
 # --------------------------------------------------------------------------------------------------------------
@@ -152,12 +84,6 @@ def _shown(value: Any) -> str:
     """A user's value for an error message, clipped (hostile input is never echoed at length)."""
     text = value if isinstance(value, str) else repr(value)
     return repr(text[:40] + "..." if len(text) > 40 else text)
-
-
-def _range_text(spec: ShareKey) -> str:
-    low = int(spec.low) if spec.low is not None and float(spec.low).is_integer() else spec.low
-    high = int(spec.high) if spec.high is not None and float(spec.high).is_integer() else spec.high
-    return f"[{low}, {high}]"
 
 
 def _catalog_name(names: list[str], value: str) -> str | None:
@@ -181,7 +107,7 @@ def coerce_value(key: str, value: Any) -> Any:
     elif value is None or isinstance(value, (list, dict, tuple)):
         raise ShareError(key, f"must be a single value, got {type(value).__name__}")
     kind = spec.kind
-    if kind in ("model", "gpu", "network"):
+    if kind in CATALOG_KINDS:
         if not isinstance(value, str) or not value:
             raise ShareError(key, f"must be a {kind} catalog name")
         names = {"model": catalog.model_names, "gpu": catalog.gpu_names, "network": catalog.network_names}[kind]()
@@ -204,11 +130,11 @@ def coerce_value(key: str, value: Any) -> Any:
         return _coerce_int(spec, value)
     if kind == "float":
         return _coerce_float(spec, value)
-    raise AssertionError(f"unhandled kind {kind}")  # pragma: no cover - SHARE_KEYS is fixed
+    raise AssertionError(f"unhandled kind {kind}")  # pragma: no cover - every kind of INPUTS is handled
 
 
-def _coerce_int(spec: ShareKey, value: Any) -> int:
-    bad = ShareError(spec.name, f"must be an integer in {_range_text(spec)} (got {_shown(value)})")
+def _coerce_int(spec: Input, value: Any) -> int:
+    bad = ShareError(spec.name, f"must be an integer in {spec.range_text} (got {_shown(value)})")
     if isinstance(value, bool):
         raise bad
     if isinstance(value, int):
@@ -226,13 +152,13 @@ def _coerce_int(spec: ShareKey, value: Any) -> int:
         number = int(f)
     else:
         raise bad
-    if not (spec.low <= number <= spec.high):
+    if not spec.in_range(number):
         raise bad
     return number
 
 
-def _coerce_float(spec: ShareKey, value: Any) -> float:
-    bad = ShareError(spec.name, f"must be a number in {_range_text(spec)} (got {_shown(value)})")
+def _coerce_float(spec: Input, value: Any) -> float:
+    bad = ShareError(spec.name, f"must be a number in {spec.range_text} (got {_shown(value)})")
     if isinstance(value, bool):
         raise bad
     if isinstance(value, (int, float)):
@@ -241,7 +167,7 @@ def _coerce_float(spec: ShareKey, value: Any) -> float:
         number = float(value)
     else:
         raise bad
-    if not math.isfinite(number) or not (spec.low <= number <= spec.high):
+    if not math.isfinite(number) or not spec.in_range(number):
         raise bad
     return number
 
@@ -281,33 +207,12 @@ def parse_inputs(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
 def scenario_from_inputs(inputs: Mapping[str, Any]) -> Scenario:
     """Build the scenario of checked inputs (:func:`parse_inputs`) with ``build_scenario``. Raises
     :class:`ShareError` naming the key for values the specs reject (e.g. ``qlora`` without ``lora_rank``)."""
-    kwargs: dict[str, Any] = {}
-    zero: dict[str, Any] = {}
-    pin = None
-    for key, value in inputs.items():
-        if key == "pin_memory":
-            pin = value
-        elif KEYS[key].zero_override:
-            zero[key] = value
-        else:
-            kwargs[key] = value
     try:
-        scenario = build_scenario(**kwargs, zero_overrides=zero or None)
-        if pin is not None:
-            z = scenario.zero
-            zero_spec = z.model_copy(update={"offload_optimizer": z.offload_optimizer.model_copy(
-                update={"pin_memory": pin}), "offload_param": z.offload_param.model_copy(update={"pin_memory": pin})})
-            scenario = scenario.model_copy(update={"zero": zero_spec})
-        return scenario
+        return build_scenario(**inputs)
     except ValidationError as exc:
         err = exc.errors()[0]
         msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-        key = next((_FIELD_KEYS[str(x)] for x in reversed(err.get("loc", ())) if str(x) in _FIELD_KEYS), None)
-        if key is None:  # a cross-field rule: the first key its message names, preferring keys the user gave
-            found = sorted((msg.find(f), k) for f, k in _FIELD_KEYS.items() if f in msg)
-            prefixes = re.findall(r"([a-z0-9_]+_)\*", msg)  # e.g. "zero_quantized_*"
-            given = [k for _, k in found if k in inputs] + [k for k in inputs if any(k.startswith(p) for p in prefixes)]
-            key = given[0] if given else (found[0][1] if found else "query")
+        key = input_for_error(tuple(err.get("loc", ())), msg, given=inputs) or "query"
         raise ShareError(key, msg) from None
     except (KeyError, ValueError) as exc:
         key = "params" if "params" in inputs else "model"
@@ -369,7 +274,6 @@ def scenario_inputs(scenario: Scenario, *, approximate_model: bool = False) -> t
     the model is not listed).
     """
     arch = scenario.model
-    c, t, z, a = scenario.cluster, scenario.training, scenario.zero, scenario.assumptions
     inputs: dict[str, Any] = {}
     model_ok = True
     name = _catalog_name(catalog.model_names(), arch.name)
@@ -382,37 +286,19 @@ def scenario_inputs(scenario: Scenario, *, approximate_model: bool = False) -> t
         model_ok = False
         if approximate_model:
             inputs["params"] = int(arch.parameter_count)
-    gpu_name = _catalog_name(catalog.gpu_names(), c.gpu.name)
-    inputs["gpu"] = gpu_name
-    if c.gpu_memory_bytes is not None:
-        inputs["gpu_memory_gib"] = c.gpu_memory_bytes / GIB
-    inputs["gpus_per_node"] = c.gpus_per_node
-    inputs["nodes"] = c.nodes
-    inputs.update(_network_inputs(scenario))
-    inputs["cpu_memory_gib"] = c.cpu_memory_bytes / GIB
-    inputs["stage"] = z.stage
-    inputs["offload_optimizer"] = z.offload_optimizer.device
-    inputs["offload_param"] = z.offload_param.device
-    inputs.update(precision=t.precision, optimizer=t.optimizer, micro_batch=t.micro_batch, grad_accum=t.grad_accum,
-                  seq_len=t.seq_len, checkpointing=t.checkpointing, flash_attention=t.flash_attention,
-                  lora_rank=t.lora_rank, qlora=t.qlora, mfu=a.mfu)
-    inputs.update(reduce_bucket_size=z.reduce_bucket_size, allgather_bucket_size=z.allgather_bucket_size,
-                  stage3_prefetch_bucket_size=z.stage3_prefetch_bucket_size)
-    if z.overlap_comm is not None:
-        inputs["overlap_comm"] = z.overlap_comm
-    inputs.update(contiguous_gradients=z.contiguous_gradients,
-                  stage3_param_persistence_threshold=z.stage3_param_persistence_threshold,
-                  stage3_max_live_parameters=z.stage3_max_live_parameters,
-                  stage3_max_reuse_distance=z.stage3_max_reuse_distance,
-                  zero_hpz_partition_size=z.zero_hpz_partition_size, zero_quantized_weights=z.zero_quantized_weights,
-                  zero_quantized_gradients=z.zero_quantized_gradients)
-    if z.offload_optimizer.pin_memory == z.offload_param.pin_memory:
-        inputs["pin_memory"] = z.offload_optimizer.pin_memory
+    for spec in SHARE_KEYS:
+        if spec.key in ("model", "params", "network", "inter_node_gbps"):
+            continue
+        value = spec.read(scenario)
+        if value is not None or spec.key == "gpu":
+            inputs[spec.key] = int(value) if spec.kind == "int" else value
+        if spec.key == "nodes":
+            inputs.update(_network_inputs(scenario))  # after nodes, as SHARE_KEYS orders them
 
     unshared: list[str] = []
     if not model_ok and not approximate_model:
         unshared.append("model")
-    if inputs["gpu"] is None or catalog.gpu(inputs["gpu"]) != c.gpu:
+    if inputs["gpu"] is None or catalog.gpu(inputs["gpu"]) != scenario.cluster.gpu:
         unshared.append("cluster.gpu")
     if inputs["network"] is None:
         unshared.append("cluster.network")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .context import Candidates, Context
+from .terms import TermParts, term
 
 
 def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing: np.ndarray) -> np.ndarray:
@@ -93,39 +94,57 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     return attention + mlp
 
 
-def activation_parts(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
-    """The parts of :func:`activation_bytes`, bytes per GPU (float arrays shaped like ``cand``); they sum to it.
+ACTIVATION_GROUPS = {
+    "layers": ("layer inputs + one layer recomputed", "saved layer activations"),
+    "final": ("final norm + lm_head inputs",),
+    "inputs": ("token ids, labels, rotary tables",),
+    "logits": ("logits + fp32 log-softmax",),
+}
+"""The keys of :func:`activation_parts` and the labels of the :func:`activation_term` parts each one sums."""
 
-    "layers": L layers' saved tensors (none/selective), or with full checkpointing the L stored layer inputs plus
-    one layer recomputed in backward, minus the recomputed layer's LayerNorm input, which is the stored layer input
-    itself (measured: no new storage; HF's RMSNorm saves an fp32 upcast instead, a new storage);
-    "final": the final norm (as in the layers) and the lm_head input;
-    "inputs": int64 input ids and labels (8 bytes each per token) and the rotary cos/sin tables shared by all
-    layers (2·a_b·s·b·head_dim; none with learned positions);
-    "logits": the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t.
+
+def activation_term(ctx: Context, cand: Candidates) -> TermParts:
+    """Peak activation bytes per GPU for one micro-batch (forward finished, backward starting), by part:
+
+    - the layers: L layers' saved tensors (none/selective), or with full checkpointing the L stored layer inputs
+      plus one layer recomputed in backward, minus the recomputed layer's LayerNorm input, which is the stored
+      layer input itself (measured: no new storage; HF's RMSNorm saves an fp32 upcast instead, a new storage);
+    - the final norm (as in the layers: RMSNorm's fp32 upcast and rstd, LayerNorm's input and statistics) and
+      the lm_head input;
+    - int64 input ids and labels (8 bytes each per token) and the rotary cos/sin tables shared by all layers
+      (2·a_b·s·b·head_dim; none with learned positions);
+    - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t.
     Every part was checked against the saved-tensor measurement (docs/validation.md).
     """
-    sc = ctx.scenario
-    m, t = sc.model, sc.training
-    b = cand.micro_batch.astype(np.float64)
-    sb = float(t.seq_len) * b
-    ab = 4.0 if t.precision == "fp32" else 2.0
-    h = float(m.hidden_size)
+    m, t = ctx.scenario.model, ctx.scenario.training
     rms = m.norm_kind == "rmsnorm"
-    per_layer = layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing)
-    layers = float(m.n_layers)
-    shared_input = 0.0 if rms else ab * sb * h
-    stored = np.where(cand.checkpointing == 2, layers * ab * sb * h + per_layer - shared_input, layers * per_layer)
-    final = ((4.0 + ab) * sb * h + 4.0 * sb if rms else ab * sb * h + 8.0 * sb) + ab * sb * h
-    rotary = 0.0 if m.learned_position_embeddings > 0 else 2.0 * ab * sb * m.dim_head
-    inputs = 16.0 * sb + rotary
-    logits = (ab + 4.0) * sb * m.vocab_size / ctx.tp
-    return {"layers": stored, "final": final, "inputs": inputs, "logits": logits}
+    rotary = m.learned_position_embeddings <= 0
+    full = cand.checkpointing == 2
+    x = {"L": float(m.n_layers), "s": float(t.seq_len), "b": cand.micro_batch.astype(np.float64),
+         "h": float(m.hidden_size), "V": float(m.vocab_size), "a_b": 4.0 if t.precision == "fp32" else 2.0,
+         "d_head": float(m.dim_head), "t": float(ctx.tp),
+         "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing)}
+    return term("activations", x, [
+        ("layer inputs + one layer recomputed", "L*a_b*s*b*h + layer", full & rms),
+        ("layer inputs + one layer recomputed", "L*a_b*s*b*h + layer - a_b*s*b*h", full & (not rms)),
+        ("saved layer activations", "L*layer", ~full),
+        ("final norm + lm_head inputs", "(4+a_b)*s*b*h + 4*s*b + a_b*s*b*h", rms),
+        ("final norm + lm_head inputs", "a_b*s*b*h + 8*s*b + a_b*s*b*h", not rms),
+        ("token ids, labels, rotary tables", "16*s*b + 2*a_b*s*b*d_head", rotary),
+        ("token ids, labels, rotary tables", "16*s*b", not rotary),
+        ("logits + fp32 log-softmax", "(a_b+4)*s*b*V/t", True),
+    ])
+
+
+def activation_parts(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+    """The parts of :func:`activation_term` grouped as :data:`ACTIVATION_GROUPS` ("layers", "final", "inputs",
+    "logits"), bytes per GPU (float arrays shaped like ``cand``); they sum to :func:`activation_bytes`."""
+    parts = activation_term(ctx, cand)
+    return {k: parts.sum_of(labels) for k, labels in ACTIVATION_GROUPS.items()}
 
 
 def activation_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
     """Peak activation bytes per GPU for one micro-batch (forward finished, backward starting): the sum of
-    :func:`activation_parts`. Returns float array shaped like ``cand``.
+    :func:`activation_term`'s parts. Returns float array shaped like ``cand``.
     """
-    parts = activation_parts(ctx, cand)
-    return parts["layers"] + parts["final"] + parts["inputs"] + parts["logits"]
+    return activation_term(ctx, cand).value

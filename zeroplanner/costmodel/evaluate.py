@@ -16,6 +16,7 @@ from .communication import communication_terms
 from .compute import compute_terms, optimizer_and_offload_terms
 from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
 from .memory import TERMS, memory_terms
+from .terms import TERM_INFO
 
 COMM_SHARE_WARNING = COMMUNICATION_SHARE_LIMIT
 """Exposed communication above 30% of the step is a bottleneck (one value with :mod:`zeroplanner.pitfalls`)."""
@@ -158,26 +159,6 @@ class Estimate(_Out):
         )
 
 
-_TERM_DOCS = {
-    "parameters": ("parameters", "16-bit weights: Ψ·2 (stages 0-2), Ψ·2/N_d + persistent small tensors (stage 3); "
-                   "NF4 0.516 B/param for a QLoRA base", "ZeRO paper Sec. 5; deepspeed/runtime/zero/stage3.py"),
-    "gradients": ("gradients", "16-bit gradients Ψ_t·2 (stages 0-1) or Ψ_t·2/N_d (stages 2-3), plus DeepSpeed's fp32 "
-                  "gradient partition Ψ_t·4/N_d (stages 1-3, no optimizer offload)",
-                  "deepspeed/runtime/zero/stage_1_and_2.py estimate_zero2_model_states_mem_needs (18 = 2+4+4+8)"),
-    "optimizer_states": ("optimizer states", "fp32 master 4·Ψ_t + optimizer states (Adam 8·Ψ_t, SGD 4, 8-bit Adam 2), "
-                         "divided by N_d from stage 1; 0 on GPU with offload_optimizer",
-                         "ZeRO paper Sec. 3.1 (K = 12)"),
-    "activations": ("activations", "saved-for-backward tensors per layer s·b·h·(…) by block, times layers (or layer "
-                    "inputs only with full checkpointing), plus 16-bit logits and fp32 log-softmax 6·s·b·V",
-                    "Korthikanti et al. arXiv 2205.05198 Eq. 1-2, generalised (zeroplanner/costmodel/activations.py)"),
-    "buffers": ("buffers", "reduce bucket (x2 with overlap_comm); stage 3: gathered live parameters "
-                "min(max_live, largest module + prefetch bucket) + largest module's gradient",
-                "deepspeed/runtime/zero/stage_1_and_2.py ipg_buffer; stage3.py prefetch coordinator"),
-    "overhead": ("overhead", "CUDA context + workspaces + allocator fragmentation × live bytes",
-                 "Assumptions.cuda_context_bytes, allocator_fragmentation_fraction"),
-}
-
-
 def _with_fix(p) -> str:
     """One warning line: the pitfall's message, then its fix as a clause."""
     fix = p.fix.rstrip(".")
@@ -226,8 +207,8 @@ def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], inde
     v = {k: float(a.reshape(-1)[flat]) for k, a in values.items()}
     mem = MemoryBreakdown(**{k: int(round(v[k])) for k in (*TERMS, "total")})
     terms = [
-        Term(name=_TERM_DOCS[k][0], category=k, bytes=getattr(mem, k), formula=_TERM_DOCS[k][1],
-             source=_TERM_DOCS[k][2])
+        Term(name=TERM_INFO[k].name, category=k, bytes=getattr(mem, k), formula=TERM_INFO[k].formula,
+             source=TERM_INFO[k].source)
         for k in TERMS
     ]
     return Estimate(

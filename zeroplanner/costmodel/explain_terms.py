@@ -2,43 +2,49 @@
 
 Each function returns a :class:`TermValues`: the term's value (bytes per GPU, bytes per node, or seconds per
 step), which branch of the model applies (``case``), the inputs that went into it and the parts that add up to it.
-The inputs come from the same :class:`~.context.Context` (``make_context``) and the parts from the same functions
-the estimate uses (``layer_activation_bytes``, ``flops_per_token``, ``compute_terms``, ``communication_terms``,
-``optimizer_and_offload_terms``); where a term is a short closed formula (model states,
-buffers, overhead) it is restated here from the context's scalars, and ``tests/test_explain.py`` checks that every
-value equals the estimate's number for many scenarios, so an explanation can never drift from the model.
+Nothing is recomputed here: the memory terms and host RAM are the labelled parts of the vectorised functions
+(``memory.memory_term_parts``: each part one expression, the same one explain mode prints) evaluated at the
+scenario's one candidate, and every term's value is :func:`~.evaluate.evaluate`'s output for that candidate, the
+number the charts draw (``tests/test_explain.py`` checks both, term by term, across many scenarios).
 
 Pure numpy; no UI imports.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
 
 import numpy as np
 
 from ..specs import Scenario
-from .activations import activation_parts, layer_activation_bytes
-from .communication import STAGE0_ALLREDUCE_BUCKET, communication_terms
+from .communication import communication_terms
 from .compute import compute_terms, flops_per_token, optimizer_and_offload_terms
-from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
-from .memory import (
-    OFFLOAD_OPTIMIZER_BUFFER_COUNT,
-    OFFLOAD_PARAM_BUFFER_COUNT,
-    OFFLOAD_PARAM_BUFFER_SIZE,
-    SUB_GROUP_SIZE,
+from .context import (
+    OPTIMIZER_BYTES_TOUCHED,
+    Candidates,
+    Context,
+    data_parallel_degree,
+    make_context,
+    overlap_comm,
 )
+from .evaluate import evaluate
+from .memory import memory_term_parts
+from .terms import SYMBOLS, TERM_INFO, TermParts, term
 
 
 @dataclass(frozen=True)
 class TermValues:
-    """One term of the cost model, evaluated.
+    """One term of the cost model, evaluated at one candidate.
 
     key: "parameters", "gradients", "optimizer_states", "activations", "buffers", "overhead" (bytes per GPU),
     "host_memory" (bytes per node), "communication_volume" (bytes each GPU sends per step), "compute",
     "communication", "offload", "optimizer", "step" (seconds per step).
-    value: the number (bytes or seconds). case: the branch that applies (e.g. "stage3", "offload").
-    inputs: symbol -> number (units in :data:`INPUT_UNITS`). parts: label -> number; they sum to ``value``.
+    value: the number (bytes or seconds), as :func:`~.evaluate.evaluate` gives it. case: the branch that applies
+    (e.g. "stage3", "offload"). inputs: symbol -> number (units in :data:`INPUT_UNITS`). parts: label -> number;
+    they sum to ``value``. formulas: label -> the part's expression (:mod:`.terms`), where the part is one.
     """
 
     key: str
@@ -47,192 +53,107 @@ class TermValues:
     case: str
     inputs: dict[str, float] = field(default_factory=dict)
     parts: dict[str, float] = field(default_factory=dict)
+    formulas: dict[str, str] = field(default_factory=dict)
 
 
 INPUT_UNITS = {
-    "Psi": "parameters", "Psi_t": "parameters", "Psi_f": "parameters", "Psi_persist": "parameters",
-    "N_d": "GPUs", "w": "bytes/parameter", "w_f": "bytes/parameter", "g32": "bytes/parameter",
-    "K": "bytes/parameter", "master": "bytes/parameter", "opt_state": "bytes/parameter", "hpz": "GPUs",
-    "L": "layers", "s": "tokens", "b": "sequences", "h": "elements", "V": "tokens", "a_b": "bytes/element",
-    "layer": "bytes", "t": "GPUs", "bucket": "elements", "overlap": "x", "live": "elements",
-    "largest": "elements", "prefetch": "elements", "context": "bytes", "frag": "fraction", "live_bytes": "bytes",
+    **{k: v.unit for k, v in SYMBOLS.items()},
     "ga": "micro-steps", "tokens_micro": "tokens", "flops_token": "FLOP/token", "model_flops_token": "FLOP/token",
     "peak": "FLOP/s", "mfu": "fraction", "fwd_comm": "s", "bwd_comm": "s", "fwd_compute": "s",
     "bwd_compute": "s", "boundary": "s", "pcie_micro": "s", "micro_compute": "s", "pcie_boundary": "s",
     "nvme": "s", "touched": "bytes/parameter", "hbm": "bytes/s", "gpn": "GPUs", "cpu_rate": "parameters/s",
-    "shard": "parameters", "frac": "fraction",
+    "shard": "parameters", "frac": "fraction", "total": "s", "overlap": "x",
 }
 """Unit of each input symbol."""
+
+EVALUATE_KEYS = {
+    "parameters": "parameters", "gradients": "gradients", "optimizer_states": "optimizer_states",
+    "activations": "activations", "buffers": "buffers", "overhead": "overhead", "host_memory": "host_per_node",
+    "communication_volume": "comm_wire_bytes", "compute": "compute_seconds", "communication": "comm_exposed_seconds",
+    "offload": "offload_seconds", "optimizer": "optimizer_seconds", "step": "step_seconds",
+}
+"""Term key -> the key of :func:`~.evaluate.evaluate`'s output that holds its value (the chart's number)."""
 
 
 def _one(x) -> float:
     return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
 
 
-def _setup(scenario: Scenario) -> tuple[Context, Candidates, float]:
+@dataclass(frozen=True)
+class _Point:
+    """One scenario's context, candidate, :func:`evaluate` output and memory terms' parts (read-only)."""
+
+    ctx: Context
+    cand: Candidates
+    n: float
+    values: Mapping[str, float]
+    memory: Mapping[str, TermParts]
+
+
+@lru_cache(maxsize=64)
+def _setup(scenario: Scenario) -> _Point:
+    """Evaluated once per scenario (frozen, hashable), however many of its terms are explained."""
     ctx = make_context(scenario)
     cand = Candidates.from_scenario(scenario)
-    n = _one(data_parallel_degree(ctx, cand))
-    return ctx, cand, n
+    values = {k: _one(v) for k, v in evaluate(ctx, cand).items()}
+    return _Point(ctx, cand, _one(data_parallel_degree(ctx, cand)), MappingProxyType(values),
+                  MappingProxyType(memory_term_parts(ctx, cand)))
+
+
+def _case(scenario: Scenario, key: str) -> str:
+    z, t = scenario.zero, scenario.training
+    if key == "activations":
+        return t.checkpointing
+    if key == "host_memory":
+        return f"optimizer_{z.offload_optimizer.device}+param_{z.offload_param.device}"
+    off = "+offload" if z.offload_optimizer.device != "none" or z.offload_param.device != "none" else ""
+    return f"stage{z.stage}{off}" + ("_paper" if scenario.assumptions.accounting == "paper" else "")
+
+
+def from_parts(scenario: Scenario, tp: TermParts, value: float) -> TermValues:
+    """``tp`` at the scenario's one candidate: the parts that apply, their inputs and expressions."""
+    applying = [p for p in tp.parts if bool(np.asarray(p.applies).reshape(-1)[0])]
+    parts = {p.label: _one(p.value) for p in applying}
+    formulas = {p.label: p.expr for p in applying}
+    inputs = {k: _one(v) for k, v in tp.inputs.items()}
+    return TermValues(tp.key, value, TERM_INFO[tp.key].unit, _case(scenario, tp.key), inputs, parts, formulas)
+
+
+def _memory(scenario: Scenario, key: str) -> TermValues:
+    point = _setup(scenario)
+    tp = point.memory[key]
+    return from_parts(scenario, tp, point.values[EVALUATE_KEYS[key]])
 
 
 def parameters(scenario: Scenario) -> TermValues:
-    """Per-GPU bytes of the working parameters (memory.model_state_bytes, "parameters")."""
-    ctx, cand, n = _setup(scenario)
-    z, t = scenario.zero, scenario.training
-    P, T, F = ctx.params, ctx.trainable, ctx.frozen
-    w, fw = ctx.weight_bytes, ctx.frozen_weight_bytes
-    hpz = z.zero_hpz_partition_size
-    paper = scenario.assumptions.accounting == "paper"
-    inputs = {"Psi": P, "Psi_t": T, "Psi_f": F, "w": w, "w_f": fw, "N_d": n, "Psi_persist": ctx.persistent_params,
-              "hpz": float(hpz)}
-    hpz_part = P * w / hpz if hpz > 1 else 0.0
-    if z.stage < 3:
-        parts = {"frozen base": F * fw, "trainable": T * w}
-        case = "replicated"
-    elif paper:
-        parts = {"partition": P * w / n}
-        case = "stage3_paper"
-    elif z.offload_param.device != "none":
-        parts = {"persistent": ctx.persistent_params * w, "frozen base": F * fw if t.qlora else 0.0}
-        case = "stage3_offload"
-    else:
-        parts = {"frozen base": F * fw if t.qlora else F * fw / n, "trainable": T * w / n,
-                 "persistent": ctx.persistent_params * w * (1.0 - 1.0 / n)}
-        case = "stage3_qlora" if t.qlora else "stage3"
-    if z.stage == 3:
-        parts["hpZ secondary copy"] = hpz_part
-    return TermValues("parameters", sum(parts.values()), "bytes", case, inputs, parts)
+    """Per-GPU bytes of the working parameters (memory.parameter_parts)."""
+    return _memory(scenario, "parameters")
 
 
 def gradients(scenario: Scenario) -> TermValues:
-    """Per-GPU bytes of gradients (memory.model_state_bytes, "gradients"): the working-precision gradients and the
-    fp32 gradient copies DeepSpeed keeps beside them (measured census, docs/validation.md)."""
-    ctx, cand, n = _setup(scenario)
-    z, t = scenario.zero, scenario.training
-    T, w = ctx.trainable, ctx.weight_bytes
-    paper = scenario.assumptions.accounting == "paper"
-    off_opt = z.offload_optimizer.device != "none"
-    accumulating = z.stage == 1 and t.grad_accum > 1
-    inputs = {"Psi_t": T, "w": w, "N_d": n, "ga": float(t.grad_accum)}
-    if paper:
-        parts = {"working-precision gradients": T * w / n if z.stage >= 2 else T * w}
-        case = "paper_partitioned" if z.stage >= 2 else "paper_replicated"
-    elif z.stage == 0:
-        parts = {"working-precision gradients": T * w,
-                 "fp32 copies (mixed-precision wrapper)": 4.0 * T if ctx.mixed else 0.0}
-        case = "stage0"
-    elif off_opt:
-        parts = {"accumulated working-precision gradients": T * w if accumulating else 0.0}
-        case = "offload_accumulating" if accumulating else "offload"
-    elif accumulating:
-        parts = {"accumulated working-precision gradients": T * w, "fp32 gradient partition": 4.0 * T / n}
-        case = "stage1_accumulating"
-    else:
-        parts = {"working-precision gradient partition": T * w / n, "fp32 gradient partition": 4.0 * T / n}
-        case = "partitioned"
-    return TermValues("gradients", sum(parts.values()), "bytes", case, inputs, parts)
+    """Per-GPU bytes of gradients (memory.gradient_parts)."""
+    return _memory(scenario, "gradients")
 
 
 def optimizer_states(scenario: Scenario) -> TermValues:
-    """Per-GPU bytes of fp32 master weights + optimizer states: K·Ψ_t, divided by N_d from stage 1; 0 offloaded.
-    DeepSpeed's ZeRO optimizers keep a 4-byte fp32 master partition even in fp32 training (measured)."""
-    ctx, cand, n = _setup(scenario)
-    z = scenario.zero
-    T = ctx.trainable
-    paper = scenario.assumptions.accounting == "paper"
-    off = z.offload_optimizer.device != "none"
-    shard = n if z.stage >= 1 else 1.0
-    master_bytes = 4.0 if (z.stage >= 1 and not paper) else ctx.master_bytes
-    master = 0.0 if off else master_bytes * T / shard
-    states = 0.0 if off else ctx.optimizer_state_bytes * T / shard
-    case = "offload" if off else ("partitioned" if z.stage >= 1 else "replicated")
-    inputs = {"Psi_t": T, "K": master_bytes + ctx.optimizer_state_bytes, "master": master_bytes,
-              "opt_state": ctx.optimizer_state_bytes, "N_d": n, "shard": shard}
-    return TermValues("optimizer_states", master + states, "bytes", case, inputs,
-                      {"fp32 master weights": master, "optimizer states": states})
+    """Per-GPU bytes of fp32 master weights + optimizer states (memory.optimizer_state_parts)."""
+    return _memory(scenario, "optimizer_states")
 
 
 def activations(scenario: Scenario) -> TermValues:
-    """Per-GPU activation bytes, as activations.activation_parts splits them: stored layer activations (or with
-    full checkpointing the layer inputs + one layer recomputed), final norm and lm_head inputs, token ids / labels
-    / rotary tables, and the logits. ``inputs`` carries what the formulas shown for them need."""
-    ctx, cand, n = _setup(scenario)
-    m, t = scenario.model, scenario.training
-    s, b, h, V = float(t.seq_len), float(t.micro_batch), float(m.hidden_size), float(m.vocab_size)
-    ab = 4.0 if t.precision == "fp32" else 2.0
-    L = float(m.n_layers)
-    layer = _one(layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing))
-    got = {k: _one(v) for k, v in activation_parts(ctx, cand).items()}
-    labels = {"layers": "layer inputs + one layer recomputed" if t.checkpointing == "full"
-              else "saved layer activations", "final": "final norm + lm_head inputs",
-              "inputs": "token ids, labels, rotary tables", "logits": "logits + fp32 log-softmax"}
-    parts = {labels[k]: got[k] for k in ("layers", "final", "inputs", "logits")}
-    shared = 0.0 if m.norm_kind == "rmsnorm" else ab * s * b * h
-    rotary = 0.0 if m.learned_position_embeddings > 0 else 2.0 * ab * s * b * m.dim_head
-    inputs = {"L": L, "s": s, "b": b, "h": h, "V": V, "a_b": ab, "layer": layer, "t": float(ctx.tp),
-              "shared": shared, "d_head": float(m.dim_head), "rotary": 1.0 if rotary else 0.0}
-    return TermValues("activations", sum(parts.values()), "bytes", t.checkpointing, inputs, parts)
-
-
-def activation_formula_parts(tv: TermValues) -> dict[str, float]:
-    """The closed formulas :mod:`zeroplanner.explain` prints for the activation parts, evaluated from ``tv.inputs``
-    (tests check they equal the cost model's parts, so the printed formulas cannot drift from it)."""
-    i = tv.inputs
-    sb = i["s"] * i["b"]
-    layers = (i["L"] * i["a_b"] * sb * i["h"] + i["layer"] - i["shared"] if tv.case == "full"
-              else i["L"] * i["layer"])
-    return {"layers": layers, "inputs": 16.0 * sb + i["rotary"] * 2.0 * i["a_b"] * sb * i["d_head"],
-            "logits": (i["a_b"] + 4.0) * sb * i["V"] / i["t"]}
+    """Per-GPU activation bytes (activations.activation_term)."""
+    return _memory(scenario, "activations")
 
 
 def buffers(scenario: Scenario) -> TermValues:
-    """Per-GPU communication buffers and the stage-3 gathered working set (memory.buffer_bytes): the whole
-    reduce_bucket_size bucket as DeepSpeed allocates it (x2 with overlap_comm at stages 1-2; the paper accounting
-    min(bucket, Ψ_t)); stage 3 also the parameters kept gathered from forward into backward."""
-    ctx, cand, n = _setup(scenario)
-    z = scenario.zero
-    w, T = ctx.weight_bytes, ctx.trainable
-    paper = scenario.assumptions.accounting == "paper"
-    overlap = 2.0 if bool(_one(overlap_comm(ctx, cand))) else 1.0
-    # DeepSpeed allocates the whole reduce bucket (measured; memory.buffer_bytes), the paper accounting min(B, Ψ_t)
-    bucket = float(min(z.reduce_bucket_size, T)) if paper else float(z.reduce_bucket_size)
-    bucket3 = bucket
-    inputs = {"w": w, "Psi_t": T, "overlap": overlap}
-    if z.stage == 0:
-        inputs["bucket"] = float(min(STAGE0_ALLREDUCE_BUCKET, T))
-        parts = {"all-reduce bucket": min(STAGE0_ALLREDUCE_BUCKET, T) * w}
-        case = "stage0"
-    elif z.stage <= 2:
-        inputs["bucket"] = bucket
-        parts = {"reduce bucket": bucket * w * overlap}
-        if z.offload_optimizer.device != "none" and not paper:
-            inputs["largest"] = ctx.largest_module
-            parts["offload staging buffer"] = ctx.largest_module * w
-        case = "stage12"
-    else:
-        kept = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance,
-                   max(ctx.params - ctx.persistent_params, 0.0))
-        live = min(z.stage3_max_live_parameters, max(ctx.largest_module + z.stage3_prefetch_bucket_size, kept),
-                   ctx.params)
-        copies = overlap if paper else 1.0
-        inputs.update(bucket=bucket3, live=float(z.stage3_max_live_parameters), largest=ctx.largest_module,
-                      prefetch=float(z.stage3_prefetch_bucket_size), kept=float(kept), Psi=ctx.params, copies=copies)
-        parts = {"gathered live parameters": live * w, "largest module's gradient": ctx.largest_module * w,
-                 "reduce bucket": bucket3 * w * copies}
-        case = "stage3"
-    return TermValues("buffers", sum(parts.values()), "bytes", case, inputs, parts)
+    """Per-GPU communication buffers and the stage-3 gathered working set (memory.buffer_parts)."""
+    return _memory(scenario, "buffers")
 
 
 def overhead(scenario: Scenario) -> TermValues:
-    """CUDA context + workspaces, plus allocator fragmentation x the live bytes of the other five terms."""
-    a = scenario.assumptions
-    live = sum(f(scenario).value for f in (parameters, gradients, optimizer_states, activations, buffers))
-    parts = {"CUDA context": float(a.cuda_context_bytes),
-             "allocator fragmentation": a.allocator_fragmentation_fraction * live}
-    inputs = {"context": float(a.cuda_context_bytes), "frag": a.allocator_fragmentation_fraction,
-              "live_bytes": live}
-    return TermValues("overhead", sum(parts.values()), "bytes", "always", inputs, parts)
+    """CUDA context + workspaces, plus allocator fragmentation x the live bytes of the other five terms
+    (memory.overhead_parts)."""
+    return _memory(scenario, "overhead")
 
 
 MEMORY_FUNCTIONS = {
@@ -243,73 +164,48 @@ MEMORY_FUNCTIONS = {
 
 
 def host_memory(scenario: Scenario) -> TermValues:
-    """Host RAM per node for offloaded states, bytes (memory.host_and_nvme_bytes): GPUs per node x (per-rank
-    optimizer states + fp32 master, fp32 gradients, DeepSpeed's 16-bit host copies, parameter partition or
-    pinned swap buffers)."""
-    ctx, cand, n = _setup(scenario)
-    z = scenario.zero
-    g = float(ctx.gpus_per_node)
-    T, P, w = ctx.trainable, ctx.params, ctx.weight_bytes
-    paper = scenario.assumptions.accounting == "paper"
-    K = (ctx.master_bytes if paper else 4.0) + ctx.optimizer_state_bytes
-    parts: dict[str, float] = {}
-    if z.offload_optimizer.device != "none":
-        if z.offload_optimizer.device == "cpu":
-            parts["optimizer states + fp32 master"] = g * K * T / n
-        else:
-            parts["pinned NVMe swap buffers (optimizer)"] = (
-                g * OFFLOAD_OPTIMIZER_BUFFER_COUNT * min(SUB_GROUP_SIZE, T / n) * K)
-        parts["fp32 gradients"] = g * 4.0 * T / n
-        if not paper:
-            parts["16-bit host copies"] = g * w * T / n
-            if z.stage <= 2:
-                parts["16-bit staging buffer"] = g * ctx.largest_module * w
-    if z.offload_param.device == "cpu":
-        parts["parameter partition"] = g * P * w / n
-    elif z.offload_param.device == "nvme":
-        parts["pinned NVMe swap buffers (parameters)"] = (
-            g * OFFLOAD_PARAM_BUFFER_COUNT * OFFLOAD_PARAM_BUFFER_SIZE * w)
-    case = f"optimizer_{z.offload_optimizer.device}+param_{z.offload_param.device}"
-    inputs = {"gpn": g, "Psi_t": T, "Psi": P, "K": K, "N_d": n, "w": w, "largest": ctx.largest_module}
-    return TermValues("host_memory", sum(parts.values()), "bytes", case, inputs, parts)
+    """Host RAM per node for offloaded states, bytes (memory.host_parts)."""
+    return _memory(scenario, "host_memory")
 
 
 def communication_volume(scenario: Scenario) -> TermValues:
     """Bytes each GPU sends per step over the rings: all-reduce 2(N_d-1)/N_d x its size, reduce-scatter and
-    all-gather (N_d-1)/N_d x theirs (communication.communication_terms, "wire_bytes")."""
-    ctx, cand, n = _setup(scenario)
-    comm = communication_terms(ctx, cand)
-    frac = (n - 1.0) / n if n > 1 else 0.0
-    parts = {"all-reduce": 2.0 * frac * _one(comm["all_reduce"]),
-             "reduce-scatter": frac * _one(comm["reduce_scatter"]),
-             "all-gather": frac * _one(comm["all_gather"])}
-    inputs = {"N_d": n, "frac": frac, "Psi_t": ctx.trainable, "Psi": ctx.params, "w": ctx.weight_bytes,
-              "ga": float(scenario.training.grad_accum)}
-    sizes = {f"size {k}": _one(comm[k]) for k in ("all_reduce", "reduce_scatter", "all_gather")}
-    inputs.update(sizes)
-    return TermValues("communication_volume", _one(comm["wire_bytes"]), "bytes", f"stage{scenario.zero.stage}",
-                      inputs, parts)
+    all-gather (N_d-1)/N_d x theirs, of communication.communication_terms' message sizes. The value is its
+    "wire_bytes" (evaluate's ``comm_wire_bytes``); the parts restate communication.py's ring-volume line as
+    expressions (the test checks they add up to it)."""
+    point = _setup(scenario)
+    comm = communication_terms(point.ctx, point.cand)
+    x = {"N_d": point.n, "S_ar": _one(comm["all_reduce"]), "S_rs": _one(comm["reduce_scatter"]),
+         "S_ag": _one(comm["all_gather"])}
+    tp = term("communication_volume", x, [("all-reduce", "2*(N_d-1)/N_d*S_ar", True),
+                                          ("reduce-scatter", "(N_d-1)/N_d*S_rs", True),
+                                          ("all-gather", "(N_d-1)/N_d*S_ag", True)])
+    return from_parts(scenario, tp, point.values["comm_wire_bytes"])
 
 
 def compute(scenario: Scenario) -> TermValues:
-    """Compute seconds per step: GA x tokens per micro-batch x executed FLOPs per token / (peak x MFU)."""
-    ctx, cand, n = _setup(scenario)
-    model, executed, fwd = (_one(x) for x in flops_per_token(ctx, cand))
+    """Compute seconds per step (evaluate's ``compute_seconds``): GA x tokens per micro-batch x executed FLOPs per
+    token / (peak x MFU); parts: forward and backward (+ recompute), from compute.compute_terms."""
+    point = _setup(scenario)
+    ctx, cand = point.ctx, point.cand
+    model, executed, _ = (_one(x) for x in flops_per_token(ctx, cand))
     comp = compute_terms(ctx, cand)
     t = scenario.training
     tokens = float(t.micro_batch * t.seq_len)
     inputs = {"ga": float(t.grad_accum), "tokens_micro": tokens, "flops_token": executed,
               "model_flops_token": model, "peak": ctx.peak_flops, "mfu": scenario.assumptions.mfu}
-    seconds = _one(comp["seconds"])
     parts = {"forward": float(t.grad_accum) * _one(comp["fwd_seconds_micro"]),
              "backward (+ recompute)": float(t.grad_accum) * _one(comp["bwd_seconds_micro"])}
-    return TermValues("compute", seconds, "seconds", t.checkpointing, inputs, parts)
+    return TermValues("compute", point.values["compute_seconds"], "seconds", t.checkpointing, inputs, parts)
 
 
 def communication(scenario: Scenario) -> TermValues:
-    """Exposed communication seconds per step: collectives at the step boundary + per micro-step the part of the
-    forward / backward collectives that compute does not hide (overlap_comm), as in evaluate.evaluate."""
-    ctx, cand, n = _setup(scenario)
+    """Exposed communication seconds per step (evaluate's ``comm_exposed_seconds``). Parts: the collectives at
+    the step boundary + per micro-step the part of the forward / backward collectives that compute does not hide
+    (overlap_comm), from communication_terms and compute_terms. The split restates evaluate's step composition
+    (being rewritten in parallel); the test checks the parts add up to evaluate's value."""
+    point = _setup(scenario)
+    ctx, cand = point.ctx, point.cand
     comm = communication_terms(ctx, cand)
     comp = compute_terms(ctx, cand)
     ga = float(scenario.training.grad_accum)
@@ -324,15 +220,18 @@ def communication(scenario: Scenario) -> TermValues:
     boundary = _one(comm["boundary_seconds"])
     parts = {"step boundary": boundary, "forward (exposed)": ga * fwd_exp, "backward (exposed)": ga * bwd_exp}
     inputs = {"ga": ga, "boundary": boundary, "fwd_comm": fwd_comm, "bwd_comm": bwd_comm, "fwd_compute": fwd_comp,
-              "bwd_compute": bwd_comp, "overlap": 1.0 if overlap else 0.0, "N_d": n,
+              "bwd_compute": bwd_comp, "overlap": 1.0 if overlap else 0.0, "N_d": point.n,
               "total": _one(comm["seconds"])}
-    return TermValues("communication", sum(parts.values()), "seconds", "overlap" if overlap else "no_overlap",
-                      inputs, parts)
+    return TermValues("communication", point.values["comm_exposed_seconds"], "seconds",
+                      "overlap" if overlap else "no_overlap", inputs, parts)
 
 
 def offload(scenario: Scenario) -> TermValues:
-    """Exposed offload seconds per step: PCIe traffic compute does not hide, the boundary upload, NVMe swapping."""
-    ctx, cand, n = _setup(scenario)
+    """Exposed offload seconds per step (evaluate's ``offload_seconds``). Parts: PCIe traffic compute does not
+    hide, the boundary upload, NVMe swapping (compute.optimizer_and_offload_terms; the exposure restates
+    evaluate's step composition, checked by the test)."""
+    point = _setup(scenario)
+    ctx, cand = point.ctx, point.cand
     opt = optimizer_and_offload_terms(ctx, cand)
     comp = compute_terms(ctx, cand)
     ga = float(scenario.training.grad_accum)
@@ -344,18 +243,17 @@ def offload(scenario: Scenario) -> TermValues:
               "pcie_boundary": parts["parameter upload"], "nvme": parts["NVMe"]}
     z = scenario.zero
     case = "none" if z.offload_optimizer.device == "none" and z.offload_param.device == "none" else "offload"
-    return TermValues("offload", sum(parts.values()), "seconds", case, inputs, parts)
+    return TermValues("offload", point.values["offload_seconds"], "seconds", case, inputs, parts)
 
 
 def optimizer(scenario: Scenario) -> TermValues:
-    """Optimizer-step seconds: on GPU, bytes touched per parameter of the shard / HBM bandwidth; offloaded,
-    GPUs per node x Ψ_t/N_d updates at DeepSpeed CPU-Adam's rate."""
-    ctx, cand, n = _setup(scenario)
-    opt = optimizer_and_offload_terms(ctx, cand)
-    from .context import OPTIMIZER_BYTES_TOUCHED
-
+    """Optimizer-step seconds (evaluate's ``optimizer_seconds``): on GPU, bytes touched per parameter of the shard
+    / HBM bandwidth; offloaded, GPUs per node x Ψ_t/N_d updates at DeepSpeed CPU-Adam's rate. ``inputs`` are the
+    numbers compute.optimizer_and_offload_terms uses."""
+    point = _setup(scenario)
+    ctx, n = point.ctx, point.n
     T = ctx.trainable
-    value = _one(opt["optimizer_seconds"])
+    value = point.values["optimizer_seconds"]
     if scenario.zero.offload_optimizer.device != "none":
         inputs = {"gpn": float(ctx.gpus_per_node), "Psi_t": T, "N_d": n,
                   "cpu_rate": scenario.cluster.cpu_adam_params_per_second}
@@ -369,10 +267,11 @@ def optimizer(scenario: Scenario) -> TermValues:
 
 
 def step(scenario: Scenario) -> TermValues:
-    """Step seconds = compute + exposed communication + exposed offload + optimizer step (evaluate.evaluate)."""
-    parts = {k: f(scenario).value for k, f in (("compute", compute), ("communication", communication),
-                                                ("offload", offload), ("optimizer", optimizer))}
-    return TermValues("step", sum(parts.values()), "seconds", "sum", dict(parts), parts)
+    """Step seconds (evaluate's ``step_seconds``) = compute + exposed communication + exposed offload + optimizer
+    step, each evaluate's own value."""
+    v = _setup(scenario).values
+    parts = {k: v[EVALUATE_KEYS[k]] for k in ("compute", "communication", "offload", "optimizer")}
+    return TermValues("step", v["step_seconds"], "seconds", "sum", dict(parts), parts)
 
 
 TIME_FUNCTIONS = {"compute": compute, "communication": communication, "offload": offload, "optimizer": optimizer}
@@ -380,3 +279,7 @@ TIME_FUNCTIONS = {"compute": compute, "communication": communication, "offload":
 
 ALL_FUNCTIONS = {**MEMORY_FUNCTIONS, "host_memory": host_memory, "communication_volume": communication_volume,
                  **TIME_FUNCTIONS, "step": step}
+
+EXPRESSION_TERMS: tuple[str, ...] = (*MEMORY_FUNCTIONS, "host_memory", "communication_volume")
+"""The terms whose parts are expressions (``TermValues.formulas``); explain mode prints those expressions. The
+step-time terms' formulas are still written in :mod:`zeroplanner.explain` (the step-time model is being rewritten)."""

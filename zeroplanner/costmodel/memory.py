@@ -12,19 +12,21 @@ Two accountings (``Assumptions.accounting``):
   fp32 training also keeps an fp32 master copy under ZeRO. Bucket buffers and the stage-3 working set are counted
   as ``buffers``.
 
-Every function takes a :class:`~.context.Context` and :class:`~.context.Candidates` and returns float arrays of
-bytes shaped like the candidates.
+Every function takes a :class:`~.context.Context` and :class:`~.context.Candidates`; the ``*_parts`` functions
+return the term as labelled parts (:class:`~.terms.TermParts`: each part one expression, evaluated here over the
+candidate arrays, and shown as is by explain mode), the others float arrays of bytes shaped like the candidates.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .activations import activation_bytes
+from .activations import activation_term
 from .communication import STAGE0_ALLREDUCE_BUCKET
 from .context import Candidates, Context, data_parallel_degree, overlap_comm
+from .terms import MEMORY_TERM_KEYS, TermParts, term
 
-TERMS = ("parameters", "gradients", "optimizer_states", "activations", "buffers", "overhead")
+TERMS = MEMORY_TERM_KEYS
 
 OFFLOAD_PARAM_BUFFER_COUNT = 5
 OFFLOAD_PARAM_BUFFER_SIZE = 100_000_000
@@ -36,159 +38,218 @@ SUB_GROUP_SIZE = 1_000_000_000
 optimizer swapping keeps buffer_count sub-groups of fp32 state in pinned host memory per rank."""
 
 
+def _n(ctx: Context, cand: Candidates) -> np.ndarray:
+    return data_parallel_degree(ctx, cand).astype(np.float64)
+
+
+def parameter_parts(ctx: Context, cand: Candidates) -> TermParts:
+    """GPU bytes of the working parameters per GPU, by part.
+
+    Stages 0-2 keep every weight; stage 3 its 1/N_d partition plus the persistent small tensors (kept whole, of
+    which its own 1/N_d share is already in the partition), or with offload_param only those; the paper accounting
+    ``wΨ/N_d``. zero_hpz_partition_size > 1 adds ZeRO++'s secondary partition ``wΨ/hpz``.
+    """
+    st = cand.stage
+    paper = ctx.scenario.assumptions.accounting == "paper"
+    qlora = ctx.scenario.training.qlora
+    off_par = cand.offload_param > 0
+    stage3 = (st == 3) & (not paper)
+    x = {"Psi": ctx.params, "Psi_t": ctx.trainable, "Psi_f": ctx.frozen, "w": ctx.weight_bytes,
+         "w_f": ctx.frozen_weight_bytes, "N_d": _n(ctx, cand), "Psi_persist": ctx.persistent_params,
+         "hpz": np.maximum(cand.hpz, 1).astype(np.float64)}
+    # QLoRA + ZeRO-3: bitsandbytes 4-bit weights are not partitioned by most DeepSpeed versions and fall back to
+    # full copies (DeepSpeed #5819, peft #2016): the frozen base stays whole.
+    return term("parameters", x, [
+        ("frozen base", "w_f*Psi_f", (st < 3) | (stage3 & qlora)),
+        ("frozen base", "w_f*Psi_f/N_d", stage3 & ~off_par & (not qlora)),
+        ("trainable", "w*Psi_t", st < 3),
+        ("trainable", "w*Psi_t/N_d", stage3 & ~off_par),
+        ("persistent", "w*Psi_persist", stage3 & off_par),
+        ("persistent", "w*Psi_persist*(1-1/N_d)", stage3 & ~off_par),
+        ("partition", "w*Psi/N_d", (st == 3) & paper),
+        ("hpZ secondary copy", "w*Psi/hpz", (st == 3) & (cand.hpz > 1)),
+    ])
+
+
+def gradient_parts(ctx: Context, cand: Candidates) -> TermParts:
+    """GPU bytes of gradients per GPU, by part.
+
+    Measured on DeepSpeed 0.19.8 (docs/validation.md, census of live storages on 2 and 4 CPU ranks):
+    - stage 0 mixed precision: the 16-bit gradients (Ψ_t·w) and the fp32 copies the bf16/fp16 wrapper makes
+      before the step (runtime/fp16/unfused_optimizer.py) are alive together: (w + 4)Ψ_t; fp32: 4Ψ_t.
+    - stages 1-3 without optimizer offload: at the gradient peak of the step the 16-bit partition (Ψ_t·w/N_d;
+      stage 3: grad_partitions_flat_buffer) and the fp32 partition handed to the optimizer (4Ψ_t/N_d) are alive
+      together, also in fp32 training (a flat fp32 copy): (w + 4)Ψ_t/N_d. ZeRO-1 measures the same as ZeRO-2:
+      its in-flight 16-bit gradients sit in the reduction bucket (a buffer), not in a full-size copy.
+    - ZeRO-1 does not partition gradients: with gradient accumulation the full 16-bit gradients accumulate
+      across micro-steps (not measured here; the calibration runs grad_accum = 1).
+    - with optimizer offload nothing else stays on the GPU (stage 3 allocates its partition on the host).
+    The paper accounting: 16-bit gradients, partitioned from stage 2.
+    """
+    st = cand.stage
+    paper = ctx.scenario.assumptions.accounting == "paper"
+    off_opt = cand.offload_optimizer > 0
+    zero = (st >= 1) & (not paper)
+    accumulating = (st == 1) & (cand.grad_accum > 1)
+    x = {"Psi_t": ctx.trainable, "w": ctx.weight_bytes, "N_d": _n(ctx, cand)}
+    return term("gradients", x, [
+        ("working-precision gradients", "w*Psi_t", (st == 0) | (paper & (st < 2))),
+        ("working-precision gradients", "w*Psi_t/N_d", paper & (st >= 2)),
+        ("fp32 copies (mixed-precision wrapper)", "4*Psi_t", (st == 0) & (not paper) & ctx.mixed),
+        ("accumulated working-precision gradients", "w*Psi_t", zero & accumulating),
+        ("working-precision gradient partition", "w*Psi_t/N_d", zero & ~off_opt & ~accumulating),
+        ("fp32 gradient partition", "4*Psi_t/N_d", zero & ~off_opt),
+    ])
+
+
+def optimizer_state_parts(ctx: Context, cand: Candidates) -> TermParts:
+    """GPU bytes of fp32 master weights + optimizer states per GPU, by part: divided by N_d from stage 1, 0 with
+    offload_optimizer.
+
+    DeepSpeed's ZeRO optimizers keep an fp32 master partition even when training in fp32
+    (single_partition_of_fp32_groups / fp32_partitioned_groups_flat are copies; measured 12Ψ/N_d for Adam in fp32
+    at stages 1-3, docs/validation.md); without ZeRO a plain fp32 optimizer updates the weights in place.
+    """
+    st = cand.stage
+    paper = ctx.scenario.assumptions.accounting == "paper"
+    on_gpu = cand.offload_optimizer == 0
+    master = np.where((st >= 1) & (not paper), 4.0, ctx.master_bytes)
+    x = {"Psi_t": ctx.trainable, "m": master, "k": ctx.optimizer_state_bytes, "N_d": _n(ctx, cand)}
+    return term("optimizer_states", x, [
+        ("fp32 master weights", "m*Psi_t", on_gpu & (st == 0)),
+        ("fp32 master weights", "m*Psi_t/N_d", on_gpu & (st >= 1)),
+        ("optimizer states", "k*Psi_t", on_gpu & (st == 0)),
+        ("optimizer states", "k*Psi_t/N_d", on_gpu & (st >= 1)),
+    ])
+
+
 def model_state_bytes(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """GPU bytes for parameters, gradients and optimizer states (incl. fp32 master weights) per GPU.
 
     Returns dict with keys "parameters", "gradients", "optimizer_states" (float arrays, bytes).
     """
-    n = data_parallel_degree(ctx, cand).astype(np.float64)
-    st = cand.stage
-    P, T, F = ctx.params, ctx.trainable, ctx.frozen
-    w, fw = ctx.weight_bytes, ctx.frozen_weight_bytes
-    K = ctx.master_bytes + ctx.optimizer_state_bytes
-    qlora = ctx.scenario.training.qlora
-    paper = ctx.scenario.assumptions.accounting == "paper"
-    off_opt = cand.offload_optimizer > 0
-    off_par = cand.offload_param > 0
-
-    # --- parameters -----------------------------------------------------------------------------------------
-    full = F * fw + T * w
-    # QLoRA + ZeRO-3: bitsandbytes 4-bit weights are not partitioned by most DeepSpeed versions and fall back to
-    # full copies (DeepSpeed #5819, peft #2016): keep the frozen base whole.
-    frozen_part = F * fw if qlora else F * fw / n
-    sharded = frozen_part + T * w / n
-    persistent = ctx.persistent_params * w * (1.0 - 1.0 / n)
-    hpz_secondary = np.where(cand.hpz > 1, P * w / np.maximum(cand.hpz, 1), 0.0)
-    stage3_params = np.where(off_par, ctx.persistent_params * w + (F * fw if qlora else 0.0), sharded + persistent)
-    if paper:
-        stage3_params = P * w / n + 0.0 * n
-        persistent = 0.0
-    parameters = np.where(st == 3, stage3_params + hpz_secondary, full)
-
-    # --- gradients ------------------------------------------------------------------------------------------
-    # Measured on DeepSpeed 0.19.8 (docs/validation.md, census of live storages on 2 and 4 CPU ranks):
-    # - stage 0 mixed precision: the 16-bit gradients (Ψ_t·w) and the fp32 copies the bf16/fp16 wrapper makes
-    #   before the step (runtime/fp16/unfused_optimizer.py) are alive together: (w + 4)Ψ_t; fp32: 4Ψ_t.
-    # - stages 1-3 without optimizer offload: at the gradient peak of the step the 16-bit partition (Ψ_t·w/N_d;
-    #   stage 3: grad_partitions_flat_buffer) and the fp32 partition handed to the optimizer (4Ψ_t/N_d) are alive
-    #   together, also in fp32 training (a flat fp32 copy): (w + 4)Ψ_t/N_d. ZeRO-1 measures the same as ZeRO-2:
-    #   its in-flight 16-bit gradients sit in the reduction bucket (a buffer), not in a full-size copy.
-    # - with optimizer offload nothing stays on the GPU (stage 3 allocates its partition on the host).
-    g16 = ctx.weight_bytes
-    if paper:
-        grads_partitioned = np.where(st >= 2, T * g16 / n, T * g16)
-        gradients = grads_partitioned
-    else:
-        stage0 = T * g16 + (4.0 * T if ctx.mixed else 0.0)
-        zero = (g16 + 4.0) * T / n
-        # ZeRO-1 does not partition gradients: with gradient accumulation the full 16-bit gradients accumulate
-        # across micro-steps (not measured here; the calibration runs grad_accum = 1).
-        zero = np.where((st == 1) & (cand.grad_accum > 1), g16 * T + 4.0 * T / n, zero)
-        accumulating = (st == 1) & (cand.grad_accum > 1)
-        offloaded = np.where(accumulating, g16 * T, 0.0)
-        gradients = np.where(st == 0, stage0, np.where(off_opt, offloaded, zero))
-
-    # --- optimizer states (+ fp32 master weights) -----------------------------------------------------------
-    # DeepSpeed's ZeRO optimizers keep an fp32 master partition even when training in fp32
-    # (single_partition_of_fp32_groups / fp32_partitioned_groups_flat are copies; measured 12Ψ/N_d for Adam in
-    # fp32 at stages 1-3, docs/validation.md); without ZeRO a plain fp32 optimizer updates the weights in place.
-    shard = np.where(st >= 1, n, 1.0)
-    master_zero = 4.0 if not paper else ctx.master_bytes
-    K_stage = np.where(st >= 1, master_zero + ctx.optimizer_state_bytes, K)
-    optimizer_states = np.where(off_opt, 0.0, K_stage * T / shard)
-    return {"parameters": parameters, "gradients": gradients, "optimizer_states": optimizer_states}
+    return {"parameters": parameter_parts(ctx, cand).value, "gradients": gradient_parts(ctx, cand).value,
+            "optimizer_states": optimizer_state_parts(ctx, cand).value}
 
 
-def buffer_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
-    """Communication buffers and the stage-3 gathered working set, bytes per GPU.
+def buffer_parts(ctx: Context, cand: Candidates) -> TermParts:
+    """Communication buffers and the stage-3 gathered working set, bytes per GPU, by part.
 
     - stage 0: one flattened all-reduce bucket of min(5e8, Ψ_trainable) elements (engine.allreduce_gradients ->
       buffered_allreduce_fallback with MEMORY_OPT_ALLREDUCE_SIZE);
     - stages 1-2: the ipg bucket of reduce_bucket_size elements (all of it, however small Ψ_t), doubled with
-      overlap_comm
-      (stage_1_and_2.py ``ipg_buffer``; DeepSpeed #1302 measures less than the quoted 4.5x upper bound);
+      overlap_comm (stage_1_and_2.py ``ipg_buffer``; DeepSpeed #1302 measures less than the quoted 4.5x upper
+      bound); with ZeRO-1/2 optimizer offload also a largest-parameter 16-bit staging buffer on the GPU
+      (stage_1_and_2.py temp_grad_buffer_for_gpu_offload; measured);
     - stage 3: gathered parameters min(stage3_max_live_parameters, max(largest module + prefetch bucket, the
       parameters kept resident from forward into backward)), the gradient of the module being computed, and one
-      reduce bucket.
+      reduce bucket (stage 3 with overlap_comm, its default, measured one ipg buffer, not two; the paper
+      accounting doubles it like stages 1-2).
     """
     z = ctx.scenario.zero
-    w = ctx.weight_bytes
-    T = ctx.trainable
+    st = cand.stage
     paper = ctx.scenario.assumptions.accounting == "paper"
-    overlap = np.where(overlap_comm(ctx, cand), 2.0, 1.0)
     bucket = cand.reduce_bucket.astype(np.float64)
     # DeepSpeed allocates the whole bucket, not min(bucket, Ψ): a reduce_bucket_size-element ipg buffer in the
     # working precision (measured 1e9 bytes for the 5e8 default in bf16, 2e9 in fp32, on a 165k-parameter model at
     # stages 1, 2 and 3; stage_1_and_2.py IPGBucket, stage3.py ``bucket.buffer = torch.empty(reduce_bucket_size)``).
     # The planner therefore proposes a smaller reduce_bucket_size when Ψ_t is smaller than the bucket (LoRA).
-    reduce_bucket = (np.minimum(bucket, T) if paper else bucket) * w
-    stage0_bucket = min(STAGE0_ALLREDUCE_BUCKET, T) * w
     # Stage 3 keeps up to stage3_max_live_parameters gathered (within stage3_max_reuse_distance) from the end of
     # forward into backward (stage3.py PartitionedParameterCoordinator), beside the module being computed plus
     # the prefetch bucket.
-    gathered = ctx.params - ctx.persistent_params
-    kept = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance, max(gathered, 0.0))
-    working = ctx.largest_module + z.stage3_prefetch_bucket_size
-    live = min(z.stage3_max_live_parameters, max(working, kept), ctx.params) * w
-    # Stage 3 with overlap_comm (its default) measured one ipg buffer, not two.
-    stage3 = live + ctx.largest_module * w + reduce_bucket * (overlap if paper else 1.0)
-    # ZeRO-1/2 optimizer offload: a largest-parameter 16-bit staging buffer on the GPU
-    # (stage_1_and_2.py temp_grad_buffer_for_gpu_offload; measured).
-    staging = np.where((cand.offload_optimizer > 0) & (cand.stage <= 2) & (not paper), ctx.largest_module * w, 0.0)
-    st = cand.stage
-    return np.select([st == 0, st <= 2], [stage0_bucket + 0.0 * st, reduce_bucket * overlap + staging], stage3)
+    kept = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance,
+               max(ctx.params - ctx.persistent_params, 0.0))
+    x = {"w": ctx.weight_bytes, "Psi_t": ctx.trainable, "Psi": ctx.params,
+         "B": np.minimum(bucket, ctx.trainable) if paper else bucket, "B_ar": float(STAGE0_ALLREDUCE_BUCKET),
+         "o": np.where(overlap_comm(ctx, cand), 2.0, 1.0), "B_live": float(z.stage3_max_live_parameters),
+         "Psi_max": ctx.largest_module, "B_pf": float(z.stage3_prefetch_bucket_size), "kept": float(kept)}
+    stage12 = (st >= 1) & (st <= 2)
+    return term("buffers", x, [
+        ("all-reduce bucket", "min(B_ar, Psi_t)*w", st == 0),
+        ("reduce bucket", "B*w*o", stage12),
+        ("offload staging buffer", "Psi_max*w", stage12 & (cand.offload_optimizer > 0) & (not paper)),
+        ("gathered live parameters", "min(B_live, max(Psi_max+B_pf, kept), Psi)*w", st == 3),
+        ("largest module's gradient", "Psi_max*w", st == 3),
+        ("reduce bucket", "B*w*o" if paper else "B*w", st == 3),
+    ])
 
 
-def host_and_nvme_bytes(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
-    """Host RAM per node and NVMe bytes per node for offloaded states, including pinned swap buffers.
+def buffer_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
+    """Communication buffers and the stage-3 gathered working set, bytes per GPU (:func:`buffer_parts` summed)."""
+    return buffer_parts(ctx, cand).value
+
+
+def host_parts(ctx: Context, cand: Candidates) -> TermParts:
+    """Host RAM per node for offloaded states, bytes, by part: GPUs per node x what each rank keeps there.
 
     CPU optimizer offload keeps fp32 master, optimizer states and the fp32 gradient partition per rank in host
     memory (stage_1_and_2.py ``single_partition_of_fp32_groups`` on CPU; stage3.py); NVMe optimizer offload keeps
-    master + states on NVMe, gradients and buffer_count sub-groups in pinned host memory; parameter offload keeps
-    each rank's 16-bit parameter partition on the host (cpu) or on NVMe with pinned swap buffers.
-    Returns (host_bytes_per_node, nvme_bytes_per_node), float arrays.
+    master + states on NVMe and buffer_count sub-groups in pinned host memory; parameter offload keeps each rank's
+    16-bit parameter partition on the host (cpu) or buffer_count x buffer_size pinned swap buffers (nvme).
+    Measured host extras (docs/validation.md): ZeRO-1/2 keep a 16-bit copy of the partition
+    (param_buffer_of_bit16_for_cpu_offload_groups) and a largest-parameter 16-bit staging buffer
+    (temp_grad_buffer_for_cpu_offload); ZeRO-3 keeps its 16-bit gradient partition on the host
+    (grad_partitions_flat_buffer on self.device = cpu). The paper accounting counts no extras.
     """
-    n = data_parallel_degree(ctx, cand).astype(np.float64)
-    g = float(ctx.gpus_per_node)
-    T, P = ctx.trainable, ctx.params
-    K = ctx.master_bytes + ctx.optimizer_state_bytes
-    fp32_grad = 4.0
     paper = ctx.scenario.assumptions.accounting == "paper"
-    if not paper:
-        K = 4.0 + ctx.optimizer_state_bytes  # fp32 master partition also in fp32 training (measured)
-    per_rank_states = K * T / n
-    per_rank_grads = fp32_grad * T / n
-    # Measured host extras (docs/validation.md): ZeRO-1/2 keep a 16-bit copy of the partition
-    # (param_buffer_of_bit16_for_cpu_offload_groups) and a largest-parameter 16-bit staging buffer
-    # (temp_grad_buffer_for_cpu_offload); ZeRO-3 keeps its 16-bit gradient partition on the host
-    # (grad_partitions_flat_buffer on self.device = cpu).
-    w = ctx.weight_bytes
-    extra = 0.0 if paper else np.where(cand.stage == 3, w * T / n, w * T / n + ctx.largest_module * w)
-    opt_host = np.select(
-        [cand.offload_optimizer == 1, cand.offload_optimizer == 2],
-        [per_rank_states + per_rank_grads + extra,
-         per_rank_grads + extra + OFFLOAD_OPTIMIZER_BUFFER_COUNT * np.minimum(SUB_GROUP_SIZE, T / n) * K],
-        0.0,
-    )
-    opt_nvme = np.where(cand.offload_optimizer == 2, per_rank_states, 0.0)
-    param_part = P * ctx.weight_bytes / n
-    par_host = np.select(
-        [cand.offload_param == 1, cand.offload_param == 2],
-        [param_part, OFFLOAD_PARAM_BUFFER_COUNT * OFFLOAD_PARAM_BUFFER_SIZE * ctx.weight_bytes + 0.0 * n],
-        0.0,
-    )
-    par_nvme = np.where(cand.offload_param == 2, param_part, 0.0)
-    return g * (opt_host + par_host), g * (opt_nvme + par_nvme)
+    # fp32 master partition also in fp32 training (measured), except in the paper accounting
+    K = (ctx.master_bytes if paper else 4.0) + ctx.optimizer_state_bytes
+    x = {"g": float(ctx.gpus_per_node), "Psi_t": ctx.trainable, "Psi": ctx.params, "K": K, "N_d": _n(ctx, cand),
+         "w": ctx.weight_bytes, "Psi_max": ctx.largest_module, "n_ob": float(OFFLOAD_OPTIMIZER_BUFFER_COUNT),
+         "S_sub": float(SUB_GROUP_SIZE), "n_pb": float(OFFLOAD_PARAM_BUFFER_COUNT),
+         "B_pb": float(OFFLOAD_PARAM_BUFFER_SIZE)}
+    opt, par = cand.offload_optimizer, cand.offload_param
+    return term("host_memory", x, [
+        ("optimizer states + fp32 master", "g*K*Psi_t/N_d", opt == 1),
+        ("pinned NVMe swap buffers (optimizer)", "g*n_ob*min(S_sub, Psi_t/N_d)*K", opt == 2),
+        ("fp32 gradients", "4*g*Psi_t/N_d", opt > 0),
+        ("16-bit host copies", "g*w*Psi_t/N_d", (opt > 0) & (not paper)),
+        ("16-bit staging buffer", "g*Psi_max*w", (opt > 0) & (not paper) & (cand.stage <= 2)),
+        ("parameter partition", "g*Psi*w/N_d", par == 1),
+        ("pinned NVMe swap buffers (parameters)", "g*n_pb*B_pb*w", par == 2),
+    ])
+
+
+def host_and_nvme_bytes(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """Host RAM per node (:func:`host_parts` summed) and NVMe bytes per node (:func:`nvme_bytes`).
+    Returns (host_bytes_per_node, nvme_bytes_per_node), float arrays."""
+    return host_parts(ctx, cand).value, nvme_bytes(ctx, cand)
+
+
+def nvme_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
+    """NVMe bytes per node for offloaded states: the optimizer states + fp32 master (NVMe optimizer offload) and
+    the 16-bit parameter partition (NVMe parameter offload) of each rank."""
+    n = _n(ctx, cand)
+    paper = ctx.scenario.assumptions.accounting == "paper"
+    K = (ctx.master_bytes if paper else 4.0) + ctx.optimizer_state_bytes
+    opt_nvme = np.where(cand.offload_optimizer == 2, K * ctx.trainable / n, 0.0)
+    par_nvme = np.where(cand.offload_param == 2, ctx.params * ctx.weight_bytes / n, 0.0)
+    return float(ctx.gpus_per_node) * (opt_nvme + par_nvme)
+
+
+def overhead_parts(ctx: Context, cand: Candidates, live: np.ndarray) -> TermParts:
+    """CUDA context + workspaces, plus allocator fragmentation x ``live`` (the other five terms' bytes)."""
+    a = ctx.scenario.assumptions
+    x = {"C": float(a.cuda_context_bytes), "f": a.allocator_fragmentation_fraction, "M_live": live}
+    return term("overhead", x, [("CUDA context", "C", True), ("allocator fragmentation", "f*M_live", True)])
+
+
+def memory_term_parts(ctx: Context, cand: Candidates) -> dict[str, TermParts]:
+    """Every per-GPU memory term (keys :data:`TERMS`) and "host_memory", as labelled parts."""
+    out = {"parameters": parameter_parts(ctx, cand), "gradients": gradient_parts(ctx, cand),
+           "optimizer_states": optimizer_state_parts(ctx, cand), "activations": activation_term(ctx, cand),
+           "buffers": buffer_parts(ctx, cand)}
+    live = sum(out[k].value for k in ("parameters", "gradients", "optimizer_states", "activations", "buffers"))
+    out["overhead"] = overhead_parts(ctx, cand, live)
+    out["host_memory"] = host_parts(ctx, cand)
+    return out
 
 
 def memory_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """All per-GPU terms (keys :data:`TERMS` plus "total"), and "host_per_node", "nvme_per_node", bytes."""
-    terms = model_state_bytes(ctx, cand)
-    terms["activations"] = activation_bytes(ctx, cand)
-    terms["buffers"] = buffer_bytes(ctx, cand)
-    a = ctx.scenario.assumptions
+    parts = memory_term_parts(ctx, cand)
+    terms = {k: parts[k].value for k in TERMS}
     live = sum(terms[k] for k in ("parameters", "gradients", "optimizer_states", "activations", "buffers"))
-    terms["overhead"] = a.cuda_context_bytes + a.allocator_fragmentation_fraction * live
     terms["total"] = live + terms["overhead"]
-    terms["host_per_node"], terms["nvme_per_node"] = host_and_nvme_bytes(ctx, cand)
+    terms["host_per_node"], terms["nvme_per_node"] = parts["host_memory"].value, nvme_bytes(ctx, cand)
     return terms

@@ -13,10 +13,12 @@ import bqplot as bq
 import ipywidgets as w
 import numpy as np
 
+from ..costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS
 from .state import MEMORY_TERMS, TIME_PARTS, MemoryView, ScalingView, TimeView
 
-TERM_COLORS = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#b279a2")
-TIME_COLORS = ("#4c78a8", "#e45756", "#eeca3b")
+TERM_COLORS = tuple(s.colour for s in MEMORY_SEGMENTS)
+TIME_COLORS = tuple(s.colour for s in TIME_SEGMENTS)
+"""Segment colours, bottom to top, from the cost model's term registry (the report and compare view use the same)."""
 LINE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                "#bcbd22", "#17becf")
 FIT_COLOR = "#2e7d32"

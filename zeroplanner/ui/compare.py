@@ -18,16 +18,16 @@ import bqplot as bq
 import ipywidgets as w
 import numpy as np
 
+from ..costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS, segment_value
 from ..explain import fmt_bytes_text, fmt_seconds_text
 from ..specs import Scenario
 from ..units import GIB
 
-MEMORY_TERMS = (("parameters", "Parameters"), ("gradients", "Gradients"), ("optimizer_states", "Optimizer states"),
-                ("activations", "Activations"), ("buffers", "Buffers"), ("overhead", "Overhead"))
-TIME_PARTS = (("compute", "Compute"), ("communication", "Exposed communication"),
-              ("offload", "Offload + CPU optimizer"))
-TERM_COLORS = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#b279a2")
-TIME_COLORS = ("#4c78a8", "#e45756", "#eeca3b")
+MEMORY_TERMS = tuple((s.key, s.label) for s in MEMORY_SEGMENTS)
+TIME_PARTS = tuple((s.key, s.label) for s in TIME_SEGMENTS)
+TERM_COLORS = tuple(s.colour for s in MEMORY_SEGMENTS)
+TIME_COLORS = tuple(s.colour for s in TIME_SEGMENTS)
+"""The charts' segments, names and colours, from the cost model's term registry (``costmodel.terms``)."""
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,11 @@ class Side:
 
     @property
     def memory_gib(self) -> np.ndarray:
-        return np.array([getattr(self.estimate.per_gpu_bytes, k) / GIB for k, _ in MEMORY_TERMS])
+        return np.array([segment_value(self.estimate, s) / GIB for s in MEMORY_SEGMENTS])
 
     @property
     def time_seconds(self) -> np.ndarray:
-        e = self.estimate
-        return np.array([e.compute_seconds_per_step, e.communication.exposed_seconds_per_step,
-                         e.offload_seconds_per_step + e.optimizer_seconds_per_step])
+        return np.array([segment_value(self.estimate, s) for s in TIME_SEGMENTS])
 
     @property
     def label(self) -> str:

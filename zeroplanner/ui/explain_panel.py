@@ -15,20 +15,20 @@ from typing import Any, Sequence
 
 import ipywidgets as w
 
+from ..costmodel import terms
+from ..costmodel.terms import TERM_INFO
 from ..explain import MEMORY_KEYS, explain, explain_time_segment, explanation_html
 from ..specs import Scenario
 
-MEMORY_LABELS = {"parameters": "Parameters", "gradients": "Gradients", "optimizer_states": "Optimizer states",
-                 "activations": "Activations", "buffers": "Buffers", "overhead": "Overhead"}
-TIME_SEGMENTS = (("compute", "Compute time"), ("communication", "Exposed communication"),
-                 ("offload", "Offload + CPU optimizer"))
-"""Step-time chart segments (the app's ``TIME_PARTS`` order) and their names here."""
+MEMORY_LABELS = {k: TERM_INFO[k].label for k in MEMORY_KEYS}
+TIME_SEGMENTS = tuple((s.key, s.label) for s in terms.TIME_SEGMENTS)
+"""Step-time chart segments (the app's ``TIME_PARTS`` order) and their names (``costmodel.terms``)."""
 TERM_OPTIONS: tuple[tuple[str, str], ...] = (
     *((f"{MEMORY_LABELS[k]} (memory)", k) for k in MEMORY_KEYS),
-    ("Host RAM per node", "host_memory"),
-    ("Bytes sent per GPU per step", "communication_volume"),
+    (TERM_INFO["host_memory"].title, "host_memory"),
+    (TERM_INFO["communication_volume"].title, "communication_volume"),
     *((f"{name} (time)", f"time:{k}") for k, name in TIME_SEGMENTS),
-    ("Step time", "step"),
+    (TERM_INFO["step"].title, "step"),
 )
 """Dropdown entries: (label, key); time segments are prefixed "time:"."""
 

@@ -20,10 +20,12 @@ from functools import lru_cache
 from typing import Any, Literal, Mapping
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import catalog
-from ..specs import Architecture, Scenario
+from ..costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS
+from ..inputs import BY_KEY, INPUTS, Input, input_for_error, set_path
+from ..specs import Scenario
 from ..units import GIB
 
 CUSTOM_MODEL = "(custom size)"
@@ -31,22 +33,12 @@ CUSTOM_MODEL = "(custom size)"
 RECOMMENDED = "Recommended"
 """Config-preview entry meaning "the planner's choice"."""
 
-MEMORY_TERMS: tuple[tuple[str, str], ...] = (
-    ("parameters", "Parameters"),
-    ("gradients", "Gradients"),
-    ("optimizer_states", "Optimizer states"),
-    ("activations", "Activations"),
-    ("buffers", "Buffers"),
-    ("overhead", "Overhead"),
-)
-"""Keys of ``Estimate.per_gpu_bytes`` stacked in the memory chart, bottom to top, with their on-screen names."""
+MEMORY_TERMS: tuple[tuple[str, str], ...] = tuple((s.key, s.label) for s in MEMORY_SEGMENTS)
+"""Keys of ``Estimate.per_gpu_bytes`` stacked in the memory chart, bottom to top, with their on-screen names
+(from the cost model's term registry, ``costmodel.terms.MEMORY_SEGMENTS``)."""
 
-TIME_PARTS: tuple[tuple[str, str], ...] = (
-    ("compute", "Compute"),
-    ("communication", "Exposed communication"),
-    ("offload", "Offload + CPU optimizer"),
-)
-"""Segments of the step-time chart, bottom to top."""
+TIME_PARTS: tuple[tuple[str, str], ...] = tuple((s.key, s.label) for s in TIME_SEGMENTS)
+"""Segments of the step-time chart, bottom to top (``costmodel.terms.TIME_SEGMENTS``)."""
 
 SCALING_NODES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
 """Node counts of the scaling chart. Fixed (the current node count is a vertical line, not an extra point), so a
@@ -66,15 +58,12 @@ class AppState(BaseModel):
     network_name: str
     config_variant: str = RECOMMENDED
     config_mode: ConfigMode = "deepspeed"
-    zero_hpz_partition_size: int = Field(default=1, ge=1, le=1024)
-    zero_quantized_weights: bool = False
-    zero_quantized_gradients: bool = False
-    """ZeRO++ settings of the extra "ZeRO-3 + ZeRO++" variant (shown when any is on; ZeRO++ needs stage 3, so
-    they live here rather than on the scenario, whose stage the planner chooses)."""
 
     @property
     def zeropp(self) -> bool:
-        return self.zero_hpz_partition_size > 1 or self.zero_quantized_weights or self.zero_quantized_gradients
+        """Whether the scenario sets any ZeRO++ option (the app then adds a "ZeRO-3 + ZeRO++" chart variant)."""
+        z = self.scenario.zero
+        return z.zero_hpz_partition_size > 1 or z.zero_quantized_weights or z.zero_quantized_gradients
 
 
 def default_state() -> AppState:
@@ -104,99 +93,6 @@ def state_from_scenario(scenario: Scenario, **ui: Any) -> AppState:
 # --------------------------------------------------------------------------------------------------------------
 # Changes
 # --------------------------------------------------------------------------------------------------------------
-def _set(data: dict, path: str, value: Any) -> None:
-    keys = path.split(".")
-    node = data
-    for key in keys[:-1]:
-        node = node[key]
-    node[keys[-1]] = value
-
-
-def _model(data: dict, ui: dict, value: str) -> None:
-    if value == CUSTOM_MODEL:
-        ui["model_name"] = CUSTOM_MODEL
-        return
-    data["model"] = catalog.model(value).model_dump()
-    ui["model_name"] = value
-
-
-def _model_params_b(data: dict, ui: dict, value: float) -> None:
-    parameters = int(round(float(value) * 1e9))
-    data["model"] = Architecture.from_parameter_count(parameters).model_dump()
-    ui["model_name"] = CUSTOM_MODEL
-
-
-def _gpu(data: dict, ui: dict, value: str) -> None:
-    data["cluster"]["gpu"] = catalog.gpu(value).model_dump()
-    data["cluster"]["gpu_memory_bytes"] = None
-    ui["gpu_name"] = value
-
-
-def _gpu_memory_gib(data: dict, ui: dict, value: float) -> None:
-    data["cluster"]["gpu_memory_bytes"] = int(round(float(value) * GIB))
-
-
-def _network(data: dict, ui: dict, value: str) -> None:
-    data["cluster"]["network"] = catalog.network(value).model_dump()
-    ui["network_name"] = value
-
-
-def _inter_node_gbps(data: dict, ui: dict, value: float) -> None:
-    """Per-node inter-node bandwidth (all NICs together), Gbit/s: keeps the preset's NIC count, efficiency and
-    latency and sets the per-NIC link rate."""
-    net = data["cluster"]["network"]
-    nics = int(net.get("nics_per_node", 1))
-    net["link_gbps"] = float(value) / nics
-    preset = ui["network_name"]
-    net["name"] = f"{preset} at {float(value):.4g} Gb/s per node"
-
-
-def _offload_device(data: dict, ui: dict, value: str) -> None:
-    """Device of the offload variants the planner prices ('cpu' or 'nvme'), recorded on the scenario's offload
-    blocks only where the scenario already offloads."""
-    for block in ("offload_optimizer", "offload_param"):
-        if data["zero"][block]["device"] != "none":
-            data["zero"][block]["device"] = value
-    ui["offload_device"] = value
-
-
-def _pin_memory(data: dict, ui: dict, value: bool) -> None:
-    for block in ("offload_optimizer", "offload_param"):
-        data["zero"][block]["pin_memory"] = bool(value)
-
-
-def _overlap_comm(data: dict, ui: dict, value: Any) -> None:
-    data["zero"]["overlap_comm"] = {"default": None, "on": True, "off": False}.get(value, value)
-
-
-def _int_path(path: str):
-    def setter(data: dict, ui: dict, value: Any) -> None:
-        _set(data, path, int(round(float(value))))
-
-    return setter
-
-
-def _float_path(path: str):
-    def setter(data: dict, ui: dict, value: Any) -> None:
-        _set(data, path, float(value))
-
-    return setter
-
-
-def _plain_path(path: str):
-    def setter(data: dict, ui: dict, value: Any) -> None:
-        _set(data, path, value)
-
-    return setter
-
-
-def _gib_path(path: str):
-    def setter(data: dict, ui: dict, value: Any) -> None:
-        _set(data, path, int(round(float(value) * GIB)))
-
-    return setter
-
-
 def _ui(key: str):
     def setter(data: dict, ui: dict, value: Any) -> None:
         ui[key] = value
@@ -204,41 +100,40 @@ def _ui(key: str):
     return setter
 
 
+_UI_NAMES = {"model": "model_name", "gpu": "gpu_name", "network": "network_name"}
+
+
+def _input_setter(inp: Input):
+    """How the control of ``inp`` changes the state: the table's own ``apply`` (the same code the CLI and links
+    go through), plus the catalog selection shown in the dropdowns, plus what the input needs in the app, which
+    has no stage control (ZeRO++ -> stage 3)."""
+    ui_name = _UI_NAMES.get(inp.key)
+
+    def setter(data: dict, ui: dict, value: Any) -> None:
+        if inp.key == "model" and value == CUSTOM_MODEL:
+            ui["model_name"] = CUSTOM_MODEL
+            return
+        value = inp.from_widget(value)
+        inp.apply(data, value)
+        if inp.key == "params":
+            ui["model_name"] = CUSTOM_MODEL
+        if ui_name is not None:
+            ui[ui_name] = value
+        if value != inp.default:
+            for path, implied in inp.app_implies:
+                set_path(data, path, implied)
+
+    return setter
+
+
 SETTERS = {
-    # main controls
-    "model": _model,
-    "model_params_b": _model_params_b,
-    "gpu": _gpu,
-    "gpu_memory_gib": _gpu_memory_gib,
-    "gpus_per_node": _int_path("cluster.gpus_per_node"),
-    "nodes": _int_path("cluster.nodes"),
-    "network": _network,
-    "inter_node_gbps": _inter_node_gbps,
-    # advanced
-    "cpu_memory_gib": _gib_path("cluster.cpu_memory_bytes"),
-    "seq_len": _int_path("training.seq_len"),
-    "micro_batch": _int_path("training.micro_batch"),
-    "grad_accum": _int_path("training.grad_accum"),
-    "precision": _plain_path("training.precision"),
-    "optimizer": _plain_path("training.optimizer"),
-    "checkpointing": _plain_path("training.checkpointing"),
-    "flash_attention": _plain_path("training.flash_attention"),
-    "lora_rank": _int_path("training.lora_rank"),
-    "qlora": _plain_path("training.qlora"),
-    "pin_memory": _pin_memory,
-    "reduce_bucket_size": _int_path("zero.reduce_bucket_size"),
-    "allgather_bucket_size": _int_path("zero.allgather_bucket_size"),
-    "stage3_prefetch_bucket_size": _int_path("zero.stage3_prefetch_bucket_size"),
-    "overlap_comm": _overlap_comm,
-    "zero_hpz_partition_size": _ui("zero_hpz_partition_size"),
-    "zero_quantized_weights": _ui("zero_quantized_weights"),
-    "zero_quantized_gradients": _ui("zero_quantized_gradients"),
-    "mfu": _float_path("assumptions.mfu"),
+    **{inp.control_key: _input_setter(inp) for inp in INPUTS if inp.control_key},
     # UI-only choices
     "config_variant": _ui("config_variant"),
     "config_mode": _ui("config_mode"),
 }
-"""Control key -> how its value changes the state. Keys are the names :mod:`zeroplanner.ui.controls` uses."""
+"""Control key -> how its value changes the state: one per input of :data:`zeroplanner.inputs.INPUTS` that has a
+widget (keys as :mod:`zeroplanner.ui.controls` uses them), and the config preview's choices."""
 
 
 def apply_changes(state: AppState, changes: Mapping[str, Any]) -> AppState:
@@ -253,9 +148,11 @@ def apply_changes(state: AppState, changes: Mapping[str, Any]) -> AppState:
         if key not in SETTERS:
             raise KeyError(f"unknown control {key!r}")
         SETTERS[key](data, ui, value)
-    ui.pop("offload_device", None)
     scenario = Scenario.model_validate(data)
     return AppState(scenario=scenario, **ui)
+
+
+_RANGE_ERRORS = ("greater_than_equal", "greater_than", "less_than_equal", "less_than")
 
 
 def error_message(exc: BaseException) -> str:
@@ -265,6 +162,12 @@ def error_message(exc: BaseException) -> str:
         for err in exc.errors()[:4]:
             loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
             msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+            key = input_for_error(tuple(err.get("loc", ())), msg) if err.get("type") in _RANGE_ERRORS else None
+            if key is not None and key in BY_KEY and BY_KEY[key].low is not None:
+                inp = BY_KEY[key]  # the range in the control's unit (GiB, not bytes)
+                got = err.get("input")
+                got = got / inp.scale if isinstance(got, (int, float)) and inp.scale != 1 else got
+                msg = f"{inp.label} must be in {inp.range_text} (got {got!r})"
             lines.append(f"{loc}: {msg}" if loc else msg)
         return "; ".join(lines)
     if isinstance(exc, KeyError) and exc.args:
@@ -355,23 +258,22 @@ def _variants(plan: Any) -> list[tuple[str, Scenario, Any]]:
 
 def zeropp_label(state: AppState) -> str:
     """Chart label of the ZeRO++ variant, e.g. 'ZeRO-3 + ZeRO++ (hpZ 8, qwZ, qgZ)'."""
+    z = state.scenario.zero
     parts = []
-    if state.zero_hpz_partition_size > 1:
-        parts.append(f"hpZ {state.zero_hpz_partition_size}")
-    if state.zero_quantized_weights:
+    if z.zero_hpz_partition_size > 1:
+        parts.append(f"hpZ {z.zero_hpz_partition_size}")
+    if z.zero_quantized_weights:
         parts.append("qwZ")
-    if state.zero_quantized_gradients:
+    if z.zero_quantized_gradients:
         parts.append("qgZ")
     return f"ZeRO-3 + ZeRO++ ({', '.join(parts)})"
 
 
 def zeropp_scenario(state: AppState) -> Scenario:
-    """The state's scenario at ZeRO-3 without offload and with its ZeRO++ settings (validated: raises
-    ``ValidationError`` naming the field, e.g. for zero_hpz_partition_size that does not divide the GPUs)."""
+    """The state's scenario at ZeRO-3 without offload, with its ZeRO++ settings (validated: raises
+    ``ValidationError`` naming the field)."""
     data = state.scenario.model_dump()
-    data["zero"].update(stage=3, zero_hpz_partition_size=state.zero_hpz_partition_size,
-                        zero_quantized_weights=state.zero_quantized_weights,
-                        zero_quantized_gradients=state.zero_quantized_gradients)
+    data["zero"]["stage"] = 3
     for block in ("offload_optimizer", "offload_param"):
         data["zero"][block]["device"] = "none"
     return Scenario.model_validate(data)

@@ -18,11 +18,12 @@ from typing import Any, Callable
 
 import ipywidgets as w
 
-from .. import catalog
 from ..explain import Explanation, explain, explanation_html, fmt_bytes_text
 from ..scenarios import build_scenario
 from ..specs import Scenario, replace
+from ..inputs import BY_KEY, CATALOG_KINDS
 from ..units import GIB
+from .controls import make_widget, widget_options
 
 _DESC = {"description_width": "120px"}
 
@@ -38,6 +39,10 @@ STEPS: tuple[tuple[str, str], ...] = (
 """Step keys and titles, in order."""
 
 MODEL_STATES = ("parameters", "gradients", "optimizer_states")
+
+TUTORIAL_CONTROLS: dict[str, dict[str, Any]] = {"model": {}, "gpu": {}, "gpus_per_node": {}, "nodes": {"high": 64},
+                                                "network": {}}
+"""Inputs of :data:`zeroplanner.inputs.INPUTS` the tutorial shows (its widget row, with these changes)."""
 
 _CSS = """
 <style>
@@ -364,20 +369,16 @@ class Tutorial:
         self._steps: dict[str, TutorialStep] = {}
         self._quiet = False
         self._plan_cache: tuple[Scenario, Any] | None = None
-        c = self.scenario.cluster
-        model = self.scenario.model.name if self.scenario.model.name in catalog.model_names() else None
-        self.widgets: dict[str, w.Widget] = {
-            "model": w.Dropdown(options=catalog.model_names(), value=model, description="Model", style=_DESC),
-            "gpu": w.Dropdown(options=catalog.gpu_names(), value=c.gpu.name if c.gpu.name in catalog.gpu_names()
-                              else None, description="GPU", style=_DESC),
-            "gpus_per_node": w.IntSlider(value=c.gpus_per_node, min=1, max=16, description="GPUs per node",
-                                         continuous_update=False, style=_DESC),
-            "nodes": w.IntSlider(value=c.nodes, min=1, max=64, description="Nodes", continuous_update=False,
-                                 style=_DESC),
-            "network": w.Dropdown(options=catalog.network_names(),
-                                  value=c.network.name if c.network.name in catalog.network_names() else None,
-                                  description="Network", style=_DESC),
-        }
+        self.widgets: dict[str, w.Widget] = {}
+        for key, overrides in TUTORIAL_CONTROLS.items():
+            inp = BY_KEY[key]
+            value = inp.read(self.scenario)
+            options = widget_options(inp)
+            if inp.kind == "model":
+                options = options[1:]  # no "(custom size)": the tutorial's models are catalog models
+            if inp.kind in CATALOG_KINDS and value not in options:
+                value = None
+            self.widgets[key] = make_widget(inp, value, style=_DESC, layout=None, options=options, **overrides)
         for key, widget in self.widgets.items():
             widget.observe(lambda ch, k=key: self._changed(k, ch["new"]), names="value")
         self.controls = w.VBox([w.HTML(_CSS + "<b>Scenario for every step below</b>"),

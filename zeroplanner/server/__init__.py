@@ -1,0 +1,163 @@
+"""Server settings for serving the planner page with Voilà (``zeroplanner app``, binder).
+
+Kept as Python data (no package-data files needed) so a wheel install carries them. Nothing here imports voila,
+ipywidgets or bqplot; :mod:`zeroplanner.cli_app` imports voila only when the ``app`` command runs.
+
+Kernel culling: Voilà runs one kernel per open page. A page that is closed normally shuts its kernel down (Voilà's
+``shutdown_kernel_handler``); a tab that is killed or a laptop that sleeps leaves the kernel running. jupyter_server's
+``MappingKernelManager`` culler removes such kernels: every ``cull_interval`` seconds it shuts down kernels that have
+been idle for ``cull_idle_timeout`` seconds and have no open connection (``cull_connected=False`` keeps a page that
+is still open alive). The same values are used by ``binder/jupyter_config.json`` (a test checks they agree); the
+pattern follows Voilà's deployment guide (voila-dashboards/voila, docs/deploy.md, "Setting the kernel cull
+parameters").
+
+Kernel cap: at most :data:`DEFAULT_MAX_KERNELS` kernels; a visitor over it gets a "planner is full" page (HTTP 503)
+instead of a kernel (:mod:`zeroplanner.server.voila_app`, which imports voila and is loaded only by the server).
+The figures behind these settings (memory per kernel, 30 simultaneous visitors, culling) are in
+``docs/reliability.md``, produced by ``benchmarks/load_voila.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CULL_SETTINGS: dict[str, dict[str, object]] = {
+    "MappingKernelManager": {
+        "cull_idle_timeout": 600,
+        "cull_interval": 60,
+        "cull_connected": False,
+        "cull_busy": True,
+    }
+}
+"""jupyter_server kernel-culling settings, seconds (idle 10 min, checked every minute). ``cull_busy=True``: the
+server's idea of "busy" comes from the kernel's IOPub status messages, and a 30-page run of
+``benchmarks/load_voila.py`` left two kernels that the server still marked "busy" (last activity minutes earlier,
+0% CPU, no page connected) and that ``cull_busy=False`` would never cull. A kernel that is really busy with no page
+connected for 10 minutes has nobody waiting for it, so it is culled too."""
+
+DEFAULT_MAX_KERNELS = 50
+"""Most kernels at once (visitors' plus the pre-heated one) for ``zeroplanner app``: the issue's workshop size of
+30-50 people; each kernel holds about 0.1-0.2 GB (``docs/reliability.md``). Over it a visitor gets the "planner is
+full" page (:mod:`zeroplanner.server.voila_app`). ``zeroplanner app --max-kernels N`` changes it."""
+
+BINDER_MAX_KERNELS = 8
+"""Kernel cap on mybinder.org, whose containers have 1-2 GB of memory and serve one person."""
+
+KERNEL_MANAGER_CLASS = "zeroplanner.server.voila_app.ZeroplannerKernelManager"
+"""Kernel manager with the cap (``jupyter_server``'s ``AsyncMappingKernelManager`` subclass)."""
+
+IOPUB_TIMEOUT_SECONDS = 300
+"""How long Voilà waits, after the page's cell has finished, for the kernel's remaining output messages (nbclient's
+``iopub_timeout``, default 4 s). When it runs out, nbclient logs "Timeout waiting for IOPub output" and DROPS the
+cell's outputs: the page then shows the title but no app. Measured with ``benchmarks/load_voila.py``: 10 pages
+opened at once on 2 busy cores lost the app on 8 of 10 pages with 4 s; 30 pages lost it on 1 of 30 with 60 s (the
+server's one event loop reads every page's execution output, ~400 messages per page, while it serves the 30 pages'
+websockets). The wait ends as soon as the kernel reports idle, so a longer limit costs nothing when the server keeps
+up; 300 s is the load test's own per-page limit."""
+
+IOPUB_HWM_MESSAGES = 10_000
+"""ZeroMQ high-water mark, in messages, of the kernel's IOPub send queue (:mod:`zeroplanner.server.kernel`) and
+of the server's receive queues from kernels (:class:`~zeroplanner.server.voila_app.ZeroplannerKernelManager`),
+instead of ZeroMQ's default 1000. A PUB socket drops messages to a subscriber whose queue is full. The page's
+largest burst, measured with ``benchmarks/load_voila.py``: 1,098 IOPub messages when ipywidgets falls back to asking
+for each of the page's widgets (busy, update, idle per widget; 362 widgets then, 337 since the compare charts are
+built at the first pin). At the default 1000, 30-visitor runs with every page on that path lost the burst's tail on
+1-3 pages in 3 of 4 runs (the server received 999-1042 of 1098 messages), and those pages never drew. 10,000 is 9x the burst; unlike 0 (no limit) it still bounds what a kernel that floods
+output can queue."""
+
+KERNEL_MODULE = "zeroplanner.server.kernel"
+"""Module the server runs instead of ``ipykernel_launcher`` for Python kernels (same command-line arguments)."""
+
+TEMPLATE = "zeroplanner"
+"""Voilà template shipped in ``share/voila/templates/zeroplanner`` (the "lab" template without CDN stylesheets)."""
+
+VOILA_SETTINGS: dict[str, dict[str, object]] = {
+    "Voila": {"ip": "127.0.0.1", "port_retries": 0},
+    "VoilaConfiguration": {
+        "show_tracebacks": False,
+        "strip_sources": True,
+        "theme": "light",
+        "template": TEMPLATE,
+        "allow_template_override": "NO",
+        "preheat_kernel": True,
+        "default_pool_size": 1,
+        "multi_kernel_manager_class": KERNEL_MANAGER_CLASS,
+    },
+    "ZeroplannerKernelManager": {"max_kernels": DEFAULT_MAX_KERNELS},
+    "KernelManager": {"transport": "ipc"},
+    "VoilaExecutor": {"iopub_timeout": IOPUB_TIMEOUT_SECONDS},
+}
+"""Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
+use the offline-clean template and ignore a ``?template=`` argument (a visitor cannot switch the page to another
+installed template), and keep one pre-heated kernel (the notebook already executed) ready so a page
+opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``; Voilà
+does not cull its pooled kernels, ``voila_kernel_manager.py``), and cap the kernel count
+(:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.server.voila_app`). Kernels talk to the server over Unix
+sockets in Voilà's private connection folder (``KernelManager.transport = "ipc"``), not TCP ports on 127.0.0.1:
+no other local user can connect to a kernel, and 30 kernels starting at once cannot race for the same free port
+(with TCP, a 30-page run of ``benchmarks/load_voila.py`` logged ``ZMQError: Address already in use`` in a kernel's
+heartbeat thread). :data:`IOPUB_TIMEOUT_SECONDS` keeps a loaded server from dropping the app from a page."""
+
+SHARE_DIR = Path(__file__).resolve().parent / "share"
+"""A Jupyter data directory holding ``voila/templates/zeroplanner``; put it on ``JUPYTER_PATH``."""
+
+
+def voila_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) with :data:`SHARE_DIR` first on ``JUPYTER_PATH`` so Voilà finds the
+    template."""
+    env = dict(os.environ if base is None else base)
+    parts = [str(SHARE_DIR)] + [p for p in env.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+    env["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(parts))
+    return env
+
+DEFAULT_PORT = 8866
+"""Voilà's own default port."""
+
+PLANNER_NOTEBOOK_CELLS: tuple[tuple[str, str], ...] = (
+    (
+        "markdown",
+        "# ZeRO planner\n\nPick a model, GPUs and a network: see per-GPU memory, step time and the DeepSpeed "
+        "config for every ZeRO stage, recomputed as you move the controls.",
+    ),
+    ("code", "from zeroplanner.ui import PlannerApp\n\nPlannerApp()"),
+)
+"""Cells of ``notebooks/planner.ipynb`` (a test checks the file matches), used to write the page when the package
+is installed without the repository's ``notebooks/`` folder."""
+
+
+def repo_notebook() -> Path:
+    """``notebooks/planner.ipynb`` beside the package in a source checkout (may not exist in a wheel install)."""
+    return Path(__file__).resolve().parents[2] / "notebooks" / "planner.ipynb"
+
+
+def voila_argv(notebook: str | Path, port: int = DEFAULT_PORT, open_browser: bool = False,
+               max_kernels: int | None = None, cull_idle_seconds: int | None = None) -> list[str]:
+    """Command-line arguments for ``voila`` (or ``Voila.launch_instance(argv=...)``) serving ``notebook``.
+
+    ``max_kernels`` overrides :data:`DEFAULT_MAX_KERNELS`; ``cull_idle_seconds`` overrides the idle timeout of
+    :data:`CULL_SETTINGS` (the culler then checks every ``min(60, max(1, cull_idle_seconds // 4))`` seconds).
+    Raises ``ValueError`` if ``port`` is outside 1..65535, ``max_kernels`` outside 1..10000 or
+    ``cull_idle_seconds`` outside 1..86400.
+    """
+    if not 1 <= int(port) <= 65535:
+        raise ValueError(f"port={port} must be between 1 and 65535")
+    voila = {cls: dict(values) for cls, values in VOILA_SETTINGS.items()}
+    cull = {cls: dict(values) for cls, values in CULL_SETTINGS.items()}
+    if max_kernels is not None:
+        if not 1 <= int(max_kernels) <= 10000:
+            raise ValueError(f"max_kernels={max_kernels} must be between 1 and 10000")
+        voila["ZeroplannerKernelManager"]["max_kernels"] = int(max_kernels)
+    if cull_idle_seconds is not None:
+        if not 1 <= int(cull_idle_seconds) <= 86400:
+            raise ValueError(f"cull_idle_seconds={cull_idle_seconds} must be between 1 and 86400")
+        cull["MappingKernelManager"]["cull_idle_timeout"] = int(cull_idle_seconds)
+        cull["MappingKernelManager"]["cull_interval"] = min(60, max(1, int(cull_idle_seconds) // 4))
+    argv = [str(notebook), f"--port={int(port)}"]
+    for section in (voila, cull):
+        for cls, values in section.items():
+            for key, value in values.items():
+                argv.append(f"--{cls}.{key}={value}")
+    if not open_browser:
+        argv.append("--no-browser")
+    return argv

@@ -1,0 +1,269 @@
+"""A maximum kernel count for the planner's Voilà server, with a friendly "the planner is full" page.
+
+Every Voilà visitor gets a kernel process (about 0.1-0.2 GB each, measured in ``docs/reliability.md``), so a
+workshop of unbounded size can run the server out of memory. This module caps the number of kernels:
+
+* :class:`ZeroplannerKernelManager` -- jupyter_server's ``AsyncMappingKernelManager`` with a ``max_kernels`` trait
+  (:data:`DEFAULT_MAX_KERNELS`). ``start_kernel`` counts running and starting kernels (pre-heated ones included:
+  the cap bounds processes, i.e. memory). A visitor's kernel over the cap raises :class:`KernelLimitReached`
+  (HTTP 503, before any byte of the page is written, so the visitor gets an error page, not half a page). Voilà's
+  pre-heated-kernel refill (environment ``VOILA_PREHEAT=True``, ``voila/voila_kernel_manager.py``) does not fail
+  when the server is full: it waits until a kernel is shut down or culled, then starts, so the pool fills again.
+  Used by ``zeroplanner app`` (``VoilaConfiguration.multi_kernel_manager_class``) and by binder
+  (``ServerApp.kernel_manager_class`` in ``binder/jupyter_config.json``, where jupyter_server's own error page
+  shows the message).
+* :class:`CappedVoilaHandler` -- Voilà's page handler that answers :func:`full_page_html` (HTTP 503,
+  ``Retry-After``) when no pre-heated kernel is ready and the cap is reached. Needed because Voilà hands a visitor
+  the pre-heated kernel without calling ``start_kernel``: without this check the visitor who arrives while the
+  refill waits would wait with it.
+* :class:`ZeroplannerVoila` -- ``voila.app.Voila`` serving the page with :class:`CappedVoilaHandler`; what
+  ``zeroplanner app`` launches.
+
+Imports voila and jupyter_server: only :mod:`zeroplanner.cli_app` (when the ``app`` command runs) and the server
+(by class name) import it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import gc
+import os
+import sys
+from typing import Any
+
+import zmq
+from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager, ServerKernelManager
+from tornado import web
+from traitlets import Float, Int, default
+from voila.app import Voila
+from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
+from voila.tornado.handler import TornadoVoilaHandler
+
+from . import DEFAULT_MAX_KERNELS, IOPUB_HWM_MESSAGES, KERNEL_MODULE
+
+SERVER_KERNEL_MANAGER_CLASS = "zeroplanner.server.voila_app.ZeroplannerServerKernelManager"
+
+RETRY_AFTER_SECONDS = 30
+"""``Retry-After`` of the full page, and its automatic reload interval, seconds."""
+
+
+class KernelLimitReached(web.HTTPError):
+    """HTTP 503: the server already runs ``max_kernels`` kernels. ``log_message`` is the visitor-facing text
+    (jupyter_server's error page shows it)."""
+
+    def __init__(self, max_kernels: int) -> None:
+        self.max_kernels = int(max_kernels)
+        super().__init__(
+            503,
+            "The planner is full: %d people are using it on this server. Please try again in a few minutes.",
+            self.max_kernels,
+            reason="Planner full: please try again in a few minutes",
+        )
+
+
+def full_page_html(max_kernels: int, retry_after_seconds: int = RETRY_AFTER_SECONDS) -> str:
+    """The page a visitor over the cap sees: what happened, what to do, and an automatic retry (meta refresh)."""
+    n = int(max_kernels)
+    s = int(retry_after_seconds)
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='refresh' content='{s}'><title>ZeRO planner: full</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:40em;margin:4em auto;line-height:1.5;color:#222}"
+        "h1{font-size:1.4em}</style></head><body class='zp-full'>"
+        "<h1>The planner is full right now</h1>"
+        f"<p>This server runs at most {n} planner sessions at once, and all of them are in use.</p>"
+        f"<p>This page tries again by itself every {s} seconds. Sessions that are left idle are closed "
+        "automatically, so a place should free up soon.</p>"
+        "<p>If you are running a workshop: start the server with a higher <code>--max-kernels</code> "
+        "(each session needs about 0.2 GB of memory).</p>"
+        "</body></html>"
+    )
+
+
+class ZeroplannerServerKernelManager(ServerKernelManager):
+    """jupyter_server's per-kernel manager, starting Python kernels with :mod:`zeroplanner.server.kernel`
+    (ipykernel with a deeper IOPub queue) instead of ``ipykernel_launcher``.
+
+    Only a kernel command of the form ``PYTHON -m ipykernel_launcher ARGS...`` (ipykernel's own kernelspec) with the
+    server's own Python is changed, to ``PYTHON -m zeroplanner.server.kernel ARGS...``; any other kernelspec
+    starts as written.
+    """
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        return with_planner_kernel(super().format_kernel_cmd(extra_arguments))
+
+
+def with_planner_kernel(cmd: list[str]) -> list[str]:
+    """``cmd`` with ``-m ipykernel_launcher`` replaced by ``-m`` :data:`KERNEL_MODULE` (a new list). ``cmd`` is
+    returned unchanged when it does not run ``ipykernel_launcher`` as its module, or runs it with another Python
+    than the server's own (``sys.executable``; another environment may not have zeroplanner installed)."""
+    out = list(cmd)
+    if not out or os.path.realpath(out[0]) != os.path.realpath(sys.executable):
+        return out
+    for i in range(1, len(out) - 1):
+        if out[i] == "-m" and out[i + 1] == "ipykernel_launcher":
+            out[i + 1] = KERNEL_MODULE
+            break
+    return out
+
+
+class ZeroplannerKernelManager(AsyncMappingKernelManager):
+    """``AsyncMappingKernelManager`` with at most ``max_kernels`` kernels (running + starting).
+
+    Raises :class:`KernelLimitReached` from ``start_kernel`` for a visitor's kernel over the cap; a pre-heated
+    refill waits instead (polling every ``preheat_wait_seconds``). Culling settings (``MappingKernelManager.*``)
+    apply unchanged: this is a subclass. Kernels are started by :class:`ZeroplannerServerKernelManager`, and the
+    server's sockets to them queue up to :data:`IOPUB_HWM_MESSAGES` received messages (ZMQ_RCVHWM) instead of 1000.
+    """
+
+    max_kernels = Int(
+        DEFAULT_MAX_KERNELS, config=True,
+        help="Most kernels (visitors' and pre-heated) at once; a visitor over it gets the 'planner is full' page.",
+    )
+    preheat_wait_seconds = Float(
+        1.0, config=True, help="Poll interval, seconds, of a pre-heated kernel refill waiting for a free slot.",
+    )
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._zp_reserved: set[str] = set()
+        self._zp_closing = False
+        # receive queues from kernels (IOPub above all) as deep as the kernel's send queue (IOPUB_HWM_MESSAGES)
+        self.context.setsockopt(zmq.RCVHWM, IOPUB_HWM_MESSAGES)
+
+    @default("kernel_manager_class")
+    def _default_kernel_manager_class(self) -> str:
+        return SERVER_KERNEL_MANAGER_CLASS
+
+    def kernels_in_use(self) -> int:
+        """Kernels running or starting (ids are reserved before the start, so concurrent starts count)."""
+        return len(set(self._kernels) | set(self._pending_kernels) | self._zp_reserved)
+
+    def is_full(self) -> bool:
+        return self.kernels_in_use() >= self.max_kernels
+
+    async def start_kernel(self, *, kernel_id: str | None = None, **kwargs: Any) -> str:
+        if kernel_id is not None and kernel_id in self:  # jupyter_server returns the existing kernel
+            return await super().start_kernel(kernel_id=kernel_id, **kwargs)
+        env = kwargs.get("env") or {}
+        preheat = str(env.get("VOILA_PREHEAT", "")) == "True"
+        while self.is_full():
+            if not preheat:
+                self.log.warning("kernel limit reached (%d kernels); refusing a new visitor", self.max_kernels)
+                raise KernelLimitReached(self.max_kernels)
+            if self._zp_closing:
+                raise RuntimeError("the server is shutting down; not refilling the pre-heated kernel pool")
+            await asyncio.sleep(self.preheat_wait_seconds)
+        kid = kernel_id or self.new_kernel_id()
+        self._zp_reserved.add(kid)  # counted from now on, before the first await below
+        try:
+            return await super().start_kernel(kernel_id=kid, **kwargs)
+        finally:
+            self._zp_reserved.discard(kid)
+
+    async def cull_kernel_if_idle(self, kernel_id: str) -> None:
+        """Skip a kernel that is still starting, else jupyter_server's check.
+
+        jupyter_server 2.x registers a kernel in ``_kernels`` before it sets ``kernel.last_activity``
+        (``MappingKernelManager._async_start_kernel``); a cull tick in between reads the unset trait, traitlets raises
+        ``TraitError: ... 'last_activity' ... expected a datetime, not the NoneType`` (``hasattr`` does not catch it),
+        and the server logs that traceback. Seen in a 3-visitor ``benchmarks/load_voila.py`` run with a 2 s cull
+        interval. A starting kernel is not idle; the next tick checks it.
+        """
+        kernel = self._kernels.get(kernel_id)
+        if kernel is not None and not kernel.trait_has_value("last_activity"):
+            return
+        await super().cull_kernel_if_idle(kernel_id)
+
+    async def shutdown_kernel(self, kernel_id: str, *args: Any, **kwargs: Any) -> None:
+        await super().shutdown_kernel(kernel_id, *args, **kwargs)
+        release_freed_memory()
+
+    async def shutdown_all(self, *args: Any, **kwargs: Any) -> None:
+        self._zp_closing = True
+        await super().shutdown_all(*args, **kwargs)
+
+
+def release_freed_memory() -> bool:
+    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim(0)``), so the server's memory
+    falls back after a workshop's kernels are shut down instead of staying at its high-water mark. Returns whether
+    ``malloc_trim`` was available (glibc only; elsewhere this only collects garbage)."""
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
+def ready_preheated_kernel(kernel_manager: Any, notebook: str | None) -> bool:
+    """True when Voilà's pool for ``notebook`` has a started kernel at its head (what the next visitor gets)."""
+    pools = getattr(kernel_manager, "_pools", None) or {}
+    pool = pools.get(notebook) or []
+    if not pool:
+        return False
+    head = pool[0]
+    return head.done() and not head.cancelled() and head.exception() is None
+
+
+class CappedVoilaHandler(TornadoVoilaHandler):
+    """Voilà's page handler, answering the "planner is full" page instead of queueing a visitor the server cannot
+    give a kernel."""
+
+    @web.authenticated
+    async def get(self, path: str | None = None) -> None:
+        km = self.kernel_manager
+        is_full = getattr(km, "is_full", None)
+        if is_full is not None and is_full() and not ready_preheated_kernel(km, self.notebook_path or path):
+            raise KernelLimitReached(km.max_kernels)
+        await super().get(path)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        if isinstance(exc, KernelLimitReached):
+            self.set_header("Content-Type", "text/html; charset=utf-8")
+            self.set_header("Retry-After", str(RETRY_AFTER_SECONDS))
+            self.set_header("Cache-Control", "no-store")
+            self.finish(full_page_html(exc.max_kernels))
+            return
+        super().write_error(status_code, **kwargs)
+
+
+class BeaconShutdownKernelHandler(VoilaShutdownKernelHandler):
+    """Voilà's "shut my kernel down" endpoint (``POST /voila/api/shutdown/<kernel_id>``), accepting the page's
+    request without an XSRF token; the request's ``Origin`` must still be this server.
+
+    The page sends that request with ``navigator.sendBeacon`` when it is closed or reloaded (voila-dashboards/voila
+    #972), which cannot add jupyter_server's ``X-XSRFToken`` header, so jupyter_server answered ``403 '_xsrf'
+    argument missing from POST`` (voila-dashboards/voila#1458, open) and every closed or reloaded page left its
+    kernel running until the culler took it (600 s), counted against ``max_kernels`` meanwhile. Cross-site requests
+    stay refused by jupyter_server's origin check (HTTP 404), and a kernel id is a random UUID the page was given.
+    """
+
+    def check_xsrf_cookie(self) -> None:
+        if not self.check_origin():
+            raise web.HTTPError(404)
+
+
+class ZeroplannerVoila(Voila):
+    """Voilà serving the page with :class:`CappedVoilaHandler` and the kernel-shutdown endpoint with
+    :class:`BeaconShutdownKernelHandler` (everything else unchanged)."""
+
+    def init_handlers(self) -> list:
+        replace = {TornadoVoilaHandler: CappedVoilaHandler, VoilaShutdownKernelHandler: BeaconShutdownKernelHandler}
+        handlers = []
+        for spec in super().init_handlers():
+            if isinstance(spec, tuple) and len(spec) >= 2 and spec[1] in replace:
+                spec = (spec[0], replace[spec[1]], *spec[2:])
+            handlers.append(spec)
+        return handlers
+
+
+__all__ = [
+    "BeaconShutdownKernelHandler", "CappedVoilaHandler", "KernelLimitReached", "RETRY_AFTER_SECONDS",
+    "SERVER_KERNEL_MANAGER_CLASS", "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila",
+    "full_page_html", "ready_preheated_kernel", "release_freed_memory", "with_planner_kernel",
+]
