@@ -11,11 +11,18 @@ writes ``FILE``'s sibling ``<stem>.accelerate.yaml`` for ``accelerate launch --c
 exactly as given (launch from the directory the path is relative to). Notes and lint findings go to stderr (or into
 the ``--json`` object).
 
-``check`` reads a user's config (at most 1 MB, JSON only, nothing executed), builds the scenario from the scenario
-options (model, cluster, sequence length, ...) overridden by what the config says (stage, offload, buckets, batch,
-precision, optimizer), and prints the findings (reading + lint) and the estimate of that scenario. With ``--json``:
-one object ``{"findings": [...], "errors": n, "warnings": n, "scenario": {"training": ..., "zero": ...},
-"estimate": {...}}`` (estimate as in ``zeroplanner estimate --json``).
+``check`` reads a user's config (at most 1 MB, nothing executed) the way the client that runs it reads the file:
+DeepSpeed alone (default) uses hjson (comments and trailing commas accepted, a duplicate key is an error);
+``--hf-trainer`` means the HF Trainer / accelerate, which use ``json.load`` (strict JSON; a duplicate key silently
+keeps the last value) and fill ``"auto"``. It builds the scenario from the scenario options (model, cluster,
+sequence length, ...) overridden by what the config says (stage, offload, buckets, batch, precision, optimizer,
+``tensor_parallel.autotp_size``), and prints the findings (reading + lint, the run-level rules shared with
+``estimate``) and the estimate of that scenario, saying which model and shape it priced (a warning when no model
+was named). Where DeepSpeed (and, for ``--hf-trainer``, transformers) is installed the config is also handed to
+their own validation (:mod:`zeroplanner.dslibrary`; ``--no-library-check`` skips it). With ``--json``: one object
+``{"findings": [...], "errors": n, "warnings": n, "mode": ..., "priced": {"model", "model_from", "seq_len", ...},
+"from_config": {option: {"config": v, "command_line": v}}, "validated_by": [...] | null, "scenario": {"training": ..., "zero": ...}, "estimate": {...}}`` (estimate as in
+``zeroplanner estimate --json``).
 
 Exit status: 0 = done (``check``: no error findings), 1 = ``check`` found errors, 2 = bad input (one line on
 stderr naming the option or the file, never a traceback).
@@ -64,7 +71,12 @@ def register(subparsers, add_scenario_options) -> None:
     )
     p.add_argument("config_path", metavar="CONFIG", help="DeepSpeed config JSON file, or - for stdin")
     add_scenario_options(p)
-    p.add_argument("--hf-trainer", action="store_true", help="the config goes through the HF Trainer ('auto' ok)")
+    p.add_argument("--hf-trainer", action="store_true",
+                   help="the config is run by the HF Trainer / accelerate (they fill 'auto' and build the optimizer) "
+                   "instead of deepspeed.initialize in your own script")
+    p.add_argument("--no-library-check", action="store_true",
+                   help="skip DeepSpeed's (and, with --hf-trainer, transformers') own config validation even where "
+                   "they are installed; only zeroplanner's key tables and rules are used")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run_check)
 
@@ -150,6 +162,79 @@ def _read_config_bytes(path: str) -> bytes:
         return fh.read(MAX_CONFIG_BYTES + 1)
 
 
+def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
+    """What ``check`` prices that the config does not say: the model and shape, and where each came from."""
+    from .scenarios import DEFAULT_MODEL
+
+    c, t = scenario.cluster, scenario.training
+    if getattr(args, "hf_config", None):
+        model_from = "--hf-config"
+    elif getattr(args, "params", None) is not None:
+        model_from = "--params"
+    elif getattr(args, "model", None):
+        model_from = "--model"
+    else:
+        model_from = "default"
+    priced = {
+        "model": scenario.model.name, "model_from": model_from, "parameters": scenario.parameters,
+        "seq_len": t.seq_len, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes,
+        "network": c.network.name, "tensor_parallel_size": c.tensor_parallel_size,
+        "data_parallel_degree": c.data_parallel_degree,
+    }
+    notes = []
+    if model_from == "default":
+        notes.append(Finding(
+            severity="warning", key="", rule="assumed_model",
+            message=f"no model named: a DeepSpeed config does not say which model it trains, so this prices the "
+            f"default {DEFAULT_MODEL} ({scenario.parameters / 1e9:.2f}B parameters) at sequence length {t.seq_len} "
+            f"on {c.nodes} x {c.gpus_per_node} {c.gpu.name}; the memory and step time below are for that model.",
+            fix="Name the model: --model NAME (see `zeroplanner models`) or --hf-config config.json, and --seq-len."))
+    return priced, notes
+
+
+_FROM_CONFIG = (
+    ("--stage", lambda s: s.zero.stage), ("--offload-optimizer", lambda s: s.zero.offload_optimizer.device),
+    ("--offload-param", lambda s: s.zero.offload_param.device), ("--precision", lambda s: s.training.precision),
+    ("--optimizer", lambda s: s.training.optimizer), ("--micro-batch", lambda s: s.training.micro_batch),
+    ("--grad-accum", lambda s: s.training.grad_accum), ("--checkpointing", lambda s: s.training.checkpointing),
+    ("--reduce-bucket-size", lambda s: s.zero.reduce_bucket_size),
+    ("--allgather-bucket-size", lambda s: s.zero.allgather_bucket_size),
+    ("tensor-parallel degree", lambda s: s.cluster.tensor_parallel_size),
+)
+
+
+def _from_config(base, scenario) -> tuple[dict, list[Finding]]:
+    """Every priced value the config set differently from the command line (the config wins)."""
+    changed = {}
+    for option, get in _FROM_CONFIG:
+        before, after = get(base), get(scenario)
+        if before != after:
+            changed[option] = {"config": after, "command_line": before}
+    if not changed:
+        return changed, []
+    text = ", ".join(f"{k} {v['config']} (command line {v['command_line']})" for k, v in changed.items())
+    return changed, [Finding(severity="info", key="", rule="from_config",
+                             message=f"priced with the config's values instead of the command line's: {text}.",
+                             fix="")]
+
+
+def _merge_library(table: list[Finding], library: list[Finding]) -> list[Finding]:
+    """Library findings not already said by the tables: a keyed one unless a table error has that key, an unkeyed
+    one unless the tables already found an error DeepSpeed's config classes check."""
+    from .pitfalls import config_checked
+
+    table_keys = {f.key for f in table if f.severity == "error"}
+    any_config_error = any(config_checked(f) for f in table)
+    out = []
+    for f in library:
+        if f.key and f.key in table_keys:
+            continue
+        if not f.key and any_config_error:
+            continue
+        out.append(f)
+    return out
+
+
 def run_check(args) -> int:
     from .cli import estimate_json, scenario_from_args
     from .costmodel import estimate
@@ -160,17 +245,41 @@ def run_check(args) -> int:
         return _error(f"CONFIG {args.config_path!r}: {exc.strerror or exc}")
     if len(data) > MAX_CONFIG_BYTES:
         return _error(f"CONFIG {args.config_path!r}: larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
+    mode = "hf_trainer" if args.hf_trainer else "deepspeed"
     try:
-        config, read_findings = load_config_text(data)
+        config, read_findings = load_config_text(data, mode)
     except ConfigError as exc:
         return _error(f"CONFIG {args.config_path!r}: {exc}")
     base = scenario_from_args(args)
-    mode = "hf_trainer" if args.hf_trainer else "deepspeed"
     try:
         scenario, parse_findings = from_deepspeed_config(config, base=base, mode=mode)
     except ConfigError as exc:
         return _error(f"CONFIG {args.config_path!r}: {exc}")
+    priced, assumption_notes = _priced_for(args, scenario)
+    from_config, override_notes = _from_config(base, scenario)
+    assumption_notes += override_notes
     findings = read_findings + lint(config, scenario, mode) + parse_findings
+    validated_by = None
+    if not args.no_library_check:
+        from .dslibrary import library_findings, library_versions
+
+        library = library_findings(config, scenario, mode)
+        if library is not None:
+            versions = library_versions() or {}
+            names = [f"deepspeed {versions.get('deepspeed', '?')} DeepSpeedConfig"]
+            if mode == "hf_trainer":
+                names.insert(0, f"transformers {versions.get('transformers', '?')} HfTrainerDeepSpeedConfig")
+            validated_by = names
+            findings += _merge_library(findings, library)
+    if validated_by is None:
+        findings.append(Finding(severity="info", key="", rule="library_check",
+                                message="checked with zeroplanner's key tables only (DeepSpeed's own config classes "
+                                "not installed or --no-library-check).", fix=""))
+    else:
+        findings.append(Finding(severity="info", key="", rule="library_check",
+                                message="also validated by the installed libraries the way the client fills and reads "
+                                f"the config: {', then '.join(validated_by)}.", fix=""))
+    findings += assumption_notes
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: order[f.severity])
     try:
@@ -184,6 +293,10 @@ def run_check(args) -> int:
             "findings": [f.model_dump() for f in findings],
             "errors": errors,
             "warnings": warnings,
+            "mode": mode,
+            "priced": priced,
+            "from_config": from_config,
+            "validated_by": validated_by,
             "scenario": {"training": scenario.training.model_dump(), "zero": scenario.zero.model_dump()},
             "estimate": estimate_json(est),
         }
@@ -195,6 +308,14 @@ def run_check(args) -> int:
             f"Read as: ZeRO-{z.stage}, offload_optimizer={z.offload_optimizer.device}, "
             f"offload_param={z.offload_param.device}, {t.precision}, {t.optimizer}, micro-batch {t.micro_batch} x "
             f"gradient accumulation {t.grad_accum} x data-parallel degree {scenario.cluster.data_parallel_degree}"
+            + (f" (tensor-parallel {scenario.cluster.tensor_parallel_size})"
+               if scenario.cluster.tensor_parallel_size > 1 else "")
+        )
+        origin = "default, no model named" if priced["model_from"] == "default" else priced["model_from"]
+        lines.append(
+            f"Priced for: {priced['model']} ({origin}), "
+            f"sequence length {priced['seq_len']}, {priced['nodes']} x {priced['gpus_per_node']} {priced['gpu']}, "
+            f"{priced['network']}"
         )
         summary = est.summary() if hasattr(est, "summary") else ""
         lines.append(summary)

@@ -9,8 +9,9 @@ Three entry points (the linter lives in :mod:`zeroplanner.lint`):
 * :func:`from_deepspeed_config` -- a user's config (dict, JSON text or bytes) -> ``(Scenario, findings)`` so the
   cost model can price it. Unknown keys, ``"auto"`` values and values that had to be reinterpreted are reported as
   :class:`Finding` objects, never dropped silently.
-* :func:`load_config_text` -- the safe JSON reader both use: size limit (:data:`MAX_CONFIG_BYTES`), nesting limit
-  (:data:`MAX_DEPTH`), ``json.loads`` only (no eval, no YAML tags), duplicate keys reported.
+* :func:`load_config_text` -- the safe reader both use: size limit (:data:`MAX_CONFIG_BYTES`), nesting limit
+  (:data:`MAX_DEPTH`), ``json.loads`` and, for what strict JSON refuses, ``hjson`` as DeepSpeed itself reads files
+  (no eval, no YAML tags); duplicate keys and non-strict syntax reported for the client that reads the file.
 
 Key names, types and defaults follow DeepSpeed 0.19.8 (``deepspeed/runtime/config.py``,
 ``deepspeed/runtime/zero/config.py``, ``deepspeed/runtime/zero/offload_config.py``,
@@ -120,6 +121,10 @@ TOP_LEVEL_KEYS = frozenset({
 })
 """Top-level keys DeepSpeed 0.19.8 reads (deepspeed/runtime/config.py ``_initialize_params`` and the sub-configs it
 builds). DeepSpeedConfig reads the top level with ``dict.get``: any other key is ignored without a word."""
+
+FRAMEWORK_TOP_LEVEL_KEYS = frozenset({"sequence_parallel"})
+"""Top-level keys DeepSpeed does not read but the framework that launches it does: LLaMA-Factory's
+``sequence_parallel`` block (Ulysses; ../shared/ds-configs/README.md, lf_z3_alst.json)."""
 
 REMOVED_TOP_LEVEL_KEYS = frozenset({
     "nebula", "compression_training", "amp", "quantize_training", "sparse_gradients", "eigenvalue",
@@ -545,13 +550,22 @@ def _reject_constant(name: str) -> Any:
     raise ConfigError(f"config is not valid JSON: {name} is not a JSON number")
 
 
-def load_config_text(text: str | bytes) -> tuple[dict[str, Any], list[Finding]]:
-    """Parse DeepSpeed config text safely. Returns ``(config, findings)``; findings report duplicate keys (the
-    last one wins, as in ``json.loads``; DeepSpeed's own file loader raises on them).
+def load_config_text(text: str | bytes, mode: Mode = "deepspeed") -> tuple[dict[str, Any], list[Finding]]:
+    """Parse DeepSpeed config text safely, the way the client that runs it reads the file. Returns
+    ``(config, findings)``.
 
-    Raises :class:`ConfigError` (one line) for text over :data:`MAX_CONFIG_BYTES`, bytes that are not UTF-8,
-    invalid JSON (position given), NaN/Infinity, nesting deeper than :data:`MAX_DEPTH`, or a top level that is not
-    a JSON object. Only ``json.loads`` is used: nothing in the text is executed.
+    * ``mode="deepspeed"``: DeepSpeed reads a config file with ``hjson.load(..., object_pairs_hook=
+      dict_raise_error_on_duplicate_keys)`` (deepspeed/runtime/config.py, ``DeepSpeedConfig.__init__``), so comments
+      and trailing commas are accepted (an info finding says the file is not strict JSON) and a duplicate key is an
+      error (DeepSpeed raises ``ValueError: Duplicate keys in DeepSpeed config``).
+    * ``mode="hf_trainer"``: the Trainer and accelerate read it with plain ``json.load`` (accelerate
+      utils/deepspeed.py, ``HfDeepSpeedConfig.__init__``) and hand DeepSpeed the dict: comments or trailing commas
+      are an error finding (``json.load`` raises), a duplicate key a warning (the last value silently wins).
+
+    The text is parsed with ``json.loads`` first and only if that fails with ``hjson`` (when installed; DeepSpeed
+    depends on it); nothing in the text is executed. Raises :class:`ConfigError` (one line) for text over
+    :data:`MAX_CONFIG_BYTES`, bytes that are not UTF-8, text neither reader accepts (position given), NaN/Infinity,
+    nesting deeper than :data:`MAX_DEPTH`, or a top level that is not an object.
     """
     if isinstance(text, (bytes, bytearray)):
         size = len(text)
@@ -568,6 +582,8 @@ def load_config_text(text: str | bytes) -> tuple[dict[str, Any], list[Finding]]:
         raise ConfigError(f"config must be JSON text or a dict, got {type(text).__name__}")
     if text.startswith("\ufeff"):
         text = text[1:]
+    if not text.strip():
+        raise ConfigError("config is empty (DeepSpeed would read it as {} and then fail: no batch size)")
     # Cheap pre-check: nesting depth from brackets outside strings, so a hostile "[[[[..." never reaches the parser.
     level = deepest = 0
     in_string = escaped = False
@@ -599,26 +615,81 @@ def load_config_text(text: str | bytes) -> tuple[dict[str, Any], list[Finding]]:
             out[key] = value
         return out
 
+    findings: list[Finding] = []
     try:
         config = json.loads(text, object_pairs_hook=pairs_hook, parse_constant=_reject_constant)
     except ConfigError:
         raise
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"config is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        json_error = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        duplicates.clear()
+        config = _load_hjson(text, pairs_hook, json_error)
+        if mode == "hf_trainer":
+            findings.append(Finding(
+                severity="error", key="", rule="invalid_syntax",
+                message=f"the file is not strict JSON ({json_error}; comments or trailing commas): the HF Trainer "
+                "and accelerate read it with json.load (accelerate utils/deepspeed.py, HfDeepSpeedConfig) and "
+                "fail. DeepSpeed alone would accept it (hjson). Priced as hjson reads it.",
+                fix="Remove comments and trailing commas."))
+        else:
+            findings.append(Finding(
+                severity="info", key="", rule="invalid_syntax",
+                message=f"the file is not strict JSON ({json_error}); DeepSpeed reads config files with hjson "
+                "(deepspeed/runtime/config.py), which accepts it. The HF Trainer/accelerate would not (json.load).",
+                fix=""))
     except (RecursionError, ValueError) as exc:
         raise ConfigError(f"config is not valid JSON: {str(exc).splitlines()[0][:200]}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"config must be a JSON object ({{...}}), got a JSON {type(config).__name__}")
-    findings = [
-        Finding(
-            severity="warning", key=clip_key(key), rule="duplicate_key",
-            message=f"key {clip_key(key, 80)!r} appears more than once; JSON readers keep the last value and DeepSpeed's file "
-            "loader rejects the file (dict_raise_error_on_duplicate_keys).",
-            fix="Keep one occurrence.",
-        )
-        for key in dict.fromkeys(duplicates)
-    ]
+    if _has_non_finite(config):
+        raise ConfigError("config is not valid JSON: a number is NaN or infinite")
+    for key in dict.fromkeys(duplicates):
+        if mode == "hf_trainer":
+            findings.append(Finding(
+                severity="warning", key=clip_key(key), rule="duplicate_key",
+                message=f"key {clip_key(key, 80)!r} appears more than once; the HF Trainer/accelerate read the file "
+                "with json.load, which keeps the last value without a word (priced with it). DeepSpeed alone "
+                "would reject the file.", fix="Keep one occurrence."))
+        else:
+            findings.append(Finding(
+                severity="error", key=clip_key(key), rule="duplicate_key",
+                message=f"key {clip_key(key, 80)!r} appears more than once; DeepSpeed's file loader raises "
+                "'Duplicate keys in DeepSpeed config' (deepspeed/runtime/config_utils.py, "
+                "dict_raise_error_on_duplicate_keys). Priced with the last value.", fix="Keep one occurrence."))
     return config, findings
+
+
+def _load_hjson(text: str, pairs_hook: Any, json_error: str) -> Any:
+    """Parse text that strict JSON refused the way DeepSpeed does (hjson); ConfigError if hjson refuses it too or
+    is not installed."""
+    try:
+        import hjson
+    except ImportError:
+        raise ConfigError(f"config is not valid JSON: {json_error} (DeepSpeed also accepts hjson: comments, "
+                          "trailing commas; install deepspeed to read such files)") from None
+    try:
+        return hjson.loads(text, object_pairs_hook=pairs_hook)
+    except ConfigError:
+        raise
+    except (RecursionError, ValueError, OverflowError, TypeError, IndexError) as exc:
+        raise ConfigError(f"config is not valid JSON ({json_error}) nor hjson as DeepSpeed reads it: "
+                          f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
+
+
+def _has_non_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+
 
 
 def clip_key(key: str, limit: int = 300) -> str:
@@ -656,11 +727,31 @@ def _as_count(value: Any) -> int | None:
 class _Reader:
     """Walks one config, collecting a scenario's fields and findings."""
 
-    def __init__(self, base: Scenario, hf: bool):
+    def __init__(self, base: Scenario, hf: bool, stage: int | None = None):
         self.base = base
         self.hf = hf
+        self.stage = stage
+        self.batch_world = base.cluster.data_parallel_degree
         self.findings: list[Finding] = []
+        self._fill_auto()
+
+    def _fill_auto(self) -> None:
+        # The Trainer fills the stage-3 keys when the *config* is ZeRO-3 (trainer_config_finalize: is_zero3()),
+        # whatever stage the command line's scenario had.
+        base = self.base
+        if self.stage is not None and self.stage != base.zero.stage:
+            base = base.model_copy(update={"zero": base.zero.model_copy(update={"stage": self.stage})})
         self.auto = hf_auto_values(base)
+        t = base.training
+        self.auto["train_batch_size"] = t.micro_batch * t.grad_accum * self.batch_world
+
+    def set_tensor_parallel(self, tp: int, batch_world: int) -> None:
+        """Price with tensor-parallel degree ``tp`` from here on; DeepSpeed's batch arithmetic (and the Trainer's
+        train_batch_size fill) runs over ``batch_world`` ranks (see :func:`batch_world_size`)."""
+        cluster = self.base.cluster.model_copy(update={"tensor_parallel_size": tp})
+        self.base = self.base.model_copy(update={"cluster": cluster})
+        self.batch_world = batch_world
+        self._fill_auto()
 
     def note(self, severity: Severity, key: str, message: str, fix: str = "", rule: str = "") -> None:
         self.findings.append(Finding(severity=severity, key=clip_key(key), message=message, fix=fix, rule=rule))
@@ -812,7 +903,7 @@ def _read_optimizer(r: _Reader, config: dict[str, Any]) -> str:
 
 def _read_batch(r: _Reader, config: dict[str, Any]) -> tuple[int, int]:
     """micro-batch and grad_accum the way DeepSpeedConfig._set_batch_related_parameters derives them."""
-    dp = r.base.cluster.data_parallel_degree
+    dp = r.batch_world
     t = r.base.training
     values: dict[str, int | None] = {}
     for key, fallback in (("train_batch_size", r.base.global_batch_size),
@@ -852,7 +943,10 @@ def from_deepspeed_config(
     Read: batch keys (DeepSpeed's rules for whichever two or three are given, world size = the base's data-parallel
     degree), precision (bf16/bfloat16/fp16 blocks), optimizer type, activation checkpointing (present -> the base's
     mode, or "full" if the base has none; absent -> the base's, since HF models checkpoint outside the config), and
-    every modelled ``zero_optimization`` key incl. the ``stage3_*`` aliases, offload blocks and ZeRO++ keys.
+    every modelled ``zero_optimization`` key incl. the ``stage3_*`` aliases, offload blocks and ZeRO++ keys, and
+    ``tensor_parallel.autotp_size`` (the cluster's tensor-parallel degree: ZeRO and the batch arithmetic run over
+    world / autotp_size). LLaMA-Factory's ``sequence_parallel`` block and ``sequence_parallel_size`` are read and
+    stated in an info finding but not priced (no sequence-parallel dimension in the cost model yet).
 
     Returns ``(scenario, findings)``. Findings: unknown keys (error inside DeepSpeed's strict blocks, warning at the
     top level, which DeepSpeed ignores), ``"auto"`` resolutions, and values that had to be reinterpreted for pricing
@@ -864,7 +958,7 @@ def from_deepspeed_config(
     """
     findings: list[Finding] = []
     if isinstance(config, (str, bytes, bytearray)):
-        config, findings = load_config_text(config)
+        config, findings = load_config_text(config, mode or "deepspeed")
     elif isinstance(config, dict):
         if _depth(config) > MAX_DEPTH:
             raise ConfigError(f"config nests deeper than {MAX_DEPTH} levels")
@@ -874,12 +968,21 @@ def from_deepspeed_config(
         from .scenarios import default_scenario
 
         base = default_scenario()
-    r = _Reader(base, hf=(mode == "hf_trainer"))
+    r = _Reader(base, hf=(mode == "hf_trainer"), stage=_peek_stage(config))
     r.findings.extend(findings)
+    tp = _read_tensor_parallel(r, config)
+    if tp != base.cluster.tensor_parallel_size:
+        r.set_tensor_parallel(tp, base.cluster.world_size if config_autotp_size(config) > 1
+                              else base.cluster.world_size // tp)
 
     for key in config:
         if not isinstance(key, str):
             r.note("error", str(key), "config keys must be strings", "", "wrong_type")
+        elif key in FRAMEWORK_TOP_LEVEL_KEYS:
+            pass  # read by the framework around DeepSpeed; _read_sequence_parallel says what is priced
+        elif key.startswith("_") and key.strip("_").lower().startswith("comment"):
+            r.note("info", key, "a comment key (like LLaMA-Factory's \"_comment\"): DeepSpeed "
+                   "reads the top level with dict.get and ignores it.", "", "comment_key")
         elif key not in TOP_LEVEL_KEYS and key not in REMOVED_TOP_LEVEL_KEYS:  # removed keys: lint reports them
             r.unknown(key, "the top level", rejected=False)
 
@@ -898,6 +1001,16 @@ def from_deepspeed_config(
         r.obj("activation_checkpointing", ac)
 
     zero_fields = _read_zero(r, config)
+    if r.hf and config.get("optimizer") is None and zero_fields["stage"] >= 1 \
+            and zero_fields["offload_optimizer"]["device"] != "none" \
+            and config.get("zero_force_ds_cpu_optimizer") is not False and optimizer in ("sgd", "adam8bit"):
+        # accelerate's Accelerator._prepare_deepspeed hands the Trainer's optimizer to map_pytorch_optim_to_deepspeed,
+        # which builds DeepSpeedCPUAdam for anything but (32-bit) Adagrad/Lion, with adamw_mode only for AdamW.
+        r.note("info", "optimizer", f"under the HF Trainer with offload_optimizer, accelerate replaces the {optimizer!r} "
+               "optimizer by DeepSpeedCPUAdam (map_pytorch_optim_to_deepspeed; adamw_mode off): priced as Adam.",
+               "Set \"zero_force_ds_cpu_optimizer\": false to keep your optimizer (its step then runs on the CPU in "
+               "torch).", "optimizer_mapped")
+        optimizer = "adam"
 
     try:
         training = TrainingSpec.model_validate({
@@ -909,9 +1022,117 @@ def from_deepspeed_config(
                f"({str(exc).splitlines()[-1][:200]}); priced with the scenario's.", "", "unpriced")
         training = bt
     zero = ZeroSpec.model_validate(zero_fields)
-    scenario = Scenario.model_validate({**base.model_dump(), "training": training.model_dump(),
+    _read_sequence_parallel(r, config)
+    cluster = {**base.cluster.model_dump(), "tensor_parallel_size": tp}
+    scenario = Scenario.model_validate({**base.model_dump(), "cluster": cluster, "training": training.model_dump(),
                                         "zero": zero.model_dump()})
     return scenario, r.findings
+
+
+def config_autotp_size(config: Any) -> int:
+    """``tensor_parallel.autotp_size`` as DeepSpeed's engine reads it (1 when absent, 0, or unreadable)."""
+    block = config.get("tensor_parallel") if isinstance(config, dict) else None
+    raw = block.get("autotp_size") if isinstance(block, dict) else None
+    value = None if isinstance(raw, bool) else _as_count(raw)
+    return value if value is not None and value > 1 else 1
+
+
+def batch_world_size(config: Any, scenario: Scenario) -> int:
+    """The world size DeepSpeedConfig's batch arithmetic uses for this config (``_batch_assertion``,
+    ``_set_batch_related_parameters``): ``dist.get_world_size()`` -- all ranks -- when the tensor parallelism comes
+    from the config's ``tensor_parallel.autotp_size`` (``deepspeed.initialize`` builds DeepSpeedConfig with no mpu,
+    deepspeed/__init__.py), else the data-parallel degree (an mpu reports it). The HF Trainer's
+    ``train_batch_size`` fill uses ``args.world_size``, all processes, too."""
+    if config_autotp_size(config) > 1:
+        return scenario.cluster.world_size
+    return scenario.cluster.data_parallel_degree
+
+
+def _peek_stage(config: dict[str, Any]) -> int | None:
+    """The ZeRO stage the config asks for (None if it cannot be read; _read_zero reports why)."""
+    raw = config.get("zero_optimization")
+    if isinstance(raw, bool):
+        return 1 if raw else 0
+    if not isinstance(raw, dict):
+        return 0 if raw is None else None
+    value = raw.get("stage", 0)
+    number = None if isinstance(value, bool) else _as_count(value)
+    return number if number is not None and number <= 3 else None
+
+
+TENSOR_PARALLEL_KEYS = frozenset({
+    "dtype", "autotp_size", "tp_overlap_comm", "vocab_parallel_lm_head", "vocab_parallel_ce_backend",
+    "tensor_parallel", "tp", "injection_policy_tuple", "partition_config", "preset_model", "keep_module_on_host",
+    "replace_with_kernel_inject", "kernel_inject",
+})
+"""Keys of DeepSpeed's ``tensor_parallel`` block (deepspeed/runtime/tensor_parallel/config.py ``TPTrainingConfig``,
+fields and aliases; ``extra="forbid"``)."""
+
+
+def _read_tensor_parallel(r: _Reader, config: dict[str, Any]) -> int:
+    """The AutoTP degree (``tensor_parallel.autotp_size``; DeepSpeed's engine shards the model over it when > 1,
+    engine.py ``autotp_size()`` / ``_configure_tensor_parallel``, and ZeRO runs over world / autotp_size)."""
+    block = r.obj("tensor_parallel", config.get("tensor_parallel"))
+    base_tp = r.base.cluster.tensor_parallel_size
+    if block is None:
+        return base_tp
+    for k in block:
+        if k not in TENSOR_PARALLEL_KEYS:
+            r.unknown(f"tensor_parallel.{k}", "tensor_parallel", rejected=True)
+    if "autotp_size" not in block:
+        return base_tp
+    raw = block["autotp_size"]
+    tp = None if isinstance(raw, bool) else _as_count(raw)
+    if tp is None:
+        r.note("error", "tensor_parallel.autotp_size", f"autotp_size {_short(raw)} is not an integer; DeepSpeed "
+               f"rejects it (TPTrainingConfig: int). Priced with tensor-parallel degree {base_tp}.",
+               "Write an integer (0 or 1: AutoTP off).", "wrong_type")
+        return base_tp
+    tp = max(tp, 1)  # 0 (DeepSpeed's default) and 1 both mean no AutoTP
+    c, m = r.base.cluster, r.base.model
+    problem = None
+    if c.gpus_per_node % tp:
+        problem = f"it does not divide the {c.gpus_per_node} GPUs per node (AutoTP groups sit inside a node)"
+    elif m.n_heads % tp:
+        problem = f"it does not divide the model's {m.n_heads} attention heads"
+    if problem:
+        r.note("error", "tensor_parallel.autotp_size", f"autotp_size {tp}: {problem}. Priced with "
+               f"tensor-parallel degree {base_tp}.", "Use a divisor of the GPUs per node and of the heads.",
+               "tensor_parallel_size")
+        return base_tp
+    if tp > 1:
+        r.note("info", "tensor_parallel.autotp_size", f"AutoTP degree {tp} read (DeepSpeed engine.py autotp_size): "
+               f"priced with tensor-parallel degree {tp}, so ZeRO shards over the data-parallel degree "
+               f"{c.world_size} / {tp} = {c.world_size // tp}.", "", "tensor_parallel")
+    return tp
+
+
+def _read_sequence_parallel(r: _Reader, config: dict[str, Any]) -> None:
+    """LLaMA-Factory's ``sequence_parallel`` block and DeepSpeed's ``sequence_parallel_size``: read and stated;
+    the cost model has no sequence-parallel dimension yet, so neither is priced."""
+    block = config.get("sequence_parallel")
+    if isinstance(block, dict):
+        size = block.get("size")
+        ulysses = block.get("ulysses") if isinstance(block.get("ulysses"), dict) else {}
+        degree = ulysses.get("degree", size)
+        tiling = block.get("tiling") if isinstance(block.get("tiling"), dict) else {}
+        parts = [f"enabled={_short(block.get('enabled'))}", f"mode={_short(block.get('mode'))}",
+                 f"Ulysses degree {_short(degree)}"]
+        if tiling:
+            parts.append(f"tiling enabled={_short(tiling.get('enabled'))} "
+                         f"chunk_size={_short(tiling.get('chunk_size'))}")
+        r.note("info", "sequence_parallel", "the sequence_parallel block is LLaMA-Factory's, not DeepSpeed's "
+               "(DeepSpeedConfig does not read it; LLaMA-Factory sets up Ulysses from it, ../shared/ds-configs/"
+               f"README.md): {', '.join(parts)}. Not priced: zeroplanner has no sequence-parallel dimension yet, so "
+               "activations are priced for the full sequence on every GPU and ZeRO over the whole data-parallel "
+               "degree (with Ulysses, LLaMA-Factory's data-parallel degree is world / degree).",
+               "", "sequence_parallel_unpriced")
+    elif "sequence_parallel" in config:
+        r.obj("sequence_parallel", block)
+    if "sequence_parallel_size" in config:
+        r.note("info", "sequence_parallel_size", f"sequence_parallel_size {_short(config['sequence_parallel_size'])} "
+               "read (DeepSpeedConfig divides the world size by it for the batch arithmetic); not priced: "
+               "zeroplanner has no sequence-parallel dimension yet.", "", "sequence_parallel_unpriced")
 
 
 def _read_zero(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:

@@ -1,12 +1,16 @@
 """Lint a DeepSpeed config against the pitfalls users hit (docs/references.md section 7, issue 5, the seed article).
 
 :func:`lint` returns :class:`~zeroplanner.dsconfig.Finding` objects: severity, the dotted key concerned, why it is
-a problem, and the fix. Rules that depend only on the config run without a scenario; rules about the cluster
-(world size, nodes, network, GPUs per node, QLoRA) need ``scenario``; two rules (pinned host memory, communication
-share of the step) also need the cost model (:func:`zeroplanner.costmodel.estimate`).
+a problem, and the fix. Rules that depend only on the config run without a scenario; rules about the run (world
+size, nodes, network, QLoRA, host RAM, communication share) need ``scenario`` and come from
+:func:`zeroplanner.pitfalls.scenario_pitfalls`, the same statements ``zeroplanner estimate`` prints as warnings.
+``mode`` names the client that runs the config: ``"deepspeed"`` (``deepspeed.initialize`` in the user's script) or
+``"hf_trainer"`` (the HF Trainer / accelerate); rules whose outcome depends on the client say what that client does.
+:data:`zeroplanner.pitfalls.RULES` lists every rule with what shows it in the real stack (DeepSpeed's config
+classes, the Trainer's fill, ``deepspeed.initialize``, or the run itself).
 
-Every rule tolerates malformed input (wrong types anywhere): it reports what it can and never raises. The rules, by
-``Finding.rule``:
+Every rule tolerates malformed input (wrong types anywhere): it reports what it can and never raises. The
+config-text rules, by ``Finding.rule``:
 
 ============================  =========  ========================================================================
 rule                          severity   source
@@ -14,32 +18,31 @@ rule                          severity   source
 integer_type                  error/warn bucket sizes etc. must be integers, not 15099494.4 or "5e8"
                                          (LlamaFactory #5252; DeepSpeedZeroConfig's pydantic int fields)
 nonpositive_value             error      zero/negative buckets and batch sizes (DeepSpeed #8260; gt=0 / ge=0)
-batch_mismatch                error      train_batch_size != micro * grad_accum * world size (DeepSpeed #6914)
+batch_mismatch                error      train_batch_size != micro * grad_accum * data-parallel degree (#6914)
 fp16_and_bf16                 error      both enabled (DeepSpeedConfig asserts)
 offload_param_below_stage3    error      offload_param is read only by ZeRO-3 (ignored below; docs/references.md s.7)
 offload_optimizer_stage0      error      offload_optimizer needs stage 1-3 (docs/references.md s.7)
 nvme_optimizer_below_stage3   warning    stage 1/2 treat any offload_optimizer device as CPU (stage_1_and_2.py)
-auto_outside_hf               error      "auto" outside the HF Trainer (docs/references.md s.7); info in HF mode
+auto_outside_hf               error      "auto" with DeepSpeed alone (docs/references.md s.7); info in HF mode
 auto_not_filled               warning    "auto" in a key the HF Trainer does not fill
 removed_key                   error      keys DeepSpeed 0.19.8 removed and rejects
 max_grad_norm_param           error      optimizer.params.max_grad_norm (DeepSpeed raises; use gradient_clipping)
 untested_optimizer            error      non-DeepSpeed optimizer type with ZeRO needs zero_allow_untested_optimizer
-offload_client_optimizer      error      ZeRO-Offload with a non-DeepSpeed optimizer needs
-                                         zero_force_ds_cpu_optimizer=false (engine.py raises)
+offload_client_optimizer      error/info ZeRO-Offload without an optimizer block: deepspeed.initialize raises on the
+                                         client's torch optimizer unless zero_force_ds_cpu_optimizer=false
+                                         (engine.py); under the HF Trainer accelerate swaps in DeepSpeedCPUAdam
+                                         (map_pytorch_optim_to_deepspeed): info
 small_buckets_multinode       warning    buckets < 1e8 elements on a multi-node run (seed: 5e7 -> 2e8 gave 2.1x)
-zero3_slow_network            warning    ZeRO-3 across nodes on <= 25 Gb/s, or <= 100 Gb/s at 64+ GPUs
-                                         (DeepSpeed #2928, #5770)
-offload_without_pin           warning    ZeRO-3 offload with pin_memory false (seed article's anecdote)
-pinned_exceeds_host           error      pinned host memory above host RAM (DeepSpeed #3448, #3481)
-host_ram_short                warning    unpinned offload above host RAM (it swaps)
+hpz_not_dividing              error/warn zero_hpz_partition_size must divide the data-parallel degree
+                                         (groups.py asserts); not dividing GPUs per node: warning
 nvme_without_path             error      NVMe offload without nvme_path
-hpz_not_dividing              error      zero_hpz_partition_size must divide GPUs per node (ZeRO++ hpZ)
-zero_at_dp1                   warning    data-parallel degree 1: ZeRO shards nothing (DeepSpeed #4953)
-qlora_stage3                  warning    QLoRA / 4-bit with ZeRO-3 (DeepSpeed #5819, peft #2016)
-communication_share           warning    exposed communication > 30% of the step (the seed's threshold)
-zero2_offload_full_weights    info       ZeRO-1/2 + offload_optimizer keeps full 16-bit weights per GPU
-                                         (DeepSpeed #1883, #3770)
 ============================  =========  ========================================================================
+
+The run-level rules (zeroplanner.pitfalls): zero3_slow_network (ZeRO-3 across nodes on <= 25 Gb/s, or below
+200 Gb/s at data-parallel degree 64+; DeepSpeed #2928, #5770), offload_without_pin, pinned_exceeds_host /
+host_ram_short (offload above host RAM incl. the buffer factor; DeepSpeed #3448, #3481), zero_at_dp1 (#4953),
+qlora_stage3 (#5819, peft #2016), communication_share (> 30% of the step), zero2_offload_full_weights (#1883,
+#3770), nvme_offload_slow (#1130, #3000).
 """
 
 from __future__ import annotations
@@ -55,24 +58,16 @@ from .dsconfig import (
     REMOVED_ZERO_KEYS,
     Finding,
     Mode,
+    batch_world_size,
     clip_key,
     hf_auto_values,
 )
+from .pitfalls import scenario_pitfalls
 from .specs import Scenario
-from .units import GIB
 
 SMALL_BUCKET_ELEMENTS = 100_000_000
 """Buckets below this on a multi-node run are flagged. The seed article's multi-node ZeRO-2 run was slow at 5e7 and
 2.1x faster at 2e8 elements; 1e8 separates the two."""
-
-COMMUNICATION_SHARE_LIMIT = 0.30
-"""The seed article: if allgather or reduce takes more than 30% of the step, communication is the bottleneck."""
-
-SLOW_INTER_NODE_GBPS = 25.0
-"""ZeRO-3 across nodes at or below this per-node rate is flagged (DeepSpeed #5770: slower with more nodes)."""
-LARGE_RUN_GPUS = 64
-LARGE_RUN_MIN_GBPS = 100.0
-"""DeepSpeed maintainers (DeepSpeed #2928): ZeRO-3 at 64+ GPUs needs 200-400 Gb/s; 100 Gb/s is not enough."""
 
 DEEPSPEED_OPTIMIZER_TYPES = frozenset({
     "adagrad", "adam", "adamw", "lamb", "muadam", "muadamw", "musgd", "lion", "muon", "onebitadam", "zerooneadam",
@@ -80,8 +75,6 @@ DEEPSPEED_OPTIMIZER_TYPES = frozenset({
 })
 """Optimizer types DeepSpeed builds itself (deepspeed/runtime/config.py DEEPSPEED_OPTIMIZERS, plus the 1-bit
 family); any other ``type`` is looked up in ``torch.optim`` and is "untested" for ZeRO."""
-CPU_OFFLOAD_OPTIMIZER_TYPES = frozenset({"adam", "adamw", "adagrad", "lion"})
-"""Types for which DeepSpeed builds its CPU optimizer under offload (engine.py, _configure_basic_optimizer)."""
 
 _MISSING = object()
 
@@ -143,10 +136,6 @@ def _walk(node: Any, prefix: str = ""):
 
 def _add(out: list[Finding], severity: str, key: str, rule: str, message: str, fix: str = "") -> None:
     out.append(Finding(severity=severity, key=clip_key(key), rule=rule, message=message, fix=fix))
-
-
-def _gib(num_bytes: float) -> str:
-    return f"{num_bytes / GIB:.1f} GiB"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -232,7 +221,7 @@ def _rule_batch(config: dict[str, Any], scenario: Scenario | None, out: list[Fin
         return
     if any(v is not None and v <= 0 for v in values.values()):
         return  # nonpositive_value reports it
-    world = scenario.cluster.data_parallel_degree if scenario is not None else None
+    world = batch_world_size(config, scenario) if scenario is not None else None
     if tb is not None and mb is not None and ga is not None:
         if world is not None and tb != mb * ga * world:
             _add(out, "error", "train_batch_size", "batch_mismatch",
@@ -341,7 +330,7 @@ def _rule_removed(config: dict[str, Any], out: list[Finding]) -> None:
                      "and raises on it.", "Remove it.")
 
 
-def _rule_optimizer(config: dict[str, Any], out: list[Finding]) -> None:
+def _rule_optimizer(config: dict[str, Any], mode: Mode, out: list[Finding]) -> None:
     params = _get(config, "optimizer.params")
     if isinstance(params, dict) and "max_grad_norm" in params:
         _add(out, "error", "optimizer.params.max_grad_norm", "max_grad_norm_param", "DeepSpeed raises ValueError on "
@@ -356,15 +345,28 @@ def _rule_optimizer(config: dict[str, Any], out: list[Finding]) -> None:
              "DeepSpeed optimizer (torch.optim is used); with ZeRO DeepSpeed asserts unless "
              "zero_allow_untested_optimizer is true (engine.py, _do_optimizer_sanity_check).",
              "Add \"zero_allow_untested_optimizer\": true.")
-    if _device(config, "offload_optimizer") != "none" and stage >= 1 \
-            and config.get("zero_force_ds_cpu_optimizer") is not False \
-            and (name is None or name not in CPU_OFFLOAD_OPTIMIZER_TYPES):
-        what = f"optimizer {kind!r}" if name else "a client-built optimizer (no optimizer block)"
-        _add(out, "error", "zero_force_ds_cpu_optimizer", "offload_client_optimizer", f"ZeRO-Offload with {what}: "
-             "DeepSpeed raises ZeRORuntimeException unless the optimizer is DeepSpeedCPUAdam/CPULion or "
-             "zero_force_ds_cpu_optimizer is false (engine.py, _configure_optimizer).",
-             "Use \"optimizer\": {\"type\": \"AdamW\"} (DeepSpeed builds DeepSpeedCPUAdam), or set "
-             "\"zero_force_ds_cpu_optimizer\": false.")
+    if _device(config, "offload_optimizer") == "none" or stage < 1 or "optimizer" in config:
+        # An optimizer block: DeepSpeed builds it itself (DeepSpeedCPUAdam for Adam/AdamW/Adagrad/Lion under
+        # offload, torch.optim otherwise) and the client-optimizer check below never runs (engine.py,
+        # _configure_optimizer: the check sits in the client-optimizer branch only).
+        return
+    force = config.get("zero_force_ds_cpu_optimizer") is not False
+    if mode == "hf_trainer":
+        what = ("accelerate replaces the Trainer's torch optimizer by DeepSpeedCPUAdam (DeepSpeedCPUAdagrad for "
+                "Adagrad; Accelerator._prepare_deepspeed, map_pytorch_optim_to_deepspeed), so the run starts"
+                if force else "zero_force_ds_cpu_optimizer is false, so accelerate hands the Trainer's torch "
+                "optimizer to DeepSpeed as is and its step runs on the CPU in torch (slow)")
+        _add(out, "info", "optimizer", "offload_client_optimizer", "ZeRO-Offload without an optimizer block under "
+             f"the HF Trainer: {what}.")
+        return
+    if force:
+        _add(out, "error", "zero_force_ds_cpu_optimizer", "offload_client_optimizer", "ZeRO-Offload with a "
+             "client-built optimizer (no optimizer block) under deepspeed.initialize: DeepSpeed raises "
+             "ZeRORuntimeException unless that optimizer is DeepSpeedCPUAdam/DeepSpeedCPULion or "
+             "zero_force_ds_cpu_optimizer is false (engine.py, _configure_optimizer). Under the HF Trainer or "
+             "accelerate the same file runs (accelerate swaps in DeepSpeedCPUAdam): check with --hf-trainer.",
+             "Add \"optimizer\": {\"type\": \"AdamW\"} (DeepSpeed builds DeepSpeedCPUAdam), pass "
+             "deepspeed.ops.adam.DeepSpeedCPUAdam as the optimizer, or set \"zero_force_ds_cpu_optimizer\": false.")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -382,91 +384,46 @@ def _rule_cluster(config: dict[str, Any], scenario: Scenario, out: list[Finding]
                      f"{name} = {int(number)} elements on a {cluster.nodes}-node run: many small collectives, each "
                      "paying the inter-node latency. The seed article's multi-node ZeRO-2 run went 2.1x faster "
                      "when its buckets went from 5e7 to 2e8.", f"Use at least 200000000 for {name}.")
-    network = cluster.network
-    node_gbps = network.link_gbps * network.nics_per_node
-    if stage == 3 and cluster.nodes > 1:
-        slow = node_gbps <= SLOW_INTER_NODE_GBPS
-        large = cluster.world_size >= LARGE_RUN_GPUS and node_gbps <= LARGE_RUN_MIN_GBPS
-        if slow or large:
-            hpz = _number(_get(config, "zero_optimization.zero_hpz_partition_size")) or 1
-            fix = "Prefer ZeRO-2 (one all-reduce volume per step), or keep ZeRO-3 with \"zero_hpz_partition_size\": " \
-                  f"{cluster.gpus_per_node} (hierarchical partitioning inside the node)."
-            if hpz == cluster.gpus_per_node:
-                fix = "zero_hpz_partition_size already keeps parameter all-gathers inside the node; gradients " \
-                      "still cross the network: prefer ZeRO-2 or a faster network."
-            _add(out, "warning", "zero_optimization.stage", "zero3_slow_network",
-                 f"ZeRO-3 over {node_gbps:g} Gb/s per node ({network.name}) across {cluster.nodes} nodes: it "
-                 "all-gathers every parameter twice a step over that link and gets slower with more nodes "
-                 "(DeepSpeed #5770); maintainers say 64+ GPUs need 200-400 Gb/s (DeepSpeed #2928).", fix)
-    if stage == 3:
-        for block in ("offload_optimizer", "offload_param"):
-            if _device(config, block) != "none" and _get(config, f"zero_optimization.{block}.pin_memory") is False:
-                _add(out, "warning", f"zero_optimization.{block}.pin_memory", "offload_without_pin",
-                     f"ZeRO-3 {block} without pinned memory: every transfer is staged through pageable memory, "
-                     "slow and memory-hungry (the seed article's 'CUDA malloc error' came from this).",
-                     "Set \"pin_memory\": true (and check that host RAM can hold the pinned buffers).")
     hpz = _number(_get(config, "zero_optimization.zero_hpz_partition_size"))
-    if hpz is not None and hpz > 1 and cluster.gpus_per_node % int(hpz):
-        _add(out, "error", "zero_optimization.zero_hpz_partition_size", "hpz_not_dividing",
-             f"zero_hpz_partition_size {int(hpz)} does not divide the {cluster.gpus_per_node} GPUs per node; "
-             "ZeRO++'s secondary partition must sit inside one node.",
-             f"Use {cluster.gpus_per_node} (GPUs per node) or one of its divisors.")
-    if stage >= 1 and cluster.data_parallel_degree == 1:
-        _add(out, "warning", "zero_optimization.stage", "zero_at_dp1",
-             f"Data-parallel degree 1: ZeRO-{stage} has nobody to shard with, so it saves no GPU memory "
-             "(DeepSpeed #4953); only offload helps.", "Use stage 0 (plus offload if memory is short), or more GPUs.")
-    if scenario.training.qlora and stage == 3:
-        _add(out, "warning", "zero_optimization.stage", "qlora_stage3",
-             "QLoRA (4-bit bitsandbytes base) with ZeRO-3 depends on exact versions and often silently falls back "
-             "to unsharded weights (DeepSpeed #5819, peft #2016).",
-             "Use ZeRO-2 for QLoRA (the 4-bit base is small), or verify bnb_4bit_quant_storage and versions.")
-    if stage in (1, 2) and _device(config, "offload_optimizer") != "none":
-        weights = scenario.parameters * (2 if scenario.training.precision in ("bf16", "fp16") else 4)
-        _add(out, "info", "zero_optimization.offload_optimizer", "zero2_offload_full_weights",
-             f"ZeRO-{stage} with offload_optimizer still keeps the full 16-bit weights on every GPU "
-             f"({_gib(weights)} here), and that does not fall with more GPUs (DeepSpeed #1883, #3770).",
-             "If the weights do not fit, use ZeRO-3 (with offload_param).")
+    if hpz is not None and hpz > 1 and stage == 3:
+        world = cluster.data_parallel_degree
+        size = min(int(hpz), world)
+        if world % size:
+            _add(out, "error", "zero_optimization.zero_hpz_partition_size", "hpz_not_dividing",
+                 f"zero_hpz_partition_size {int(hpz)} does not divide the data-parallel degree {world}; DeepSpeed "
+                 "asserts it does when it builds the secondary-partition groups (utils/groups.py, "
+                 "_create_zero_param_parallel_group: _ensure_divisibility).",
+                 f"Use {cluster.gpus_per_node} (GPUs per node) or one of its divisors.")
+        elif cluster.gpus_per_node % size:
+            _add(out, "warning", "zero_optimization.zero_hpz_partition_size", "hpz_not_dividing",
+                 f"zero_hpz_partition_size {int(hpz)} does not divide the {cluster.gpus_per_node} GPUs per node: "
+                 "DeepSpeed accepts it, but some secondary-partition groups (consecutive ranks) span two nodes, "
+                 "so ZeRO++'s parameter all-gathers cross the network it is meant to avoid.",
+                 f"Use {cluster.gpus_per_node} (GPUs per node) or one of its divisors.")
 
 
-def _attr(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name)
+def _scenario_values(scenario: Scenario) -> dict[str, float] | None:
+    """The cost model's numbers for the scenario (what ``estimate`` computes its warnings from); None if the cost
+    model cannot price it."""
+    from .costmodel.context import Candidates, make_context
+    from .costmodel.evaluate import evaluate
 
-
-def _rule_costmodel(config: dict[str, Any], scenario: Scenario, out: list[Finding]) -> None:
     try:
-        from .costmodel import estimate
-    except ImportError as exc:  # the core cost model is a sibling module; report, do not crash
-        _add(out, "info", "", "costmodel_unavailable", f"cost-model rules skipped ({exc}).")
-        return
-    try:
-        est = estimate(scenario)
-    except (ValueError, ArithmeticError) as exc:
-        _add(out, "info", "", "costmodel_unavailable", f"cost-model rules skipped: {str(exc).splitlines()[0][:200]}")
-        return
-    cpu_bytes = float(_attr(est, "per_node_cpu_bytes"))
-    host = scenario.cluster.cpu_memory_bytes
-    offloaded = [b for b in ("offload_optimizer", "offload_param") if _device(config, b) != "none"]
-    if offloaded and cpu_bytes > host:
-        pinned = any(_get(config, f"zero_optimization.{b}.pin_memory") is not False for b in offloaded)
-        if pinned:
-            _add(out, "error", f"zero_optimization.{offloaded[0]}.pin_memory", "pinned_exceeds_host",
-                 f"Offload needs {_gib(cpu_bytes)} of host RAM per node (incl. DeepSpeed's 1.5x buffer factor), "
-                 f"more than the node's {_gib(host)}; pinned memory cannot be swapped out, so the run is killed "
-                 "(DeepSpeed #3448, #3481).", "Add nodes (offload RAM is per node), offload to NVMe, or get more "
-                 "host RAM.")
-        else:
-            _add(out, "warning", f"zero_optimization.{offloaded[0]}", "host_ram_short",
-                 f"Offload needs {_gib(cpu_bytes)} of host RAM per node, more than the node's {_gib(host)}; "
-                 "unpinned pages will swap and the step crawls.", "Add nodes, offload to NVMe, or more host RAM.")
-    comm = _attr(est, "communication")
-    exposed = float(_attr(comm, "exposed_seconds_per_step"))
-    step = float(_attr(est, "step_seconds"))
-    if step > 0 and exposed / step > COMMUNICATION_SHARE_LIMIT:
-        _add(out, "warning", "zero_optimization", "communication_share",
-             f"Exposed communication is {100 * exposed / step:.0f}% of the step ({exposed:.3g} s of "
-             f"{step:.3g} s), above the seed article's 30% threshold: the GPUs wait on the network.",
-             "Raise reduce/allgather bucket sizes, accumulate more micro-batches per step, use ZeRO-2 instead of "
-             "ZeRO-3, or zero_hpz_partition_size = GPUs per node.")
+        values = evaluate(make_context(scenario), Candidates.from_scenario(scenario))
+    except (ValueError, ArithmeticError):
+        return None
+    return {k: float(v.reshape(-1)[0]) for k, v in values.items()}
+
+
+def _rule_pitfalls(scenario: Scenario, mode: Mode, out: list[Finding]) -> None:
+    """The run-level rules shared with ``zeroplanner estimate`` (:func:`zeroplanner.pitfalls.scenario_pitfalls`)."""
+    values = _scenario_values(scenario)
+    if values is None:
+        _add(out, "info", "", "costmodel_unavailable", "cost-model rules (communication share, host RAM) skipped: "
+             "the cost model cannot price this scenario.")
+    for p in scenario_pitfalls(scenario, values, client=mode):
+        message = p.message[:1].upper() + p.message[1:] + "."
+        _add(out, p.severity, p.key, p.rule, message, p.fix)
 
 
 def lint(config: Any, scenario: Scenario | None = None, mode: Mode = "deepspeed") -> list[Finding]:
@@ -490,9 +447,9 @@ def lint(config: Any, scenario: Scenario | None = None, mode: Mode = "deepspeed"
     _rule_precision(config, out)
     _rule_offload_stage(config, out)
     _rule_auto(config, mode, scenario, out)
-    _rule_optimizer(config, out)
+    _rule_optimizer(config, mode, out)
     if scenario is not None:
         _rule_cluster(config, scenario, out)
-        _rule_costmodel(config, scenario, out)
+        _rule_pitfalls(scenario, mode, out)
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(out, key=lambda f: order[f.severity])

@@ -425,12 +425,40 @@ def test_optimizer_types_are_read():
 # ----------------------------------------------------------------------------------------------------------------
 def test_invalid_json_is_one_line_error():
     with pytest.raises(ConfigError) as err:
-        from_deepspeed_config('{"zero_optimization": {"stage": 2,}}', base=scenario(2))
+        from_deepspeed_config('{"zero_optimization": {"stage": 2 "offload_param"}}', base=scenario(2))
     assert "not valid JSON" in str(err.value) and "line 1" in str(err.value) and "\n" not in str(err.value)
     for text in ("[1, 2]", '"just a string"', "NaN", '{"train_batch_size": NaN}', '{"a": Infinity}', "",
-                 b"\xff\xfe{}"):
+                 b"\xff\xfe{}", '{"a": 1e999}'):
         with pytest.raises(ConfigError):
             load_config_text(text)
+
+
+HJSON_TEXT = """{
+  // comments and trailing commas: DeepSpeed reads config files with hjson
+  "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": 4,
+  "zero_optimization": {"stage": 2,},
+}"""
+
+
+def test_hjson_file_read_as_deepspeed_reads_it(tmp_path, ds_world):
+    """DeepSpeedConfig(path) uses hjson.load (deepspeed/runtime/config.py): comments and trailing commas are fine
+    for DeepSpeed alone; accelerate's HfDeepSpeedConfig(path) uses json.load and raises, so --hf-trainer errors."""
+    from accelerate.utils.deepspeed import HfDeepSpeedConfig
+
+    path = tmp_path / "ds.json"
+    path.write_text(HJSON_TEXT)
+    ds_world(16)
+    assert DeepSpeedConfig(str(path)).zero_optimization_stage == 2
+    with pytest.raises(ValueError):
+        HfDeepSpeedConfig(str(path))
+    config, findings = load_config_text(HJSON_TEXT)
+    assert config["zero_optimization"] == {"stage": 2}
+    assert [(f.rule, f.severity) for f in findings] == [("invalid_syntax", "info")]
+    _, hf = load_config_text(HJSON_TEXT, "hf_trainer")
+    assert [(f.rule, f.severity) for f in hf] == [("invalid_syntax", "error")]
+    s, _ = from_deepspeed_config(HJSON_TEXT, base=scenario(3))
+    assert s.zero.stage == 2 and s.training.micro_batch == 2
 
 
 def test_fifty_megabytes_is_refused_quickly():
@@ -485,10 +513,25 @@ def test_wrong_types_give_findings_not_exceptions():
     assert any(f.key == "zero_optimization" and f.severity == "error" for f in findings)
 
 
-def test_duplicate_keys_reported():
-    config, findings = load_config_text('{"train_batch_size": 8, "train_batch_size": 16}')
-    assert config["train_batch_size"] == 16
-    assert [f.key for f in findings if f.rule == "duplicate_key"] == ["train_batch_size"]
+def test_duplicate_keys_reported(tmp_path, ds_world):
+    """DeepSpeed's file loader raises on a duplicate key (dict_raise_error_on_duplicate_keys): an error for
+    DeepSpeed alone; accelerate's json.load keeps the last value: a warning under --hf-trainer."""
+    from accelerate.utils.deepspeed import HfDeepSpeedConfig
+
+    text = '{"train_micro_batch_size_per_gpu": 1, "train_micro_batch_size_per_gpu": 2}'
+    path = tmp_path / "dup.json"
+    path.write_text(text)
+    ds_world(8)
+    with pytest.raises(ValueError, match="Duplicate keys"):
+        DeepSpeedConfig(str(path))
+    assert HfDeepSpeedConfig(str(path)).config["train_micro_batch_size_per_gpu"] == 2
+    config, findings = load_config_text(text)
+    assert config["train_micro_batch_size_per_gpu"] == 2
+    assert [(f.key, f.severity) for f in findings if f.rule == "duplicate_key"] == [
+        ("train_micro_batch_size_per_gpu", "error")]
+    _, hf = load_config_text(text, "hf_trainer")
+    assert [(f.key, f.severity) for f in hf if f.rule == "duplicate_key"] == [
+        ("train_micro_batch_size_per_gpu", "warning")]
 
 
 def test_nothing_in_the_text_is_executed(tmp_path):
@@ -498,8 +541,9 @@ def test_nothing_in_the_text_is_executed(tmp_path):
     s, findings = from_deepspeed_config(json.dumps(payload), base=scenario(2))
     assert not marker.exists()
     assert {f.key for f in findings if f.rule == "unknown_key"} >= {"__class__", "!!python/object/apply:os.system"}
-    with pytest.raises(ConfigError):
-        load_config_text(f"!!python/object/apply:os.system ['touch {marker}']")
+    # hjson (DeepSpeed's reader) takes this YAML tag for a key with a quoteless string value; nothing runs
+    config, _ = load_config_text(f"!!python/object/apply:os.system ['touch {marker}']")
+    assert list(config) == ["!!python/object/apply"] and not marker.exists()
     assert not marker.exists()
 
 

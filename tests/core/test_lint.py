@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zeroplanner.dsconfig import ConfigError, from_deepspeed_config, load_config_text, to_deepspeed_config
-from zeroplanner.lint import COMMUNICATION_SHARE_LIMIT, lint
+from zeroplanner.lint import lint
+from zeroplanner.pitfalls import COMMUNICATION_SHARE_LIMIT
 from zeroplanner.specs import Scenario, TrainingSpec
 from tests.core.test_dsconfig import ETHERNET_25, SWEEP, scenario
 
@@ -173,10 +174,19 @@ def test_untested_optimizer():
 
 
 def test_offload_client_optimizer():
-    bad = to_deepspeed_config(scenario(2, opt="cpu", optimizer="sgd"))
-    del bad["zero_force_ds_cpu_optimizer"]
-    assert "offload_client_optimizer" in rules(bad)
-    assert "offload_client_optimizer" not in rules(to_deepspeed_config(scenario(2, opt="cpu", optimizer="sgd")))
+    """ZeRO-Offload with no optimizer block: DeepSpeed alone raises on the client's torch optimizer, the HF Trainer
+    runs it (accelerate swaps in DeepSpeedCPUAdam). A config-typed optimizer (even torch's SGD) is built by DeepSpeed
+    itself and never reaches the check. Shown on real runs in tests/test_shipped_configs.py (engine tests)."""
+    bad = to_deepspeed_config(scenario(2, opt="cpu"))
+    del bad["optimizer"]
+    found = [f for f in lint(bad) if f.rule == "offload_client_optimizer"]
+    assert [f.severity for f in found] == ["error"]
+    in_hf = [f for f in lint(bad, mode="hf_trainer") if f.rule == "offload_client_optimizer"]
+    assert [f.severity for f in in_hf] == ["info"] and "DeepSpeedCPUAdam" in in_hf[0].message
+    assert "offload_client_optimizer" not in rules({**bad, "zero_force_ds_cpu_optimizer": False})
+    sgd = to_deepspeed_config(scenario(2, opt="cpu", optimizer="sgd"))
+    del sgd["zero_force_ds_cpu_optimizer"]
+    assert "offload_client_optimizer" not in rules(sgd)  # DeepSpeed builds torch.optim.SGD itself: it runs
     assert "offload_client_optimizer" not in rules(to_deepspeed_config(scenario(2, opt="cpu")))
 
 
@@ -230,8 +240,20 @@ def test_nvme_without_path():
 
 
 def test_hpz_not_dividing():
-    s = scenario(3, nodes=2, gpus_per_node=8)
-    assert "hpz_not_dividing" in rules(cfg(s, zero_hpz_partition_size=3), s)
+    """DeepSpeed asserts only that the hpZ size divides the data-parallel world (utils/groups.py,
+    _create_zero_param_parallel_group -> _ensure_divisibility(world, min(hpz, world))): an error there; a size that
+    divides the world but not the GPUs per node runs with groups spanning nodes: a warning."""
+    from deepspeed.utils.groups import _ensure_divisibility
+
+    s = scenario(3, nodes=2, gpus_per_node=8)  # data-parallel degree 16
+    found = [f for f in lint(cfg(s, zero_hpz_partition_size=3), s) if f.rule == "hpz_not_dividing"]
+    assert [f.severity for f in found] == ["error"]
+    with pytest.raises(AssertionError):
+        _ensure_divisibility(16, 3)
+    s3 = scenario(3, nodes=3, gpus_per_node=8)  # 24 ranks: 3 divides the world, not the 8 GPUs of a node
+    _ensure_divisibility(24, 3)
+    found = [f for f in lint(cfg(s3, zero_hpz_partition_size=3), s3) if f.rule == "hpz_not_dividing"]
+    assert [f.severity for f in found] == ["warning"]
     assert "hpz_not_dividing" not in rules(cfg(s, zero_hpz_partition_size=8), s)
     assert "hpz_not_dividing" not in rules(cfg(s, zero_hpz_partition_size=4), s)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from ..pitfalls import COMMUNICATION_SHARE_LIMIT, scenario_pitfalls
 from ..specs import Scenario
 from ..units import gib
 from .communication import communication_terms
@@ -17,9 +18,8 @@ from .context import Candidates, Context, data_parallel_degree, make_context, ov
 from .memory import TERMS, memory_terms
 from .terms import TERM_INFO
 
-COMM_SHARE_WARNING = 0.30
-"""Exposed communication above 30% of the step is a bottleneck (the seed article's DeepSpeed-profiler threshold:
-'allgather or reduce above 30% of the time')."""
+COMM_SHARE_WARNING = COMMUNICATION_SHARE_LIMIT
+"""Exposed communication above 30% of the step is a bottleneck (one value with :mod:`zeroplanner.pitfalls`)."""
 
 
 def hidden_behind(work: np.ndarray, other: np.ndarray, loss: float) -> np.ndarray:
@@ -208,41 +208,25 @@ class Estimate(_Out):
         )
 
 
+def _with_fix(p) -> str:
+    """One warning line: the pitfall's message, then its fix as a clause."""
+    fix = p.fix.rstrip(".")
+    return f"{p.message}; {fix[:1].lower()}{fix[1:]}" if fix else p.message
+
+
 def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]:
-    """Plain-language warnings for one evaluated scenario (docs/references.md section 7 behaviours)."""
+    """Plain-language warnings for one evaluated scenario: the shared run-level pitfalls
+    (:func:`zeroplanner.pitfalls.scenario_pitfalls`, the same rules ``zeroplanner check`` reports) followed by what
+    this estimate itself does not price or does not fit."""
     z, t, c, m = scenario.zero, scenario.training, scenario.cluster, scenario.model
-    w: list[str] = []
-    n = c.data_parallel_degree
-    if n == 1 and z.stage > 0:
-        w.append(f"data-parallel degree is 1: ZeRO-{z.stage} partitions nothing and saves no memory "
-                 "(DeepSpeed #4953); use stage 0 or add GPUs")
-    if z.stage == 2 and z.offload_optimizer.device != "none":
-        w.append("ZeRO-2 with offload_optimizer still keeps full 16-bit weights on every GPU: GPU model states do "
-                 "not fall with more GPUs (DeepSpeed #1883)")
-    step = values["step_seconds"]
-    share = values["comm_exposed_seconds"] / step if step > 0 else 0.0
-    if share > COMM_SHARE_WARNING:
-        fixes = ["a faster network"]
-        if z.stage == 3:
-            fixes.insert(0, "ZeRO++ (zero_hpz_partition_size = GPUs per node, quantized weights and gradients)"
-                         if c.nodes > 1 and z.zero_hpz_partition_size == 1 else "a larger micro-batch")
-            fixes.append("ZeRO-2 if it fits (no per-layer parameter gathers)")
-        elif z.stage == 2:
-            fixes.insert(0, "overlap_comm" if not z.overlap else "a larger micro-batch with fewer accumulation "
-                         "steps (ZeRO-2 reduces every micro-step)")
-            fixes.append("ZeRO-1 if it fits (reduces once per step)")
-        else:
-            fixes.insert(0, "a larger batch per step (the all-reduce is paid once per step)")
-        w.append(f"exposed communication is {share:.0%} of the step (> 30%, the seed article's threshold); "
-                 "try " + ", ".join(fixes))
+    pitfalls = scenario_pitfalls(scenario, values)
+    host = ("pinned_exceeds_host", "host_ram_short")
+    w = [_with_fix(p) for p in pitfalls if p.rule not in host]
     if m.max_position_embeddings and t.seq_len > m.max_position_embeddings:
         w.append(f"seq_len {t.seq_len} exceeds the model's max_position_embeddings {m.max_position_embeddings} "
                  "(context extension changes the model; memory is still estimated)")
-    if t.qlora and z.stage == 3:
-        w.append("QLoRA with ZeRO-3: 4-bit bitsandbytes weights are often not partitioned (DeepSpeed #5819, "
-                 "peft #2016); modelled as unsharded (recent peft/accelerate shard them when bnb_4bit_quant_storage "
-                 "matches the compute dtype, which this estimate does not assume)")
-    if z.stage == 3 and n > 1 and values.get("fetch_overhead_seconds", 0.0) > 0.1 * step:
+    step = values["step_seconds"]
+    if z.stage == 3 and c.data_parallel_degree > 1 and values.get("fetch_overhead_seconds", 0.0) > 0.1 * step:
         w.append(f"ZeRO-3's per-module host work (hooks, fetch coordination) is "
                  f"{values['fetch_overhead_seconds'] / step:.0%} of the step: the GPU waits for the host, as in the "
                  "measured small-model runs (ZeRO-3 2.5-3.3x slower than ZeRO-1, shared/references/THROUGHPUT.md "
@@ -251,17 +235,9 @@ def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]
         w.append(f"GPU memory: needs {gib(values['total']):.1f} GiB per GPU, "
                  f"{gib(c.memory_per_gpu_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB "
                  "usable")
-    if not values["fits_cpu"]:
-        w.append(f"host RAM: offload needs {gib(values['host_per_node']):.0f} GiB per node x "
-                 f"{scenario.assumptions.host_buffer_factor} buffer factor, node has {gib(c.cpu_memory_bytes):.0f} GiB "
-                 "(pinned memory cannot swap)")
+    w += [_with_fix(p) for p in pitfalls if p.rule in host]
     if not values["fits_nvme"]:
         w.append(f"NVMe: needs {gib(values['nvme_per_node']):.0f} GiB per node, node has {gib(c.nvme_bytes):.0f} GiB")
-    if (z.offload_optimizer.device == "nvme" or z.offload_param.device == "nvme"):
-        w.append("NVMe offload needs libaio and pinned host buffers and can be ~10x slower than ZeRO-2 "
-                 "(DeepSpeed #1130, #3000)")
-    if c.nodes > 1 and z.stage == 3 and c.network.link_gbps * c.network.nics_per_node < 200 and n >= 64:
-        w.append("ZeRO-3 at 64+ GPUs needs 200-400 Gb/s between nodes; 100 Gb/s is not enough (DeepSpeed #2928)")
     return w
 
 

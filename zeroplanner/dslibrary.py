@@ -1,0 +1,239 @@
+"""Hand a user's DeepSpeed config to the installed libraries' own validation, the way the client that runs it does.
+
+:func:`library_findings` is what ``zeroplanner check`` adds when DeepSpeed (and, for ``--hf-trainer``, transformers)
+is installed; without them it returns ``None`` and the hand-written key tables of :mod:`zeroplanner.dsconfig` and
+the rules of :mod:`zeroplanner.lint` are all there is (the tests keep both in agreement on the shipped configs).
+
+* ``mode="hf_trainer"``: the Trainer's fill first -- transformers' ``HfTrainerDeepSpeedConfig``
+  (``integrations/deepspeed.py``) with ``trainer_config_process`` and ``trainer_config_finalize``, given a
+  TrainingArguments stand-in built from the scenario and a model stand-in carrying only ``config.hidden_size`` (no
+  model is built). Where the config has a concrete value the stand-in uses it (the user's TrainingArguments are
+  assumed to agree), so only the config's own inconsistencies become mismatches, e.g. a concrete
+  ``train_batch_size`` that is not micro x accumulation x world.
+* then DeepSpeed's ``DeepSpeedConfig`` (``deepspeed/runtime/config.py``: every pydantic sub-config with
+  ``extra="forbid"``, removed keys, the batch assertion, precision checks) on the (filled) dict, with the world
+  size ``deepspeed.initialize`` gives it (:func:`zeroplanner.dsconfig.batch_world_size`: the data-parallel degree,
+  or all ranks when AutoTP comes from the config). ``DeepSpeedConfig`` takes its world size from
+  ``deepspeed.comm`` (its ``mpu`` argument is only consulted after ``dist.get_rank()`` succeeds, i.e. after a
+  distributed init), so while it runs the ``dist`` name inside ``deepspeed.runtime.config`` is replaced by a stand-in
+  answering rank 0 and that world size; nothing else is patched and the name is restored afterwards.
+
+Errors are reported in zeroplanner's words as :class:`~zeroplanner.dsconfig.Finding` objects (rule
+``deepspeed_rejects`` or ``hf_fill_mismatch``), each naming the library class that raised. DeepSpeed stops at the
+first failing block, so at most one ``deepspeed_rejects`` finding comes back. Engine-level checks (optimizer
+construction, ZeRO-Offload's client-optimizer check) are not run: they need a model and a process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import sys
+import types
+from typing import Any, Iterator
+
+from .dsconfig import AUTO, Finding, Mode, batch_world_size, clip_key
+from .specs import Scenario
+
+_MODEL_BLOCKS = {
+    "DeepSpeedZeroConfig": "zero_optimization",
+    "DeepSpeedBF16Config": "bf16",
+    "DeepSpeedFP16Config": "fp16",
+    "TPTrainingConfig": "tensor_parallel",
+    "DeepSpeedZeroOffloadOptimizerConfig": "zero_optimization.offload_optimizer",
+    "DeepSpeedZeroOffloadParamConfig": "zero_optimization.offload_param",
+}
+"""pydantic model title (as in DeepSpeed's ValidationError) -> the config block it validates."""
+
+
+def _quiet() -> contextlib.AbstractContextManager:
+    """DeepSpeed's logger writes to stdout (its StreamHandler takes sys.stdout when deepspeed is imported, e.g.
+    "Setting accelerator to CPU"); the command line's stdout is JSON, so imports and validation run with stdout
+    pointed at stderr, which is also where that handler then stays."""
+    return contextlib.redirect_stdout(sys.stderr)
+
+
+def library_versions() -> dict[str, str] | None:
+    """Versions of the libraries :func:`library_findings` uses, or None when DeepSpeed is not installed."""
+    with _quiet():
+        try:
+            import deepspeed
+        except ImportError:
+            return None
+        out = {"deepspeed": deepspeed.__version__}
+        try:
+            import transformers
+
+            out["transformers"] = transformers.__version__
+        except ImportError:
+            pass
+    return out
+
+
+@contextlib.contextmanager
+def _deepspeed_world(world_size: int) -> Iterator[None]:
+    """DeepSpeedConfig sees rank 0 of ``world_size`` ranks (see the module docstring)."""
+    from deepspeed.runtime import config as ds_config
+
+    real = ds_config.dist
+    ds_config.dist = types.SimpleNamespace(get_rank=lambda *a, **k: 0, get_world_size=lambda *a, **k: world_size)
+    try:
+        yield
+    finally:
+        ds_config.dist = real
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _get(config: dict[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _training_arguments(config: dict[str, Any], scenario: Scenario) -> tuple[Any, dict[str, Any]]:
+    """A TrainingArguments stand-in (the attributes HfTrainerDeepSpeedConfig reads) and what it assumed."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+    t = scenario.training
+    assumed: dict[str, Any] = {}
+
+    def pick(name: str, dotted: str, default: Any) -> Any:
+        value = _get(config, dotted)
+        if _number(value) is not None:
+            assumed[name] = value
+            return value
+        return default
+
+    args = types.SimpleNamespace(
+        world_size=batch_world_size(config, scenario),
+        per_device_train_batch_size=t.micro_batch,
+        gradient_accumulation_steps=t.grad_accum,
+        max_grad_norm=pick("max_grad_norm", "gradient_clipping", defaults["max_grad_norm"]),
+        learning_rate=pick("learning_rate", "optimizer.params.lr", defaults["learning_rate"]),
+        adam_epsilon=pick("adam_epsilon", "optimizer.params.eps", defaults["adam_epsilon"]),
+        weight_decay=pick("weight_decay", "optimizer.params.weight_decay", defaults["weight_decay"]),
+        adam_beta1=defaults["adam_beta1"], adam_beta2=defaults["adam_beta2"],
+        save_on_each_node=False, fp16_full_eval=False, bf16_full_eval=False,
+        bf16=t.precision == "bf16", fp16=t.precision == "fp16",
+    )
+    betas = _get(config, "optimizer.params.betas")
+    if isinstance(betas, list) and len(betas) == 2 and all(_number(b) is not None for b in betas):
+        args.adam_beta1, args.adam_beta2 = betas
+        assumed["adam_beta1, adam_beta2"] = betas
+    warmup = _get(config, "scheduler.params.warmup_num_steps")
+    steps = int(warmup) if _number(warmup) is not None else 0
+    args.get_warmup_steps = lambda n: steps
+    return args, assumed
+
+
+def _hf_fill(config: dict[str, Any], scenario: Scenario, out: list[Finding]) -> dict[str, Any] | None:
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
+
+    args, _ = _training_arguments(config, scenario)
+    total = _get(config, "scheduler.params.total_num_steps")
+    num_training_steps = int(total) if _number(total) is not None and total >= 1 else 1000
+    model = types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=scenario.model.hidden_size))
+    hf = HfTrainerDeepSpeedConfig(copy.deepcopy(config))
+    try:
+        hf.trainer_config_process(args)
+        hf.trainer_config_finalize(args, model, num_training_steps=num_training_steps)
+    except ValueError:
+        for line in getattr(hf, "mismatches", []) or []:
+            out.append(Finding(
+                severity="error", key=clip_key(line.split("=", 1)[0].replace("- ds ", "").strip()),
+                rule="hf_fill_mismatch",
+                message=f"the HF Trainer's fill (transformers HfTrainerDeepSpeedConfig.trainer_config_finalize) "
+                f"raises: the config's value does not match what the Trainer computes ({line.strip('- ')}).",
+                fix="Write \"auto\" there, or the value the Trainer computes."))
+        return None
+    except (TypeError, KeyError, AttributeError) as exc:
+        out.append(Finding(severity="error", key="", rule="hf_fill_mismatch",
+                           message=f"the HF Trainer's fill (HfTrainerDeepSpeedConfig) fails: "
+                           f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}", fix=""))
+        return None
+    finally:
+        unset_hf_deepspeed_config()
+    return hf.config
+
+
+def _validation_findings(exc: Any) -> list[Finding]:
+    title = getattr(exc, "title", "")
+    block = _MODEL_BLOCKS.get(title, "")
+    out = []
+    for err in exc.errors()[:20]:
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        key = ".".join(p for p in (block, loc) if p)
+        kind = err.get("type", "")
+        what = "has no such key (extra keys are forbidden)" if kind == "extra_forbidden" else err.get("msg", "")
+        out.append(Finding(severity="error", key=clip_key(key), rule="deepspeed_rejects",
+                           message=f"DeepSpeed's own config class {title or 'DeepSpeedConfig'} rejects {key or 'it'}: "
+                           f"{what} (got {str(err.get('input'))[:60]!r}).",
+                           fix="Remove the key or fix its value."))
+    return out
+
+
+def library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode = "deepspeed") -> list[Finding] | None:
+    """Findings from the installed libraries' own validation of ``config`` (see the module docstring), or ``None``
+    when DeepSpeed (or, with ``mode="hf_trainer"``, transformers) is not installed. ``scenario`` supplies the world
+    size (:func:`zeroplanner.dsconfig.batch_world_size`), hidden size and training values, usually the one
+    :func:`zeroplanner.dsconfig.from_deepspeed_config` read from this config. Nothing is written to stdout."""
+    with _quiet():
+        return _library_findings(config, scenario, mode)
+
+
+def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode) -> list[Finding] | None:
+    try:
+        from deepspeed.runtime.config import DeepSpeedConfig
+    except ImportError:
+        return None
+    if mode == "hf_trainer":
+        try:
+            import transformers.integrations.deepspeed  # noqa: F401
+        except ImportError:
+            return None
+    out: list[Finding] = []
+    filled: dict[str, Any] | None = copy.deepcopy(config)
+    if mode == "hf_trainer":
+        filled = _hf_fill(config, scenario, out)
+        if filled is None:
+            return out
+    with _deepspeed_world(batch_world_size(config, scenario)):
+        try:
+            DeepSpeedConfig(filled)
+        except Exception as exc:  # DeepSpeed raises pydantic, assertion, value, type and its own errors
+            if hasattr(exc, "errors") and hasattr(exc, "title"):
+                out += _validation_findings(exc)
+            else:
+                first = str(exc).splitlines()[0][:300] if str(exc) else ""
+                where = "after the HF Trainer's fill, " if mode == "hf_trainer" else ""
+                hint = ""
+                if any(v == AUTO for v in _leaves(filled)):
+                    hint = " The config still has \"auto\" values, which only the HF Trainer/accelerate fill."
+                out.append(Finding(severity="error", key="", rule="deepspeed_rejects",
+                                   message=f"{where}DeepSpeed's own DeepSpeedConfig raises {type(exc).__name__}: "
+                                   f"{first}.{hint}", fix=""))
+    return out
+
+
+def _leaves(node: Any) -> Iterator[Any]:
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        else:
+            yield item
