@@ -246,16 +246,19 @@ def init_process_group(info: dict[str, Any], backend: str = "auto",
     return backend, device
 
 
-def gather_topology(node_id: str | None = None) -> dict[str, Any]:
-    """Every rank's node, gathered on every rank: ``{"nodes": [{"node", "key", "hostname", "ranks"}],
-    "ranks_per_node": min ranks on a node, "uniform": all nodes hold as many ranks, "node_of_rank": [...]}``.
-    The node key is ``node_id``, else ``$ZEROPLANNER_NODE_ID``, else the host name; nodes are numbered in the
-    order of their lowest rank."""
+def gather_topology(node_id: str | None = None, launcher_node_rank: int | None = None) -> dict[str, Any]:
+    """Every rank's node, gathered on every rank: ``{"nodes": [{"node", "key", "hostname", "ranks",
+    "launcher_node_ranks"}], "ranks_per_node": min ranks on a node, "uniform": all nodes hold as many ranks,
+    "node_of_rank": [...], "note"}``. The node key is ``node_id``, else ``$ZEROPLANNER_NODE_ID``, else the host
+    name; nodes are numbered in the order of their lowest rank. ``note`` says when the launcher's own node numbers
+    (``launcher_node_rank``: GROUP_RANK, CROSS_RANK, SLURM_NODEID) group the ranks differently (e.g. two torchrun
+    agents on one host without an override: the "inter-node" level then measures one host)."""
     import torch.distributed as dist
 
     hostname = socket.gethostname()
     key = node_id or os.environ.get(NODE_ID_ENV) or hostname
-    mine = {"rank": dist.get_rank(), "key": str(key)[:200], "hostname": hostname[:200]}
+    mine = {"rank": dist.get_rank(), "key": str(key)[:200], "hostname": hostname[:200],
+            "launcher_node_rank": launcher_node_rank}
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     nodes: list[dict[str, Any]] = []
@@ -263,11 +266,21 @@ def gather_topology(node_id: str | None = None) -> dict[str, Any]:
     for entry in sorted(everyone, key=lambda e: e["rank"]):
         if entry["key"] not in index:
             index[entry["key"]] = len(nodes)
-            nodes.append({"node": len(nodes), "key": entry["key"], "hostname": entry["hostname"], "ranks": []})
-        nodes[index[entry["key"]]]["ranks"].append(entry["rank"])
+            nodes.append({"node": len(nodes), "key": entry["key"], "hostname": entry["hostname"], "ranks": [],
+                          "launcher_node_ranks": []})
+        node = nodes[index[entry["key"]]]
+        node["ranks"].append(entry["rank"])
+        if entry["launcher_node_rank"] is not None and entry["launcher_node_rank"] not in node["launcher_node_ranks"]:
+            node["launcher_node_ranks"].append(entry["launcher_node_rank"])
     counts = [len(n["ranks"]) for n in nodes]
+    launcher_nodes = {e["launcher_node_rank"] for e in everyone}
+    note = ""
+    if None not in launcher_nodes and (len(launcher_nodes) != len(nodes)
+                                       or any(len(n["launcher_node_ranks"]) != 1 for n in nodes)):
+        note = (f"the launcher numbers {len(launcher_nodes)} nodes but the ranks sit on {len(nodes)} "
+                f"{'hosts' if not (node_id or os.environ.get(NODE_ID_ENV)) else 'node ids'}: levels follow the latter")
     return {"nodes": nodes, "ranks_per_node": min(counts), "uniform": len(set(counts)) == 1,
-            "node_of_rank": [index[e["key"]] for e in sorted(everyone, key=lambda e: e["rank"])]}
+            "node_of_rank": [index[e["key"]] for e in sorted(everyone, key=lambda e: e["rank"])], "note": note}
 
 
 def measure_levels(topology: dict[str, Any], message_bytes: Sequence[int], iterations: int, warmup: int,
@@ -425,6 +438,8 @@ def format_report_text(report: dict[str, Any]) -> str:
     lines = [report.get("message", "")]
     for n in report.get("topology", {}).get("nodes", []):
         lines.append(f"node {n['node']} ({n['key']}, host {n['hostname']}): ranks {n['ranks']}")
+    if report.get("topology", {}).get("note"):
+        lines.append(f"note: {report['topology']['note']}")
     coll = (report.get("benchmarks") or {}).get("collectives") or {}
     lines.append(f"{'level':<11}{'collective':<16}{'ranks':>6}{'busbw GB/s':>12}{'alpha us':>10}{'max rel err':>13}")
     for level, fits in (coll.get("fits") or {}).items():
@@ -486,7 +501,7 @@ def start(*, backend: str = "auto", node_id: str | None = None, message_bytes: S
     info = launcher_environment(env)
     backend, device = init_process_group(info, backend, rendezvous_timeout_seconds)
     try:
-        topology = gather_topology(node_id)
+        topology = gather_topology(node_id, info["node_rank"])
         inventories = gather_inventories(topology, nvme_path)
         sizes = sorted(set(message_bytes or (GPU_MESSAGE_BYTES if backend == "nccl" else CPU_MESSAGE_BYTES)))
         levels = measure_levels(topology, sizes, iterations or (20 if backend == "nccl" else 5), warmup,
