@@ -24,7 +24,7 @@ import pytest
 from zeroplanner.cli_launch import build_launch
 from zeroplanner.probe import cluster_changes, cluster_from_probe, load_probe
 from zeroplanner.probe._worker import busbw_factor
-from zeroplanner.probe.benchmarks import CPU_MESSAGE_BYTES
+from zeroplanner.probe.benchmarks import CPU_MESSAGE_BYTES, GPU_MESSAGE_BYTES
 from zeroplanner.probe.distributed import (
     DistributedError,
     launcher_environment,
@@ -218,16 +218,20 @@ def _run_all(cmds: list[tuple[list[str], dict[str, str]]], timeout: float) -> li
     return results
 
 
-def _torchrun(task_args: list[str], nodes: int, per_node: int, out: Path, timeout: float) -> dict:
+def _torchrun(task_args: list[str], nodes: int, per_node: int, out: Path, timeout: float, cuda: bool = False) -> dict:
     """The torchrun line ``launch-script`` prints, run once per pretend node (``--local-addr`` keeps torchrun's
-    agent on loopback)."""
+    agent on loopback). ``cuda``: each pretend node sees its own ``per_node`` GPUs."""
     port = _free_port()
     launch = build_launch("torchrun", nodes, per_node, master_addr="127.0.0.1", master_port=port,
-                          task=task_args[0], output=str(out), device="cpu", extra=task_args[1:])
+                          task=task_args[0], output=str(out), device="cuda" if cuda else "cpu", extra=task_args[1:])
     argv = shlex.split(launch["commands"][0])
     assert argv[0] == "torchrun"
     argv = [sys.executable, "-m", "torch.distributed.run", "--local-addr", "127.0.0.1", *argv[1:]]
-    _run_all([(argv, _env(ZEROPLANNER_NODE_ID=f"node{i}")) for i in range(nodes)], timeout)
+    cmds = []
+    for i in range(nodes):
+        devices = ",".join(str(i * per_node + k) for k in range(per_node)) if cuda else ""
+        cmds.append((argv, _env(ZEROPLANNER_NODE_ID=f"node{i}", CUDA_VISIBLE_DEVICES=devices)))
+    _run_all(cmds, timeout)
     return load_probe(out)
 
 
@@ -291,9 +295,10 @@ def _check_topology(report: dict, nodes: int, per_node: int, launcher: str) -> N
     assert report["cluster"]["nodes"] == nodes and report["cluster"]["gpus_per_node"] == per_node
 
 
-def _check_levels(report: dict, levels: dict[str, int]) -> None:
+def _check_levels(report: dict, levels: dict[str, int], backend: str = "gloo") -> None:
     coll = report["benchmarks"]["collectives"]
-    assert coll["backend"] == "gloo" and coll["nodes"] == len(report["topology"]["nodes"])
+    sizes = CPU_MESSAGE_BYTES if backend == "gloo" else GPU_MESSAGE_BYTES
+    assert coll["backend"] == backend and coll["nodes"] == len(report["topology"]["nodes"])
     assert set(coll["fits"]) == set(levels)
     for level, ranks in levels.items():
         for rec in coll[level]:
@@ -301,7 +306,7 @@ def _check_levels(report: dict, levels: dict[str, int]) -> None:
             assert rec["busbw_gb_per_s"] == pytest.approx(rec["algbw_gb_per_s"] * busbw_factor(rec["collective"],
                                                                                              ranks))
             # nccl-tests sizes: the requested size rounded down to whole float32 chunks per rank
-            assert any(0 <= size - rec["bytes"] < 4 * ranks for size in CPU_MESSAGE_BYTES)
+            assert any(0 <= size - rec["bytes"] < 4 * ranks for size in sizes)
         ar = coll["fits"][level]["all_reduce"]
         assert ar["ok"] and ar["ranks"] == ranks and ar["points"] >= 2, ar
         summary = report["cluster"]["levels"][level]
@@ -395,6 +400,20 @@ def test_slurm_environment_calibration_across_two_nodes(slurm_calibration, capsy
     assert report["launcher"]["world_size"] == 2
     _check_levels(report, {"inter_node": 2, "world": 2})
     _check_calibration(report, 2, 1)
+    _check_cluster_from(path, report, capsys)
+
+
+@pytest.mark.gpu
+def test_nccl_two_nodes_of_one_gpu_on_this_machine(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA devices (scripts/gpu_calibrate.sh runs the same with more)")
+    path = tmp_path / "cluster.json"
+    report = _torchrun(["probe", "--budget-seconds", "20", "--rendezvous-timeout", "120"], 2, 1, path, 300,
+                       cuda=True)
+    _check_topology(report, 2, 1, "torchrun")
+    assert report["cuda_available"] is True and report["gpu_count"] == 1  # each pretend node sees its own GPU
+    _check_levels(report, {"inter_node": 2, "world": 2}, backend="nccl")
     _check_cluster_from(path, report, capsys)
 
 

@@ -13,6 +13,9 @@ Two measurements, both on real code:
    (``torch.autograd.graph.saved_tensors_hooks``, deduplicated by storage, parameters and buffers excluded), plus
    the logits the model returns, and with full checkpointing the largest recomputed layer in backward.
 
+Across nodes, :mod:`zeroplanner.calibrate.distributed` runs the same engine step as one rank of the user's own
+torchrun / DeepSpeed / srun job (``zeroplanner calibrate --distributed``).
+
 Torch, DeepSpeed and transformers are imported inside functions only (the core stays importable without them);
 a missing one raises :class:`CalibrationError` with the install hint. Measured DeepSpeed version: 0.19.8.
 """
