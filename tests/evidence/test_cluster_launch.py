@@ -196,10 +196,64 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _run_all(cmds: list[tuple[list[str], dict[str, str]]], timeout: float) -> list[tuple[int, str]]:
-    """Start every (argv, env) in its own session at once; kill every session after ``timeout`` seconds."""
+def _listening(roots: set[int], roots_are_ranks: bool = False) -> set[str]:
+    """Local addresses of the TCP sockets in LISTEN state (/proc/net/tcp{,6} state 0A) held by the processes
+    below ``roots`` (descendants by parent pid, their /proc/PID/fd links ``socket:[inode]``), each as
+    ``"launcher ADDR:PORT"`` for a root process (the launcher the test started, unless ``roots_are_ranks``: srun's
+    tasks, which the test starts itself) or ``"rank ADDR:PORT"``."""
+    import ipaddress
+
+    parent = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                parent[int(pid)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    owner: dict[str, str] = {}
+    for pid in parent:
+        p, role = pid, None
+        while p in parent and p > 1:
+            if p in roots:
+                role = "launcher" if p == pid and not roots_are_ranks else "rank"
+                break
+            p = parent[p]
+        if role is None:
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    owner.setdefault(link[8:-1], role)
+        except OSError:
+            continue
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as fh:
+            for line in fh.readlines()[1:]:
+                parts = line.split()
+                if parts[3] != "0A" or parts[9] not in owner:
+                    continue
+                hexip, port = parts[1].split(":")
+                raw = bytes.fromhex(hexip)
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # 32-bit words, little-endian
+                found.add(f"{owner[parts[9]]} {ipaddress.ip_address(raw)}:{int(port, 16)}")
+    return found
+
+
+def _run_all(cmds: list[tuple[list[str], dict[str, str]]], timeout: float,
+             listening: set[str] | None = None, roots_are_ranks: bool = False) -> list[tuple[int, str]]:
+    """Start every (argv, env) in its own session at once; kill every session after ``timeout`` seconds. With a
+    ``listening`` set, the listening addresses of the sessions' processes are sampled into it while they run."""
+    import time
+
     procs = [subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True) for argv, env in cmds]
+    if listening is not None:
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            listening |= _listening({p.pid for p in procs}, roots_are_ranks)
+            time.sleep(0.5)
     results = []
     for p in procs:
         try:
@@ -231,8 +285,11 @@ def _torchrun(task_args: list[str], nodes: int, per_node: int, out: Path, timeou
     for i in range(nodes):
         devices = ",".join(str(i * per_node + k) for k in range(per_node)) if cuda else ""
         cmds.append((argv, _env(ZEROPLANNER_NODE_ID=f"node{i}", CUDA_VISIBLE_DEVICES=devices)))
-    _run_all(cmds, timeout)
-    return load_probe(out)
+    listening: set[str] = set()
+    _run_all(cmds, timeout, listening)
+    report = load_probe(out)
+    report["_listening"] = sorted(listening)
+    return report
 
 
 CALIBRATE = ["calibrate", "--model", "gpt2", "--steps", "2", "--budget-seconds", "4", "--rendezvous-timeout", "60"]
@@ -263,8 +320,11 @@ def deepspeed_calibration(tmp_path_factory):
         argv = [sys.executable, "-m", "deepspeed.launcher.runner", *argv[1:]]
         argv[argv.index("--hostfile") + 1] = str(tmp / "hostfile")
         cmds.append((argv, _env(ZEROPLANNER_NODE_ID=f"node{i}")))
-    _run_all(cmds, 200)
-    return load_probe(path), path
+    listening: set[str] = set()
+    _run_all(cmds, 200, listening)
+    report = load_probe(path)
+    report["_listening"] = sorted(listening)
+    return report, path
 
 
 @pytest.fixture(scope="module")
@@ -279,11 +339,23 @@ def slurm_calibration(tmp_path_factory):
                    SLURM_STEP_TASKS_PER_NODE="1(x2)", SLURM_STEP_NODELIST="127.0.0.1", SLURM_JOB_NUM_NODES="2",
                    MASTER_PORT=str(port), ZEROPLANNER_NODE_ID=f"node{i}")
         cmds.append(([sys.executable, "-m", "zeroplanner.cli", *CALIBRATE, "--distributed", "-o", str(path)], env))
-    _run_all(cmds, 200)
-    return load_probe(path), path
+    listening: set[str] = set()
+    _run_all(cmds, 200, listening, roots_are_ranks=True)
+    report = load_probe(path)
+    report["_listening"] = sorted(listening)
+    return report, path
 
 
 def _check_topology(report: dict, nodes: int, per_node: int, launcher: str) -> None:
+    # every socket zeroplanner's ranks listened on (the store, gloo's pairs) was on the launcher's 127.0.0.1; the
+    # env:// store is rank 0's, on MASTER_ADDR:MASTER_PORT. torchrun's own agent (the launcher, not zeroplanner)
+    # binds its c10d store to every interface whatever --rdzv-endpoint says: recorded, not asserted.
+    port = report["launcher"]["master_port"]
+    ranks = [a for a in report["_listening"] if a.startswith("rank ")]
+    assert ranks and all(a.startswith("rank 127.0.0.1:") for a in ranks), report["_listening"]
+    if launcher != "torchrun":
+        assert f"rank 127.0.0.1:{port}" in ranks
+        assert not [a for a in report["_listening"] if a.startswith("launcher ")]
     assert report["format"] == "zeroplanner-cluster/1"
     assert report["launcher"]["launcher"] == launcher and report["launcher"]["master_addr"] == "127.0.0.1"
     topo = report["topology"]

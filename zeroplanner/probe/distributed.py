@@ -20,8 +20,8 @@ launcher starts one process per GPU on every node, and each process
    report (:func:`build_report`; JSON and text) that ``--cluster-from`` accepts: the nodes, ranks (GPUs) per
    node and the measured network (rules in :func:`zeroplanner.probe.cluster_changes`).
 
-Sockets: zeroplanner opens none of its own here. torch.distributed's store listens where the launcher says
-(``MASTER_ADDR:MASTER_PORT``, or torchrun's ``--rdzv-endpoint``); when the master address is a loopback address
+Sockets: the rendezvous store listens on ``MASTER_ADDR:MASTER_PORT`` only (rank 0 binds it: :func:`_store`; under
+torchrun the agent's store on ``--rdzv-endpoint`` is used); when the master address is a loopback address
 ``GLOO_SOCKET_IFNAME`` defaults to ``lo`` so gloo's pairs bind to loopback too (torch's ``ProcessGroupGloo``
 reads that variable: torch/csrc/distributed/c10d/ProcessGroupGloo.cpp ``createDefaultDevice``).
 
@@ -235,15 +235,43 @@ def init_process_group(info: dict[str, Any], backend: str = "auto",
         device = torch.device("cpu")
         torch.set_num_threads(1)  # one core per CPU rank, as the calibration launcher does
     where = f"{info['master_addr']}:{info['master_port']}"
+    timeout = timedelta(seconds=float(timeout_seconds))
     try:
-        dist.init_process_group(backend, init_method="env://", rank=info["rank"], world_size=info["world_size"],
-                                timeout=timedelta(seconds=float(timeout_seconds)))
+        store = _store(info, timeout)
+        if store is None:
+            dist.init_process_group(backend, init_method="env://", rank=info["rank"], world_size=info["world_size"],
+                                    timeout=timeout)
+        else:
+            dist.init_process_group(backend, store=store, rank=info["rank"], world_size=info["world_size"],
+                                    timeout=timeout)
         dist.barrier()  # the rendezvous is complete only once every rank has joined
     except Exception as exc:  # noqa: BLE001 - torch raises DistStoreError, RuntimeError, ValueError ...
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise DistributedError(f"rank {info['rank']} of {info['world_size']}: rendezvous at {where} failed or "
                                f"timed out after {float(timeout_seconds):g} s ({type(exc).__name__}: {first})") from None
     return backend, device
+
+
+def _store(info: dict[str, Any], timeout) -> Any:
+    """The rendezvous store, bound to the launcher's address only; None to let ``env://`` make it.
+
+    torch's ``env://`` store on rank 0 listens on every interface (measured: ``*:MASTER_PORT`` in ``ss -ltn``).
+    Here rank 0 binds a listening socket to ``MASTER_ADDR:MASTER_PORT`` itself and hands it to ``TCPStore``
+    (``master_listen_fd``, the hook torchelastic uses), so the store listens where the launcher said. Under torchrun
+    (``TORCHELASTIC_USE_AGENT_STORE=True``) the agent's store is used as ``env://`` does; when ``MASTER_ADDR`` is
+    not an address of this host rank 0 cannot bind it and ``env://`` decides, as torch does."""
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        return None
+    host, port, world = str(info["master_addr"]), int(info["master_port"]), int(info["world_size"])
+    if info["rank"] != 0:
+        return dist.TCPStore(host, port, world, is_master=False, timeout=timeout)
+    try:
+        listener = socket.create_server((host, port))
+    except OSError:
+        return None
+    return dist.TCPStore(host, port, world, is_master=True, timeout=timeout, master_listen_fd=listener.detach())
 
 
 def gather_topology(node_id: str | None = None, launcher_node_rank: int | None = None) -> dict[str, Any]:
