@@ -502,6 +502,42 @@ def test_rendezvous_timeout_is_one_clear_line():
                            "timed out after 5 s"), run.stderr[-2000:]
 
 
+@pytest.mark.engine
+def test_a_rank_that_dies_mid_job_is_one_clear_line():
+    # 2 Slurm tasks; task 1 is killed once it has joined (its gloo pair listens); task 0 must stop with one line
+    import time
+
+    port = _free_port()
+    procs = []
+    for i in range(2):
+        env = _env(SLURM_PROCID=str(i), SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NODEID=str(i),
+                   SLURM_STEP_NODELIST="127.0.0.1", MASTER_PORT=str(port), ZEROPLANNER_NODE_ID=f"node{i}")
+        procs.append(subprocess.Popen([sys.executable, "-m", "zeroplanner.cli", "probe", "--distributed",
+                                       "--budget-seconds", "120", "--rendezvous-timeout", "20"], env=env, cwd=ROOT,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      start_new_session=True))
+    try:
+        deadline = time.monotonic() + 60
+        while not _listening({procs[1].pid}, roots_are_ranks=True) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert time.monotonic() < deadline, "task 1 never joined"
+        time.sleep(1.0)
+        os.killpg(procs[1].pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        out, err = procs[0].communicate(timeout=90)
+        waited = time.monotonic() - t0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    assert procs[0].returncode == 1 and out == ""
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("zeroplanner probe: error: rank 0"), err[-2000:]
+    assert "a collective failed" in last or "rendezvous at" in last
+    assert waited < 20 + 30  # within the collective timeout, with start-up slack
+
+
 def test_distributed_without_a_launcher_exits_1_with_one_line():
     run = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "probe", "--distributed"], env=_env(), cwd=ROOT,
                          capture_output=True, text=True, timeout=60, check=False)

@@ -63,6 +63,7 @@ def run_distributed_calibration(
                    rendezvous_timeout_seconds=rendezvous_timeout_seconds, nvme_path=nvme_path)
     import torch.distributed as dist
 
+    ok = False
     try:
         info, topo, report = ctx["info"], ctx["topology"], ctx["report"]
         rank, world, nodes = info["rank"], info["world_size"], len(topo["nodes"])
@@ -96,6 +97,7 @@ def run_distributed_calibration(
         if errors:
             raise pd.DistributedError(f"the DeepSpeed step failed on {len(errors)} of {world} ranks: "
                                       + "; ".join(errors[:3]))
+        ok = True
         if rank != 0:
             return None
         per_rank = [g["result"] for g in gathered]
@@ -126,4 +128,4 @@ def run_distributed_calibration(
         raise pd.DistributedError(f"rank {ctx['info']['rank']}: {type(exc).__name__}: {pd.fail_message(exc)}") \
             from None
     finally:
-        pd.finish()
+        pd.finish(barrier=ok)

@@ -258,8 +258,10 @@ def _store(info: dict[str, Any], timeout) -> Any:
     torch's ``env://`` store on rank 0 listens on every interface (measured: ``*:MASTER_PORT`` in ``ss -ltn``).
     Here rank 0 binds a listening socket to ``MASTER_ADDR:MASTER_PORT`` itself and hands it to ``TCPStore``
     (``master_listen_fd``, the hook torchelastic uses), so the store listens where the launcher said. Under torchrun
-    (``TORCHELASTIC_USE_AGENT_STORE=True``) the agent's store is used as ``env://`` does; when ``MASTER_ADDR`` is
-    not an address of this host rank 0 cannot bind it and ``env://`` decides, as torch does."""
+    (``TORCHELASTIC_USE_AGENT_STORE=True``) the agent's store is used as ``env://`` does. A host name is bound to
+    the address it resolves to here, unless that is a loopback address and the name is not ``localhost`` (Debian
+    maps a host's own name to 127.0.1.1 in /etc/hosts: the other nodes could not reach it); then, and when rank 0
+    cannot bind the address, ``env://`` decides, as torch does."""
     import torch.distributed as dist
 
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
@@ -268,7 +270,18 @@ def _store(info: dict[str, Any], timeout) -> Any:
     if info["rank"] != 0:
         return dist.TCPStore(host, port, world, is_master=False, timeout=timeout)
     try:
-        listener = socket.create_server((host, port))
+        ipaddress.ip_address(host)
+        bind = host
+    except ValueError:
+        try:
+            resolved = [a[4][0] for a in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+        except OSError:
+            return None
+        if not resolved or (host != "localhost" and any(is_loopback(a) for a in resolved)):
+            return None
+        bind = resolved[0]
+    try:
+        listener = socket.create_server((bind, port), family=socket.AF_INET6 if ":" in bind else socket.AF_INET)
     except OSError:
         return None
     return dist.TCPStore(host, port, world, is_master=True, timeout=timeout, master_listen_fd=listener.detach())
@@ -535,8 +548,10 @@ def start(*, backend: str = "auto", node_id: str | None = None, message_bytes: S
         levels = measure_levels(topology, sizes, iterations or (20 if backend == "nccl" else 5), warmup,
                                 budget_seconds, device)
     except DistributedError:
+        finish(barrier=False)
         raise
     except Exception as exc:  # noqa: BLE001 - a peer died or timed out inside a collective
+        finish(barrier=False)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise DistributedError(f"rank {info['rank']}: a collective failed (a rank exited or timed out after "
                                f"{rendezvous_timeout_seconds:g} s): {type(exc).__name__}: {first}") from None
@@ -544,13 +559,17 @@ def start(*, backend: str = "auto", node_id: str | None = None, message_bytes: S
     return {"info": info, "backend": backend, "device": device, "topology": topology, "report": report}
 
 
-def finish() -> None:
-    """Barrier and tear down the process group (best effort)."""
+def finish(barrier: bool = True) -> None:
+    """Tear down the process group, after a barrier when ``barrier`` (not after a failure: a dead peer would hold
+    it until the timeout). Best effort: never raises."""
     import torch.distributed as dist
 
     if dist.is_initialized():
         try:
-            dist.barrier()
+            if barrier:
+                dist.barrier()
+        except Exception:  # noqa: BLE001,S110 - teardown after the result is written; the peer may be gone
+            pass
         finally:
             dist.destroy_process_group()
 
