@@ -100,6 +100,19 @@ def test_cluster_changes_take_nodes_and_gpus_from_a_report():
         cluster_changes({"cuda_available": False, "cluster": {"nodes": 0, "gpus_per_node": 4}}, base)
 
 
+def test_calibration_sweeps_the_scenarios_bucket_sizes():
+    from zeroplanner.calibrate.distributed import zero_message_bytes
+    from zeroplanner.scenarios import build_scenario
+
+    # DeepSpeed's default reduce_bucket_size / allgather_bucket_size: 5e8 elements (deepspeed/runtime/zero/config.py),
+    # 2 bytes each in bf16; ZeRO-3 prefetches stage3_prefetch_bucket_size = 5e7 elements
+    assert 10**9 in zero_message_bytes(build_scenario(stage=2), "cuda")
+    assert {10**9, 10**8} <= set(zero_message_bytes(build_scenario(stage=3), "cuda"))
+    assert 2 * 10**6 * 4 in zero_message_bytes(build_scenario(stage=2, precision="fp32",
+                                                              zero_overrides={"reduce_bucket_size": 2 * 10**6}), "cuda")
+    assert max(zero_message_bytes(build_scenario(), "cpu")) == 2**24  # capped on CPU ranks
+
+
 # ------------------------------------------------------------------------------------------------------------
 # launch-script: content, and parsed by the launchers' own parsers
 # ------------------------------------------------------------------------------------------------------------

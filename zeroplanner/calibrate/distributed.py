@@ -24,6 +24,28 @@ from typing import Any, Literal
 
 from ..specs import Scenario
 
+MAX_MESSAGE_BYTES = {"cuda": 2**30, "cpu": 2**24}
+"""Largest collective the sweep times: 1 GiB on GPUs (DeepSpeed's default 5e8-element bucket in 16-bit is 1e9
+bytes); on CPU ranks the largest of :data:`zeroplanner.probe.benchmarks.CPU_MESSAGE_BYTES`, to stay within
+seconds."""
+
+
+def zero_message_bytes(scenario: Scenario, device: str) -> list[int]:
+    """The sweep's sizes: the probe's defaults plus the messages the scenario's ZeRO config sends (nccl-tests
+    sizes): ``reduce_bucket_size`` and, for ZeRO-3, ``stage3_prefetch_bucket_size`` elements of the 16-bit (fp32
+    with fp32 training) working dtype, and ``allgather_bucket_size`` for ZeRO-1/2, each capped at
+    :data:`MAX_MESSAGE_BYTES` and at least 4 bytes."""
+    from ..probe.benchmarks import CPU_MESSAGE_BYTES, GPU_MESSAGE_BYTES
+
+    z = scenario.zero
+    element = 4 if scenario.training.precision == "fp32" else 2
+    elements = [z.reduce_bucket_size] + ([z.stage3_prefetch_bucket_size] if z.stage == 3 else
+                                         [z.allgather_bucket_size])
+    cap = MAX_MESSAGE_BYTES["cuda" if device == "cuda" else "cpu"]
+    sizes = set(GPU_MESSAGE_BYTES if device == "cuda" else CPU_MESSAGE_BYTES)
+    sizes |= {max(4, min(cap, int(e) * element)) for e in elements if e > 0}
+    return sorted(sizes)
+
 
 def run_distributed_calibration(
     scenario: Scenario,
@@ -60,7 +82,8 @@ def run_distributed_calibration(
         raise ValueError(f"device={device!r}: allowed 'cpu' or 'cuda'")
     _require("torch", "deepspeed", "transformers")
     ctx = pd.start(backend="nccl" if device == "cuda" else "gloo", node_id=node_id, budget_seconds=budget_seconds,
-                   rendezvous_timeout_seconds=rendezvous_timeout_seconds, nvme_path=nvme_path)
+                   rendezvous_timeout_seconds=rendezvous_timeout_seconds, nvme_path=nvme_path,
+                   message_bytes=zero_message_bytes(scenario, device))
     import torch.distributed as dist
 
     ok = False
