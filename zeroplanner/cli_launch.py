@@ -153,7 +153,7 @@ def register(subparsers, add_scenario_options=None) -> None:
                         "cpu drops --gpus-per-node")
     parser.add_argument("--python", default="python3", help="interpreter in the sbatch script")
     parser.add_argument("--time", default="00:30:00", help="sbatch --time limit, HH:MM:SS (default 30 min: "
-                        "zeroplanner's margin over scripts/gpu_probe.sh's measured 1-2 min probe + 1-3 min calibration)")
+                        "zeroplanner's margin over the 1-2 min probe + 1-3 min calibration scripts/gpu_probe.sh budgets for)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments for the task")
     parser.set_defaults(func=run)
