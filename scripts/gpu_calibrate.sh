@@ -51,5 +51,30 @@ PY
     fi
   done
 done
-timeout 1800 "$PY" -m pytest tests/test_gpu_calibrate.py -q -m gpu -p no:cacheprovider | tee "$OUT/pytest.txt" || status=1
+# Issue 16, the multi-node path on this machine's GPUs with NCCL: 2 pretend nodes (ZEROPLANNER_NODE_ID) of
+# gpus/2 ranks each (CUDA_VISIBLE_DEVICES split between them), torchrun's c10d rendezvous on 127.0.0.1, each rank
+# running 'zeroplanner calibrate --distributed' (collectives per level + DeepSpeed steps across all ranks); rank 0
+# writes cluster_2nodes.json/.txt. On one machine NCCL's "inter-node" level goes over NVLink/PCIe, not a NIC.
+if [ "$gpus" -ge 2 ]; then
+  per=$(( gpus / 2 ))
+  port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  pids=()
+  for node in 0 1; do
+    first=$(( node * per ))
+    devs=$(seq -s, "$first" $(( first + per - 1 )))
+    CUDA_VISIBLE_DEVICES="$devs" ZEROPLANNER_NODE_ID="node$node" timeout 600 "$PY" -m torch.distributed.run \
+      --nnodes 2 --nproc-per-node "$per" --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+      --rdzv-id zeroplanner-gpu --local-addr 127.0.0.1 -m zeroplanner.cli calibrate --distributed --device cuda \
+      --model gpt2 --steps 3 --budget-seconds 30 --rendezvous-timeout 120 -o "$OUT/cluster_2nodes.json" \
+      > "$OUT/cluster_node$node.log" 2>&1 &
+    pids+=("$!")
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  if [ -f "$OUT/cluster_2nodes.txt" ]; then cat "$OUT/cluster_2nodes.txt"; else
+    echo "gpu_calibrate: the 2-node NCCL run wrote no report (see $OUT/cluster_node*.log)"; status=1; fi
+else
+  echo "gpu_calibrate: 1 GPU: the 2-node NCCL run needs 2 (skipped)"
+fi
+timeout 1800 "$PY" -m pytest tests/evidence/test_gpu_calibrate.py tests/evidence/test_cluster_launch.py -q -m gpu \
+  -p no:cacheprovider | tee "$OUT/pytest.txt" || status=1
 exit $status

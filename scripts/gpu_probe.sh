@@ -32,7 +32,7 @@ print(format_text(json.load(open(sys.argv[1]))))
 PYEOF
 
 echo "== gpu-marked tests"
-timeout 600 "$PY" -m pytest tests/test_probe.py -m gpu -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.txt"
+timeout 600 "$PY" -m pytest tests/evidence/test_probe.py tests/evidence/test_cluster_launch.py -m gpu -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 echo "== planner on the catalog cluster vs the measured one (7B, this node)"

@@ -31,6 +31,7 @@ PLUGINS: tuple[str, ...] = (
     "zeroplanner.cli_probe",
     "zeroplanner.cli_config",
     "zeroplanner.cli_calibrate",
+    "zeroplanner.cli_launch",
 )
 """Modules that add subcommands (one line each)."""
 

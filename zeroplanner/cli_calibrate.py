@@ -11,6 +11,10 @@ Exit status: 0 with a report; 2 for a bad option (one line naming it); 1 when th
 Example::
 
     zeroplanner calibrate --model mistral-7b --stage 3 --ranks 2 --steps 3 --json > calibration.json
+
+Across nodes, ``--distributed`` runs as one rank of the user's torchrun / deepspeed / srun job instead of
+launching local ranks (:mod:`zeroplanner.calibrate.distributed`; ``zeroplanner launch-script`` prints the
+command); rank 0 writes one report (``-o``: JSON, and text beside it) that ``--cluster-from`` accepts.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ def register(subparsers, add_scenario_options) -> None:
     )
     add_scenario_options(parser)
     g = parser.add_argument_group("calibration")
-    g.add_argument("--ranks", type=_int_in("--ranks", 1, 64), default=2, help="local ranks to launch (default 2)")
+    g.add_argument("--ranks", type=_int_in("--ranks", 1, 64), default=None, help="local ranks to launch (default 2)")
     g.add_argument("--steps", type=_int_in("--steps", 2, 100), default=3, help="optimizer steps (default 3)")
     g.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (NCCL)")
     g.add_argument("--timeout", type=_int_in("--timeout", 10, 86_400), default=600,
@@ -54,6 +58,18 @@ def register(subparsers, add_scenario_options) -> None:
     g.add_argument("--calibration-seq-len", type=_int_in("--calibration-seq-len", 8, 65_536), default=64,
                    help="sequence length of the tiny run (default 64)")
     g.add_argument("--out", default=None, metavar="DIR", help="keep the per-rank raw JSON in DIR")
+    d = parser.add_argument_group("across nodes (run as one rank of a torchrun / deepspeed / srun job)")
+    d.add_argument("--distributed", action="store_true",
+                   help="join the launcher's job (RANK, WORLD_SIZE, MASTER_ADDR... or SLURM_*): measure the "
+                   "collectives per level, run DeepSpeed across all ranks; rank 0 writes the report (-o)")
+    d.add_argument("-o", "--output", default=None, metavar="REPORT_JSON",
+                   help="with --distributed: the report rank 0 writes (text beside it as .txt)")
+    d.add_argument("--node-id", default=None, help="this rank's node name (default: $ZEROPLANNER_NODE_ID, else "
+                   "the host name); only to simulate several nodes on one machine")
+    d.add_argument("--budget-seconds", type=_int_in("--budget-seconds", 1, 600), default=20,
+                   help="time budget of the collective sweep over all levels (default 20)")
+    d.add_argument("--rendezvous-timeout", type=_int_in("--rendezvous-timeout", 5, 3600), default=120,
+                   help="seconds to wait for every rank, and bound on each collective (default 120)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -64,8 +80,14 @@ def run(args) -> int:
     from .cli import fail, scenario_from_args
 
     scenario = scenario_from_args(args)
+    if args.distributed:
+        return _run_distributed(args, scenario)
+    if args.output:
+        print("zeroplanner: error: --output: only with --distributed (without it, --json prints the report and --out "
+              "keeps the raw per-rank files)", file=sys.stderr)
+        return 2
     try:
-        report = run_calibration(scenario, ranks=args.ranks, steps=args.steps, device=args.device,
+        report = run_calibration(scenario, ranks=args.ranks or 2, steps=args.steps, device=args.device,
                                  timeout_seconds=float(args.timeout), seq_len=args.calibration_seq_len,
                                  out_dir=args.out)
     except ValueError as exc:
@@ -78,4 +100,26 @@ def run(args) -> int:
         print(json.dumps(report.model_dump(), indent=1))
     else:
         print(report.table())
+    return 0
+
+
+def _run_distributed(args, scenario) -> int:
+    """``--distributed``: 0 with a report (rank 0 prints it) or on the other ranks, 1 when the job failed."""
+    from .calibrate import CalibrationError
+    from .calibrate.distributed import run_distributed_calibration
+    from .probe.distributed import DistributedError, fail_message, format_report_text
+
+    if args.ranks is not None:  # printed here: under 'python -m zeroplanner.cli' main() has its own UsageError
+        print("zeroplanner: error: --ranks: not with --distributed (the launcher decides the ranks)", file=sys.stderr)
+        return 2
+    try:
+        report = run_distributed_calibration(
+            scenario, steps=args.steps, device=args.device, seq_len=args.calibration_seq_len,
+            budget_seconds=float(args.budget_seconds), node_id=args.node_id,
+            rendezvous_timeout_seconds=float(args.rendezvous_timeout), output=args.output)
+    except (DistributedError, CalibrationError) as exc:
+        print(f"zeroplanner calibrate: error: {fail_message(exc)}", file=sys.stderr)
+        return 1
+    if report is not None:
+        print(json.dumps(report, indent=1) if args.json else format_report_text(report))
     return 0

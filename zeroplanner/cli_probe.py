@@ -9,6 +9,14 @@ Typical use::
 
     zeroplanner probe --benchmarks --json > probe.json
     zeroplanner recommend --model llama-2-13b --cluster-from probe.json --json
+
+Across nodes, ``--distributed`` runs the probe as one rank of a job the user's launcher starts (torchrun, the
+DeepSpeed launcher, ``srun``; ``zeroplanner launch-script`` prints the command): rank 0 writes one report with
+intra-node, inter-node and world collective fits (:mod:`zeroplanner.probe.distributed`)::
+
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint node0:29500 \\
+        -m zeroplanner.cli probe --distributed -o cluster.json
+    zeroplanner recommend --model llama-2-70b --cluster-from cluster.json
 """
 
 from __future__ import annotations
@@ -35,10 +43,21 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time budget of the collective sweep, seconds (1-600; default 30)")
     parser.add_argument("--timeout-seconds", type=float, default=None,
                         help="bound on the whole probe with --benchmarks, seconds (1-3600; default: none)")
+    d = parser.add_argument_group("across nodes (run as one rank of a torchrun / deepspeed / srun job)")
+    d.add_argument("--distributed", action="store_true",
+                   help="join the launcher's job (RANK, WORLD_SIZE, MASTER_ADDR... or SLURM_*) and measure "
+                   "intra-node, inter-node and world collectives; rank 0 writes the report (-o)")
+    d.add_argument("--node-id", default=None,
+                   help="this rank's node name (default: $ZEROPLANNER_NODE_ID, else the host name); only to "
+                   "simulate several nodes on one machine")
+    d.add_argument("--rendezvous-timeout", type=float, default=120.0,
+                   help="seconds to wait for every rank, and bound on each collective (5-3600; default 120)")
 
 
-def probe_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """Validate the parsed options and run :func:`run_probe`. Raises ``ValueError`` naming the option."""
+def probe_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Validate the parsed options and run :func:`run_probe` (with ``--distributed``:
+    :func:`zeroplanner.probe.distributed.run_distributed_probe`, None on ranks other than 0). Raises ``ValueError``
+    naming the option, :class:`zeroplanner.probe.distributed.DistributedError` when the job fails."""
     if args.ranks is not None and not (2 <= args.ranks <= 64):
         raise ValueError(f"--ranks: {args.ranks} is out of range (2-64)")
     if not (1 <= args.budget_seconds <= 600):
@@ -47,6 +66,16 @@ def probe_from_args(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--timeout-seconds: {args.timeout_seconds:g} is out of range (1-3600)")
     if not os.path.isdir(args.nvme_path):
         raise ValueError(f"--nvme-path: {args.nvme_path!r} is not a directory")
+    if getattr(args, "distributed", False):
+        if args.ranks is not None:
+            raise ValueError("--ranks: not with --distributed (the launcher decides the ranks)")
+        if not (5 <= args.rendezvous_timeout <= 3600):
+            raise ValueError(f"--rendezvous-timeout: {args.rendezvous_timeout:g} is out of range (5-3600)")
+        from .probe.distributed import run_distributed_probe
+
+        return run_distributed_probe(output=getattr(args, "output", None), node_id=args.node_id,
+                                     budget_seconds=args.budget_seconds,
+                                     rendezvous_timeout_seconds=args.rendezvous_timeout, nvme_path=args.nvme_path)
     return run_probe(benchmarks=args.benchmarks, nvme_path=args.nvme_path, ranks=args.ranks,
                      budget_seconds=args.budget_seconds, timeout_seconds=args.timeout_seconds)
 
@@ -96,17 +125,28 @@ def register(subparsers, add_scenario_options=None) -> None:
         "to any scenario command with --cluster-from.",
     )
     add_probe_arguments(parser)
-    parser.add_argument("-o", "--output", default=None, help="also write the JSON result to this file")
+    parser.add_argument("-o", "--output", default=None, help="also write the JSON result to this file (with "
+                        "--distributed: rank 0 writes it, and the text report beside it as .txt)")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    """Handler: exit 0 with a result (with or without CUDA), 2 for a bad option."""
+    """Handler: exit 0 with a result (with or without CUDA), 2 for a bad option, 1 when a distributed job failed
+    (one line: which rank, the rendezvous address or the failed collective)."""
+    from .probe.distributed import DistributedError, fail_message, format_report_text
+
     try:
         result = probe_from_args(args)
     except ValueError as exc:
         print(f"zeroplanner probe: error: {exc}", file=sys.stderr)
         return 2
+    except DistributedError as exc:
+        print(f"zeroplanner probe: error: {fail_message(exc)}", file=sys.stderr)
+        return 1
+    if args.distributed:
+        if result is not None:  # rank 0 (the report files are written already)
+            print(json.dumps(result, indent=1) if args.json else format_report_text(result))
+        return 0
     text = json.dumps(result, indent=1)
     if args.output:
         try:

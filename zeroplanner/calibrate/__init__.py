@@ -13,6 +13,9 @@ Two measurements, both on real code:
    (``torch.autograd.graph.saved_tensors_hooks``, deduplicated by storage, parameters and buffers excluded), plus
    the logits the model returns, and with full checkpointing the largest recomputed layer in backward.
 
+Across nodes, :mod:`zeroplanner.calibrate.distributed` runs the same engine step as one rank of the user's own
+torchrun / DeepSpeed / srun job (``zeroplanner calibrate --distributed``).
+
 Torch, DeepSpeed and transformers are imported inside functions only (the core stays importable without them);
 a missing one raises :class:`CalibrationError` with the install hint. Measured DeepSpeed version: 0.19.8.
 """
@@ -38,13 +41,12 @@ from pydantic import BaseModel, ConfigDict
 from ..specs import Architecture, ClusterSpec, Scenario, replace
 
 __all__ = [
+    "ACTIVATION_CONFIGS",
+    "ENGINE_FAMILIES",
+    "VALIDATION_CONFIGS",
     "CalibrationError",
     "CalibrationReport",
     "ComparisonRow",
-    "ENGINE_FAMILIES",
-    "VALIDATION_CONFIGS",
-    "ACTIVATION_CONFIGS",
-    "validation_scenario",
     "calibration_scenario",
     "compare",
     "engine_config",
@@ -53,6 +55,7 @@ __all__ = [
     "run_calibration",
     "run_calibrations",
     "tiny_hf_config",
+    "validation_scenario",
 ]
 
 ENGINE_FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "gpt_neox")
@@ -91,7 +94,7 @@ def tiny_hf_config(
     if n_layers is None:
         n_layers = max(1, min(arch.n_layers, max_layers))
     if vocab_size is None:
-        vocab_size = max(64, min(8192, int(round(arch.vocab_size / arch.hidden_size * hidden_size))))
+        vocab_size = max(64, min(8192, round(arch.vocab_size / arch.hidden_size * hidden_size)))
     if hidden_size < 8 or n_layers < 1 or vocab_size < 16:
         raise ValueError(f"tiny model too small: hidden_size={hidden_size} (>= 8), n_layers={n_layers} (>= 1), "
                          f"vocab_size={vocab_size} (>= 16)")
@@ -102,7 +105,7 @@ def tiny_hf_config(
     kv = max(1, heads // group)
     while heads % kv:
         kv -= 1
-    ffn = max(8, int(round(arch.ffn_size / arch.hidden_size * hidden_size)))
+    ffn = max(8, round(arch.ffn_size / arch.hidden_size * hidden_size))
     family = arch.family if arch.family in ENGINE_FAMILIES else "llama"
     drop = 0.1 if arch.dropout else 0.0
     if family == "gpt2":
@@ -149,30 +152,34 @@ def _stage3_scaled(user: Scenario, tiny_arch: Architecture) -> dict[str, int]:
     threshold = max(persisted) + 1 if persisted else 0
     return {
         "stage3_param_persistence_threshold": int(threshold),
-        "stage3_max_live_parameters": int(math.ceil(z.stage3_max_live_parameters * ratio)),
-        "stage3_max_reuse_distance": int(math.ceil(z.stage3_max_reuse_distance * ratio)),
-        "stage3_prefetch_bucket_size": int(math.ceil(z.stage3_prefetch_bucket_size * ratio)),
+        "stage3_max_live_parameters": math.ceil(z.stage3_max_live_parameters * ratio),
+        "stage3_max_reuse_distance": math.ceil(z.stage3_max_reuse_distance * ratio),
+        "stage3_prefetch_bucket_size": math.ceil(z.stage3_prefetch_bucket_size * ratio),
     }
 
 
 def calibration_scenario(
     scenario: Scenario, ranks: int, hf_config: dict[str, Any] | None = None, *, seq_len: int | None = None,
-    micro_batch: int | None = None, scale_stage3: bool = True,
+    micro_batch: int | None = None, scale_stage3: bool = True, nodes: int = 1,
 ) -> tuple[Scenario, dict[str, Any]]:
     """The scenario the engine actually runs: the tiny model of ``scenario``'s architecture (or ``hf_config``),
-    ``ranks`` GPUs on one node, one micro-step per step (grad_accum = 1), the given sequence length and
-    micro-batch (defaults 64 and 1), and stage-3 knobs scaled to the tiny model (:func:`_stage3_scaled`).
+    ``ranks`` GPUs in all on ``nodes`` nodes (default one), one micro-step per step (grad_accum = 1), the given
+    sequence length and micro-batch (defaults 64 and 1), and stage-3 knobs scaled to the tiny model
+    (:func:`_stage3_scaled`).
 
-    Returns (scenario, hf_config). Raises ``ValueError`` for ranks < 1 or an unsupported HF config.
+    Returns (scenario, hf_config). Raises ``ValueError`` for ranks < 1, ``nodes`` not dividing ``ranks`` or an
+    unsupported HF config.
     """
     from ..hfconfig import architecture_from_hf_config
 
     if ranks < 1:
         raise ValueError(f"ranks={ranks} must be >= 1")
+    if nodes < 1 or ranks % nodes:
+        raise ValueError(f"nodes={nodes} must be >= 1 and divide ranks={ranks}")
     cfg = dict(hf_config) if hf_config is not None else tiny_hf_config(scenario.model)
     tiny = architecture_from_hf_config(cfg, name=f"tiny-{scenario.model.name}"[:200])
-    cluster = ClusterSpec.model_validate({**scenario.cluster.model_dump(), "gpus_per_node": ranks, "nodes": 1,
-                                          "tensor_parallel_size": 1})
+    cluster = ClusterSpec.model_validate({**scenario.cluster.model_dump(), "gpus_per_node": ranks // nodes,
+                                          "nodes": nodes, "tensor_parallel_size": 1})
     training = replace(scenario.training, seq_len=seq_len or 64, micro_batch=micro_batch or 1, grad_accum=1)
     zero = scenario.zero
     if scale_stage3 and zero.stage == 3:
@@ -338,8 +345,8 @@ class CalibrationReport(_Out):
 
     def table(self) -> str:
         """Plain-text table: term, predicted, measured, relative error."""
-        lines = [f"{self.name}: {self.ranks} {self.device} ranks, DeepSpeed {self.deepspeed_version}, "
-                 f"Ψ={self.parameters:,}",
+        lines = [(f"{self.name}: {self.ranks} {self.device} ranks, DeepSpeed {self.deepspeed_version}, "
+                 f"Ψ={self.parameters:,}"),
                  f"{'term':<34}{'predicted':>16}{'measured':>16}{'error':>9}  unit"]
         for r in self.memory + self.communication:
             err = "-" if r.relative_error is None else f"{100 * r.relative_error:+.1f}%"
@@ -386,7 +393,7 @@ def measured_terms(rank_result: dict[str, Any], offload: bool) -> dict[str, int]
     """
     c = rank_result["census"]
     step_dev, step_host = _split_census(c["during_step"], offload)
-    back_dev, back_host = _split_census(c.get("after_backward", c["during_step"]), offload)
+    back_dev, _back_host = _split_census(c.get("after_backward", c["during_step"]), offload)
     peak_dev, peak_host = _split_census(c.get("step_peak", c["during_step"]), offload)
     end_dev, _ = _split_census(c.get("end_of_backward", c["during_step"]), offload)
     buffers = max(d.get("buffers", 0) for d in (step_dev, back_dev, end_dev))
@@ -488,7 +495,7 @@ def compare(name: str, scenario: Scenario, hf_config: dict[str, Any], per_rank: 
         cuda = {"after_init_max_allocated_bytes": max(r["cuda"]["after_init_max_allocated_bytes"] for r in per_rank)}
         for key in ("forward_max_allocated_bytes", "backward_max_allocated_bytes", "step_max_allocated_bytes"):
             cuda[key] = max(r["cuda"]["phases"][-1][key] for r in per_rank)
-    import deepspeed  # noqa: F401  (version string only; the launch already needed it)
+    import deepspeed
 
     return CalibrationReport(
         name=name, device=device, ranks=world, steps=steps, deepspeed_version=deepspeed.__version__,

@@ -15,7 +15,8 @@ Three layers, each usable alone:
   :mod:`zeroplanner.calibrate.fits`.
 
 Modules: :mod:`.hardware` (the inventory), :mod:`.benchmarks` (and :func:`run_probe`), :mod:`.cluster`, :mod:`._worker` (the
-torchrun collective worker); ``python -m zeroplanner.probe`` is :mod:`.__main__`.
+torchrun collective worker), :mod:`.distributed` (the probe as one rank of the user's torchrun / DeepSpeed / srun
+job across nodes: ``zeroplanner probe --distributed``); ``python -m zeroplanner.probe`` is :mod:`.__main__`.
 
 torch is imported inside functions only: ``import zeroplanner.probe`` works without torch. Calling
 :func:`inventory` or a benchmark creates a CUDA context in the calling process; a long-lived process (the Voila

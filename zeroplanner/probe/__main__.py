@@ -17,6 +17,10 @@ def main(argv: list[str] | None = None) -> int:
                                      "host RAM, disk and (with --benchmarks) their measured throughput.")
     add_probe_arguments(parser)
     args = parser.parse_args(argv)
+    if args.distributed:
+        print("zeroplanner probe: error: --distributed: use 'zeroplanner probe --distributed -o REPORT' "
+              "(python -m zeroplanner.cli probe ...), which writes the report", file=sys.stderr)
+        return 2
     try:
         result = probe_from_args(args)
     except ValueError as exc:

@@ -10,7 +10,6 @@ from typing import Any
 from .benchmarks import fit_alpha_beta
 from .hardware import match_catalog
 
-
 MAX_PROBE_FILE_BYTES = 10 * 2**20
 """A probe JSON file larger than this is refused (a real one is a few KiB)."""
 
@@ -66,7 +65,10 @@ def cluster_changes(probe: dict, base: Any) -> tuple[dict[str, Any], list[str]]:
       ``gpu_memory_bytes`` = the smallest GPU's total memory less what other processes hold (NVML), or, without
       NVML, its free memory plus the planner's CUDA-context allowance (the probe's own context is in "used" and the
       planner charges a context separately: ``Assumptions.cuda_context_bytes``); ``pcie_gb_per_s`` = measured
-      pinned host-to-device GB/s. ``nodes`` stays as in ``base`` (the probe describes one node).
+      pinned host-to-device GB/s. ``nodes`` stays as in ``base`` (a one-machine probe describes one node).
+    - a report of ``zeroplanner probe --distributed`` (a ``cluster`` object): ``nodes`` and ``gpus_per_node`` =
+      the measured job's nodes and ranks per node (one rank per GPU, as DeepSpeed runs), and its ``world`` fit
+      across the nodes sets the network as below.
     - collectives: the intra-node all-reduce fit gives ``gpu.intra_node_busbw_gb_per_s`` (asymptotic busbw) and
       ``gpu.intra_node_latency_seconds`` = alpha / (2(n-1)), the latency per ring step (a ring all-reduce over n
       ranks takes 2(n-1) steps; nccl-tests PERFORMANCE.md). A world fit across nodes (torchrun over several nodes)
@@ -152,6 +154,17 @@ def cluster_changes(probe: dict, base: Any) -> tuple[dict[str, Any], list[str]]:
             gpu = replace(gpu, pcie_gb_per_s=pcie)
             notes.append(f"host->device: {pcie:.1f} GB/s pinned (measured)")
 
+    layout = probe.get("cluster")
+    if isinstance(layout, dict) and "nodes" in layout:  # a report of 'zeroplanner probe --distributed'
+        nodes_measured = int(_number(layout.get("nodes"), "cluster.nodes"))
+        per_node = int(_number(layout.get("gpus_per_node"), "cluster.gpus_per_node"))
+        changes["nodes"] = nodes_measured
+        changes["gpus_per_node"] = per_node
+        cpu = "" if probe.get("cuda_available") else " (CPU ranks: one rank stands for one GPU)"
+        notes.append(f"nodes: {nodes_measured}, GPUs per node: {per_node}, as in the measured job{cpu}")
+        if per_node % base.tensor_parallel_size:
+            changes["tensor_parallel_size"] = 1
+            notes.append(f"tensor_parallel_size {base.tensor_parallel_size} does not divide {per_node} GPUs: set to 1")
     coll = _collectives(probe)
     nvlink = probe.get("nvlink") or {}
     if coll is None and probe.get("cuda_available") and len(gpus) > 1 and nvlink.get("detected") is False:
