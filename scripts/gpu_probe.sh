@@ -27,7 +27,7 @@ echo "== probe with benchmarks (matmul, host<->device, collectives)"
 timeout 300 "$PY" -m zeroplanner.probe --benchmarks --json --budget-seconds 60 > "$OUT/probe.json" || status=1
 "$PY" - "$OUT/probe.json" <<'PYEOF' | tee "$OUT/probe.txt"
 import json, sys
-from zeroplanner.cli_probe import format_text
+from zeroplanner.cli.probe import format_text
 print(format_text(json.load(open(sys.argv[1]))))
 PYEOF
 

@@ -8,5 +8,13 @@ from .helpers import make_scenario
 
 
 @pytest.fixture
+def cli_main():
+    """The ``zeroplanner`` command in this process: ``cli_main(argv) -> exit status`` (output through capsys)."""
+    from zeroplanner import cli
+
+    return cli.main
+
+
+@pytest.fixture
 def scenario_factory():
     return make_scenario

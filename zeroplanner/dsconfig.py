@@ -237,7 +237,8 @@ def hf_auto_values(scenario: Any) -> dict[str, Any]:
     values: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": t.micro_batch,
         "gradient_accumulation_steps": t.grad_accum,
-        "train_batch_size": s.global_batch_size,
+        # args.world_size counts every process, tensor-parallel ranks included (trainer_config_process)
+        "train_batch_size": t.micro_batch * t.grad_accum * s.cluster.world_size,
         "gradient_clipping": DEFAULT_GRADIENT_CLIPPING,
         "optimizer.params.lr": DEFAULT_LR,
         "optimizer.params.betas": list(DEFAULT_BETAS),

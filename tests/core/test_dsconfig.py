@@ -550,15 +550,6 @@ def test_nothing_in_the_text_is_executed(tmp_path):
 # ----------------------------------------------------------------------------------------------------------------
 # CLI: zeroplanner config / check
 # ----------------------------------------------------------------------------------------------------------------
-@pytest.fixture
-def cli_main(monkeypatch):
-    from zeroplanner import cli
-
-    if "zeroplanner.cli_config" not in cli.PLUGINS:
-        monkeypatch.setattr(cli, "PLUGINS", cli.PLUGINS + ("zeroplanner.cli_config",))
-    return cli.main
-
-
 def test_cli_config_writes_deepspeed_and_accelerate_files(cli_main, tmp_path, capsys, ds_world):
     from accelerate.commands.config.config_args import ClusterConfig
 
@@ -626,10 +617,7 @@ def test_cli_check_fifty_megabytes_subprocess(tmp_path):
     path = tmp_path / "huge.json"
     with open(path, "wb") as fh:
         fh.write(b'{"pad": "' + b"x" * (50 * 2**20) + b'"}')
-    code = ("import sys; from zeroplanner import cli\n"
-            "if 'zeroplanner.cli_config' not in cli.PLUGINS: cli.PLUGINS += ('zeroplanner.cli_config',)\n"
-            "sys.exit(cli.main(sys.argv[1:]))")
-    proc = subprocess.run([sys.executable, "-c", code, "check", str(path), "--json"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "check", str(path), "--json"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stdout == "" and proc.stderr.count("\n") == 1 and "1 MB" in proc.stderr

@@ -37,7 +37,7 @@ CLI_OPTIONS = ("model", "params", "gpu", "gpu_memory_gib", "gpus_per_node", "nod
 
 
 def test_keys_are_the_cli_scenario_options():
-    """The brief's key list: the CLI's scenario option names with underscores (zeroplanner/cli.py)."""
+    """The brief's key list: the CLI's scenario option names with underscores (zeroplanner/cli/common.py, generated from zeroplanner/inputs.py)."""
     names = [k.name for k in SHARE_KEYS]
     assert names[:len(CLI_OPTIONS)] == list(CLI_OPTIONS)
     import argparse

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from zeroplanner.cli_launch import build_launch
+from zeroplanner.cli.launch import build_launch
 from zeroplanner.probe import cluster_changes, cluster_from_probe, load_probe
 from zeroplanner.probe._worker import busbw_factor
 from zeroplanner.probe.benchmarks import CPU_MESSAGE_BYTES, GPU_MESSAGE_BYTES

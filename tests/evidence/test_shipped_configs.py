@@ -118,13 +118,6 @@ def test_stage3_auto_fill_agrees_with_itself():
     assert texts and not any("not filled" in t for t in texts)
 
 
-@pytest.fixture
-def cli_main(monkeypatch):
-    from zeroplanner import cli
-
-    return cli.main
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_cli_check_hf_trainer_on_shipped_configs(cli_main, capsys, name):
     code = cli_main(["check", str(CONFIGS_DIR / name), "--hf-trainer", "--json"])

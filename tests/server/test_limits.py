@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("voila")
 
-from zeroplanner import cli_app  # noqa: E402
+from zeroplanner.cli import app as cli_app  # noqa: E402
 from zeroplanner.server import (  # noqa: E402
     BINDER_MAX_KERNELS,
     CULL_SETTINGS,

@@ -3,7 +3,7 @@
 * A static check over the package's source (Python's ``ast``): no ``eval``/``exec``/``compile``/``__import__``, no
   ``pickle``/``marshal``/``shelve`` import, no ``os.system``/``os.popen``, no ``yaml.load``, no ``shell=True``, and
   every ``subprocess`` call gets an argument LIST (not a string, f-string or concatenation that a shell or a split
-  could reinterpret); ``importlib.import_module`` only over the fixed ``PLUGINS`` tuple.
+  could reinterpret); no ``importlib.import_module`` (the CLI imports its subcommand modules by name).
 * The served page: a browser-side client of the kernel websocket cannot run code. Voilà's kernel manager accepts
   only comm/kernel-info/shutdown messages from the page (``allowed_message_types``, voila/app.py); an
   ``execute_request`` sent over the websocket is dropped (the file it would write does not appear, no reply comes).
@@ -54,7 +54,7 @@ def _dotted(func: ast.expr) -> tuple[str, ...]:
 
 def test_the_scan_covers_the_package():
     names = {p.relative_to(PACKAGE).as_posix() for p in SOURCES}
-    assert {"probe/benchmarks.py", "calibrate/__init__.py", "cli_app.py", "dsconfig.py", "share.py", "ui/app.py",
+    assert {"probe/benchmarks.py", "calibrate/__init__.py", "cli/app.py", "dsconfig.py", "share.py", "ui/app.py",
             "server/voila_app.py"} <= names
 
 
@@ -81,8 +81,7 @@ def test_no_code_execution_primitives(path):
             if isinstance(first, (ast.Constant, ast.JoinedStr, ast.BinOp)):
                 problems.append(f"line {call.lineno}: subprocess.{name[1]} with a string command")
         if name[-1:] == ("import_module",):
-            # only the CLI's plugin loop, over the fixed PLUGINS tuple
-            assert path.name == "cli.py" and ast.unparse(call.args[0]) == "name", (path, call.lineno)
+            problems.append(f"line {call.lineno}: importlib.import_module()")
     assert not problems, problems
 
 

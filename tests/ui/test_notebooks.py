@@ -12,7 +12,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-from zeroplanner import cli_app  # noqa: E402
+from zeroplanner.cli import app as cli_app  # noqa: E402
 from zeroplanner.server import (  # noqa: E402
     CULL_SETTINGS,
     PLANNER_NOTEBOOK_CELLS,
@@ -116,7 +116,8 @@ def test_app_rejects_bad_port_with_usage_error(bad, capsys):
 def test_app_is_registered_in_the_cli():
     from zeroplanner import cli
 
-    assert "zeroplanner.cli_app" in cli.PLUGINS
+    assert cli_app in cli.COMMANDS
+    assert cli.build_parser().parse_args(["app", "--no-browser"]).func is cli_app.run_app
 
 
 def test_app_on_a_busy_port_is_a_one_line_error(capsys):
@@ -134,7 +135,7 @@ def test_app_on_a_busy_port_is_a_one_line_error(capsys):
 
 def test_app_page_option_serves_the_tutorial():
     """`zeroplanner app --page tutorial` serves notebooks/zero_tutorial.ipynb (workshops, issue 7)."""
-    from zeroplanner.cli_app import page_path
+    from zeroplanner.cli.app import page_path
 
     assert page_path("tutorial").name == "zero_tutorial.ipynb" and page_path("tutorial").is_file()
     assert page_path("planner").name == "planner.ipynb"

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from ..cli_probe import add_probe_arguments, format_text, probe_from_args
+from ..cli.probe import add_probe_arguments, format_text, probe_from_args
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Server settings for serving the planner page with Voilà (``zeroplanner app``, binder).
 
 Kept as Python data (no package-data files needed) so a wheel install carries them. Nothing here imports voila,
-ipywidgets or bqplot; :mod:`zeroplanner.cli_app` imports voila only when the ``app`` command runs.
+ipywidgets or bqplot; :mod:`zeroplanner.cli.app` imports voila only when the ``app`` command runs.
 
 Kernel culling: Voilà runs one kernel per open page. A page that is closed normally shuts its kernel down (Voilà's
 ``shutdown_kernel_handler``); a tab that is killed or a laptop that sleeps leaves the kernel running. jupyter_server's

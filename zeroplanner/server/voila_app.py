@@ -19,7 +19,7 @@ workshop of unbounded size can run the server out of memory. This module caps th
 * :class:`ZeroplannerVoila` -- ``voila.app.Voila`` serving the page with :class:`CappedVoilaHandler`; what
   ``zeroplanner app`` launches.
 
-Imports voila and jupyter_server: only :mod:`zeroplanner.cli_app` (when the ``app`` command runs) and the server
+Imports voila and jupyter_server: only :mod:`zeroplanner.cli.app` (when the ``app`` command runs) and the server
 (by class name) import it.
 """
 

@@ -1,6 +1,6 @@
 """``zeroplanner config`` and ``zeroplanner check``: write a DeepSpeed config for a scenario, or check and price one.
 
-CLI plugin (see ``PLUGINS`` in :mod:`zeroplanner.cli`)::
+Subcommand module of :mod:`zeroplanner.cli`::
 
     zeroplanner config [scenario options] [--recommend] [--hf-trainer] [--accelerate] [--total-steps N] -o FILE
     zeroplanner check CONFIG.json [scenario options] [--hf-trainer] [--json]
@@ -34,7 +34,7 @@ import json
 import sys
 from pathlib import Path
 
-from .dsconfig import (
+from ..dsconfig import (
     MAX_CONFIG_BYTES,
     ConfigError,
     Finding,
@@ -44,11 +44,11 @@ from .dsconfig import (
     to_accelerate_config,
     to_deepspeed_config,
 )
-from .lint import lint
+from ..lint import lint
 
 
 def register(subparsers, add_scenario_options) -> None:
-    """Add ``config`` and ``check`` (plugin protocol of :mod:`zeroplanner.cli`)."""
+    """Add ``config`` and ``check`` (:mod:`zeroplanner.cli` registers each module)."""
     p = subparsers.add_parser(
         "config", help="write a DeepSpeed config (and optionally an accelerate YAML) for a scenario",
         description="Write a complete DeepSpeed config for the scenario: batch keys that multiply out, precision, "
@@ -105,11 +105,11 @@ def _finding_line(f: Finding) -> str:
 
 
 def run_config(args) -> int:
-    from .cli import scenario_from_args
+    from .common import scenario_from_args
 
     scenario = scenario_from_args(args)
     if args.recommend:
-        from .planner import plan
+        from ..planner import plan
 
         p = plan(scenario)
         if not p.fits:
@@ -146,7 +146,7 @@ def run_config(args) -> int:
     for f in notes + [f for f in findings if f.severity != "info" or f.rule == "zero2_offload_full_weights"]:
         sys.stderr.write(_finding_line(f) + "\n")
     if args.hf_trainer:
-        from .dsconfig import hf_training_arguments
+        from ..dsconfig import hf_training_arguments
 
         kwargs = ", ".join(f"{k}={v!r}" for k, v in hf_training_arguments(scenario, files[0] if files else
                                                                           "ds_config.json").items())
@@ -164,7 +164,7 @@ def _read_config_bytes(path: str) -> bytes:
 
 def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
     """What ``check`` prices that the config does not say: the model and shape, and where each came from."""
-    from .scenarios import DEFAULT_MODEL
+    from ..scenarios import DEFAULT_MODEL
 
     c, t = scenario.cluster, scenario.training
     if getattr(args, "hf_config", None):
@@ -221,7 +221,7 @@ def _from_config(base, scenario) -> tuple[dict, list[Finding]]:
 def _merge_library(table: list[Finding], library: list[Finding]) -> list[Finding]:
     """Library findings not already said by the tables: a keyed one unless a table error has that key, an unkeyed
     one unless the tables already found an error DeepSpeed's config classes check."""
-    from .pitfalls import config_checked
+    from ..pitfalls import config_checked
 
     table_keys = {f.key for f in table if f.severity == "error"}
     any_config_error = any(config_checked(f) for f in table)
@@ -236,8 +236,8 @@ def _merge_library(table: list[Finding], library: list[Finding]) -> list[Finding
 
 
 def run_check(args) -> int:
-    from .cli import estimate_json, scenario_from_args
-    from .costmodel import estimate
+    from .common import estimate_json, scenario_from_args
+    from ..costmodel import estimate
 
     try:
         data = _read_config_bytes(args.config_path)
@@ -261,7 +261,7 @@ def run_check(args) -> int:
     findings = read_findings + lint(config, scenario, mode) + parse_findings
     validated_by = None
     if not args.no_library_check:
-        from .dslibrary import library_findings, library_versions
+        from ..dslibrary import library_findings, library_versions
 
         library = library_findings(config, scenario, mode)
         if library is not None:

@@ -1,11 +1,11 @@
 """``zeroplanner app``: serve the planner page (``notebooks/planner.ipynb``) with Voilà on 127.0.0.1.
 
-CLI plugin (see ``PLUGINS`` in :mod:`zeroplanner.cli`): :func:`register` adds the ``app`` subcommand. Voilà is
+Subcommand module of :mod:`zeroplanner.cli`: :func:`register` adds the ``app`` subcommand. Voilà is
 imported only when the command runs, so the rest of the CLI works without the ``app`` extra; without it the command
 prints an install hint and exits with status 2. Server settings (loopback address, kernel culling, the kernel cap
 and its "planner is full" page) live in :mod:`zeroplanner.server` and :mod:`zeroplanner.server.voila_app`.
 
-Also runnable directly: ``python -m zeroplanner.cli_app --port 8866 --no-browser``.
+Also runnable directly: ``python -m zeroplanner.cli.app --port 8866 --no-browser``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import os
 
-from .server import (
+from ..server import (
     CULL_SETTINGS,
     DEFAULT_MAX_KERNELS,
     DEFAULT_PORT,
@@ -70,7 +70,7 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers, add_scenario_options=None) -> None:
-    """Add ``app`` to the ``zeroplanner`` command (plugin protocol of :mod:`zeroplanner.cli`)."""
+    """Add ``app`` to the ``zeroplanner`` command (:mod:`zeroplanner.cli` registers each module)."""
     parser = subparsers.add_parser(
         "app",
         help="open the interactive planner (Voilà page on 127.0.0.1)",
@@ -125,7 +125,7 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 def run_app(args: argparse.Namespace) -> int:
     """Run Voilà until interrupted. Returns the exit code (2 when the app extra is missing)."""
     try:
-        from .server.voila_app import ZeroplannerVoila
+        from ..server.voila_app import ZeroplannerVoila
     except ImportError:
         print(f"zeroplanner app: error: {INSTALL_HINT}", file=sys.stderr)
         return 2

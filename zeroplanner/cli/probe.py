@@ -1,6 +1,6 @@
 """``zeroplanner probe [--benchmarks] [--json]``: what this machine has and does, for ``--cluster-from``.
 
-CLI plugin (see ``PLUGINS`` in :mod:`zeroplanner.cli`). The probe runs in this process (a short-lived command, so
+Subcommand module of :mod:`zeroplanner.cli`. The probe runs in this process (a short-lived command, so
 its CUDA context goes with it); torch is imported only when the command runs. Without CUDA it prints the clear
 "no CUDA device: ..." result and exits 0 (a result, not an error); ``--benchmarks`` then measures the collectives on
 CPU ranks with gloo. A bad option exits 2 with one line naming it.
@@ -27,7 +27,7 @@ import os
 import sys
 from typing import Any
 
-from .probe import run_probe
+from ..probe import run_probe
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +71,7 @@ def probe_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
             raise ValueError("--ranks: not with --distributed (the launcher decides the ranks)")
         if not (5 <= args.rendezvous_timeout <= 3600):
             raise ValueError(f"--rendezvous-timeout: {args.rendezvous_timeout:g} is out of range (5-3600)")
-        from .probe.distributed import run_distributed_probe
+        from ..probe.distributed import run_distributed_probe
 
         return run_distributed_probe(output=getattr(args, "output", None), node_id=args.node_id,
                                      budget_seconds=args.budget_seconds,
@@ -115,7 +115,7 @@ def format_text(result: dict[str, Any]) -> str:
 
 
 def register(subparsers, add_scenario_options=None) -> None:
-    """Add ``probe`` to the ``zeroplanner`` command (plugin protocol of :mod:`zeroplanner.cli`)."""
+    """Add ``probe`` to the ``zeroplanner`` command (:mod:`zeroplanner.cli` registers each module)."""
     parser = subparsers.add_parser(
         "probe",
         help="inventory this machine's GPUs, host RAM and disk; --benchmarks measures matmul, PCIe and collectives",
@@ -133,7 +133,7 @@ def register(subparsers, add_scenario_options=None) -> None:
 def run(args) -> int:
     """Handler: exit 0 with a result (with or without CUDA), 2 for a bad option, 1 when a distributed job failed
     (one line: which rank, the rendezvous address or the failed collective)."""
-    from .probe.distributed import DistributedError, fail_message, format_report_text
+    from ..probe.distributed import DistributedError, fail_message, format_report_text
 
     try:
         result = probe_from_args(args)

@@ -1,17 +1,10 @@
-"""Command line: ``zeroplanner estimate|recommend|deepspeed-estimate ... [--json]`` and plugin subcommands.
-
-Contract for scripts: with ``--json`` each command prints exactly one JSON object on stdout. Bad input prints one
-line ``zeroplanner: error: --option: message`` on stderr and exits with status 2, never a traceback.
-
-Plugins: each module named in :data:`PLUGINS` defines ``register(subparsers, add_scenario_options)``; its handler
-(``set_defaults(func=...)``) takes the parsed args and returns an exit status.
-"""
+"""What every subcommand shares: the one-line usage error (exit 2), the scenario options generated from the input
+table (:mod:`zeroplanner.inputs`) and reading them back into a Scenario, JSON output."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import importlib
 import json
 import math
 import sys
@@ -20,20 +13,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from . import catalog
-from .inputs import BY_KEY, CATALOG_KINDS, INPUTS, Input, input_for_error
-from .scenarios import build_scenario
-from .specs import Scenario
-from .units import GIB
-
-PLUGINS: tuple[str, ...] = (
-    "zeroplanner.cli_app",
-    "zeroplanner.cli_probe",
-    "zeroplanner.cli_config",
-    "zeroplanner.cli_calibrate",
-    "zeroplanner.cli_launch",
-)
-"""Modules that add subcommands (one line each)."""
+from .. import catalog
+from ..inputs import BY_KEY, CATALOG_KINDS, INPUTS, Input, input_for_error
+from ..scenarios import build_scenario
+from ..specs import Scenario
 
 MAX_INPUT_FILE_BYTES = 1_000_000
 """Largest JSON file (HF config, probe output) the CLI reads: real config.json files are a few KB."""
@@ -190,7 +173,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     if getattr(args, "cluster_from", None):
         data = _read_json_file("--cluster-from", args.cluster_from)
         try:
-            from .probe import cluster_changes, cluster_from_probe
+            from ..probe import cluster_changes, cluster_from_probe
         except ImportError as exc:  # pragma: no cover - probe is part of the package
             fail("--cluster-from", f"probe support unavailable ({exc})")
         try:
@@ -216,146 +199,3 @@ def estimate_json(est) -> dict:
     d = est.model_dump()
     d["per_gpu_bytes"] = est.per_gpu_bytes.model_dump()
     return d
-
-
-def _cmd_estimate(args: argparse.Namespace) -> int:
-    from .costmodel import estimate
-
-    from .costmodel.deepspeed_estimator import deepspeed_row_for
-
-    scenario = scenario_from_args(args)
-    est = estimate(scenario)
-    rows = "\n".join(f"  {t.name:<18} {t.bytes / GIB:8.2f} GiB" for t in est.terms)
-    text = (f"{scenario.model.name}: Ψ = {est.parameters:,} ({est.trainable_parameters:,} trainable), ZeRO-"
-            f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}\n{rows}\n{est.summary()}\n"
-            + "".join(f"warning: {w}\n" for w in est.warnings))
-    obj = estimate_json(est)
-    ds = deepspeed_row_for(scenario)
-    obj["deepspeed_estimator"] = None if ds is None else {
-        **ds.model_dump(), "covers": "model states only (DeepSpeed 0.19.8 estimate_zero2/zero3_model_states_mem_needs)"}
-    if ds is not None:
-        text += (f"DeepSpeed's own estimator (model states only): {ds.per_gpu_bytes / GIB:.2f} GiB per GPU, "
-                 f"{ds.per_cpu_bytes / GIB:.1f} GiB per CPU; zeroplanner's full total: "
-                 f"{est.per_gpu_bytes.total / GIB:.2f} GiB per GPU\n")
-    _emit(args, obj, text)
-    return 0
-
-
-def _cmd_recommend(args: argparse.Namespace) -> int:
-    from .planner import largest_model, plan
-
-    scenario = scenario_from_args(args)
-    p = plan(scenario)
-    obj = {
-        "fits": p.fits,
-        "choice": p.choice.model_dump() if p.choice else None,
-        "estimate": estimate_json(p.estimate),
-        "reasons": p.reasons,
-        "warnings": p.warnings,
-        "alternatives": [{"label": a.label, "choice": a.choice.model_dump(), "estimate": estimate_json(a.estimate)}
-                         for a in p.alternatives],
-        "candidates_evaluated": p.candidates_evaluated,
-        "largest_model_parameters": largest_model(scenario),
-    }
-    if p.fits:
-        text = f"Recommended: {p.choice.label}\n" + "".join(f"- {r}\n" for r in p.reasons)
-    else:
-        text = "Nothing fits.\n"
-    text += "".join(f"warning: {w}\n" for w in p.warnings)
-    text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
-    text += "largest trainable model on this cluster (Llama-shaped, same training settings):\n" + "".join(
-        f"  {label:<36} {n / 1e9:8.1f} B parameters\n" for label, n in obj["largest_model_parameters"].items())
-    _emit(args, obj, text)
-    return 0
-
-
-def _cmd_deepspeed_estimate(args: argparse.Namespace) -> int:
-    from .costmodel import deepspeed_estimate_table
-
-    rows = deepspeed_estimate_table(args.params, args.largest_layer_params, args.gpus_per_node, args.nodes)
-    obj = {"rows": [r.model_dump() for r in rows], "source": "DeepSpeed 0.19.8 estimate_zero2/zero3_model_states_mem_needs"}
-    text = "\n".join(
-        f"stage {r.stage} offload_param={r.offload_param:<4} offload_optimizer={r.offload_optimizer:<4} "
-        f"zero_init={'-' if r.zero_init is None else r.zero_init}: per CPU {r.per_cpu_bytes / GIB:8.2f} GiB, "
-        f"per GPU {r.per_gpu_bytes / GIB:8.2f} GiB"
-        for r in rows
-    )
-    _emit(args, obj, text)
-    return 0
-
-
-def _catalog_row(kind: str, name: str) -> tuple[dict, str]:
-    if kind == "models":
-        m = catalog.model(name)
-        d = {"name": m.name, "family": m.family, "parameters": m.parameter_count, "layers": m.n_layers,
-             "hidden_size": m.hidden_size, "heads": m.n_heads, "kv_heads": m.kv_heads, "vocab_size": m.vocab_size,
-             "experts": m.n_experts, "source": m.source}
-        return d, f"{m.name:<16} {m.parameter_count / 1e9:8.2f} B params  {m.n_layers:3d} layers  h={m.hidden_size}"
-    if kind == "gpus":
-        g = catalog.gpu(name)
-        d = {"name": g.name, "memory_gib": g.memory_bytes / GIB, "peak_bf16_tflops": g.peak_bf16_tflops,
-             "peak_fp16_tflops": g.peak_fp16_tflops, "intra_node_busbw_gb_per_s": g.intra_node_busbw_gb_per_s,
-             "source": g.source}
-        return d, (f"{g.name:<11} {g.memory_bytes / GIB:6.1f} GiB  {g.peak_tflops('bf16'):7.1f} TFLOP/s bf16/fp16 "
-                   f"dense  intra-node busbw {g.intra_node_busbw_gb_per_s:.0f} GB/s")
-    n = catalog.network(name)
-    d = {"name": n.name, "kind": n.kind, "link_gbps": n.link_gbps, "nics_per_node": n.nics_per_node,
-         "efficiency": n.efficiency, "node_busbw_gb_per_s": n.node_busbw_bytes_per_second / 1e9,
-         "latency_seconds": n.latency_seconds, "source": n.source}
-    return d, (f"{n.name:<10} {n.kind:<10} {n.nics_per_node} x {n.link_gbps:g} Gbit/s per node, "
-               f"~{n.node_busbw_bytes_per_second / 1e9:.1f} GB/s bus bandwidth, {n.latency_seconds * 1e6:.0f} us/step")
-
-
-def _cmd_catalog(args: argparse.Namespace) -> int:
-    kind = args.kind
-    names = {"models": catalog.model_names, "gpus": catalog.gpu_names, "networks": catalog.network_names}[kind]()
-    rows = [_catalog_row(kind, n) for n in names]
-    _emit(args, {kind: [r[0] for r in rows]}, "\n".join(r[1] for r in rows))
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="zeroplanner", description="Plan DeepSpeed ZeRO runs: memory, speed, config.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    p = sub.add_parser("estimate", help="memory, communication and step time of one configuration")
-    add_scenario_options(p)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_estimate)
-    p = sub.add_parser("recommend", help="evaluate every candidate and recommend one")
-    add_scenario_options(p)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_recommend)
-    p = sub.add_parser("deepspeed-estimate", help="DeepSpeed's own model-state estimator, reproduced")
-    p.add_argument("--params", type=_positive_int("--params", 1, 10**15), required=True)
-    p.add_argument("--largest-layer-params", type=_positive_int("--largest-layer-params", 1, 10**15), required=True)
-    p.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node", 1, 1024), default=1)
-    p.add_argument("--nodes", type=_positive_int("--nodes", 1, int(BY_KEY["nodes"].high)), default=1)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_deepspeed_estimate)
-    for kind in ("models", "gpus", "networks"):
-        p = sub.add_parser(kind, help=f"list catalog {kind}")
-        p.add_argument("--json", action="store_true")
-        p.set_defaults(func=_cmd_catalog, kind=kind)
-    for name in PLUGINS:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue  # an optional plugin whose module is absent
-        module.register(sub, add_scenario_options)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except UsageError as exc:
-        sys.stderr.write(f"zeroplanner: error: {exc}\n")
-        return 2
-    except BrokenPipeError:  # pragma: no cover - `| head`
-        return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

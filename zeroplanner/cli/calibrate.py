@@ -1,6 +1,6 @@
 """``zeroplanner calibrate [scenario options] --ranks N --steps K [--device cpu|cuda] [--json]``.
 
-CLI plugin (see ``PLUGINS`` in :mod:`zeroplanner.cli`): runs the real DeepSpeed engine on ``--ranks`` local ranks
+Subcommand module of :mod:`zeroplanner.cli`: runs the real DeepSpeed engine on ``--ranks`` local ranks
 with a tiny model of the scenario's architecture and the DeepSpeed config zeroplanner generates, and prints the
 cost model's prediction beside the measurement, term by term (:func:`zeroplanner.calibrate.run_calibration`).
 Torch, DeepSpeed and transformers are imported only when the command runs.
@@ -39,7 +39,7 @@ def _int_in(name: str, low: int, high: int):
 
 
 def register(subparsers, add_scenario_options) -> None:
-    """Add ``calibrate`` to the ``zeroplanner`` command (plugin protocol of :mod:`zeroplanner.cli`)."""
+    """Add ``calibrate`` to the ``zeroplanner`` command (:mod:`zeroplanner.cli` registers each module)."""
     parser = subparsers.add_parser(
         "calibrate",
         help="run real DeepSpeed on a tiny copy of the model and compare the cost model with the measurement",
@@ -76,8 +76,8 @@ def register(subparsers, add_scenario_options) -> None:
 
 def run(args) -> int:
     """Handler: 0 with a report, 2 for a bad option, 1 when the engine could not run."""
-    from .calibrate import CalibrationError, run_calibration
-    from .cli import fail, scenario_from_args
+    from ..calibrate import CalibrationError, run_calibration
+    from .common import fail, scenario_from_args
 
     scenario = scenario_from_args(args)
     if args.distributed:
@@ -105,9 +105,9 @@ def run(args) -> int:
 
 def _run_distributed(args, scenario) -> int:
     """``--distributed``: 0 with a report (rank 0 prints it) or on the other ranks, 1 when the job failed."""
-    from .calibrate import CalibrationError
-    from .calibrate.distributed import run_distributed_calibration
-    from .probe.distributed import DistributedError, fail_message, format_report_text
+    from ..calibrate import CalibrationError
+    from ..calibrate.distributed import run_distributed_calibration
+    from ..probe.distributed import DistributedError, fail_message, format_report_text
 
     if args.ranks is not None:  # printed here: under 'python -m zeroplanner.cli' main() has its own UsageError
         print("zeroplanner: error: --ranks: not with --distributed (the launcher decides the ranks)", file=sys.stderr)

@@ -2,7 +2,7 @@
 (or sbatch script, and the DeepSpeed hostfile) that runs ``zeroplanner probe --distributed`` or ``zeroplanner
 calibrate --distributed`` on N nodes with the user's own launcher, so a user copies one line.
 
-CLI plugin (see ``PLUGINS`` in :mod:`zeroplanner.cli`). Pure text: nothing is run or contacted. Host names and
+Subcommand module of :mod:`zeroplanner.cli`. Pure text: nothing is run or contacted. Host names and
 addresses are checked against a conservative pattern and extra arguments are shell-quoted, so the printed line
 is safe to paste. Launcher flags are the launchers' own:
 
@@ -31,7 +31,7 @@ _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$")
 
 
 def _check_host(option: str, host: str) -> str:
-    from .cli import fail
+    from .common import fail
 
     if not _HOST.match(host):
         fail(option, f"{host!r} is not a host name or address (letters, digits, '.', '-', '_', ':')")
@@ -46,7 +46,7 @@ def build_launch(launcher: str, nodes: int, gpus_per_node: int, *, task: str = "
     "master_port", "task_command" (the zeroplanner argv every rank runs), "commands" (lines to run, in order),
     "per_node" (True when every node runs the lines), "hostfile" (DeepSpeed) , "script" (Slurm sbatch), "text"}``.
     Raises :class:`zeroplanner.cli.UsageError` (exit 2) naming the option for a bad value."""
-    from .cli import fail
+    from .common import fail
 
     if launcher not in LAUNCHERS:
         fail("--launcher", f"{launcher!r}; allowed: {', '.join(LAUNCHERS)}")
@@ -130,7 +130,7 @@ def build_launch(launcher: str, nodes: int, gpus_per_node: int, *, task: str = "
 
 
 def register(subparsers, add_scenario_options=None) -> None:
-    """Add ``launch-script`` to the ``zeroplanner`` command (plugin protocol of :mod:`zeroplanner.cli`)."""
+    """Add ``launch-script`` to the ``zeroplanner`` command (:mod:`zeroplanner.cli` registers each module)."""
     import argparse
 
     parser = subparsers.add_parser(
@@ -167,7 +167,7 @@ def run(args) -> int:
     if not re.match(r"^[A-Za-z0-9_./+-]{1,200}$", args.python):
         print(f"zeroplanner: error: --python: {args.python!r} is not an interpreter path", file=sys.stderr)
         return 2
-    from .cli import UsageError
+    from .common import UsageError
 
     try:
         out = build_launch(args.launcher, args.nodes, args.gpus_per_node, task=args.task,
