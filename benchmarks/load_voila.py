@@ -14,7 +14,7 @@ What it does (bounded in time by ``--deadline-seconds`` and in count by ``--sess
    own cookies and its own kernel over its own websocket). Per page: time to interactive = from navigation to the
    DeepSpeed JSON preview showing exactly the default scenario's config; then it types a node count into the
    "Nodes" slider's readout (a different count per visitor) and waits until the preview shows exactly
-   ``json.dumps(zeroplanner.dsconfig.to_deepspeed_config(zeroplanner.planner.plan(scenario)), indent=2)`` for the
+   ``json.dumps(zeroplanner.deepspeed.to_deepspeed_config(zeroplanner.planner.plan(scenario)), indent=2)`` for the
    changed scenario, computed in this script. Console "pageerror" / "not registered" / "Failed to load" messages
    count as errors.
 4. With all N pages open: peak RSS (server, each kernel), and one more request, which must get the HTTP 503
@@ -68,7 +68,7 @@ MEMORY_TOLERANCE = 0.10
 # ---------------------------------------------------------------------------------------------------------------
 def expected_config(nodes: int) -> str:
     """The DeepSpeed JSON the page must show for the default scenario on ``nodes`` nodes."""
-    from zeroplanner.dsconfig import to_deepspeed_config
+    from zeroplanner.deepspeed import to_deepspeed_config
     from zeroplanner.planner import plan
     from zeroplanner.scenarios import default_scenario
     from zeroplanner.specs import replace

@@ -97,7 +97,7 @@ def render(engine: list[dict], activations: list[dict], meta: dict) -> str:
         "## 1. DeepSpeed engine: model states and communication per rank",
         "",
         "Tiny LlamaForCausalLM built from `calibrate.tiny_hf_config(llama-2-7b)` (hidden 64, 32 layers as the "
-        "original, 4 heads, SwiGLU 172, vocabulary 500 to keep the original's vocabulary/hidden ratio), DeepSpeed config from `dsconfig.to_deepspeed_config`, 3 optimizer steps, the "
+        "original, 4 heads, SwiGLU 172, vocabulary 500 to keep the original's vocabulary/hidden ratio), DeepSpeed config from `zeroplanner.deepspeed.to_deepspeed_config`, 3 optimizer steps, the "
         "last measured, CPU ranks with gloo. Memory: a census of live tensor storages (deduplicated by `data_ptr`) "
         "inside the optimizer step, at the gradient peak (ZeRO-1/2 `free_grad_in_param_list`) and after backward; "
         "`model_states` = parameters + gradients + optimizer states (incl. fp32 master). Communication: message "

@@ -2,12 +2,12 @@
 
 :func:`scenario_pitfalls` is the one statement of each rule that depends on the scenario (cluster, ZeRO settings,
 model) and, for two of them, on the cost model's numbers. :func:`zeroplanner.costmodel.estimate` turns them into its
-``warnings`` (the message text) and :func:`zeroplanner.lint.lint` into findings (with severity, key and fix), so
+``warnings`` (the message text) and :func:`zeroplanner.deepspeed.lint.lint` into findings (with severity, key and fix), so
 the two commands can no longer disagree about, e.g., ZeRO-3 at 64 GPUs on 150 Gb/s.
 
 Each rule states what the client that runs the config really does: ``client="deepspeed"`` (``deepspeed.initialize``
 in the user's script) or ``"hf_trainer"`` (transformers' Trainer / accelerate, which fill ``"auto"`` and build the
-optimizer). The config-text rules (which need the JSON itself) live in :mod:`zeroplanner.lint`; :data:`RULES` lists
+optimizer). The config-text rules (which need the JSON itself) live in :mod:`zeroplanner.deepspeed.lint`; :data:`RULES` lists
 every rule of both modules with what checks it in the real stack, which the tests use to compare zeroplanner's
 verdicts with DeepSpeed's own config classes.
 
@@ -62,7 +62,7 @@ class Rule(BaseModel):
 
 
 RULES: dict[str, Rule] = {
-    # config text (zeroplanner.lint, zeroplanner.dsconfig reader)
+    # config text (zeroplanner.deepspeed.lint, zeroplanner.deepspeed reader)
     "invalid_syntax": Rule(checked_by="config", source="deepspeed/runtime/config.py DeepSpeedConfig: hjson.load"),
     "duplicate_key": Rule(checked_by="config", source="deepspeed/runtime/config_utils.py "
                           "dict_raise_error_on_duplicate_keys (DeepSpeed); accelerate HfDeepSpeedConfig json.load "
@@ -104,7 +104,7 @@ RULES: dict[str, Rule] = {
     "zero2_offload_full_weights": Rule(checked_by="runtime", source="DeepSpeed #1883, #3770"),
     "nvme_offload_slow": Rule(checked_by="runtime", source="DeepSpeed #1130, #3000"),
 }
-"""Every rule of :mod:`zeroplanner.lint` and of :func:`scenario_pitfalls`, by ``Finding.rule`` / ``Pitfall.rule``."""
+"""Every rule of :mod:`zeroplanner.deepspeed.lint` and of :func:`scenario_pitfalls`, by ``Finding.rule`` / ``Pitfall.rule``."""
 
 
 def _gib(num_bytes: float) -> str:
@@ -224,7 +224,7 @@ DeepSpeed drops it (pydantic blocks) or passes it on to the optimizer/scheduler,
 
 def config_checked(finding: object) -> bool:
     """Whether DeepSpeed's own config classes (``DeepSpeedConfig``) reject what this error finding reports
-    (``finding`` has ``severity``, ``rule`` and ``key``, e.g. a :class:`zeroplanner.dsconfig.Finding`)."""
+    (``finding`` has ``severity``, ``rule`` and ``key``, e.g. a :class:`zeroplanner.deepspeed.Finding`)."""
     if getattr(finding, "severity", None) != "error":
         return False
     rule, key = getattr(finding, "rule", ""), getattr(finding, "key", "")

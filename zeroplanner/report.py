@@ -175,7 +175,7 @@ def report_parts(scenario: Scenario) -> dict[str, Any]:
     p = plan(scenario)
     config_text, config_error = "", None
     try:
-        from .dsconfig import to_deepspeed_config
+        from .deepspeed import to_deepspeed_config
 
         config_text = json.dumps(to_deepspeed_config(p.scenario), indent=2) if p.fits else ""
         if not p.fits:

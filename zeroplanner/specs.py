@@ -5,7 +5,7 @@ All models are pydantic v2, frozen (a change is ``scenario.model_copy(update=...
 range; cross-field rules raise ``ValueError`` inside a model validator, which pydantic reports the same way.
 
 ZeRO option names are DeepSpeed's own JSON keys (``deepspeed/runtime/zero/config.py``, DeepSpeed 0.18): the
-DeepSpeed config emitted by :mod:`zeroplanner.dsconfig` uses them verbatim.
+DeepSpeed config emitted by :mod:`zeroplanner.deepspeed` uses them verbatim.
 """
 
 from __future__ import annotations

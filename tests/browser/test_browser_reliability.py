@@ -20,7 +20,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 from tests.browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, serve_app  # noqa: E402
 from tests.browser.test_browser import chart_svgs, config_text, set_slider, wait_changed  # noqa: E402
-from zeroplanner.dsconfig import MAX_CONFIG_BYTES  # noqa: E402
+from zeroplanner.deepspeed import MAX_CONFIG_BYTES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TEN_MB = 10_000_000

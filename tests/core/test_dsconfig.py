@@ -1,4 +1,4 @@
-"""zeroplanner.dsconfig: generated configs are valid for DeepSpeed 0.19.8's own config classes, use integers where
+"""zeroplanner.deepspeed: generated configs are valid for DeepSpeed 0.19.8's own config classes, use integers where
 DeepSpeed wants integers, round-trip through from_deepspeed_config, match transformers' "auto" rules, and bad input
 gives findings or a one-line ConfigError (never a traceback, never code execution)."""
 
@@ -14,18 +14,8 @@ import types
 import pytest
 
 from zeroplanner import catalog
-from zeroplanner.dsconfig import (
-    BF16_KEYS,
-    FP16_KEYS,
-    HF_TRAINER_AUTO_KEYS,
-    INTEGER_KEYS,
+from zeroplanner.deepspeed import (
     MAX_CONFIG_BYTES,
-    OFFLOAD_OPTIMIZER_KEYS,
-    OFFLOAD_PARAM_KEYS,
-    REMOVED_TOP_LEVEL_KEYS,
-    REMOVED_ZERO_KEYS,
-    TOP_LEVEL_KEYS,
-    ZERO_KEYS,
     ConfigError,
     from_deepspeed_config,
     generation_notes,
@@ -34,6 +24,18 @@ from zeroplanner.dsconfig import (
     load_config_text,
     to_accelerate_config,
     to_deepspeed_config,
+)
+from zeroplanner.deepspeed.keys import (
+    BF16_KEYS,
+    FP16_KEYS,
+    HF_TRAINER_AUTO_KEYS,
+    INTEGER_KEYS,
+    OFFLOAD_OPTIMIZER_KEYS,
+    OFFLOAD_PARAM_KEYS,
+    REMOVED_TOP_LEVEL_KEYS,
+    REMOVED_ZERO_KEYS,
+    TOP_LEVEL_KEYS,
+    ZERO_KEYS,
 )
 from zeroplanner.specs import ClusterSpec, NetworkSpec, OffloadSpec, Scenario, TrainingSpec, ZeroSpec
 

@@ -1,4 +1,4 @@
-"""zeroplanner.dslibrary: DeepSpeed's own config classes (and transformers' fill) on planted mistakes agree with
+"""zeroplanner.deepspeed.library: DeepSpeed's own config classes (and transformers' fill) on planted mistakes agree with
 zeroplanner's key tables, for the client each rule names, and the world size is the scenario's."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import copy
 
 import pytest
 
-from zeroplanner.dsconfig import from_deepspeed_config, to_deepspeed_config
-from zeroplanner.lint import lint
+from zeroplanner.deepspeed import from_deepspeed_config, to_deepspeed_config
+from zeroplanner.deepspeed.lint import lint
 from zeroplanner.pitfalls import config_checked
 from tests.core.test_dsconfig import scenario
 
 pytest.importorskip("deepspeed")
 pytest.importorskip("transformers")
-from zeroplanner.dslibrary import library_findings  # noqa: E402
+from zeroplanner.deepspeed.library import library_findings  # noqa: E402
 
 BASE = scenario(2, nodes=1)  # 8 GPUs, micro 2 x accumulation 4
 

@@ -12,7 +12,7 @@ import pytest
 
 from zeroplanner import inputs as table
 from zeroplanner.cli import build_parser, main, scenario_from_args
-from zeroplanner.dsconfig import from_deepspeed_config, to_deepspeed_config
+from zeroplanner.deepspeed import from_deepspeed_config, to_deepspeed_config
 from zeroplanner.inputs import BY_KEY, INPUTS
 from zeroplanner.scenarios import build_scenario
 from zeroplanner.share import ShareError, format_value, scenario_from_query

@@ -1,4 +1,4 @@
-"""zeroplanner.lint: one test per rule -- a small config that triggers it and the fixed config that does not. Where
+"""zeroplanner.deepspeed.lint: one test per rule -- a small config that triggers it and the fixed config that does not. Where
 DeepSpeed itself rejects the bad config at parse time, the test shows DeepSpeedConfig raising on it too."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zeroplanner.dsconfig import ConfigError, from_deepspeed_config, load_config_text, to_deepspeed_config
-from zeroplanner.lint import lint
+from zeroplanner.deepspeed import ConfigError, from_deepspeed_config, load_config_text, to_deepspeed_config
+from zeroplanner.deepspeed.lint import lint
 from zeroplanner.pitfalls import COMMUNICATION_SHARE_LIMIT
 from zeroplanner.specs import Scenario, TrainingSpec
 from tests.core.test_dsconfig import ETHERNET_25, SWEEP, scenario

@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from zeroplanner.costmodel import estimate
-from zeroplanner.dsconfig import to_deepspeed_config
-from zeroplanner.lint import lint
+from zeroplanner.deepspeed import to_deepspeed_config
+from zeroplanner.deepspeed.lint import lint
 from zeroplanner.pitfalls import LARGE_RUN_GPUS, LARGE_RUN_MIN_GBPS, RULES, scenario_pitfalls
 from zeroplanner.scenarios import build_scenario
 

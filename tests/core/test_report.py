@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from zeroplanner.dsconfig import to_deepspeed_config
+from zeroplanner.deepspeed import to_deepspeed_config
 from zeroplanner.planner import plan
 from zeroplanner.report import build_report, memory_chart, report_data_uri, svg_stacked_bars, time_chart
 from zeroplanner.scenarios import build_scenario

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from zeroplanner import catalog
-from zeroplanner.dsconfig import to_deepspeed_config
+from zeroplanner.deepspeed import to_deepspeed_config
 from zeroplanner.hfconfig import architecture_from_hf_config
 from zeroplanner.specs import ClusterSpec, Scenario, TrainingSpec, ZeroSpec
 

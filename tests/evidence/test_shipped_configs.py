@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from zeroplanner.dsconfig import from_deepspeed_config, load_config_text
-from zeroplanner.lint import lint
+from zeroplanner.deepspeed import from_deepspeed_config, load_config_text
+from zeroplanner.deepspeed.lint import lint
 from zeroplanner.pitfalls import config_checked
 from zeroplanner.scenarios import default_scenario
 
@@ -78,7 +78,7 @@ def test_key_tables_agree_with_deepspeeds_config_classes(name, mode):
     libraries' own validation does, on the same keys."""
     pytest.importorskip("deepspeed")
     pytest.importorskip("transformers")
-    from zeroplanner.dslibrary import library_findings
+    from zeroplanner.deepspeed.library import library_findings
 
     config, scenario, findings = _table_findings(name, mode)
     library = library_findings(config, scenario, mode)

@@ -2,7 +2,7 @@
 tests/test_lint.py (lint over JSON-shaped garbage) and tests/test_share.py (arbitrary query text):
 
 * config import as TEXT (what a user pastes or a file holds): arbitrary text and bytes, oversized text, deep
-  nesting -> only :class:`zeroplanner.dsconfig.ConfigError`, one line, naming the limit; generated valid configs
+  nesting -> only :class:`zeroplanner.deepspeed.ConfigError`, one line, naming the limit; generated valid configs
   round-trip and price to finite, non-negative numbers;
 * the URL query parser per key: a hostile value for a known key is refused naming THAT key; generated valid queries
   give finite, non-negative estimates;
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from zeroplanner import build_scenario, estimate
-from zeroplanner.dsconfig import (
+from zeroplanner.deepspeed import (
     MAX_CONFIG_BYTES,
     MAX_DEPTH,
     ConfigError,
@@ -33,7 +33,7 @@ from zeroplanner.dsconfig import (
     load_config_text,
     to_deepspeed_config,
 )
-from zeroplanner.lint import lint
+from zeroplanner.deepspeed.lint import lint
 from zeroplanner.share import KEYS, MAX_QUERY_CHARS, ShareError, scenario_from_query
 from tests.properties.test_fuzz import _finite_non_negative, valid_kwargs
 

@@ -54,7 +54,7 @@ def _dotted(func: ast.expr) -> tuple[str, ...]:
 
 def test_the_scan_covers_the_package():
     names = {p.relative_to(PACKAGE).as_posix() for p in SOURCES}
-    assert {"probe/benchmarks.py", "calibrate/__init__.py", "cli/app.py", "dsconfig.py", "share.py", "ui/app.py",
+    assert {"probe/benchmarks.py", "calibrate/__init__.py", "cli/app.py", "deepspeed/read.py", "share.py", "ui/app.py",
             "server/voila_app.py"} <= names
 
 

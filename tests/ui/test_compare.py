@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from zeroplanner.dsconfig import to_deepspeed_config  # noqa: E402
+from zeroplanner.deepspeed import to_deepspeed_config  # noqa: E402
 from zeroplanner.planner import plan  # noqa: E402
 from zeroplanner.scenarios import build_scenario  # noqa: E402
 from zeroplanner.ui.compare import ComparePanel, comparison, config_diff, inputs_diff, side  # noqa: E402

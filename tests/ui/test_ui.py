@@ -17,7 +17,7 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("bqplot")
 
 from zeroplanner import catalog  # noqa: E402
-from zeroplanner.dsconfig import to_deepspeed_config  # noqa: E402
+from zeroplanner.deepspeed import to_deepspeed_config  # noqa: E402
 from zeroplanner.planner import plan as make_plan  # noqa: E402
 from zeroplanner.planner import scaling  # noqa: E402
 from zeroplanner.scenarios import build_scenario  # noqa: E402
@@ -48,7 +48,7 @@ def _step_parts(plan) -> np.ndarray:
 
 
 def assert_shows(app: PlannerApp, scenario) -> None:
-    """Every output of ``app`` is what the planner / cost model / dsconfig say for ``scenario``."""
+    """Every output of ``app`` is what the planner / cost model / zeroplanner.deepspeed say for ``scenario``."""
     plan = make_plan(scenario)
     bars = _bars(plan)
     n = len(bars)

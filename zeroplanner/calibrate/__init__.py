@@ -4,7 +4,7 @@ Two measurements, both on real code:
 
 1. :func:`run_calibration` launches DeepSpeed (``python -m deepspeed.launcher.runner --num_gpus N --no_local_rank``;
    gloo on CPU ranks, NCCL on CUDA) on a tiny HF model of the user's family (built from a config dict by
-   ``transformers``, nothing downloaded) with the DeepSpeed config :func:`zeroplanner.dsconfig.to_deepspeed_config`
+   ``transformers``, nothing downloaded) with the DeepSpeed config :func:`zeroplanner.deepspeed.to_deepspeed_config`
    writes for the scenario, and measures on every rank (``zeroplanner/calibrate/_worker.py``):
    live tensor storages by category, the comms logger's bytes per collective per step, forward/backward/step
    seconds and, on CUDA, ``torch.cuda.max_memory_allocated`` per phase. It then evaluates the cost model on the
@@ -221,14 +221,14 @@ def validation_scenario(name: str, ranks: int, *, release_all: bool = True) -> S
 
 
 def engine_config(scenario: Scenario, device: Literal["cpu", "cuda"] = "cpu") -> dict[str, Any]:
-    """The DeepSpeed config the harness runs: :func:`zeroplanner.dsconfig.to_deepspeed_config` plus the comms logger
+    """The DeepSpeed config the harness runs: :func:`zeroplanner.deepspeed.to_deepspeed_config` plus the comms logger
     (``{"enabled": true, "verbose": false, "prof_all": true}``).
 
     On CPU ranks without optimizer offload the optimizer block gains ``"torch_adam": true`` (DeepSpeed otherwise
     JIT-compiles its FusedAdam CPU op; torch's AdamW keeps the same fp32 ``exp_avg``/``exp_avg_sq`` states).
     With ``offload_optimizer`` DeepSpeed's own ``DeepSpeedCPUAdam`` runs, as in production.
     """
-    from ..dsconfig import to_deepspeed_config
+    from ..deepspeed import to_deepspeed_config
 
     cfg = to_deepspeed_config(scenario)
     cfg["comms_logger"] = {"enabled": True, "verbose": False, "prof_all": True, "debug": False}

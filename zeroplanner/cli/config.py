@@ -19,7 +19,7 @@ sequence length, ...) overridden by what the config says (stage, offload, bucket
 ``tensor_parallel.autotp_size``), and prints the findings (reading + lint, the run-level rules shared with
 ``estimate``) and the estimate of that scenario, saying which model and shape it priced (a warning when no model
 was named). Where DeepSpeed (and, for ``--hf-trainer``, transformers) is installed the config is also handed to
-their own validation (:mod:`zeroplanner.dslibrary`; ``--no-library-check`` skips it). With ``--json``: one object
+their own validation (:mod:`zeroplanner.deepspeed.library`; ``--no-library-check`` skips it). With ``--json``: one object
 ``{"findings": [...], "errors": n, "warnings": n, "mode": ..., "priced": {"model", "model_from", "seq_len", ...},
 "from_config": {option: {"config": v, "command_line": v}}, "validated_by": [...] | null, "scenario": {"training": ..., "zero": ...}, "estimate": {...}}`` (estimate as in
 ``zeroplanner estimate --json``).
@@ -34,7 +34,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..dsconfig import (
+from ..deepspeed import (
     MAX_CONFIG_BYTES,
     ConfigError,
     Finding,
@@ -44,7 +44,7 @@ from ..dsconfig import (
     to_accelerate_config,
     to_deepspeed_config,
 )
-from ..lint import lint
+from ..deepspeed.lint import lint
 
 
 def register(subparsers, add_scenario_options) -> None:
@@ -146,7 +146,7 @@ def run_config(args) -> int:
     for f in notes + [f for f in findings if f.severity != "info" or f.rule == "zero2_offload_full_weights"]:
         sys.stderr.write(_finding_line(f) + "\n")
     if args.hf_trainer:
-        from ..dsconfig import hf_training_arguments
+        from ..deepspeed import hf_training_arguments
 
         kwargs = ", ".join(f"{k}={v!r}" for k, v in hf_training_arguments(scenario, files[0] if files else
                                                                           "ds_config.json").items())
@@ -261,7 +261,7 @@ def run_check(args) -> int:
     findings = read_findings + lint(config, scenario, mode) + parse_findings
     validated_by = None
     if not args.no_library_check:
-        from ..dslibrary import library_findings, library_versions
+        from ..deepspeed.library import library_findings, library_versions
 
         library = library_findings(config, scenario, mode)
         if library is not None:

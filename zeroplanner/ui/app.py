@@ -28,7 +28,7 @@ from typing import Any
 import ipywidgets as w
 from pydantic import ValidationError
 
-from ..dsconfig import MAX_CONFIG_BYTES
+from ..deepspeed import MAX_CONFIG_BYTES
 from .charts import FIGURE_WIDTH_PX, HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
 from .controls import Controls
 from .state import (
@@ -502,12 +502,12 @@ class PlannerApp(w.VBox):
             self.probe_button.description = "Use this machine"
 
     def load_config(self, text: str) -> list:
-        """Read a pasted DeepSpeed config into the controls (``dsconfig.from_deepspeed_config``) and show its
+        """Read a pasted DeepSpeed config into the controls (``zeroplanner.deepspeed.from_deepspeed_config``) and show its
         findings (``lint.lint``) and the cost model's estimate of it. Never raises for bad text. Returns the
         findings."""
         from ..costmodel import estimate
-        from ..dsconfig import from_deepspeed_config, load_config_text
-        from ..lint import lint
+        from ..deepspeed import from_deepspeed_config, load_config_text
+        from ..deepspeed.lint import lint
 
         mode = "hf_trainer" if self.paste_mode.value else "deepspeed"
         if not text.strip():

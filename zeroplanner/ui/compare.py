@@ -56,7 +56,7 @@ class Side:
 def side(scenario: Scenario) -> Side:
     """Plan ``scenario`` and keep what the comparison shows."""
     from ..costmodel import estimate
-    from ..dsconfig import to_deepspeed_config
+    from ..deepspeed import to_deepspeed_config
     from ..planner import plan
 
     p = plan(scenario)

@@ -503,13 +503,13 @@ def variant_scenario(plan: Any, variant: str) -> Scenario:
 
 def config_text(plan: Any, variant: str, mode: ConfigMode) -> tuple[str, str, str | None]:
     """(JSON text, file name, error) of the DeepSpeed config for the selected variant, via
-    ``zeroplanner.dsconfig.to_deepspeed_config(scenario, mode=...)``. On failure the text is empty and error says
-    why (e.g. the selected variant does not fit, or dsconfig is not installed)."""
+    ``zeroplanner.deepspeed.to_deepspeed_config(scenario, mode=...)``. On failure the text is empty and error says
+    why (e.g. the selected variant does not fit, or the generator failed)."""
     filename = "ds_config_hf_trainer.json" if mode == "hf_trainer" else "ds_config.json"
     try:
-        from ..dsconfig import to_deepspeed_config
+        from ..deepspeed import to_deepspeed_config
     except ImportError:
-        return "", filename, "The DeepSpeed config generator (zeroplanner.dsconfig) is not available."
+        return "", filename, "The DeepSpeed config generator (zeroplanner.deepspeed) is not available."
     try:
         scenario = variant_scenario(plan, variant)
         if scenario is None:

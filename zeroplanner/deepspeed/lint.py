@@ -1,6 +1,6 @@
 """Lint a DeepSpeed config against the pitfalls users hit (docs/references.md section 7, issue 5, the seed article).
 
-:func:`lint` returns :class:`~zeroplanner.dsconfig.Finding` objects: severity, the dotted key concerned, why it is
+:func:`lint` returns :class:`~zeroplanner.deepspeed.Finding` objects: severity, the dotted key concerned, why it is
 a problem, and the fix. Rules that depend only on the config run without a scenario; rules about the run (world
 size, nodes, network, QLoRA, host RAM, communication share) need ``scenario`` and come from
 :func:`zeroplanner.pitfalls.scenario_pitfalls`, the same statements ``zeroplanner estimate`` prints as warnings.
@@ -50,7 +50,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .dsconfig import (
+from ..pitfalls import scenario_pitfalls
+from ..specs import Scenario
+from .emit import hf_auto_values
+from .keys import (
     AUTO,
     HF_TRAINER_AUTO_KEYS,
     INTEGER_KEYS,
@@ -58,12 +61,9 @@ from .dsconfig import (
     REMOVED_ZERO_KEYS,
     Finding,
     Mode,
-    batch_world_size,
     clip_key,
-    hf_auto_values,
 )
-from .pitfalls import scenario_pitfalls
-from .specs import Scenario
+from .read import batch_world_size
 
 SMALL_BUCKET_ELEMENTS = 100_000_000
 """Buckets below this on a multi-node run are flagged. The seed article's multi-node ZeRO-2 run was slow at 5e7 and
@@ -405,8 +405,8 @@ def _rule_cluster(config: dict[str, Any], scenario: Scenario, out: list[Finding]
 def _scenario_values(scenario: Scenario) -> dict[str, float] | None:
     """The cost model's numbers for the scenario (what ``estimate`` computes its warnings from); None if the cost
     model cannot price it."""
-    from .costmodel.context import Candidates, make_context
-    from .costmodel.evaluate import evaluate
+    from ..costmodel.context import Candidates, make_context
+    from ..costmodel.evaluate import evaluate
 
     try:
         values = evaluate(make_context(scenario), Candidates.from_scenario(scenario))
@@ -427,10 +427,10 @@ def _rule_pitfalls(scenario: Scenario, mode: Mode, out: list[Finding]) -> None:
 
 
 def lint(config: Any, scenario: Scenario | None = None, mode: Mode = "deepspeed") -> list[Finding]:
-    """Findings for a DeepSpeed config ``dict`` (as read by :func:`zeroplanner.dsconfig.load_config_text`).
+    """Findings for a DeepSpeed config ``dict`` (as read by :func:`zeroplanner.deepspeed.load_config_text`).
 
     ``scenario``: the run the config is for (cluster, model); needed by the cluster and cost-model rules, usually
-    the scenario :func:`zeroplanner.dsconfig.from_deepspeed_config` built from this config. ``mode``:
+    the scenario :func:`zeroplanner.deepspeed.from_deepspeed_config` built from this config. ``mode``:
     ``"hf_trainer"`` when the config goes through the HF Trainer/accelerate (then ``"auto"`` is fine where the
     Trainer fills it). Never raises on malformed content; a non-dict ``config`` gives one error finding.
     Findings come sorted errors first, then warnings, then info.

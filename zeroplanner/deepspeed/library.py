@@ -1,8 +1,8 @@
 """Hand a user's DeepSpeed config to the installed libraries' own validation, the way the client that runs it does.
 
 :func:`library_findings` is what ``zeroplanner check`` adds when DeepSpeed (and, for ``--hf-trainer``, transformers)
-is installed; without them it returns ``None`` and the hand-written key tables of :mod:`zeroplanner.dsconfig` and
-the rules of :mod:`zeroplanner.lint` are all there is (the tests keep both in agreement on the shipped configs).
+is installed; without them it returns ``None`` and the hand-written key tables of :mod:`zeroplanner.deepspeed` and
+the rules of :mod:`zeroplanner.deepspeed.lint` are all there is (the tests keep both in agreement on the shipped configs).
 
 * ``mode="hf_trainer"``: the Trainer's fill first -- transformers' ``HfTrainerDeepSpeedConfig``
   (``integrations/deepspeed.py``) with ``trainer_config_process`` and ``trainer_config_finalize``, given a
@@ -12,13 +12,13 @@ the rules of :mod:`zeroplanner.lint` are all there is (the tests keep both in ag
   ``train_batch_size`` that is not micro x accumulation x world.
 * then DeepSpeed's ``DeepSpeedConfig`` (``deepspeed/runtime/config.py``: every pydantic sub-config with
   ``extra="forbid"``, removed keys, the batch assertion, precision checks) on the (filled) dict, with the world
-  size ``deepspeed.initialize`` gives it (:func:`zeroplanner.dsconfig.batch_world_size`: the data-parallel degree,
+  size ``deepspeed.initialize`` gives it (:func:`zeroplanner.deepspeed.batch_world_size`: the data-parallel degree,
   or all ranks when AutoTP comes from the config). ``DeepSpeedConfig`` takes its world size from
   ``deepspeed.comm`` (its ``mpu`` argument is only consulted after ``dist.get_rank()`` succeeds, i.e. after a
   distributed init), so while it runs the ``dist`` name inside ``deepspeed.runtime.config`` is replaced by a stand-in
   answering rank 0 and that world size; nothing else is patched and the name is restored afterwards.
 
-Errors are reported in zeroplanner's words as :class:`~zeroplanner.dsconfig.Finding` objects (rule
+Errors are reported in zeroplanner's words as :class:`~zeroplanner.deepspeed.Finding` objects (rule
 ``deepspeed_rejects`` or ``hf_fill_mismatch``), each naming the library class that raised. DeepSpeed stops at the
 first failing block, so at most one ``deepspeed_rejects`` finding comes back. Engine-level checks (optimizer
 construction, ZeRO-Offload's client-optimizer check) are not run: they need a model and a process group.
@@ -33,8 +33,9 @@ import sys
 import types
 from typing import Any, Iterator
 
-from .dsconfig import AUTO, Finding, Mode, batch_world_size, clip_key
-from .specs import Scenario
+from ..specs import Scenario
+from .keys import AUTO, Finding, Mode, clip_key
+from .read import batch_world_size
 
 _MODEL_BLOCKS = {
     "DeepSpeedZeroConfig": "zero_optimization",
@@ -139,7 +140,10 @@ def _training_arguments(config: dict[str, Any], scenario: Scenario) -> tuple[Any
 
 
 def _hf_fill(config: dict[str, Any], scenario: Scenario, out: list[Finding]) -> dict[str, Any] | None:
-    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
+    from transformers.integrations.deepspeed import (
+        HfTrainerDeepSpeedConfig,
+        unset_hf_deepspeed_config,
+    )
 
     args, _ = _training_arguments(config, scenario)
     total = _get(config, "scheduler.params.total_num_steps")
@@ -187,8 +191,8 @@ def _validation_findings(exc: Any) -> list[Finding]:
 def library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode = "deepspeed") -> list[Finding] | None:
     """Findings from the installed libraries' own validation of ``config`` (see the module docstring), or ``None``
     when DeepSpeed (or, with ``mode="hf_trainer"``, transformers) is not installed. ``scenario`` supplies the world
-    size (:func:`zeroplanner.dsconfig.batch_world_size`), hidden size and training values, usually the one
-    :func:`zeroplanner.dsconfig.from_deepspeed_config` read from this config. Nothing is written to stdout."""
+    size (:func:`zeroplanner.deepspeed.batch_world_size`), hidden size and training values, usually the one
+    :func:`zeroplanner.deepspeed.from_deepspeed_config` read from this config. Nothing is written to stdout."""
     with _quiet():
         return _library_findings(config, scenario, mode)
 

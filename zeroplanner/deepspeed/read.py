@@ -1,531 +1,44 @@
-"""DeepSpeed configs: generate a complete one from a scenario, read a user's own back into a scenario.
-
-Three entry points (the linter lives in :mod:`zeroplanner.lint`):
-
-* :func:`to_deepspeed_config` -- scenario (or plan) -> a DeepSpeed JSON config (a ``dict``), either for raw
-  ``deepspeed.initialize`` (``mode="deepspeed"``, every value concrete) or for the Hugging Face Trainer
-  (``mode="hf_trainer"``, ``"auto"`` wherever the Trainer fills the value; :func:`hf_auto_values` says what it will
-  fill them with). :func:`to_accelerate_config` writes the matching ``accelerate launch --config_file`` YAML.
-* :func:`from_deepspeed_config` -- a user's config (dict, JSON text or bytes) -> ``(Scenario, findings)`` so the
-  cost model can price it. Unknown keys, ``"auto"`` values and values that had to be reinterpreted are reported as
-  :class:`Finding` objects, never dropped silently.
-* :func:`load_config_text` -- the safe reader both use: size limit (:data:`MAX_CONFIG_BYTES`), nesting limit
-  (:data:`MAX_DEPTH`), ``json.loads`` and, for what strict JSON refuses, ``hjson`` as DeepSpeed itself reads files
-  (no eval, no YAML tags); duplicate keys and non-strict syntax reported for the client that reads the file.
-
-Key names, types and defaults follow DeepSpeed 0.19.8 (``deepspeed/runtime/config.py``,
-``deepspeed/runtime/zero/config.py``, ``deepspeed/runtime/zero/offload_config.py``,
-``deepspeed/runtime/precision_config.py``); the ``"auto"`` rules follow transformers 5.24.0
-(``transformers/integrations/deepspeed.py``, ``HfTrainerDeepSpeedConfig.trainer_config_process`` and
-``trainer_config_finalize``). This module imports only the zeroplanner core (no torch, no deepspeed); the tests
-check every generated config with DeepSpeed's own config classes.
-"""
+"""A user's DeepSpeed config -> ``(Scenario, findings)`` so the cost model can price it
+(:func:`from_deepspeed_config`), and the safe reader it uses (:func:`load_config_text`: size limit
+:data:`~.keys.MAX_CONFIG_BYTES`, nesting limit :data:`~.keys.MAX_DEPTH`, read the way the client reads it --
+DeepSpeed's hjson or accelerate's ``json.load`` -- never eval, never YAML tags). Unknown keys, ``"auto"`` values and
+values that had to be reinterpreted are reported as :class:`~.keys.Finding` objects, never dropped silently."""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from .inputs import stage3_only, zero_aliases
-from .specs import OffloadSpec, Scenario, TrainingSpec, ZeroSpec
-
-Mode = Literal["deepspeed", "hf_trainer"]
-Severity = Literal["error", "warning", "info"]
-
-MAX_CONFIG_BYTES = 1_000_000
-"""Largest config text accepted (bytes, UTF-8). Real DeepSpeed configs are a few KB; 1 MB leaves a wide margin
-while keeping a pasted 50 MB blob from being parsed at all."""
-
-MAX_DEPTH = 32
-"""Deepest nesting of JSON objects/arrays accepted. DeepSpeed's deepest block is 4 levels
-(``data_efficiency.data_sampling.curriculum_learning.*``); 32 is far above any real config and far below
-Python's recursion limit."""
-
-AUTO = "auto"
-
-NVME_PATH_PLACEHOLDER = "/local_nvme"
-"""Written as ``nvme_path`` when the scenario offloads to NVMe without naming a path (a note says to replace it)."""
-
-# Hyper-parameters the scenario does not describe. They are written so the config runs as is; the numbers are the
-# HF TrainingArguments defaults (transformers 5.24.0, training_args.py: learning_rate=5e-5, adam_beta1=0.9,
-# adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0), so a raw config and an HF "auto"
-# config resolve to the same values.
-DEFAULT_LR = 5e-5
-DEFAULT_BETAS = (0.9, 0.999)
-DEFAULT_EPS = 1e-8
-DEFAULT_WEIGHT_DECAY = 0.0
-DEFAULT_GRADIENT_CLIPPING = 1.0
-DEFAULT_WARMUP_STEPS = 100
-SGD_MOMENTUM = 0.9
-
-# fp16 dynamic loss scaling: DeepSpeed's documented defaults (deepspeed/runtime/precision_config.py, FP16_FORMAT).
-FP16_BLOCK = {
-    "enabled": True,
-    "loss_scale": 0,
-    "initial_scale_power": 16,
-    "loss_scale_window": 1000,
-    "hysteresis": 2,
-    "min_loss_scale": 1,
-}
-
-# ----------------------------------------------------------------------------------------------------------------
-# Key tables (DeepSpeed 0.19.8). tests/test_dsconfig.py checks ZERO_KEYS against DeepSpeedZeroConfig.model_fields
-# and the offload tables against DeepSpeedZeroOffload*Config.model_fields.
-# ----------------------------------------------------------------------------------------------------------------
-ZERO_KEYS = frozenset({
-    "stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "use_multi_rank_bucket_allreduce",
-    "allgather_partitions", "allgather_bucket_size", "overlap_comm", "compute_grad_norm", "load_from_fp32_weights",
-    "elastic_checkpoint", "offload_param", "offload_optimizer", "zenflow", "sub_group_size", "cpu_offload_param",
-    "cpu_offload_use_pin_memory", "cpu_offload", "stage3_prefetch_bucket_size", "prefetch_bucket_size",
-    "stage3_param_persistence_threshold", "param_persistence_threshold", "stage3_model_persistence_threshold",
-    "model_persistence_threshold", "stage3_max_live_parameters", "max_live_parameters", "stage3_max_reuse_distance",
-    "max_reuse_distance", "stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
-    "stage3_module_granularity_threshold", "module_granularity_threshold", "stage3_use_all_reduce_for_fetch_params",
-    "use_all_reduce_for_fetch_params", "stage3_allgather_sequential", "allgather_sequential",
-    "stage3_gather_fp16_weights_on_model_save", "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients",
-    "parameter_alignment", "zero_hpz_partition_size", "zero_quantized_weights",
-    "zero_quantized_nontrainable_weights", "zero_quantized_gradients", "memory_efficient_linear",
-    "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings", "enable_sanity_checks",
-    "save_muon_momentum_buffer_in_memory", "leaf_module",
-})
-"""Every key DeepSpeedZeroConfig accepts (field names and their ``stage3_*`` aliases). It is ``extra="forbid"``:
-any other key makes DeepSpeed raise."""
-
-OFFLOAD_PARAM_KEYS = frozenset({"device", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory"})
-OFFLOAD_OPTIMIZER_KEYS = frozenset({
-    "device", "nvme_path", "buffer_count", "pin_memory", "pipeline_read", "pipeline_write", "fast_init", "ratio",
-    "super_offload", "cpuadam_cores_perc",
-})
-BF16_KEYS = frozenset({
-    "enabled", "immediate_grad_update", "check_grad_overflow", "bf16_master_weights_and_grads", "bf16_optimizer_states",
-})
-FP16_KEYS = frozenset({
-    "enabled", "auto_cast", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-    "consecutive_hysteresis", "min_loss_scale", "fp16_master_weights_and_grads",
-})
-
-TOP_LEVEL_KEYS = frozenset({
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-    "managed_gradient_accumulation", "steps_per_print", "wall_clock_breakdown", "memory_breakdown", "dump_state",
-    "disable_python_gc", "disable_allgather", "communication_data_type", "seq_parallel_communication_data_type",
-    "prescale_gradients", "gradient_predivide_factor", "gradient_allreduce_op", "zero_optimization",
-    "activation_checkpointing", "comms_logger", "tensorboard", "wandb", "csv_monitor", "comet", "gradient_clipping",
-    "fp16", "bf16", "bfloat16", "torch_autocast", "optimizer", "scheduler", "zero_allow_untested_optimizer",
-    "zero_force_ds_cpu_optimizer", "flops_profiler", "autotuning", "use_data_before_expert_parallelism",
-    "hybrid_engine", "pipeline", "data_efficiency", "checkpoint", "data_types", "aio", "dataloader_drop_last",
-    "log_level", "datastates_ckpt", "weight_quantization", "compile", "timers", "tensor_parallel", "expert_parallel",
-    "vocabulary_size", "sequence_parallel_size", "zenflow",
-})
-"""Top-level keys DeepSpeed 0.19.8 reads (deepspeed/runtime/config.py ``_initialize_params`` and the sub-configs it
-builds). DeepSpeedConfig reads the top level with ``dict.get``: any other key is ignored without a word."""
-
-FRAMEWORK_TOP_LEVEL_KEYS = frozenset({"sequence_parallel"})
-"""Top-level keys DeepSpeed does not read but the framework that launches it does: LLaMA-Factory's
-``sequence_parallel`` block (Ulysses; ../shared/ds-configs/README.md, lf_z3_alst.json)."""
-
-REMOVED_TOP_LEVEL_KEYS = frozenset({
-    "nebula", "compression_training", "amp", "quantize_training", "sparse_gradients", "eigenvalue",
-    "sparse_attention", "elasticity", "graph_harvesting", "curriculum_learning", "progressive_layer_drop",
-})
-"""Keys DeepSpeed 0.19.8 rejects with DeepSpeedConfigError (``_REMOVED_TOP_LEVEL_CONFIG_KEYS``)."""
-REMOVED_ZERO_KEYS = frozenset({"mics_shard_size", "mics_hierarchical_params_gather", "zeropp_loco_param"})
-
-INTEGER_KEYS = frozenset({
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "steps_per_print",
-    "zero_optimization.stage", "zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size",
-    "zero_optimization.sub_group_size", "zero_optimization.stage3_prefetch_bucket_size",
-    "zero_optimization.prefetch_bucket_size", "zero_optimization.stage3_param_persistence_threshold",
-    "zero_optimization.param_persistence_threshold", "zero_optimization.stage3_model_persistence_threshold",
-    "zero_optimization.model_persistence_threshold", "zero_optimization.stage3_max_live_parameters",
-    "zero_optimization.max_live_parameters", "zero_optimization.stage3_max_reuse_distance",
-    "zero_optimization.max_reuse_distance", "zero_optimization.stage3_module_granularity_threshold",
-    "zero_optimization.zero_hpz_partition_size", "zero_optimization.offload_param.buffer_count",
-    "zero_optimization.offload_param.buffer_size", "zero_optimization.offload_param.max_in_cpu",
-    "zero_optimization.offload_optimizer.buffer_count", "fp16.initial_scale_power", "fp16.loss_scale_window",
-    "fp16.hysteresis", "fp16.min_loss_scale", "scheduler.params.warmup_num_steps",
-    "scheduler.params.total_num_steps",
-})
-"""Dotted keys whose DeepSpeed type is ``int`` (pydantic ``int`` fields, or values DeepSpeed uses as counts)."""
-
-BUCKET_KEYS = ("reduce_bucket_size", "allgather_bucket_size")
-
-# Which zero_optimization key feeds which ZeroSpec field (alias -> canonical): from the input table's DeepSpeed
-# keys (zeroplanner/inputs.py), where each input names DeepSpeed's key and its aliases once.
-_ZERO_INT_FIELDS = zero_aliases("int")
-_STAGE3_ONLY = stage3_only()
-_ZERO_BOOL_FIELDS = tuple(zero_aliases("bool"))
-
-HF_TRAINER_AUTO_KEYS = (
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
-    "optimizer.params.lr", "optimizer.params.betas", "optimizer.params.eps", "optimizer.params.weight_decay",
-    "scheduler.params.warmup_min_lr", "scheduler.params.warmup_max_lr", "scheduler.params.warmup_num_steps",
-    "scheduler.params.total_num_steps", "fp16.enabled", "bf16.enabled", "zero_optimization.reduce_bucket_size",
-    "zero_optimization.stage3_prefetch_bucket_size", "zero_optimization.stage3_param_persistence_threshold",
+from ..specs import OffloadSpec, Scenario, TrainingSpec, ZeroSpec
+from .emit import hf_auto_values
+from .keys import (
+    _AUTO_RULES,
+    _STAGE3_ONLY,
+    _ZERO_BOOL_FIELDS,
+    _ZERO_INT_FIELDS,
+    AUTO,
+    BF16_KEYS,
+    FP16_KEYS,
+    FRAMEWORK_TOP_LEVEL_KEYS,
+    MAX_CONFIG_BYTES,
+    MAX_DEPTH,
+    OFFLOAD_OPTIMIZER_KEYS,
+    OFFLOAD_PARAM_KEYS,
+    REMOVED_TOP_LEVEL_KEYS,
+    REMOVED_ZERO_KEYS,
+    TOP_LEVEL_KEYS,
+    ZERO_KEYS,
+    ConfigError,
+    Finding,
+    Mode,
+    Severity,
+    _path,
+    _short,
+    clip_key,
 )
-"""Every key the HF Trainer replaces when its value is ``"auto"`` (transformers 5.24.0,
-integrations/deepspeed.py: ``trainer_config_process`` and ``trainer_config_finalize``). The two stage-3 keys are
-filled only when the config is ZeRO-3 (``if self.is_zero3()``)."""
 
 
-_AUTO_RULES = {
-    "train_batch_size": "world_size * per_device_train_batch_size * gradient_accumulation_steps",
-    "train_micro_batch_size_per_gpu": "TrainingArguments.per_device_train_batch_size, the scenario's micro-batch",
-    "gradient_accumulation_steps": "TrainingArguments.gradient_accumulation_steps, the scenario's value",
-    "zero_optimization.reduce_bucket_size": "hidden_size ** 2 with hidden_size = {h}",
-    "zero_optimization.stage3_prefetch_bucket_size": "int(0.9 * hidden_size ** 2) with hidden_size = {h}",
-    "zero_optimization.stage3_param_persistence_threshold": "10 * hidden_size with hidden_size = {h}",
-}
-
-
-class ConfigError(ValueError):
-    """A config that cannot be read at all (too large, too deep, not JSON, not an object). One line, no traceback."""
-
-
-class Finding(BaseModel):
-    """One observation about a DeepSpeed config.
-
-    ``severity``: ``"error"`` (DeepSpeed rejects it, crashes later, or silently does something else than asked),
-    ``"warning"`` (runs, but slowly, wastefully or riskily), ``"info"`` (worth knowing; how a value was read).
-    ``key`` is the dotted path (``zero_optimization.offload_param.pin_memory``; ``""`` for the whole config),
-    ``message`` says why, ``fix`` what to write instead, ``rule`` is a short stable identifier (tests, filtering).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    severity: Severity
-    key: str = Field(max_length=300)
-    message: str
-    fix: str = ""
-    rule: str = ""
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Generation
-# ----------------------------------------------------------------------------------------------------------------
-def _scenario_of(obj: Any) -> Scenario:
-    """Accept a Scenario or anything carrying one as ``.scenario`` (a Plan)."""
-    if isinstance(obj, Scenario):
-        return obj
-    scenario = getattr(obj, "scenario", None)
-    if isinstance(scenario, Scenario):
-        return scenario
-    raise TypeError(f"expected a Scenario or a Plan, got {type(obj).__name__}")
-
-
-def hf_auto_values(scenario: Any) -> dict[str, Any]:
-    """What the HF Trainer writes into each ``"auto"`` field of :func:`to_deepspeed_config`'s ``hf_trainer`` output.
-
-    Returns ``{dotted_key: value}``. Rules (transformers 5.24.0, integrations/deepspeed.py):
-
-    * ``train_micro_batch_size_per_gpu`` = ``per_device_train_batch_size``; ``gradient_accumulation_steps`` =
-      ``gradient_accumulation_steps``; ``train_batch_size`` = world_size * micro * grad_accum
-      (``trainer_config_process``). With :func:`hf_training_arguments` those are the scenario's values.
-    * ``reduce_bucket_size`` = hidden_size ** 2; at ZeRO-3 also ``stage3_prefetch_bucket_size`` =
-      ``int(0.9 * hidden_size ** 2)`` and ``stage3_param_persistence_threshold`` = 10 * hidden_size
-      (``trainer_config_finalize``).
-    * optimizer/scheduler/clipping values from TrainingArguments (their defaults here: :data:`DEFAULT_LR` ...);
-      ``warmup_min_lr`` = 0; ``total_num_steps`` and ``warmup_num_steps`` are only known at train time
-      (``num_training_steps``), so they are left out of this table.
-    * ``fp16.enabled`` / ``bf16.enabled`` from ``args.fp16`` / ``args.bf16``.
-    """
-    s = _scenario_of(scenario)
-    h = s.model.hidden_size
-    t = s.training
-    values: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": t.micro_batch,
-        "gradient_accumulation_steps": t.grad_accum,
-        # args.world_size counts every process, tensor-parallel ranks included (trainer_config_process)
-        "train_batch_size": t.micro_batch * t.grad_accum * s.cluster.world_size,
-        "gradient_clipping": DEFAULT_GRADIENT_CLIPPING,
-        "optimizer.params.lr": DEFAULT_LR,
-        "optimizer.params.betas": list(DEFAULT_BETAS),
-        "optimizer.params.eps": DEFAULT_EPS,
-        "optimizer.params.weight_decay": DEFAULT_WEIGHT_DECAY,
-        "scheduler.params.warmup_min_lr": 0,
-        "scheduler.params.warmup_max_lr": DEFAULT_LR,
-        "fp16.enabled": t.precision == "fp16",
-        "bf16.enabled": t.precision == "bf16",
-        "zero_optimization.reduce_bucket_size": h * h,
-    }
-    if t.optimizer == "adam8bit":  # no optimizer block (see to_deepspeed_config)
-        for key in ("lr", "betas", "eps", "weight_decay"):
-            del values[f"optimizer.params.{key}"]
-    elif t.optimizer == "sgd":  # SGD's block has lr (and momentum, which the Trainer does not fill)
-        for key in ("betas", "eps", "weight_decay"):
-            del values[f"optimizer.params.{key}"]
-    if s.zero.stage == 3:
-        values["zero_optimization.stage3_prefetch_bucket_size"] = int(0.9 * h * h)
-        values["zero_optimization.stage3_param_persistence_threshold"] = 10 * h
-    return values
-
-
-def hf_training_arguments(scenario: Any, deepspeed_config_path: str = "ds_config.json") -> dict[str, Any]:
-    """Keyword arguments for ``transformers.TrainingArguments`` that make the ``"auto"`` fields resolve to the
-    scenario's values (names from transformers 5.24.0 training_args.py)."""
-    s = _scenario_of(scenario)
-    t = s.training
-    args: dict[str, Any] = {
-        "deepspeed": deepspeed_config_path,
-        "per_device_train_batch_size": t.micro_batch,
-        "gradient_accumulation_steps": t.grad_accum,
-        "bf16": t.precision == "bf16",
-        "fp16": t.precision == "fp16",
-        "gradient_checkpointing": t.checkpointing != "none",
-        "max_grad_norm": DEFAULT_GRADIENT_CLIPPING,
-    }
-    if t.optimizer == "adam8bit":
-        args["optim"] = "adamw_bnb_8bit"
-    elif t.optimizer == "sgd":
-        args["optim"] = "sgd"
-    return args
-
-
-def _offload_block(spec: OffloadSpec) -> dict[str, Any] | None:
-    if spec.device == "none":
-        return None
-    block: dict[str, Any] = {"device": spec.device, "pin_memory": bool(spec.pin_memory)}
-    if spec.device == "nvme":
-        block["nvme_path"] = spec.nvme_path or NVME_PATH_PLACEHOLDER
-    return block
-
-
-def _optimizer_block(t: TrainingSpec, mode: Mode, torch_adam: bool = False) -> dict[str, Any] | None:
-    auto = mode == "hf_trainer"
-    if t.optimizer in ("adamw", "adam"):
-        params: dict[str, Any] = {
-            "lr": AUTO if auto else DEFAULT_LR,
-            "betas": AUTO if auto else list(DEFAULT_BETAS),
-            "eps": AUTO if auto else DEFAULT_EPS,
-            "weight_decay": AUTO if auto else DEFAULT_WEIGHT_DECAY,
-        }
-        if torch_adam:
-            # torch.optim.Adam/AdamW instead of FusedAdam (engine.py get_optimizer_configuration: TORCH_ADAM_PARAM)
-            params["torch_adam"] = True
-        if t.optimizer == "adam":
-            # DeepSpeed's "Adam" runs AdamW (decoupled weight decay) unless adam_w_mode is false
-            # (deepspeed/runtime/engine.py, _configure_basic_optimizer: ADAM_W_MODE_DEFAULT = True).
-            params["adam_w_mode"] = False
-            return {"type": "Adam", "params": params}
-        return {"type": "AdamW", "params": params}
-    if t.optimizer == "sgd":
-        # Not a DeepSpeed optimizer: the engine builds getattr(torch.optim, "SGD") (engine.py) and ZeRO needs
-        # zero_allow_untested_optimizer. The HF Trainer would replace an "auto" lr here, but not momentum.
-        return {"type": "SGD", "params": {"lr": AUTO if auto else DEFAULT_LR, "momentum": SGD_MOMENTUM}}
-    return None  # adam8bit: the client builds it (bitsandbytes); DeepSpeed has no such optimizer type
-
-
-def _scheduler_block(mode: Mode, total_num_steps: int | None) -> dict[str, Any]:
-    if mode == "hf_trainer":
-        return {
-            "type": "WarmupDecayLR",
-            "params": {
-                "warmup_min_lr": AUTO,
-                "warmup_max_lr": AUTO,
-                "warmup_num_steps": AUTO,
-                "total_num_steps": AUTO,
-            },
-        }
-    params: dict[str, Any] = {"warmup_min_lr": 0, "warmup_max_lr": DEFAULT_LR, "warmup_num_steps": DEFAULT_WARMUP_STEPS}
-    if total_num_steps is not None:
-        params["total_num_steps"] = int(total_num_steps)
-        params["warmup_num_steps"] = max(1, min(DEFAULT_WARMUP_STEPS, int(total_num_steps) // 10))
-        return {"type": "WarmupDecayLR", "params": params}
-    return {"type": "WarmupLR", "params": params}
-
-
-def to_deepspeed_config(
-    scenario: Any, mode: Mode = "deepspeed", total_num_steps: int | None = None, torch_adam: bool = False
-) -> dict[str, Any]:
-    """A complete DeepSpeed config for ``scenario`` (a Scenario or a Plan; a Plan's chosen scenario is used).
-
-    ``mode="deepspeed"``: every value concrete, for ``deepspeed.initialize(config=...)`` or ``deepspeed --config``.
-    ``mode="hf_trainer"``: ``"auto"`` where the HF Trainer fills the value (:data:`HF_TRAINER_AUTO_KEYS`;
-    :func:`hf_auto_values` gives the values, :func:`hf_training_arguments` the TrainingArguments that produce them).
-
-    Content: ``train_batch_size`` = micro * grad_accum * data-parallel degree (DeepSpeed's assertion in
-    ``DeepSpeedConfig._batch_assertion``), the precision block (at most one of bf16/fp16 enabled; fp16 with dynamic
-    loss scaling keys), optimizer (AdamW, Adam, SGD; none for 8-bit Adam, see :func:`generation_notes`), scheduler
-    (WarmupLR, or WarmupDecayLR when ``total_num_steps`` is given or in HF mode), ``gradient_clipping``,
-    ``zero_optimization`` with the scenario's ZeRO keys (offload blocks only when offloading; ``stage3_*`` and
-    ZeRO++ keys only at stage 3, the only stage that reads them), and ``activation_checkpointing`` when the scenario
-    checkpoints (the block configures ``deepspeed.checkpointing``; HF models checkpoint through
-    ``gradient_checkpointing`` instead, so HF mode leaves it out). Every count is a Python ``int``.
-
-    ``torch_adam=True`` adds ``"torch_adam": true`` to an Adam/AdamW block: DeepSpeed then uses torch.optim's
-    implementation instead of FusedAdam, whose op is JIT-compiled on first use (minutes on a CPU-only machine).
-    Ignored with offload_optimizer: DeepSpeed checks torch_adam before choosing DeepSpeedCPUAdam
-    (engine.py, get_optimizer_configuration), and torch's AdamW on CPU is much slower.
-
-    Raises ``TypeError`` for something that is neither a Scenario nor a Plan, ``ValueError`` for an unknown mode
-    or a ``total_num_steps`` < 1.
-    """
-    if mode not in ("deepspeed", "hf_trainer"):
-        raise ValueError(f"mode={mode!r}: allowed 'deepspeed' or 'hf_trainer'")
-    if total_num_steps is not None and (isinstance(total_num_steps, bool) or int(total_num_steps) < 1):
-        raise ValueError(f"total_num_steps={total_num_steps!r} must be an integer >= 1")
-    s = _scenario_of(scenario)
-    t, z = s.training, s.zero
-    hf = mode == "hf_trainer"
-
-    config: dict[str, Any] = {
-        "train_batch_size": AUTO if hf else int(s.global_batch_size),
-        "train_micro_batch_size_per_gpu": AUTO if hf else int(t.micro_batch),
-        "gradient_accumulation_steps": AUTO if hf else int(t.grad_accum),
-        "gradient_clipping": AUTO if hf else DEFAULT_GRADIENT_CLIPPING,
-        "steps_per_print": 100,
-        "wall_clock_breakdown": False,
-    }
-    if hf:
-        # The Trainer fills both from args.bf16/args.fp16 and checks they do not conflict.
-        config["bf16"] = {"enabled": AUTO}
-        config["fp16"] = {"enabled": AUTO}
-    elif t.precision == "bf16":
-        config["bf16"] = {"enabled": True}
-    elif t.precision == "fp16":
-        config["fp16"] = dict(FP16_BLOCK)
-
-    optimizer = _optimizer_block(t, mode, torch_adam and z.offload_optimizer.device == "none")
-    if optimizer is not None:
-        config["optimizer"] = optimizer
-    if t.optimizer in ("sgd", "adam8bit"):
-        # ZeRO refuses optimizers it has not tested unless told (engine.py, _do_optimizer_sanity_check).
-        config["zero_allow_untested_optimizer"] = True
-        if z.offload_optimizer.device != "none":
-            # ZeRO-Offload insists on DeepSpeedCPUAdam unless this is false (engine.py, _configure_optimizer).
-            config["zero_force_ds_cpu_optimizer"] = False
-    config["scheduler"] = _scheduler_block(mode, total_num_steps)
-
-    zero: dict[str, Any] = {"stage": int(z.stage)}
-    block = _offload_block(z.offload_optimizer)
-    if block is not None:
-        zero["offload_optimizer"] = block
-    block = _offload_block(z.offload_param)
-    if block is not None:
-        zero["offload_param"] = block
-    zero["reduce_bucket_size"] = AUTO if hf else int(z.reduce_bucket_size)
-    zero["allgather_bucket_size"] = int(z.allgather_bucket_size)
-    if z.overlap_comm is not None:
-        zero["overlap_comm"] = bool(z.overlap_comm)
-    zero["contiguous_gradients"] = bool(z.contiguous_gradients)
-    if z.stage == 3:
-        zero["stage3_prefetch_bucket_size"] = AUTO if hf else int(z.stage3_prefetch_bucket_size)
-        zero["stage3_param_persistence_threshold"] = AUTO if hf else int(z.stage3_param_persistence_threshold)
-        zero["stage3_max_live_parameters"] = int(z.stage3_max_live_parameters)
-        zero["stage3_max_reuse_distance"] = int(z.stage3_max_reuse_distance)
-        # Needed to save a usable 16-bit model from sharded weights (HF save_model / engine.save_16bit_model).
-        zero["stage3_gather_16bit_weights_on_model_save"] = True
-        zero["zero_hpz_partition_size"] = int(z.zero_hpz_partition_size)
-        zero["zero_quantized_weights"] = bool(z.zero_quantized_weights)
-        zero["zero_quantized_gradients"] = bool(z.zero_quantized_gradients)
-    config["zero_optimization"] = zero
-
-    if t.checkpointing != "none" and not hf:
-        config["activation_checkpointing"] = {
-            "partition_activations": False,
-            "cpu_checkpointing": False,
-            "contiguous_memory_optimization": False,
-            "number_checkpoints": None,
-            "synchronize_checkpoint_boundary": False,
-            "profile": False,
-        }
-    return config
-
-
-def generation_notes(scenario: Any, mode: Mode = "deepspeed") -> list[Finding]:
-    """What the user must know to run the config of :func:`to_deepspeed_config` (info findings)."""
-    s = _scenario_of(scenario)
-    t, z = s.training, s.zero
-    notes: list[Finding] = []
-    if t.optimizer == "adam8bit":
-        notes.append(Finding(
-            severity="info", key="optimizer", rule="client_optimizer",
-            message="DeepSpeed has no 8-bit Adam optimizer type, so the config has no 'optimizer' block and sets "
-            "zero_allow_untested_optimizer; the client must build the optimizer.",
-            fix="HF Trainer: TrainingArguments(optim='adamw_bnb_8bit'). Raw DeepSpeed: pass "
-            "optimizer=bitsandbytes.optim.AdamW8bit(model.parameters(), lr=...) to deepspeed.initialize.",
-        ))
-        if z.offload_optimizer.device != "none":
-            notes.append(Finding(
-                severity="warning", key="zero_optimization.offload_optimizer", rule="client_optimizer_offload",
-                message="With offload_optimizer the optimizer step runs on the CPU; bitsandbytes' 8-bit Adam runs "
-                "on the GPU only, so the 8-bit saving does not combine with ZeRO-Offload.",
-                fix="Use AdamW (DeepSpeedCPUAdam) with offload, or 8-bit Adam without offload.",
-            ))
-    if t.optimizer == "sgd":
-        notes.append(Finding(
-            severity="info", key="optimizer.type", rule="torch_optimizer",
-            message="SGD is not a DeepSpeed optimizer: the engine builds torch.optim.SGD, and ZeRO needs "
-            "zero_allow_untested_optimizer=true (set).",
-            fix="",
-        ))
-    for name, spec in (("offload_optimizer", z.offload_optimizer), ("offload_param", z.offload_param)):
-        if spec.device == "nvme" and not spec.nvme_path:
-            notes.append(Finding(
-                severity="warning", key=f"zero_optimization.{name}.nvme_path", rule="nvme_placeholder",
-                message=f"The scenario names no NVMe path; the config uses the placeholder {NVME_PATH_PLACEHOLDER!r}.",
-                fix="Replace it with a directory on a local NVMe drive (one per node).",
-            ))
-    if mode == "hf_trainer":
-        auto = hf_auto_values(s)
-        filled = ", ".join(f"{k}={v}" for k, v in auto.items() if k.startswith("zero_optimization"))
-        notes.append(Finding(
-            severity="info", key="", rule="hf_auto",
-            message=f"'auto' fields are filled by the HF Trainer from TrainingArguments and the model ({filled}).",
-            fix="Run it through transformers' Trainer (TrainingArguments(deepspeed=...)) or accelerate; raw "
-            "deepspeed.initialize does not resolve 'auto'.",
-        ))
-    elif t.checkpointing != "none":
-        notes.append(Finding(
-            severity="info", key="activation_checkpointing", rule="checkpointing_block",
-            message="The activation_checkpointing block configures deepspeed.checkpointing.checkpoint; it takes "
-            "effect only where the model calls it (Megatron-style). HF models checkpoint via "
-            "model.gradient_checkpointing_enable().",
-            fix="",
-        ))
-    return notes
-
-
-def to_accelerate_config(scenario: Any, deepspeed_config_file: str = "ds_config.json") -> str:
-    """YAML text for ``accelerate launch --config_file`` (accelerate 1.15.0, ``ClusterConfig`` in
-    accelerate/commands/config/config_args.py) that runs the scenario's world size with DeepSpeed, reading the
-    DeepSpeed JSON from ``deepspeed_config_file`` (write it with :func:`to_deepspeed_config`).
-
-    ``mixed_precision`` is left out on purpose: with ``deepspeed_config_file`` accelerate refuses a precision from
-    its own config (``DeepSpeedPlugin._deepspeed_config_checks``); the JSON's bf16/fp16 block decides.
-    ``zero3_init_flag`` is true at stage 3 (builds the model sharded, ``deepspeed.zero.Init``).
-    """
-    s = _scenario_of(scenario)
-    if not isinstance(deepspeed_config_file, str) or not deepspeed_config_file or "\n" in deepspeed_config_file:
-        raise ValueError("deepspeed_config_file must be a non-empty one-line path")
-    lines = [
-        "compute_environment: LOCAL_MACHINE",
-        "debug: false",
-        "deepspeed_config:",
-        f"  deepspeed_config_file: {json.dumps(deepspeed_config_file)}",
-    ]
-    if s.cluster.nodes > 1:
-        lines.append("  deepspeed_multinode_launcher: standard")
-    lines += [
-        f"  zero3_init_flag: {'true' if s.zero.stage == 3 else 'false'}",
-        "distributed_type: DEEPSPEED",
-        "downcast_bf16: 'no'",
-        "machine_rank: 0",
-        "main_training_function: main",
-        f"num_machines: {int(s.cluster.nodes)}",
-        f"num_processes: {int(s.cluster.world_size)}",
-        "rdzv_backend: static",
-        f"same_network: {'true' if s.cluster.nodes > 1 else 'false'}",
-        "use_cpu: false",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Reading
-# ----------------------------------------------------------------------------------------------------------------
 def _depth(value: Any) -> int:
     """Nesting depth of dicts/lists, iteratively (no recursion on hostile input)."""
     deepest = 0
@@ -691,21 +204,6 @@ def _has_non_finite(value: Any) -> bool:
 
 
 
-
-
-def clip_key(key: str, limit: int = 300) -> str:
-    """A user's key as it may appear in a Finding (keys of any length are legal JSON)."""
-    key = str(key)
-    return key if len(key) <= limit else key[: limit - 3] + "..."
-
-
-def _path(*parts: str) -> str:
-    return ".".join(p for p in parts if p)
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _as_count(value: Any) -> int | None:
@@ -939,7 +437,7 @@ def from_deepspeed_config(
     ``base`` supplies what a DeepSpeed config does not describe (model, cluster, sequence length, LoRA, the
     assumptions) and the values an absent or ``"auto"`` key falls back to; ``None`` uses
     ``zeroplanner.scenarios.default_scenario()``. ``mode`` is informational (``"auto"`` is resolved the HF way in
-    both cases, with an info finding each; :func:`zeroplanner.lint.lint` says whether ``"auto"`` is allowed).
+    both cases, with an info finding each; :func:`zeroplanner.deepspeed.lint.lint` says whether ``"auto"`` is allowed).
 
     Read: batch keys (DeepSpeed's rules for whichever two or three are given, world size = the base's data-parallel
     degree), precision (bf16/bfloat16/fp16 blocks), optimizer type, activation checkpointing (present -> the base's
@@ -952,7 +450,7 @@ def from_deepspeed_config(
     Returns ``(scenario, findings)``. Findings: unknown keys (error inside DeepSpeed's strict blocks, warning at the
     top level, which DeepSpeed ignores), ``"auto"`` resolutions, and values that had to be reinterpreted for pricing
     (e.g. ``"5e8"`` priced as 500000000; offload_param below stage 3 priced without it, as DeepSpeed ignores it).
-    Whether the config is *good* is :func:`zeroplanner.lint.lint`'s job.
+    Whether the config is *good* is :func:`zeroplanner.deepspeed.lint.lint`'s job.
 
     Raises :class:`ConfigError` for text that cannot be read (see :func:`load_config_text`) or a non-object.
     Round trip: ``from_deepspeed_config(to_deepspeed_config(s), base=s)[0] == s``.
@@ -966,7 +464,7 @@ def from_deepspeed_config(
     else:
         raise ConfigError(f"config must be JSON text or a dict, got {type(config).__name__}")
     if base is None:
-        from .scenarios import default_scenario
+        from ..scenarios import default_scenario
 
         base = default_scenario()
     r = _Reader(base, hf=(mode == "hf_trainer"), stage=_peek_stage(config))

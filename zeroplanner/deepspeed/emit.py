@@ -1,0 +1,346 @@
+"""Scenario (or plan) -> a complete DeepSpeed JSON config (:func:`to_deepspeed_config`), for raw
+``deepspeed.initialize`` (``mode="deepspeed"``, every value concrete) or the Hugging Face Trainer
+(``mode="hf_trainer"``, ``"auto"`` wherever the Trainer fills the value; :func:`hf_auto_values` says what it will
+fill them with), the matching TrainingArguments and ``accelerate launch`` YAML, and the notes a user needs to run it.
+The tests check every generated config with DeepSpeed's own config classes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..specs import OffloadSpec, Scenario, TrainingSpec
+from .keys import (
+    AUTO,
+    DEFAULT_BETAS,
+    DEFAULT_EPS,
+    DEFAULT_GRADIENT_CLIPPING,
+    DEFAULT_LR,
+    DEFAULT_WARMUP_STEPS,
+    DEFAULT_WEIGHT_DECAY,
+    FP16_BLOCK,
+    NVME_PATH_PLACEHOLDER,
+    SGD_MOMENTUM,
+    Finding,
+    Mode,
+)
+
+
+def _scenario_of(obj: Any) -> Scenario:
+    """Accept a Scenario or anything carrying one as ``.scenario`` (a Plan)."""
+    if isinstance(obj, Scenario):
+        return obj
+    scenario = getattr(obj, "scenario", None)
+    if isinstance(scenario, Scenario):
+        return scenario
+    raise TypeError(f"expected a Scenario or a Plan, got {type(obj).__name__}")
+
+
+def hf_auto_values(scenario: Any) -> dict[str, Any]:
+    """What the HF Trainer writes into each ``"auto"`` field of :func:`to_deepspeed_config`'s ``hf_trainer`` output.
+
+    Returns ``{dotted_key: value}``. Rules (transformers 5.24.0, integrations/deepspeed.py):
+
+    * ``train_micro_batch_size_per_gpu`` = ``per_device_train_batch_size``; ``gradient_accumulation_steps`` =
+      ``gradient_accumulation_steps``; ``train_batch_size`` = world_size * micro * grad_accum
+      (``trainer_config_process``). With :func:`hf_training_arguments` those are the scenario's values.
+    * ``reduce_bucket_size`` = hidden_size ** 2; at ZeRO-3 also ``stage3_prefetch_bucket_size`` =
+      ``int(0.9 * hidden_size ** 2)`` and ``stage3_param_persistence_threshold`` = 10 * hidden_size
+      (``trainer_config_finalize``).
+    * optimizer/scheduler/clipping values from TrainingArguments (their defaults here: :data:`DEFAULT_LR` ...);
+      ``warmup_min_lr`` = 0; ``total_num_steps`` and ``warmup_num_steps`` are only known at train time
+      (``num_training_steps``), so they are left out of this table.
+    * ``fp16.enabled`` / ``bf16.enabled`` from ``args.fp16`` / ``args.bf16``.
+    """
+    s = _scenario_of(scenario)
+    h = s.model.hidden_size
+    t = s.training
+    values: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": t.micro_batch,
+        "gradient_accumulation_steps": t.grad_accum,
+        # args.world_size counts every process, tensor-parallel ranks included (trainer_config_process)
+        "train_batch_size": t.micro_batch * t.grad_accum * s.cluster.world_size,
+        "gradient_clipping": DEFAULT_GRADIENT_CLIPPING,
+        "optimizer.params.lr": DEFAULT_LR,
+        "optimizer.params.betas": list(DEFAULT_BETAS),
+        "optimizer.params.eps": DEFAULT_EPS,
+        "optimizer.params.weight_decay": DEFAULT_WEIGHT_DECAY,
+        "scheduler.params.warmup_min_lr": 0,
+        "scheduler.params.warmup_max_lr": DEFAULT_LR,
+        "fp16.enabled": t.precision == "fp16",
+        "bf16.enabled": t.precision == "bf16",
+        "zero_optimization.reduce_bucket_size": h * h,
+    }
+    if t.optimizer == "adam8bit":  # no optimizer block (see to_deepspeed_config)
+        for key in ("lr", "betas", "eps", "weight_decay"):
+            del values[f"optimizer.params.{key}"]
+    elif t.optimizer == "sgd":  # SGD's block has lr (and momentum, which the Trainer does not fill)
+        for key in ("betas", "eps", "weight_decay"):
+            del values[f"optimizer.params.{key}"]
+    if s.zero.stage == 3:
+        values["zero_optimization.stage3_prefetch_bucket_size"] = int(0.9 * h * h)
+        values["zero_optimization.stage3_param_persistence_threshold"] = 10 * h
+    return values
+
+
+def hf_training_arguments(scenario: Any, deepspeed_config_path: str = "ds_config.json") -> dict[str, Any]:
+    """Keyword arguments for ``transformers.TrainingArguments`` that make the ``"auto"`` fields resolve to the
+    scenario's values (names from transformers 5.24.0 training_args.py)."""
+    s = _scenario_of(scenario)
+    t = s.training
+    args: dict[str, Any] = {
+        "deepspeed": deepspeed_config_path,
+        "per_device_train_batch_size": t.micro_batch,
+        "gradient_accumulation_steps": t.grad_accum,
+        "bf16": t.precision == "bf16",
+        "fp16": t.precision == "fp16",
+        "gradient_checkpointing": t.checkpointing != "none",
+        "max_grad_norm": DEFAULT_GRADIENT_CLIPPING,
+    }
+    if t.optimizer == "adam8bit":
+        args["optim"] = "adamw_bnb_8bit"
+    elif t.optimizer == "sgd":
+        args["optim"] = "sgd"
+    return args
+
+
+def _offload_block(spec: OffloadSpec) -> dict[str, Any] | None:
+    if spec.device == "none":
+        return None
+    block: dict[str, Any] = {"device": spec.device, "pin_memory": bool(spec.pin_memory)}
+    if spec.device == "nvme":
+        block["nvme_path"] = spec.nvme_path or NVME_PATH_PLACEHOLDER
+    return block
+
+
+def _optimizer_block(t: TrainingSpec, mode: Mode, torch_adam: bool = False) -> dict[str, Any] | None:
+    auto = mode == "hf_trainer"
+    if t.optimizer in ("adamw", "adam"):
+        params: dict[str, Any] = {
+            "lr": AUTO if auto else DEFAULT_LR,
+            "betas": AUTO if auto else list(DEFAULT_BETAS),
+            "eps": AUTO if auto else DEFAULT_EPS,
+            "weight_decay": AUTO if auto else DEFAULT_WEIGHT_DECAY,
+        }
+        if torch_adam:
+            # torch.optim.Adam/AdamW instead of FusedAdam (engine.py get_optimizer_configuration: TORCH_ADAM_PARAM)
+            params["torch_adam"] = True
+        if t.optimizer == "adam":
+            # DeepSpeed's "Adam" runs AdamW (decoupled weight decay) unless adam_w_mode is false
+            # (deepspeed/runtime/engine.py, _configure_basic_optimizer: ADAM_W_MODE_DEFAULT = True).
+            params["adam_w_mode"] = False
+            return {"type": "Adam", "params": params}
+        return {"type": "AdamW", "params": params}
+    if t.optimizer == "sgd":
+        # Not a DeepSpeed optimizer: the engine builds getattr(torch.optim, "SGD") (engine.py) and ZeRO needs
+        # zero_allow_untested_optimizer. The HF Trainer would replace an "auto" lr here, but not momentum.
+        return {"type": "SGD", "params": {"lr": AUTO if auto else DEFAULT_LR, "momentum": SGD_MOMENTUM}}
+    return None  # adam8bit: the client builds it (bitsandbytes); DeepSpeed has no such optimizer type
+
+
+def _scheduler_block(mode: Mode, total_num_steps: int | None) -> dict[str, Any]:
+    if mode == "hf_trainer":
+        return {
+            "type": "WarmupDecayLR",
+            "params": {
+                "warmup_min_lr": AUTO,
+                "warmup_max_lr": AUTO,
+                "warmup_num_steps": AUTO,
+                "total_num_steps": AUTO,
+            },
+        }
+    params: dict[str, Any] = {"warmup_min_lr": 0, "warmup_max_lr": DEFAULT_LR, "warmup_num_steps": DEFAULT_WARMUP_STEPS}
+    if total_num_steps is not None:
+        params["total_num_steps"] = int(total_num_steps)
+        params["warmup_num_steps"] = max(1, min(DEFAULT_WARMUP_STEPS, int(total_num_steps) // 10))
+        return {"type": "WarmupDecayLR", "params": params}
+    return {"type": "WarmupLR", "params": params}
+
+
+def to_deepspeed_config(
+    scenario: Any, mode: Mode = "deepspeed", total_num_steps: int | None = None, torch_adam: bool = False
+) -> dict[str, Any]:
+    """A complete DeepSpeed config for ``scenario`` (a Scenario or a Plan; a Plan's chosen scenario is used).
+
+    ``mode="deepspeed"``: every value concrete, for ``deepspeed.initialize(config=...)`` or ``deepspeed --config``.
+    ``mode="hf_trainer"``: ``"auto"`` where the HF Trainer fills the value (:data:`HF_TRAINER_AUTO_KEYS`;
+    :func:`hf_auto_values` gives the values, :func:`hf_training_arguments` the TrainingArguments that produce them).
+
+    Content: ``train_batch_size`` = micro * grad_accum * data-parallel degree (DeepSpeed's assertion in
+    ``DeepSpeedConfig._batch_assertion``), the precision block (at most one of bf16/fp16 enabled; fp16 with dynamic
+    loss scaling keys), optimizer (AdamW, Adam, SGD; none for 8-bit Adam, see :func:`generation_notes`), scheduler
+    (WarmupLR, or WarmupDecayLR when ``total_num_steps`` is given or in HF mode), ``gradient_clipping``,
+    ``zero_optimization`` with the scenario's ZeRO keys (offload blocks only when offloading; ``stage3_*`` and
+    ZeRO++ keys only at stage 3, the only stage that reads them), and ``activation_checkpointing`` when the scenario
+    checkpoints (the block configures ``deepspeed.checkpointing``; HF models checkpoint through
+    ``gradient_checkpointing`` instead, so HF mode leaves it out). Every count is a Python ``int``.
+
+    ``torch_adam=True`` adds ``"torch_adam": true`` to an Adam/AdamW block: DeepSpeed then uses torch.optim's
+    implementation instead of FusedAdam, whose op is JIT-compiled on first use (minutes on a CPU-only machine).
+    Ignored with offload_optimizer: DeepSpeed checks torch_adam before choosing DeepSpeedCPUAdam
+    (engine.py, get_optimizer_configuration), and torch's AdamW on CPU is much slower.
+
+    Raises ``TypeError`` for something that is neither a Scenario nor a Plan, ``ValueError`` for an unknown mode
+    or a ``total_num_steps`` < 1.
+    """
+    if mode not in ("deepspeed", "hf_trainer"):
+        raise ValueError(f"mode={mode!r}: allowed 'deepspeed' or 'hf_trainer'")
+    if total_num_steps is not None and (isinstance(total_num_steps, bool) or int(total_num_steps) < 1):
+        raise ValueError(f"total_num_steps={total_num_steps!r} must be an integer >= 1")
+    s = _scenario_of(scenario)
+    t, z = s.training, s.zero
+    hf = mode == "hf_trainer"
+
+    config: dict[str, Any] = {
+        "train_batch_size": AUTO if hf else int(s.global_batch_size),
+        "train_micro_batch_size_per_gpu": AUTO if hf else int(t.micro_batch),
+        "gradient_accumulation_steps": AUTO if hf else int(t.grad_accum),
+        "gradient_clipping": AUTO if hf else DEFAULT_GRADIENT_CLIPPING,
+        "steps_per_print": 100,
+        "wall_clock_breakdown": False,
+    }
+    if hf:
+        # The Trainer fills both from args.bf16/args.fp16 and checks they do not conflict.
+        config["bf16"] = {"enabled": AUTO}
+        config["fp16"] = {"enabled": AUTO}
+    elif t.precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif t.precision == "fp16":
+        config["fp16"] = dict(FP16_BLOCK)
+
+    optimizer = _optimizer_block(t, mode, torch_adam and z.offload_optimizer.device == "none")
+    if optimizer is not None:
+        config["optimizer"] = optimizer
+    if t.optimizer in ("sgd", "adam8bit"):
+        # ZeRO refuses optimizers it has not tested unless told (engine.py, _do_optimizer_sanity_check).
+        config["zero_allow_untested_optimizer"] = True
+        if z.offload_optimizer.device != "none":
+            # ZeRO-Offload insists on DeepSpeedCPUAdam unless this is false (engine.py, _configure_optimizer).
+            config["zero_force_ds_cpu_optimizer"] = False
+    config["scheduler"] = _scheduler_block(mode, total_num_steps)
+
+    zero: dict[str, Any] = {"stage": int(z.stage)}
+    block = _offload_block(z.offload_optimizer)
+    if block is not None:
+        zero["offload_optimizer"] = block
+    block = _offload_block(z.offload_param)
+    if block is not None:
+        zero["offload_param"] = block
+    zero["reduce_bucket_size"] = AUTO if hf else int(z.reduce_bucket_size)
+    zero["allgather_bucket_size"] = int(z.allgather_bucket_size)
+    if z.overlap_comm is not None:
+        zero["overlap_comm"] = bool(z.overlap_comm)
+    zero["contiguous_gradients"] = bool(z.contiguous_gradients)
+    if z.stage == 3:
+        zero["stage3_prefetch_bucket_size"] = AUTO if hf else int(z.stage3_prefetch_bucket_size)
+        zero["stage3_param_persistence_threshold"] = AUTO if hf else int(z.stage3_param_persistence_threshold)
+        zero["stage3_max_live_parameters"] = int(z.stage3_max_live_parameters)
+        zero["stage3_max_reuse_distance"] = int(z.stage3_max_reuse_distance)
+        # Needed to save a usable 16-bit model from sharded weights (HF save_model / engine.save_16bit_model).
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+        zero["zero_hpz_partition_size"] = int(z.zero_hpz_partition_size)
+        zero["zero_quantized_weights"] = bool(z.zero_quantized_weights)
+        zero["zero_quantized_gradients"] = bool(z.zero_quantized_gradients)
+    config["zero_optimization"] = zero
+
+    if t.checkpointing != "none" and not hf:
+        config["activation_checkpointing"] = {
+            "partition_activations": False,
+            "cpu_checkpointing": False,
+            "contiguous_memory_optimization": False,
+            "number_checkpoints": None,
+            "synchronize_checkpoint_boundary": False,
+            "profile": False,
+        }
+    return config
+
+
+def generation_notes(scenario: Any, mode: Mode = "deepspeed") -> list[Finding]:
+    """What the user must know to run the config of :func:`to_deepspeed_config` (info findings)."""
+    s = _scenario_of(scenario)
+    t, z = s.training, s.zero
+    notes: list[Finding] = []
+    if t.optimizer == "adam8bit":
+        notes.append(Finding(
+            severity="info", key="optimizer", rule="client_optimizer",
+            message="DeepSpeed has no 8-bit Adam optimizer type, so the config has no 'optimizer' block and sets "
+            "zero_allow_untested_optimizer; the client must build the optimizer.",
+            fix="HF Trainer: TrainingArguments(optim='adamw_bnb_8bit'). Raw DeepSpeed: pass "
+            "optimizer=bitsandbytes.optim.AdamW8bit(model.parameters(), lr=...) to deepspeed.initialize.",
+        ))
+        if z.offload_optimizer.device != "none":
+            notes.append(Finding(
+                severity="warning", key="zero_optimization.offload_optimizer", rule="client_optimizer_offload",
+                message="With offload_optimizer the optimizer step runs on the CPU; bitsandbytes' 8-bit Adam runs "
+                "on the GPU only, so the 8-bit saving does not combine with ZeRO-Offload.",
+                fix="Use AdamW (DeepSpeedCPUAdam) with offload, or 8-bit Adam without offload.",
+            ))
+    if t.optimizer == "sgd":
+        notes.append(Finding(
+            severity="info", key="optimizer.type", rule="torch_optimizer",
+            message="SGD is not a DeepSpeed optimizer: the engine builds torch.optim.SGD, and ZeRO needs "
+            "zero_allow_untested_optimizer=true (set).",
+            fix="",
+        ))
+    for name, spec in (("offload_optimizer", z.offload_optimizer), ("offload_param", z.offload_param)):
+        if spec.device == "nvme" and not spec.nvme_path:
+            notes.append(Finding(
+                severity="warning", key=f"zero_optimization.{name}.nvme_path", rule="nvme_placeholder",
+                message=f"The scenario names no NVMe path; the config uses the placeholder {NVME_PATH_PLACEHOLDER!r}.",
+                fix="Replace it with a directory on a local NVMe drive (one per node).",
+            ))
+    if mode == "hf_trainer":
+        auto = hf_auto_values(s)
+        filled = ", ".join(f"{k}={v}" for k, v in auto.items() if k.startswith("zero_optimization"))
+        notes.append(Finding(
+            severity="info", key="", rule="hf_auto",
+            message=f"'auto' fields are filled by the HF Trainer from TrainingArguments and the model ({filled}).",
+            fix="Run it through transformers' Trainer (TrainingArguments(deepspeed=...)) or accelerate; raw "
+            "deepspeed.initialize does not resolve 'auto'.",
+        ))
+    elif t.checkpointing != "none":
+        notes.append(Finding(
+            severity="info", key="activation_checkpointing", rule="checkpointing_block",
+            message="The activation_checkpointing block configures deepspeed.checkpointing.checkpoint; it takes "
+            "effect only where the model calls it (Megatron-style). HF models checkpoint via "
+            "model.gradient_checkpointing_enable().",
+            fix="",
+        ))
+    return notes
+
+
+def to_accelerate_config(scenario: Any, deepspeed_config_file: str = "ds_config.json") -> str:
+    """YAML text for ``accelerate launch --config_file`` (accelerate 1.15.0, ``ClusterConfig`` in
+    accelerate/commands/config/config_args.py) that runs the scenario's world size with DeepSpeed, reading the
+    DeepSpeed JSON from ``deepspeed_config_file`` (write it with :func:`to_deepspeed_config`).
+
+    ``mixed_precision`` is left out on purpose: with ``deepspeed_config_file`` accelerate refuses a precision from
+    its own config (``DeepSpeedPlugin._deepspeed_config_checks``); the JSON's bf16/fp16 block decides.
+    ``zero3_init_flag`` is true at stage 3 (builds the model sharded, ``deepspeed.zero.Init``).
+    """
+    s = _scenario_of(scenario)
+    if not isinstance(deepspeed_config_file, str) or not deepspeed_config_file or "\n" in deepspeed_config_file:
+        raise ValueError("deepspeed_config_file must be a non-empty one-line path")
+    lines = [
+        "compute_environment: LOCAL_MACHINE",
+        "debug: false",
+        "deepspeed_config:",
+        f"  deepspeed_config_file: {json.dumps(deepspeed_config_file)}",
+    ]
+    if s.cluster.nodes > 1:
+        lines.append("  deepspeed_multinode_launcher: standard")
+    lines += [
+        f"  zero3_init_flag: {'true' if s.zero.stage == 3 else 'false'}",
+        "distributed_type: DEEPSPEED",
+        "downcast_bf16: 'no'",
+        "machine_rank: 0",
+        "main_training_function: main",
+        f"num_machines: {int(s.cluster.nodes)}",
+        f"num_processes: {int(s.cluster.world_size)}",
+        "rdzv_backend: static",
+        f"same_network: {'true' if s.cluster.nodes > 1 else 'false'}",
+        "use_cpu: false",
+    ]
+    return "\n".join(lines) + "\n"
+
+
