@@ -23,7 +23,7 @@ def resolve_model(model: str | None = None, hf_config: str | Path | dict | None 
     if sum(given) > 1:
         raise ValueError("give only one of model, hf_config, params")
     if hf_config is not None:
-        from .hfconfig import architecture_from_hf_config
+        from .catalog.hfconfig import architecture_from_hf_config
 
         return architecture_from_hf_config(hf_config)
     if params is not None:

@@ -41,7 +41,7 @@ class Architecture(_Frozen):
     """A decoder-only transformer, described the way HF ``config.json`` files describe it.
 
     The exact parameter count is derived from the shapes (tied embeddings counted once, every MoE expert counted,
-    biases and norms included); :mod:`zeroplanner.hfconfig` builds this from any supported ``config.json`` and the
+    biases and norms included); :mod:`zeroplanner.catalog.hfconfig` builds this from any supported ``config.json`` and the
     tests compare the count with ``transformers`` instantiated on the meta device.
 
     Layers may differ (2024-26 families): ``attention_layers`` of them hold the softmax attention the head fields

@@ -15,7 +15,7 @@ import pathlib
 import pytest
 
 from zeroplanner import catalog
-from zeroplanner.hfconfig import architecture_from_hf_config
+from zeroplanner.catalog.hfconfig import architecture_from_hf_config
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHARED_DIR = next((p for p in (_ROOT.parent / "shared" / "hf-configs", _ROOT.parents[1] / "shared" / "hf-configs")

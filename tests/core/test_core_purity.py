@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 CORE = ["zeroplanner", "zeroplanner.units", "zeroplanner.specs", "zeroplanner.catalog", "zeroplanner.costmodel",
-        "zeroplanner.planner", "zeroplanner.scenarios", "zeroplanner.hfconfig", "zeroplanner.deepspeed",
+        "zeroplanner.planner", "zeroplanner.scenarios", "zeroplanner.catalog.hfconfig", "zeroplanner.deepspeed",
         "zeroplanner.deepspeed.lint", "zeroplanner.deepspeed.library", "zeroplanner.pitfalls", "zeroplanner.inputs",
         "zeroplanner.share", "zeroplanner.report", "zeroplanner.cli", "zeroplanner.probe", "zeroplanner.calibrate"]
 FORBIDDEN = ["ipywidgets", "bqplot", "torch", "deepspeed", "transformers", "voila"]

@@ -1,4 +1,4 @@
-"""zeroplanner.hfconfig against transformers instantiated on the meta device (no downloads, no weights).
+"""zeroplanner.catalog.hfconfig against transformers instantiated on the meta device (no downloads, no weights).
 
 Reference for each count: the model ``transformers`` 5.24 builds from the same config dict, parameters
 deduplicated by identity (tied embeddings once). Reference for the largest module: DeepSpeed's own definition,
@@ -13,7 +13,7 @@ import json
 import pytest
 
 from zeroplanner import catalog
-from zeroplanner.hfconfig import (
+from zeroplanner.catalog.hfconfig import (
     MAX_CONFIG_BYTES,
     SUPPORTED_MODEL_TYPES,
     architecture_from_hf_config,

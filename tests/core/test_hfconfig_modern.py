@@ -14,7 +14,7 @@ import pathlib
 
 import pytest
 
-from zeroplanner.hfconfig import SUPPORTED_MODEL_TYPES, architecture_from_hf_config
+from zeroplanner.catalog.hfconfig import SUPPORTED_MODEL_TYPES, architecture_from_hf_config
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHARED = next((p for p in (_ROOT.parent / "shared" / "hf-configs", _ROOT.parents[1] / "shared" / "hf-configs")
@@ -249,7 +249,7 @@ def test_hostile_family_keys_name_the_key():
 
 
 def test_deeply_nested_and_huge_files_are_refused(tmp_path):
-    from zeroplanner.hfconfig import MAX_CONFIG_BYTES, load_hf_config
+    from zeroplanner.catalog.hfconfig import MAX_CONFIG_BYTES, load_hf_config
 
     deep = tmp_path / "deep.json"
     deep.write_text('{"model_type": "qwen3", "x": ' + "[" * 50_000 + "]" * 50_000 + "}", encoding="utf-8")

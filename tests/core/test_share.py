@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from zeroplanner import catalog
 from zeroplanner.costmodel import estimate
-from zeroplanner.hfconfig import architecture_from_hf_config
+from zeroplanner.catalog.hfconfig import architecture_from_hf_config
 from zeroplanner.scenarios import build_scenario
 from zeroplanner.share import (
     KEYS,

@@ -22,7 +22,7 @@ import pytest
 
 from zeroplanner import catalog
 from zeroplanner.deepspeed import to_deepspeed_config
-from zeroplanner.hfconfig import architecture_from_hf_config
+from zeroplanner.catalog.hfconfig import architecture_from_hf_config
 from zeroplanner.specs import ClusterSpec, Scenario, TrainingSpec, ZeroSpec
 
 pytest.importorskip("deepspeed")

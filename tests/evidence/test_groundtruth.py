@@ -148,7 +148,7 @@ def test_tiny_model_keeps_the_architecture_proportions():
     Llama-2-7B and Qwen2.5-7B catalog entries, docs/references.md section 3)."""
     from zeroplanner import catalog
     from zeroplanner.calibrate import tiny_hf_config
-    from zeroplanner.hfconfig import architecture_from_hf_config
+    from zeroplanner.catalog.hfconfig import architecture_from_hf_config
 
     for name in ("llama-2-7b", "qwen2.5-7b"):
         arch = catalog.model(name)

@@ -175,7 +175,7 @@ def test_module_parameter_shapes_match_the_hf_model(family):
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     from zeroplanner.costmodel.context import module_parameter_shapes
-    from zeroplanner.hfconfig import architecture_from_hf_config
+    from zeroplanner.catalog.hfconfig import architecture_from_hf_config
 
     cfg = dict(TINY_HF[family])
     mt = cfg.pop("model_type")

@@ -26,7 +26,7 @@ import pytest
 from zeroplanner import catalog
 from zeroplanner.costmodel import Candidates, make_context
 from zeroplanner.costmodel.communication import stage3_collective_counts
-from zeroplanner.hfconfig import architecture_from_hf_config
+from zeroplanner.catalog.hfconfig import architecture_from_hf_config
 from zeroplanner.specs import ClusterSpec, Scenario, TrainingSpec, ZeroSpec
 
 pytest.importorskip("deepspeed")

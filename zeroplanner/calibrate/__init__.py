@@ -170,7 +170,7 @@ def calibration_scenario(
     Returns (scenario, hf_config). Raises ``ValueError`` for ranks < 1, ``nodes`` not dividing ``ranks`` or an
     unsupported HF config.
     """
-    from ..hfconfig import architecture_from_hf_config
+    from ..catalog.hfconfig import architecture_from_hf_config
 
     if ranks < 1:
         raise ValueError(f"ranks={ranks} must be >= 1")
@@ -717,7 +717,7 @@ def predicted_activation_bytes(hf_config: dict[str, Any], *, seq_len: int, micro
     from .. import catalog
     from ..costmodel import Candidates, make_context
     from ..costmodel.activations import activation_bytes
-    from ..hfconfig import architecture_from_hf_config
+    from ..catalog.hfconfig import architecture_from_hf_config
     from ..specs import NetworkSpec, TrainingSpec
 
     arch = architecture_from_hf_config(hf_config, name="tiny")

@@ -1,6 +1,6 @@
 """Any architecture ``transformers`` knows: build it from its config on the meta device and measure it.
 
-Used by :func:`zeroplanner.hfconfig.architecture_from_hf_config` for a ``model_type`` the built-in readers do not
+Used by :func:`zeroplanner.catalog.hfconfig.architecture_from_hf_config` for a ``model_type`` the built-in readers do not
 count, when the ``hf`` extra (transformers, accelerate) is installed. This is what ``accelerate estimate-memory``
 does (``accelerate/commands/estimate.py``: ``init_empty_weights`` + ``AutoModel.from_config``): no weights are
 allocated and nothing is downloaded. Only classes that ship inside transformers are used: ``auto_map`` is dropped
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .specs import Architecture
+from ..specs import Architecture
 
 _DROPPED_KEYS = ("model_type", "auto_map", "quantization_config", "_name_or_path", "transformers_version")
 """Keys not passed to the config class: auto_map names remote code; quantization_config would ask for a quantised

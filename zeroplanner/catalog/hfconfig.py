@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .specs import Architecture
+from ..specs import Architecture
 
 __all__ = [
     "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_CONFIG_INTEGER", "SUPPORTED_MODEL_TYPES",
@@ -972,7 +972,7 @@ def architecture_from_hf_config(
     gemma4(_text), phi3, deepseek_v2, deepseek_v3, llama4_text, gpt_oss, glm4, glm4_moe, olmo2, qwen2_vl,
     qwen2_5_vl, nemotron_h). Any other ``model_type`` (or a variant the reader does not count) is built by
     ``transformers`` on the meta device when it is installed and ``use_transformers`` is true (the 'hf' extra;
-    :mod:`zeroplanner._hf_meta`, no remote code). ``name`` defaults to ``_name_or_path``, else the file's
+    :mod:`zeroplanner.catalog._hf_meta`, no remote code). ``name`` defaults to ``_name_or_path``, else the file's
     directory name.
 
     Raises ``ValueError`` naming the offending key: unsupported or missing ``model_type``, a missing shape key,
