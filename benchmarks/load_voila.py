@@ -543,7 +543,7 @@ def write_report(path: Path, r: dict) -> None:
               "way in 3 of 4 runs (1, 1 and 3 of 30). A server-side receive queue of 0 (unbounded) alone did not "
               "help. The server now starts Python kernels with `zeroplanner.server.kernel` (ipykernel with an "
               "IOPub queue of 10,000 messages, set before the socket binds) and gives its own kernel sockets the "
-              "same receive queue (`zeroplanner/server/voila_app.py`); `tests/test_kernel_queue.py` shows a "
+              "same receive queue (`zeroplanner/server/voila_app.py`); `tests/server/test_kernel_queue.py` shows a "
               "stock kernel delivering 1994 of 5000 messages to a reader that falls behind and the planner's kernel "
               "all 5000. With that change a forced run delivered every message to every page (run started "
               "2026-11-29 15:06 UTC: "

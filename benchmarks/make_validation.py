@@ -323,7 +323,7 @@ def render_step_time(loo: bool = True) -> list[str]:
     out += ["", "### What else the step-time model rests on", "",
             "- ZeRO-3 collectives per step: counted by DeepSpeed's comms logger on 2 CPU ranks and equal to the "
             "model's count exactly for two tiny models x two persistence thresholds "
-            "(`tests/test_zero3_collective_count.py`, marker `engine`) and for the stored 32-layer run of section 1 "
+            "(`tests/evidence/test_zero3_collective_count.py`, marker `engine`) and for the stored 32-layer run of section 1 "
             "(517 all-gathers per step with prefetching on).",
             "- Inputs a source does not state are listed in the *assumed* column. Section 1's interconnect is "
             "inferred, not fitted: the measured ZeRO-1 step (0.118 s) is shorter than its fp16 all-reduce and "

@@ -24,7 +24,7 @@ How to add an input (one row)
    DeepSpeed key (dotted, e.g. ``"zero_optimization.reduce_bucket_size"`` followed by its aliases).
    That is all: the CLI flag is ``--key-with-dashes`` (a bool with default True is ``--no-...``, a bool with
    default None both ``--x/--no-x``), the share key is ``key``, the app control key is ``key``.
-3. Add the input's example value to ``EXAMPLES`` in ``tests/test_inputs.py`` (the test that walks this table
+3. Add the input's example value to ``EXAMPLES`` in ``tests/core/test_inputs.py`` (the test that walks this table
    fails until you do): it sets the input through the CLI, a share link and the app and compares the scenarios.
 New rows go at the end (share links write keys in table order, and old links keep parsing).
 

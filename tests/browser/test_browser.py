@@ -2,7 +2,7 @@
 
 Checks: no "not registered" / "Failed to load" console errors, bars and lines render as SVG, moving the node-count
 slider and changing the network preset change the charts and the JSON preview, and a screenshot
-(artifacts/planner.png, gitignored) is saved and is not blank. Run with ``pytest -m browser tests/test_browser.py``.
+(artifacts/planner.png, gitignored) is saved and is not blank. Run with ``pytest -m browser tests/browser/test_browser.py``.
 """
 
 from __future__ import annotations

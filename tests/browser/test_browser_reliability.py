@@ -1,6 +1,6 @@
 """Reliability in a real browser (issue 8): the planner page refuses a 10 MB pasted config with a message and keeps
 working (a slider move then updates the chart and the config), and the load-test script runs end to end with three
-visitors (so ``benchmarks/load_voila.py`` cannot rot). Run with ``pytest -m browser tests/test_browser_reliability.py``.
+visitors (so ``benchmarks/load_voila.py`` cannot rot). Run with ``pytest -m browser tests/browser/test_browser_reliability.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Shareable scenarios in a real browser: Voilà pages opened with a query string start on that scenario.
 
 The tutorial page (``notebooks/zero_tutorial.ipynb``) is served by Voilà with the planner's own settings and
-template; Playwright drives Debian Chromium. Run with ``pytest -m browser tests/test_browser_share.py``.
+template; Playwright drives Debian Chromium. Run with ``pytest -m browser tests/browser/test_browser_share.py``.
 Screenshots: artifacts/tutorial.png.
 """
 

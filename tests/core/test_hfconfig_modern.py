@@ -187,7 +187,7 @@ def test_unknown_to_transformers_and_encoder_decoder_are_refused():
 def _without_transformers(monkeypatch):
     import importlib.util
 
-    from zeroplanner import hfconfig
+    from zeroplanner.catalog import hfconfig
 
     real = importlib.util.find_spec
     monkeypatch.setattr(hfconfig.importlib.util, "find_spec",

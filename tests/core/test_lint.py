@@ -176,7 +176,7 @@ def test_untested_optimizer():
 def test_offload_client_optimizer():
     """ZeRO-Offload with no optimizer block: DeepSpeed alone raises on the client's torch optimizer, the HF Trainer
     runs it (accelerate swaps in DeepSpeedCPUAdam). A config-typed optimizer (even torch's SGD) is built by DeepSpeed
-    itself and never reaches the check. Shown on real runs in tests/test_shipped_configs.py (engine tests)."""
+    itself and never reaches the check. Shown on real runs in tests/evidence/test_shipped_configs.py (engine tests)."""
     bad = to_deepspeed_config(scenario(2, opt="cpu"))
     del bad["optimizer"]
     found = [f for f in lint(bad) if f.rule == "offload_client_optimizer"]

@@ -1,6 +1,6 @@
 """Activation census of the 2024-26 families: the cost model against the bytes a real transformers model saves.
 
-As tests/test_activations_measured.py: a tiny copy of each family (the small configs of test_hfconfig_modern.py,
+As tests/evidence/test_activations_measured.py: a tiny copy of each family (the small configs of test_hfconfig_modern.py,
 same layer kinds, vocabulary 512) built by transformers 5.24 on CPU in bf16 with sdpa attention, and
 ``calibrate.measure_activation_bytes`` counting every tensor autograd saves in one training forward. Families
 within 5% are asserted; the others are strict xfails recording the measured gap (docs/validation.md, section

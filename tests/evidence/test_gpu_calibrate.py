@@ -1,6 +1,6 @@
 """The same ground-truth calibration on CUDA (NCCL, torch.cuda.max_memory_allocated). Skipped without CUDA.
 
-Run on a CUDA machine with ``scripts/gpu_calibrate.sh`` (or ``pytest -m gpu tests/test_gpu_calibrate.py``).
+Run on a CUDA machine with ``scripts/gpu_calibrate.sh`` (or ``pytest -m gpu tests/evidence/test_gpu_calibrate.py``).
 Ranks: min(2, visible GPUs). Expected values are the run's own measurements: the census of live storages must
 match the cost model's model states as on CPU, and the CUDA allocator's peak in the optimizer step can never be
 below the model states that are alive in it.

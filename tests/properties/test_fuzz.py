@@ -2,8 +2,8 @@
 the CLI. Fixed seed (derandomize) and bounded example counts so CI is deterministic; a failing example found once
 becomes a plain regression test at the bottom of this file.
 
-Config import/lint and the URL query parser have their own hypothesis suites (tests/test_lint.py,
-tests/test_share.py).
+Config import/lint and the URL query parser have their own hypothesis suites (tests/core/test_lint.py,
+tests/core/test_share.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Property-based tests that complete issue 8's item 3 beside tests/test_fuzz.py (scenarios, estimate/plan, CLI),
-tests/test_lint.py (lint over JSON-shaped garbage) and tests/test_share.py (arbitrary query text):
+"""Property-based tests that complete issue 8's item 3 beside tests/properties/test_fuzz.py (scenarios, estimate/plan, CLI),
+tests/core/test_lint.py (lint over JSON-shaped garbage) and tests/core/test_share.py (arbitrary query text):
 
 * config import as TEXT (what a user pastes or a file holds): arbitrary text and bytes, oversized text, deep
   nesting -> only :class:`zeroplanner.deepspeed.ConfigError`, one line, naming the limit; generated valid configs
@@ -10,7 +10,7 @@ tests/test_lint.py (lint over JSON-shaped garbage) and tests/test_share.py (arbi
   message and the app keeps working (a later control change recomputes the config); arbitrary control values never
   raise out of the app.
 
-Fixed seed (``derandomize=True``) and bounded example counts, as in tests/test_fuzz.py.
+Fixed seed (``derandomize=True``) and bounded example counts, as in tests/properties/test_fuzz.py.
 """
 
 from __future__ import annotations

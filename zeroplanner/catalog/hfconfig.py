@@ -6,7 +6,7 @@ rejected. The mapping from each family's config keys to shapes follows the ``tra
 (``transformers/models/<model_type>/modeling_<model_type>.py``), and a key missing from the file takes the default
 of that family's ``transformers`` config class, except the keys that fix the shapes (hidden size, layers, heads,
 FFN size, vocabulary, and learned positions where they have parameters), which are required.
-``tests/test_hfconfig.py`` checks every family against ``transformers`` instantiated on the meta device.
+``tests/core/test_hfconfig.py`` checks every family against ``transformers`` instantiated on the meta device.
 
 Example::
 
@@ -374,7 +374,7 @@ _FAMILIES: dict[str, _Family] = {
 # ------------------------------------------------------------------------------------------------------------------
 # 2024-26 families. Each reader returns every Architecture field (the layer kinds differ too much for the table
 # above); each docstring names the transformers 5.24 classes whose parameters it counts, and the defaults are those
-# of the family's transformers 5.24 config class. tests/test_hfconfig.py compares each with transformers on the
+# of the family's transformers 5.24 config class. tests/core/test_hfconfig.py compares each with transformers on the
 # meta device. Quantised checkpoints (DeepSeek-V3's fp8 block-quantised weights, gpt-oss's mxfp4 experts) are
 # read as their logical parameters and assumed trained in the precision of the TrainingSpec (bf16): DeepSpeed ZeRO
 # fine-tuning upcasts them (the fp8/mxfp4 kernels are inference or pre-training paths outside this model).

@@ -91,7 +91,7 @@ def stage3_collective_counts(ctx: Context, cand: Candidates) -> dict[str, np.nda
     optimizer step: one all-gather per persistent trainable tensor (its updated value; bytes measured to match the
     norms' size exactly, docs/validation.md section 1) plus one more whose bytes are too small to show in the
     measured totals (counted on 2 CPU ranks for two models and two thresholds,
-    tests/test_zero3_collective_count.py; origin not identified).
+    tests/evidence/test_zero3_collective_count.py; origin not identified).
     """
     z = ctx.scenario.zero
     mods = float(ctx.fetch_modules)

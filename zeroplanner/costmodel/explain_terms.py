@@ -5,7 +5,7 @@ step), which branch of the model applies (``case``), the inputs that went into i
 Nothing is recomputed here: the memory terms and host RAM are the labelled parts of the vectorised functions
 (``memory.memory_term_parts``: each part one expression, the same one explain mode prints) evaluated at the
 scenario's one candidate, and every term's value is :func:`~.evaluate.evaluate`'s output for that candidate, the
-number the charts draw (``tests/test_explain.py`` checks both, term by term, across many scenarios).
+number the charts draw (``tests/core/test_explain.py`` checks both, term by term, across many scenarios).
 
 Pure numpy; no UI imports.
 """

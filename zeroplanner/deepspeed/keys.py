@@ -57,7 +57,7 @@ FP16_BLOCK = {
 }
 
 # ----------------------------------------------------------------------------------------------------------------
-# Key tables (DeepSpeed 0.19.8). tests/test_dsconfig.py checks ZERO_KEYS against DeepSpeedZeroConfig.model_fields
+# Key tables (DeepSpeed 0.19.8). tests/core/test_dsconfig.py checks ZERO_KEYS against DeepSpeedZeroConfig.model_fields
 # and the offload tables against DeepSpeedZeroOffload*Config.model_fields.
 # ----------------------------------------------------------------------------------------------------------------
 ZERO_KEYS = frozenset({
