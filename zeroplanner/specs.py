@@ -34,6 +34,12 @@ class _Frozen(BaseModel):
     model_config = _FROZEN
 
 
+class Output(BaseModel):
+    """Base of every result object (estimates, plans, calibration reports): frozen, no unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Model architecture
 # ----------------------------------------------------------------------------------------------------------------

@@ -36,9 +36,8 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
 
-from ..specs import Architecture, ClusterSpec, Scenario, replace
+from ..specs import Architecture, ClusterSpec, Output, Scenario, replace
 
 __all__ = [
     "ACTIVATION_CONFIGS",
@@ -303,11 +302,9 @@ def launch_worker(plan: dict[str, Any], ranks: int, out_dir: Path, timeout_secon
 # ------------------------------------------------------------------------------------------------------------------
 # Report
 # ------------------------------------------------------------------------------------------------------------------
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class ComparisonRow(_Out):
+class ComparisonRow(Output):
     """One predicted-vs-measured pair. relative_error = (predicted - measured) / measured (None if measured is 0)."""
 
     term: str
@@ -318,7 +315,7 @@ class ComparisonRow(_Out):
     note: str = ""
 
 
-class CalibrationReport(_Out):
+class CalibrationReport(Output):
     """Predicted vs measured for one scenario run on the real engine (per rank: the largest value over ranks)."""
 
     name: str

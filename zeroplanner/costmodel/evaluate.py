@@ -7,10 +7,9 @@ labelled terms, warnings and the JSON shape the CLI prints.
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from ..pitfalls import COMMUNICATION_SHARE_LIMIT, scenario_pitfalls
-from ..specs import Scenario
+from ..specs import Output, Scenario
 from ..units import gib
 from .communication import communication_terms
 from .compute import compute_terms, optimizer_and_offload_terms
@@ -130,11 +129,9 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------------------------------
 # One scenario: labelled terms, warnings, JSON shape
 # ---------------------------------------------------------------------------------------------------------------
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class MemoryBreakdown(_Out):
+class MemoryBreakdown(Output):
     """Per-GPU bytes by term."""
 
     parameters: int
@@ -146,7 +143,7 @@ class MemoryBreakdown(_Out):
     total: int
 
 
-class Communication(_Out):
+class Communication(Output):
     """Per-GPU communication per optimizer step."""
 
     bytes_per_gpu_per_step: int
@@ -155,7 +152,7 @@ class Communication(_Out):
     by_collective: dict[str, int]
 
 
-class Term(_Out):
+class Term(Output):
     """One labelled memory term: bytes per GPU, the formula in words, and where it comes from."""
 
     name: str
@@ -165,7 +162,7 @@ class Term(_Out):
     source: str
 
 
-class Estimate(_Out):
+class Estimate(Output):
     """Everything the cost model says about one scenario. Bytes, seconds, tokens/s, TFLOP/s."""
 
     parameters: int

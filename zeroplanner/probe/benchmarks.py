@@ -26,6 +26,16 @@ CPU_MESSAGE_BYTES = (2**16, 2**18, 2**20, 2**22, 2**24)
 """Default collective sizes on CPU ranks (gloo): 64 KiB .. 16 MiB, small enough to stay within seconds."""
 
 
+def _on_cuda_device(device: int, run, *args) -> dict[str, Any]:
+    """``run(torch, device, *args)`` with ``device`` current (events and streams on this GPU, not the current one),
+    or the "no CUDA device: ..." result without CUDA."""
+    torch, reason = _cuda_status()
+    if reason is not None:
+        return {"ok": False, "message": f"no CUDA device: {reason}"}
+    with torch.cuda.device(device):
+        return run(torch, device, *args)
+
+
 def benchmark_matmul(device: int = 0, size: int = 8192, budget_seconds: float = 2.0) -> dict[str, Any]:
     """Dense matmul throughput on one GPU: ``size`` x ``size`` by ``size`` x ``size`` in bf16 (fp16 where the GPU
     has no bf16, compute capability < 8.0), repeated until ``budget_seconds`` is spent (at least 3 timed runs).
@@ -34,11 +44,7 @@ def benchmark_matmul(device: int = 0, size: int = 8192, budget_seconds: float = 
     Returns ``{"ok", "message", "device", "dtype", "size", "iterations", "seconds_per_matmul", "tflops"}``;
     without CUDA ``ok`` is False and ``message`` starts "no CUDA device:".
     """
-    torch, reason = _cuda_status()
-    if reason is not None:
-        return {"ok": False, "message": f"no CUDA device: {reason}"}
-    with torch.cuda.device(device):  # events and streams on this GPU, not the current one
-        return _matmul(torch, device, size, budget_seconds)
+    return _on_cuda_device(device, _matmul, size, budget_seconds)
 
 
 def _matmul(torch, device: int, size: int, budget_seconds: float) -> dict[str, Any]:
@@ -83,11 +89,7 @@ def benchmark_host_transfer(device: int = 0, size_bytes: int = 256 * 2**20, iter
     memory, device-to-host into pinned memory; ``iterations`` copies of ``size_bytes`` each, timed with CUDA events
     after one warm-up copy. Returns ``{"ok", "message", "device", "size_bytes", "h2d_pinned_gb_per_s",
     "h2d_pageable_gb_per_s", "d2h_pinned_gb_per_s"}``; without CUDA ``ok`` is False ("no CUDA device: ...")."""
-    torch, reason = _cuda_status()
-    if reason is not None:
-        return {"ok": False, "message": f"no CUDA device: {reason}"}
-    with torch.cuda.device(device):  # events and streams on this GPU, not the current one
-        return _host_transfer(torch, device, size_bytes, iterations)
+    return _on_cuda_device(device, _host_transfer, size_bytes, iterations)
 
 
 def _host_transfer(torch, device: int, size_bytes: int, iterations: int) -> dict[str, Any]:
