@@ -117,6 +117,10 @@ TABS: tuple[tuple[str, str], ...] = (
 """The views beside the main chart (key, tab title), in tab order. Only the open tab is drawn and updated."""
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"non-standard JSON constant {name} is not allowed")
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -477,6 +481,26 @@ class PlannerApp(w.VBox):
             url = self._link_url()
         except Exception:  # pragma: no cover - share never raises beyond ValueError
             url = None
+        uploaded = self._uploaded_model
+        if uploaded is not None and uploaded[1] == self.state.scenario.model:
+            from ..share import page_url, scenario_to_query
+
+            try:
+                query = scenario_to_query(self.state.scenario, approximate_model=True)
+            except ValueError:
+                query = None
+            note = (f"<span class='zp-muted zp-uploaded-note'>The model came from an uploaded config.json "
+                    f"({html.escape(uploaded[0][:120])}); a link cannot carry it"
+                    + (", so this link opens a model of the same parameter count." if query else ".") + "</span>")
+            if query:
+                url = f"{page_url() or ''}?{query}"
+                js = (f"navigator.clipboard.writeText({json.dumps(url)}).then(()=>{{this.textContent='Link copied'}},"
+                      "()=>{this.textContent='Copy failed'})")
+                note = (f"<button class='zp-button zp-copy-link' title='{html.escape(url)}' "
+                        f"onclick=\"{html.escape(js)}\">Copy link (parameter count only)</button><br>" + note)
+            self.share_link.value = note
+            self.report_link.value = ""
+            return
         if url is None:
             try:  # say why (a HF config.json model, a probed GPU, a setting a link has no key for)
                 self.share_query()
@@ -556,12 +580,77 @@ class PlannerApp(w.VBox):
                                      layout=w.Layout(width="100%", height="120px"))
         self.paste_mode = w.Checkbox(value=False, description="HF Trainer config (\"auto\" allowed)", indent=False)
         self.paste_button = w.Button(description="Load config", layout=w.Layout(width="120px"))
-        self.paste_findings = w.HTML()
         self.paste_button.on_click(lambda _: self.load_config(self.paste_area.value))
-        paste = w.VBox([self.paste_area, self.paste_mode, self.paste_button, self.paste_findings])
-        acc = w.Accordion(children=[paste], selected_index=None)
-        acc.set_title(0, "Paste your DeepSpeed config")
+        paste = w.VBox([self.paste_area, self.paste_mode, self.paste_button])
+        # bring your own model: a HF config.json, uploaded or pasted (the CLI's --hf-config reader and limits)
+        self.hf_upload = w.FileUpload(accept=".json,application/json", multiple=False,
+                                      description="Upload config.json", layout=w.Layout(width="100%"))
+        self.hf_upload.observe(self._hf_uploaded, names="value")
+        self.hf_area = w.Textarea(placeholder="or paste a HF config.json here, then Use this model",
+                                  layout=w.Layout(width="100%", height="90px"))
+        self.hf_button = w.Button(description="Use this model", layout=w.Layout(width="140px"))
+        self.hf_button.on_click(lambda _: self.load_hf_config(self.hf_area.value, "pasted config.json"))
+        self.hf_message = w.HTML()
+        self.hf_message.add_class("zp-hf-message")
+        hf = w.VBox([self.hf_upload, self.hf_area, self.hf_button, self.hf_message])
+        self._uploaded_model = None  # (file name, Architecture) of a model read from a config.json
+        acc = w.Accordion(children=[hf, paste], selected_index=None)
+        acc.set_title(0, "Your model: HF config.json")
+        acc.set_title(1, "Paste your DeepSpeed config")
+        self.paste_findings = self.findings
         return [w.HTML("<b>Your setup</b>"), self.probe_button, self.probe_message, acc]
+
+    def _hf_uploaded(self, change) -> None:
+        files = change["new"] or ()
+        if not files:
+            return
+        item = files[-1]
+        name = str(item.get("name", "config.json"))
+        content = item.get("content", b"")
+        data = content.tobytes() if hasattr(content, "tobytes") else bytes(content)
+        self.load_hf_config(data, name)
+
+    def load_hf_config(self, text: str | bytes, name: str = "config.json"):
+        """Make a HF ``config.json`` (its text or bytes) the scenario's model, with the reader and limits of the
+        CLI's ``--hf-config`` (``zeroplanner.hfconfig``: size, JSON, ``model_type``, shape keys). Errors are shown
+        in the page naming the key; the last valid setup stays. Returns the Architecture, or None."""
+        from ..hfconfig import MAX_CONFIG_BYTES as HF_LIMIT
+        from ..hfconfig import architecture_from_hf_config
+
+        raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        shown = html.escape(name[:120])
+        try:
+            if not raw.strip():
+                raise ValueError("the file is empty")
+            if len(raw) > HF_LIMIT:
+                raise ValueError(f"{len(raw):,} bytes; the limit is {HF_LIMIT:,} bytes")
+            try:
+                data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"not UTF-8 text: {exc}") from None
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not valid JSON: {exc}") from None
+            if not isinstance(data, dict):
+                raise ValueError(f"must hold a JSON object, not {type(data).__name__}")
+            stem = name.rsplit("/", 1)[-1].removesuffix(".json")
+            label = data.get("_name_or_path") if isinstance(data.get("_name_or_path"), str) else None
+            arch = architecture_from_hf_config(data, name=(label or stem or "uploaded")[:200])
+            scenario = self.state.scenario.model_copy(update={"model": arch})
+            from ..specs import Scenario
+
+            scenario = Scenario.model_validate(scenario.model_dump())  # the specs' cross-field rules
+        except Exception as exc:  # ValueError/ValidationError name the key; anything else is shown, not raised
+            _log.debug("HF config not read", exc_info=True)
+            self.hf_message.value = (f"<div class='zp-error'><b>Cannot use {shown}:</b> "
+                                     f"{html.escape(error_message(exc))}. The planner keeps the last valid "
+                                     "setup.</div>")
+            return None
+        self._uploaded_model = (name, scenario.model)
+        self._replace_scenario(scenario)
+        self.hf_message.value = (
+            f"<div class='zp-muted'>Model from <b>{shown}</b>: {html.escape(arch.name)} ({arch.family}), "
+            f"{arch.parameter_count / 1e9:,.2f} B parameters. Any model preset replaces it.</div>")
+        return arch
 
     def _replace_scenario(self, scenario) -> None:
         """Adopt a whole new scenario (probe, pasted config): one recompute, widgets updated to show it."""
