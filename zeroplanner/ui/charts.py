@@ -191,8 +191,8 @@ class MemoryChart(bq.Figure):
                                    font_weight="bold", y_offset=-6, scales=scales)
         self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=12,
                                    font_weight="bold", y_offset=-6, scales=scales)
-        self.offscale_labels = bq.Label(x=[], y=[], text=[], colors=["#222222"], align="middle", default_size=11,
-                                        y_offset=14, scales=scales)
+        self.offscale_labels = bq.Label(x=[], y=[], text=[], colors=["white"], align="middle", default_size=11,
+                                        font_weight="bold", scales=scales)
         self.tooltip_html = w.HTML(layout=w.Layout(max_width="420px"))
         self.bars.tooltip = self.tooltip_html
         self.bars.on_hover(self._on_hover)
@@ -228,7 +228,7 @@ class MemoryChart(bq.Figure):
             assign(mark, x=[ticks[i] for i in idx], y=[float(min(view.total_gib[i], top / 1.08)) for i in idx],
                    text=[word for _ in idx])
         off = [i for i, t in enumerate(view.total_gib) if t > top]
-        assign(self.offscale_labels, x=[ticks[i] for i in off], y=[top for _ in off],
+        assign(self.offscale_labels, x=[ticks[i] for i in off], y=[top * 0.8 for _ in off],
                text=[f"{view.total_gib[i]:,.0f}↑" for i in off])
 
     def _on_hover(self, mark, event) -> None:
