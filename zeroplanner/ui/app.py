@@ -155,16 +155,17 @@ class PlannerApp(w.VBox):
         self._timer: asyncio.TimerHandle | None = None
 
         self.controls = Controls(self.state, self._queue)
+        html_widget = self.controls.shared.html  # one HTMLStyle and one Layout for every text widget
         self.memory_chart = MemoryChart()
         self._charts: dict[str, Any] = {"memory": self.memory_chart}
         self._stale: set[str] = set()
         self._explain_panel = None
         self._compare_panel = None
-        self.banner = w.HTML()
+        self.banner = html_widget()
         self.banner.add_class("zp-verdict")
-        self.message = w.HTML()
-        self.timing = w.HTML()
-        self.findings = w.HTML()  # lint findings of a pasted DeepSpeed config / a read config.json, by the verdict
+        self.message = html_widget()
+        self.timing = html_widget()
+        self.findings = html_widget()  # lint findings of a pasted DeepSpeed config / a read config.json, by the verdict
 
         # config preview
         self.variant_picker = w.Dropdown(options=[RECOMMENDED], value=RECOMMENDED, description="Config for",
@@ -176,24 +177,24 @@ class PlannerApp(w.VBox):
         self.mode_toggle.observe(lambda ch: self._queue("config_mode", ch["new"]), names="value")
         self.config_area = w.Textarea(layout=w.Layout(width="100%", height="430px"))
         self.config_area.add_class("zp-config")
-        self.config_actions = w.HTML()
+        self.config_actions = html_widget()
         config_box = w.VBox([
-            w.HTML("<b>DeepSpeed config</b> <span class='zp-muted'>(follows every change)</span>"),
+            html_widget("<b>DeepSpeed config</b> <span class='zp-muted'>(follows every change)</span>"),
             self.variant_picker, self.mode_toggle, self.config_actions, self.config_area,
         ], layout=w.Layout(width="100%"))
         config_box.add_class("zp-config-box")
 
         # share: a link that reopens this scenario, and a self-contained report
-        self.share_link = w.HTML()
+        self.share_link = html_widget()
         self.report_button = w.Button(description="Build report", tooltip="A self-contained HTML report: "
                                       "recommendation, charts, every term, the config", layout=w.Layout(width="120px"))
-        self.report_link = w.HTML()
+        self.report_link = html_widget()
         self.report_button.on_click(lambda _: self.build_report())
         share_box = w.VBox([w.HBox([w.HTML("<b>Share</b>", layout=w.Layout(width="50px")), self.report_button],
                                    layout=w.Layout(align_items="center")), self.share_link, self.report_link])
 
         # the views: the main chart first, the others in tabs beside it, each built when its tab is first opened
-        self.largest_html = w.HTML()
+        self.largest_html = html_widget()
         self._largest_for = None
         self._largest_table = ""
         self._tab_boxes = [w.VBox([]) for _ in TABS]
@@ -204,7 +205,7 @@ class PlannerApp(w.VBox):
         self.memory_chart.on_select(lambda variant, term: self._explain_clicked("memory", variant, term))
 
         self.extras = self._build_extras()
-        about = w.Accordion(children=[w.HTML(self._about_html())], selected_index=None)
+        about = w.Accordion(children=[html_widget(self._about_html())], selected_index=None)
         about.set_title(0, "About")
         self.about = about
 
@@ -219,7 +220,7 @@ class PlannerApp(w.VBox):
                                 pane_widths=["300px", "1fr", "380px"], grid_gap="10px",
                                 layout=w.Layout(width="100%", align_items="flex-start"))
         self.grid.add_class("zp-grid")
-        super().__init__([w.HTML(_CSS), self.grid, about], layout=w.Layout(width="100%"))
+        super().__init__([html_widget(_CSS), self.grid, about], layout=w.Layout(width="100%"))
         self.add_class("zp-app")
         self.flush()
         if link_problem:
@@ -573,7 +574,8 @@ class PlannerApp(w.VBox):
         self.probe_button = w.Button(description="Use this machine", tooltip="Probe this machine's GPUs and host "
                                      "RAM in a short-lived subprocess and fill the controls",
                                      layout=w.Layout(width="100%"))
-        self.probe_message = w.HTML()
+        html_widget = self.controls.shared.html
+        self.probe_message = html_widget()
         self.probe_button.on_click(lambda _: self.use_this_machine())
         self.paste_area = w.Textarea(placeholder=f"Paste a DeepSpeed config (JSON, at most {MAX_CONFIG_BYTES:,} "
                                                  "bytes) here, then Load",
@@ -590,7 +592,7 @@ class PlannerApp(w.VBox):
                                   layout=w.Layout(width="100%", height="90px"))
         self.hf_button = w.Button(description="Use this model", layout=w.Layout(width="140px"))
         self.hf_button.on_click(lambda _: self.load_hf_config(self.hf_area.value, "pasted config.json"))
-        self.hf_message = w.HTML()
+        self.hf_message = html_widget()
         self.hf_message.add_class("zp-hf-message")
         hf = w.VBox([self.hf_upload, self.hf_area, self.hf_button, self.hf_message])
         self._uploaded_model = None  # (file name, Architecture) of a model read from a config.json
@@ -598,7 +600,7 @@ class PlannerApp(w.VBox):
         acc.set_title(0, "Your model: HF config.json")
         acc.set_title(1, "Paste your DeepSpeed config")
         self.paste_findings = self.findings
-        return [w.HTML("<b>Your setup</b>"), self.probe_button, self.probe_message, acc]
+        return [html_widget("<b>Your setup</b>"), self.probe_button, self.probe_message, acc]
 
     def _hf_uploaded(self, change) -> None:
         files = change["new"] or ()
