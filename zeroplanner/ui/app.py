@@ -133,12 +133,19 @@ class PlannerApp(w.VBox):
     :mod:`zeroplanner.share`), else on :func:`~zeroplanner.ui.state.default_state`; pass ``state=`` (an
     :class:`~zeroplanner.ui.state.AppState`) to open elsewhere.
 
+    Layout (``grid``, an ``AppLayout``): controls on the left; the verdict (``banner``), the findings of a pasted
+    config (``findings``) and the views in tabs (``details``: :data:`TABS`, the memory chart first) in the middle;
+    the live DeepSpeed config on the right. Below 1240 px of width (a CSS container query: a narrow window or a
+    JupyterLab cell) the three columns stack. A tab's view is built the first time it opens, and only the open
+    chart is redrawn on a change; the others catch up when their tab opens.
+
     Attributes for scripts and tests: ``state`` (current :class:`AppState`), ``view`` (current :class:`View`),
     ``controls.widgets`` (control key -> widget), ``memory_chart``, ``host_chart``, ``time_chart``,
-    ``scaling_chart`` (bqplot figures), ``banner``, ``message``, ``config_area``, ``explain`` / ``compare`` (the
-    detail panels), ``share_link``, ``recomputes`` (how many times the plan was derived),
-    ``last_recompute_seconds``. Methods: ``set(**changes)``, ``load_config(text)``, ``use_this_machine()``,
-    ``share_query()``, ``build_report()``.
+    ``scaling_chart`` (bqplot figures; reading one builds it and brings it up to date), ``banner``, ``message``,
+    ``config_area``, ``explain`` / ``compare`` (the detail panels), ``share_link``, ``hf_upload`` / ``hf_area`` /
+    ``hf_message`` (bring your own config.json), ``recomputes`` (how many times the plan was derived),
+    ``last_recompute_seconds``. Methods: ``set(**changes)``, ``show_tab(name)``, ``load_config(text)``,
+    ``load_hf_config(text, name)``, ``use_this_machine()``, ``share_query()``, ``build_report()``.
     """
 
     def __init__(self, state: AppState | None = None, debounce_seconds: float = 0.05) -> None:
