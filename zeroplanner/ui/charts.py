@@ -185,7 +185,7 @@ class MemoryChart(bq.Figure):
             display_legend=False, scales=scales,
         )
         self.capacity_label = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="start", default_size=11,
-                                       y_offset=-4, x_offset=-28, scales=scales)
+                                       y_offset=-7, x_offset=-30, scales=scales)
         self.legend = w.HTML()
         self.fit_labels = bq.Label(x=[], y=[], text=[], colors=[FIT_COLOR], align="middle", default_size=12,
                                    font_weight="bold", y_offset=-6, scales=scales)
@@ -282,7 +282,7 @@ class HostMemoryChart(bq.Figure):
         self.capacity = bq.Lines(x=[], y=[], colors=[OOM_COLOR], line_style="dashed", stroke_width=2,
                                  labels=["Host RAM per node"], display_legend=False, scales=scales)
         self.capacity_label = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="start", default_size=11,
-                                       y_offset=-4, x_offset=-28, scales=scales)
+                                       y_offset=-7, x_offset=-30, scales=scales)
         self.bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["variant", "GiB per node"], formats=["", ".1f"])
         self.legend = w.HTML()
         axes = [

@@ -37,7 +37,7 @@ class SharedStyles:
     loads one ``SliderStyle`` instead of one per slider, and one ``Layout`` instead of one per checkbox or note.
     Nothing may mutate these in place; give a widget its own ``Layout`` to change it."""
 
-    def __init__(self, description_width: str = "120px") -> None:
+    def __init__(self, description_width: str = _DESC["description_width"]) -> None:
         self.slider = SliderStyle(description_width=description_width)
         self.description = DescriptionStyle(description_width=description_width)
         self.checkbox = CheckboxStyle()
