@@ -54,7 +54,7 @@ _CSS = """
 @container (max-width: 1240px) {
   .zp-grid { grid-template-columns: minmax(0, 1fr) !important;
              grid-template-areas: "left-sidebar" "center" "right-sidebar" !important; }
-  .zp-grid .zp-controls { max-height: none !important; }
+  .zp-grid .zp-controls { max-height: none !important; max-width: 600px; }
 }
 .zp-banner { padding: 8px 12px; border-radius: 4px; margin: 4px 0; line-height: 1.35; }
 .zp-good { background: #e8f5e9; border-left: 5px solid #2e7d32; }
