@@ -98,10 +98,18 @@ def test_page_loads_without_widget_errors_and_draws_bars_and_lines(page):
     bad = [m for m in page.zp_console if BAD_CONSOLE.search(m)]
     assert not bad, bad
     assert not [m for m in page.zp_console if m.startswith("pageerror")], page.zp_console
+    # the memory chart is drawn at once; step time, host RAM and scaling are tabs beside it, drawn when opened
+    assert page.locator(".zp-app .bqplot").count() == 1
+    assert page.locator(".zp-app .bqplot svg .bargroup rect").count() >= 8 * 6  # 8 variants x 6 memory terms
+    for drawn, tab in enumerate(("Step time", "Host RAM", "Scaling"), start=2):
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_function("n => document.querySelectorAll('.zp-app .bqplot svg .tick').length > 0 && "
+                               "document.querySelectorAll('.zp-app .bqplot').length >= n", arg=drawn,
+                               timeout=30_000)
     main_charts = page.locator(".zp-app .bqplot").count() - page.locator(".zp-compare-panel .bqplot").count()
     assert main_charts == 4
-    assert page.locator(".zp-app .bqplot svg .bargroup rect").count() >= 8 * 6  # 8 variants x 6 memory terms
     assert page.locator(".zp-app .bqplot svg path.line").count() >= 2  # capacity line + scaling lines
+    page.get_by_role("tab", name="Memory per GPU").click()
     body = page.locator("body").inner_text()
     assert "Recommended:" in body and "GiB per GPU" in body and "tokens/s" in body
     assert "Traceback" not in body

@@ -230,7 +230,7 @@ def test_clicking_a_memory_segment_explains_it(browser, app_url):
 def test_compare_panel_pins_and_shows_both_setups(browser, app_url):
     ctx, page = _open(browser, app_url + "?model=llama-2-13b&nodes=2", APP_BARS)
     try:
-        page.get_by_text("Compare with a pinned setup").click()
+        page.get_by_role("tab", name="Compare").click()  # a tab beside the memory chart (was an accordion)
         page.locator(".zp-compare-panel button", has_text="Pin current").click()
         page.locator(".zp-compare-panel table.zp-compare").wait_for(timeout=30_000)
         set_slider(page, "Nodes", 4)  # typed into the readout, as a user can

@@ -336,7 +336,7 @@ def test_clicking_a_segment_opens_explain_on_that_variant_and_term():
     # what bqplot sends: a hover datum with index/subIndex, then the clicked bar in `selected`
     bars._handle_custom_msgs(bars, {"event": "hover", "data": {"index": z3, "subIndex": 1}}, [])
     bars.selected = [z3]
-    assert app.details.selected_index == 0
+    assert app.details.selected_index == app.tab_index("explain")
     assert app.explain.variant.value == "ZeRO-3" and app.explain.term.value == "gradients"
     assert "Gradients" in app.explain.math.value
     assert bars.selected is None  # cleared so the same bar can be clicked again
@@ -388,7 +388,7 @@ def test_largest_model_panel_matches_the_planner_and_goes_stale():
     from zeroplanner.planner import largest_model
 
     app = PlannerApp()
-    app.details.selected_index = 2  # opening the panel computes it
+    app.show_tab("largest")  # opening the tab computes it
     expected = largest_model(build_scenario())
     assert app._largest_for == app.state.scenario
     for label, params in expected.items():

@@ -29,7 +29,7 @@ import ipywidgets as w
 from pydantic import ValidationError
 
 from ..deepspeed import MAX_CONFIG_BYTES
-from .charts import FIGURE_WIDTH_PX, HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
+from .charts import HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
 from .controls import Controls
 from .state import (
     RECOMMENDED,
@@ -45,7 +45,17 @@ from .state import (
 
 _CSS = """
 <style>
-.zp-app { font-family: var(--jp-ui-font-family, sans-serif); }
+.zp-app { font-family: var(--jp-ui-font-family, sans-serif); container-type: inline-size; }
+.zp-verdict { max-height: 150px; overflow-y: auto; }
+.zp-app .lm-TabBar-tab { min-width: 0 !important; flex: 0 1 auto !important; padding: 0 10px !important; }
+.zp-verdict .zp-banner { margin: 0 0 4px 0; }
+.zp-grid .zp-controls .widget-accordion, .zp-grid .zp-controls .lm-Widget { max-width: 100%; }
+/* narrower than three columns (a small window, a JupyterLab cell): one column, controls first */
+@container (max-width: 1240px) {
+  .zp-grid { grid-template-columns: minmax(0, 1fr) !important;
+             grid-template-areas: "left-sidebar" "center" "right-sidebar" !important; }
+  .zp-grid .zp-controls { max-height: none !important; max-width: 600px; }
+}
 .zp-banner { padding: 8px 12px; border-radius: 4px; margin: 4px 0; line-height: 1.35; }
 .zp-good { background: #e8f5e9; border-left: 5px solid #2e7d32; }
 .zp-bad { background: #ffebee; border-left: 5px solid #c62828; }
@@ -100,11 +110,15 @@ def initial_state() -> tuple[AppState, str]:
     return state_from_scenario(scenario), ""
 
 
-def _with_legend(chart) -> w.VBox:
-    """A chart with its HTML legend underneath, as wide as the chart (so charts still wrap two per row)."""
-    width = f"{FIGURE_WIDTH_PX}px"
-    chart.legend.layout = w.Layout(width=width, margin="-6px 0 6px 0")
-    return w.VBox([chart, chart.legend], layout=w.Layout(width=width, flex="0 0 auto"))
+TABS: tuple[tuple[str, str], ...] = (
+    ("memory", "Memory per GPU"), ("time", "Step time"), ("host", "Host RAM"), ("scaling", "Scaling"),
+    ("explain", "Explain"), ("compare", "Compare"), ("largest", "Largest model"),
+)
+"""The views beside the main chart (key, tab title), in tab order. Only the open tab is drawn and updated."""
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"non-standard JSON constant {name} is not allowed")
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -119,12 +133,19 @@ class PlannerApp(w.VBox):
     :mod:`zeroplanner.share`), else on :func:`~zeroplanner.ui.state.default_state`; pass ``state=`` (an
     :class:`~zeroplanner.ui.state.AppState`) to open elsewhere.
 
+    Layout (``grid``, an ``AppLayout``): controls on the left; the verdict (``banner``), the findings of a pasted
+    config (``findings``) and the views in tabs (``details``: :data:`TABS`, the memory chart first) in the middle;
+    the live DeepSpeed config on the right. Below 1240 px of width (a CSS container query: a narrow window or a
+    JupyterLab cell) the three columns stack. A tab's view is built the first time it opens, and only the open
+    chart is redrawn on a change; the others catch up when their tab opens.
+
     Attributes for scripts and tests: ``state`` (current :class:`AppState`), ``view`` (current :class:`View`),
     ``controls.widgets`` (control key -> widget), ``memory_chart``, ``host_chart``, ``time_chart``,
-    ``scaling_chart`` (bqplot figures), ``banner``, ``message``, ``config_area``, ``explain`` / ``compare`` (the
-    detail panels), ``share_link``, ``recomputes`` (how many times the plan was derived),
-    ``last_recompute_seconds``. Methods: ``set(**changes)``, ``load_config(text)``, ``use_this_machine()``,
-    ``share_query()``, ``build_report()``.
+    ``scaling_chart`` (bqplot figures; reading one builds it and brings it up to date), ``banner``, ``message``,
+    ``config_area``, ``explain`` / ``compare`` (the detail panels), ``share_link``, ``hf_upload`` / ``hf_area`` /
+    ``hf_message`` (bring your own config.json), ``recomputes`` (how many times the plan was derived),
+    ``last_recompute_seconds``. Methods: ``set(**changes)``, ``show_tab(name)``, ``load_config(text)``,
+    ``load_hf_config(text, name)``, ``use_this_machine()``, ``share_query()``, ``build_report()``.
     """
 
     def __init__(self, state: AppState | None = None, debounce_seconds: float = 0.05) -> None:
@@ -141,83 +162,167 @@ class PlannerApp(w.VBox):
         self._timer: asyncio.TimerHandle | None = None
 
         self.controls = Controls(self.state, self._queue)
+        html_widget = self.controls.shared.html  # one HTMLStyle and one Layout for every text widget
         self.memory_chart = MemoryChart()
-        self.host_chart = HostMemoryChart()
-        self.time_chart = StepTimeChart()
-        self.scaling_chart = ScalingChart()
-        self.banner = w.HTML()
-        self.message = w.HTML()
-        self.timing = w.HTML()
+        self._charts: dict[str, Any] = {"memory": self.memory_chart}
+        self._stale: set[str] = set()
+        self._explain_panel = None
+        self._compare_panel = None
+        self.banner = html_widget()
+        self.banner.add_class("zp-verdict")
+        self.message = html_widget()
+        self.timing = html_widget()
+        self.findings = html_widget()  # lint findings of a pasted DeepSpeed config / a read config.json, by the verdict
 
         # config preview
         self.variant_picker = w.Dropdown(options=[RECOMMENDED], value=RECOMMENDED, description="Config for",
-                                         style={"description_width": "80px"}, layout=w.Layout(width="330px"))
+                                         style={"description_width": "70px"}, layout=w.Layout(width="100%"))
         self.mode_toggle = w.ToggleButtons(options=[("DeepSpeed JSON", "deepspeed"), ("HF Trainer (auto)",
                                                                                        "hf_trainer")],
                                            value=self.state.config_mode, style={"button_width": "130px"})
         self.variant_picker.observe(lambda ch: self._queue("config_variant", ch["new"]), names="value")
         self.mode_toggle.observe(lambda ch: self._queue("config_mode", ch["new"]), names="value")
-        self.config_area = w.Textarea(layout=w.Layout(width="1085px", max_width="100%", height="360px"))
+        self.config_area = w.Textarea(layout=w.Layout(width="100%", height="430px"))
         self.config_area.add_class("zp-config")
-        self.config_actions = w.HTML()
+        self.config_actions = html_widget()
         config_box = w.VBox([
-            w.HTML("<b>DeepSpeed config</b> <span class='zp-muted'>(updates with every change; select the text "
-                   "or use the buttons)</span>"),
-            w.HBox([self.variant_picker, self.mode_toggle]),
-            self.config_actions,
-            self.config_area,
-        ])
+            html_widget("<b>DeepSpeed config</b> <span class='zp-muted'>(follows every change)</span>"),
+            self.variant_picker, self.mode_toggle, self.config_actions, self.config_area,
+        ], layout=w.Layout(width="100%"))
+        config_box.add_class("zp-config-box")
 
         # share: a link that reopens this scenario, and a self-contained report
-        self.share_link = w.HTML()
+        self.share_link = html_widget()
         self.report_button = w.Button(description="Build report", tooltip="A self-contained HTML report: "
-                                      "recommendation, charts, every term, the config", layout=w.Layout(width="130px"))
-        self.report_link = w.HTML()
+                                      "recommendation, charts, every term, the config", layout=w.Layout(width="120px"))
+        self.report_link = html_widget()
         self.report_button.on_click(lambda _: self.build_report())
-        share_box = w.HBox([w.HTML("<b>Share</b>", layout=w.Layout(width="50px")), self.share_link,
-                            self.report_button, self.report_link], layout=w.Layout(align_items="center"))
+        share_box = w.VBox([w.HBox([w.HTML("<b>Share</b>", layout=w.Layout(width="50px")), self.report_button],
+                                   layout=w.Layout(align_items="center")), self.share_link, self.report_link])
 
-        # explain a number / compare with a pinned setup (collapsed; filled when opened)
-        from .compare import ComparePanel
-        from .explain_panel import ExplainPanel
-
-        self.explain = ExplainPanel()
-        self.compare = ComparePanel()
-        self.largest_html = w.HTML()
-        self.largest_button = w.Button(description="Update", layout=w.Layout(width="90px"),
-                                       tooltip="Search the largest Llama-shaped model each variant can train here")
-        self.largest_button.on_click(lambda _: self.compute_largest())
+        # the views: the main chart first, the others in tabs beside it, each built when its tab is first opened
+        self.largest_html = html_widget()
         self._largest_for = None
         self._largest_table = ""
-        largest = w.VBox([w.HBox([self.largest_button, w.HTML(
-            "<span class='zp-muted'>Largest model each ZeRO variant can train on this cluster with these training "
-            "settings (Llama-shaped models on a 15% grid; <code>planner.largest_model</code>, about 0.3 s).</span>")]),
-            self.largest_html])
-        self.details = w.Accordion(children=[self.explain, self.compare, largest], selected_index=None)
-        self.details.set_title(0, "Explain a number (click a bar segment)")
-        self.details.set_title(1, "Compare with a pinned setup")
-        self.details.set_title(2, "Largest trainable model per variant")
-        self.details.observe(lambda _: self._update_details(), names="selected_index")
+        self._tab_boxes = [w.VBox([]) for _ in TABS]
+        self._tab_boxes[0].children = [self.memory_chart, self.memory_chart.legend]
+        self.details = w.Tab(children=self._tab_boxes, selected_index=0, titles=[t for _, t in TABS],
+                             layout=w.Layout(width="100%"))
+        self.details.observe(lambda _: self._tab_opened(), names="selected_index")
         self.memory_chart.on_select(lambda variant, term: self._explain_clicked("memory", variant, term))
-        self.time_chart.on_select(lambda variant, part: self._explain_clicked("time", variant, part))
 
         self.extras = self._build_extras()
-        about = w.Accordion(children=[w.HTML(self._about_html())], selected_index=None)
+        about = w.Accordion(children=[html_widget(self._about_html())], selected_index=None)
         about.set_title(0, "About")
+        self.about = about
 
-        charts = w.Box(
-            [_with_legend(self.memory_chart), _with_legend(self.time_chart), self.host_chart, self.scaling_chart],
-            layout=w.Layout(display="flex", flex_flow="row wrap", width="100%"),
-        )
-        right = w.VBox([self.banner, self.message, charts, self.timing, self.details, share_box, config_box],
-                       layout=w.Layout(flex="1 1 auto", min_width="0"))
         self.controls.extra.children = self.extras
-        top = w.HBox([self.controls, right], layout=w.Layout(width="100%", align_items="flex-start"))
-        super().__init__([w.HTML(_CSS), top, about], layout=w.Layout(width="100%"))
+        self.controls.layout = w.Layout(width="100%", min_width="0", overflow_y="auto", max_height="860px")
+        center = w.VBox([self.message, self.banner, self.findings, self.details, self.timing],
+                        layout=w.Layout(min_width="0", width="100%"))
+        center.add_class("zp-center")
+        right = w.VBox([config_box, share_box], layout=w.Layout(min_width="0", width="100%"))
+        right.add_class("zp-right")
+        self.grid = w.AppLayout(left_sidebar=self.controls, center=center, right_sidebar=right,
+                                pane_widths=["300px", "1fr", "380px"], grid_gap="10px",
+                                layout=w.Layout(width="100%", align_items="flex-start"))
+        self.grid.add_class("zp-grid")
+        super().__init__([html_widget(_CSS), self.grid, about], layout=w.Layout(width="100%"))
         self.add_class("zp-app")
         self.flush()
         if link_problem:
             self.message.value = f"<div class='zp-error'>{html.escape(link_problem)}</div>"
+
+    # -- views in tabs ------------------------------------------------------------------------------------------
+    def tab_index(self, name: str) -> int:
+        """Index of the tab ``name`` (one of :data:`TABS`' keys: memory, time, host, scaling, explain, compare,
+        largest)."""
+        return [key for key, _ in TABS].index(name)
+
+    def show_tab(self, name: str) -> None:
+        """Open the tab ``name`` (builds its view the first time and brings it up to date)."""
+        self.details.selected_index = self.tab_index(name)
+        self._tab_opened()
+
+    def _visible(self) -> str:
+        index = self.details.selected_index
+        return TABS[index][0] if index is not None else ""
+
+    def _chart(self, name: str):
+        """The chart of tab ``name``, built (and placed in its tab) on first use."""
+        chart = self._charts.get(name)
+        if chart is None:
+            chart = {"time": StepTimeChart, "host": HostMemoryChart, "scaling": ScalingChart}[name]()
+            if name == "time":
+                chart.on_select(lambda variant, part: self._explain_clicked("time", variant, part))
+            self._charts[name] = chart
+            self._stale.add(name)
+            self._tab_boxes[self.tab_index(name)].children = [chart, chart.legend]
+        if name in self._stale and self.view is not None:
+            self._stale.discard(name)
+            self._update_chart(name, self.view)
+        return chart
+
+    @property
+    def time_chart(self) -> StepTimeChart:
+        return self._chart("time")
+
+    @property
+    def host_chart(self) -> HostMemoryChart:
+        return self._chart("host")
+
+    @property
+    def scaling_chart(self) -> ScalingChart:
+        return self._chart("scaling")
+
+    @property
+    def explain(self):
+        """The Explain panel (built when first needed)."""
+        if self._explain_panel is None:
+            from .explain_panel import ExplainPanel
+
+            self._explain_panel = ExplainPanel()
+            self._tab_boxes[self.tab_index("explain")].children = [self._explain_panel]
+        return self._explain_panel
+
+    @property
+    def compare(self):
+        """The Compare panel (built when first needed)."""
+        if self._compare_panel is None:
+            from .compare import ComparePanel
+
+            self._compare_panel = ComparePanel()
+            self._tab_boxes[self.tab_index("compare")].children = [self._compare_panel]
+            if self.view is not None:
+                self._compare_panel.update(self.state.scenario)
+        return self._compare_panel
+
+    def _largest_box(self) -> None:
+        box = self._tab_boxes[self.tab_index("largest")]
+        if box.children:
+            return
+        self.largest_button = w.Button(description="Update", layout=w.Layout(width="90px"),
+                                       tooltip="Search the largest Llama-shaped model each variant can train here")
+        self.largest_button.on_click(lambda _: self.compute_largest())
+        box.children = [w.HBox([self.largest_button, w.HTML(
+            "<span class='zp-muted'>Largest model each ZeRO variant can train on this cluster with these training "
+            "settings (Llama-shaped models on a 15% grid; <code>planner.largest_model</code>, about 0.3 s).</span>")]),
+            self.largest_html]
+
+    def _tab_opened(self) -> None:
+        name = self._visible()
+        if name in ("time", "host", "scaling"):
+            self._chart(name)
+        elif name == "memory" and "memory" in self._stale and self.view is not None:
+            self._stale.discard("memory")
+            self._update_chart("memory", self.view)
+        elif name == "explain":
+            self.explain  # noqa: B018 - builds it
+        elif name == "compare":
+            self.compare  # noqa: B018
+        elif name == "largest":
+            self._largest_box()
+        self._update_details()
 
     # -- change handling ----------------------------------------------------------------------------------------
     def _queue(self, key: str, value: Any) -> None:
@@ -297,11 +402,13 @@ class PlannerApp(w.VBox):
         cost nothing per change; opening one brings it up to date."""
         if self.view is None:
             return
-        if self.details.selected_index == 0:
+        visible = self._visible()
+        if visible == "explain":
             self.explain.set_variants([(label, sc) for label, sc in zip(self.view.memory.labels,
                                                                         self.view.variant_scenarios)])
-        self.compare.update(self.state.scenario)  # plans only while something is pinned
-        if self.details.selected_index == 2 and self._largest_for is None:
+        if self._compare_panel is not None:
+            self._compare_panel.update(self.state.scenario)  # plans only while something is pinned
+        if visible == "largest" and self._largest_for is None:
             self.compute_largest()
         elif self._largest_for is not None and self._largest_for != self.state.scenario:
             self.largest_html.value = ("<div class='zp-muted'>Out of date: the setup changed. Press Update.</div>"
@@ -338,8 +445,7 @@ class PlannerApp(w.VBox):
 
         if self.view is None or not 0 <= variant < len(self.view.memory.labels):
             return
-        self.details.selected_index = 0
-        self._update_details()
+        self.show_tab("explain")
         key = MEMORY_KEYS[part] if chart == "memory" else "time:" + TIME_SEGMENTS[part][0]
         try:
             self.explain.show(self.view.memory.labels[variant], key)
@@ -383,6 +489,26 @@ class PlannerApp(w.VBox):
             url = self._link_url()
         except Exception:  # pragma: no cover - share never raises beyond ValueError
             url = None
+        uploaded = self._uploaded_model
+        if uploaded is not None and uploaded[1] == self.state.scenario.model:
+            from ..share import page_url, scenario_to_query
+
+            try:
+                query = scenario_to_query(self.state.scenario, approximate_model=True)
+            except ValueError:
+                query = None
+            note = (f"<span class='zp-muted zp-uploaded-note'>The model came from an uploaded config.json "
+                    f"({html.escape(uploaded[0][:120])}); a link cannot carry it"
+                    + (", so this link opens a model of the same parameter count." if query else ".") + "</span>")
+            if query:
+                url = f"{page_url() or ''}?{query}"
+                js = (f"navigator.clipboard.writeText({json.dumps(url)}).then(()=>{{this.textContent='Link copied'}},"
+                      "()=>{this.textContent='Copy failed'})")
+                note = (f"<button class='zp-button zp-copy-link' title='{html.escape(url)}' "
+                        f"onclick=\"{html.escape(js)}\">Copy link (parameter count only)</button><br>" + note)
+            self.share_link.value = note
+            self.report_link.value = ""
+            return
         if url is None:
             try:  # say why (a HF config.json model, a probed GPU, a setting a link has no key for)
                 self.share_query()
@@ -397,11 +523,19 @@ class PlannerApp(w.VBox):
                                      f"onclick=\"{html.escape(js)}\">Copy link</button>")
         self.report_link.value = ""
 
+    def _update_chart(self, name: str, view: View) -> None:
+        chart = self._charts[name]
+        chart.update({"memory": view.memory, "host": view.memory, "time": view.time,
+                      "scaling": view.scaling}[name])
+
     def _render(self, view: View) -> None:
-        self.memory_chart.update(view.memory)
-        self.host_chart.update(view.memory)
-        self.time_chart.update(view.time)
-        self.scaling_chart.update(view.scaling)
+        visible = self._visible()
+        for name in self._charts:  # only the chart on screen is redrawn; the others when their tab opens
+            if name == visible:
+                self._stale.discard(name)
+                self._update_chart(name, view)
+            else:
+                self._stale.add(name)
         self.banner.value = view.banner_html
         if tuple(self.variant_picker.options) != view.variant_options:
             with self.variant_picker.hold_trait_notifications():
@@ -447,19 +581,85 @@ class PlannerApp(w.VBox):
         self.probe_button = w.Button(description="Use this machine", tooltip="Probe this machine's GPUs and host "
                                      "RAM in a short-lived subprocess and fill the controls",
                                      layout=w.Layout(width="100%"))
-        self.probe_message = w.HTML()
+        html_widget = self.controls.shared.html
+        self.probe_message = html_widget()
         self.probe_button.on_click(lambda _: self.use_this_machine())
         self.paste_area = w.Textarea(placeholder=f"Paste a DeepSpeed config (JSON, at most {MAX_CONFIG_BYTES:,} "
                                                  "bytes) here, then Load",
                                      layout=w.Layout(width="100%", height="120px"))
         self.paste_mode = w.Checkbox(value=False, description="HF Trainer config (\"auto\" allowed)", indent=False)
         self.paste_button = w.Button(description="Load config", layout=w.Layout(width="120px"))
-        self.paste_findings = w.HTML()
         self.paste_button.on_click(lambda _: self.load_config(self.paste_area.value))
-        paste = w.VBox([self.paste_area, self.paste_mode, self.paste_button, self.paste_findings])
-        acc = w.Accordion(children=[paste], selected_index=None)
-        acc.set_title(0, "Paste your DeepSpeed config")
-        return [w.HTML("<b>Your setup</b>"), self.probe_button, self.probe_message, acc]
+        paste = w.VBox([self.paste_area, self.paste_mode, self.paste_button])
+        # bring your own model: a HF config.json, uploaded or pasted (the CLI's --hf-config reader and limits)
+        self.hf_upload = w.FileUpload(accept=".json,application/json", multiple=False,
+                                      description="Upload config.json", layout=w.Layout(width="100%"))
+        self.hf_upload.observe(self._hf_uploaded, names="value")
+        self.hf_area = w.Textarea(placeholder="or paste a HF config.json here, then Use this model",
+                                  layout=w.Layout(width="100%", height="90px"))
+        self.hf_button = w.Button(description="Use this model", layout=w.Layout(width="140px"))
+        self.hf_button.on_click(lambda _: self.load_hf_config(self.hf_area.value, "pasted config.json"))
+        self.hf_message = html_widget()
+        self.hf_message.add_class("zp-hf-message")
+        hf = w.VBox([self.hf_upload, self.hf_area, self.hf_button, self.hf_message])
+        self._uploaded_model = None  # (file name, Architecture) of a model read from a config.json
+        acc = w.Accordion(children=[hf, paste], selected_index=None)
+        acc.set_title(0, "Your model: HF config.json")
+        acc.set_title(1, "Paste your DeepSpeed config")
+        self.paste_findings = self.findings
+        return [html_widget("<b>Your setup</b>"), self.probe_button, self.probe_message, acc]
+
+    def _hf_uploaded(self, change) -> None:
+        files = change["new"] or ()
+        if not files:
+            return
+        item = files[-1]
+        name = str(item.get("name", "config.json"))
+        content = item.get("content", b"")
+        data = content.tobytes() if hasattr(content, "tobytes") else bytes(content)
+        self.load_hf_config(data, name)
+
+    def load_hf_config(self, text: str | bytes, name: str = "config.json"):
+        """Make a HF ``config.json`` (its text or bytes) the scenario's model, with the reader and limits of the
+        CLI's ``--hf-config`` (``zeroplanner.catalog.hfconfig``: size, JSON, ``model_type``, shape keys). Errors are shown
+        in the page naming the key; the last valid setup stays. Returns the Architecture, or None."""
+        from ..catalog.hfconfig import MAX_CONFIG_BYTES as HF_LIMIT
+        from ..catalog.hfconfig import architecture_from_hf_config
+
+        raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        shown = html.escape(name[:120])
+        try:
+            if not raw.strip():
+                raise ValueError("the file is empty")
+            if len(raw) > HF_LIMIT:
+                raise ValueError(f"{len(raw):,} bytes; the limit is {HF_LIMIT:,} bytes")
+            try:
+                data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"not UTF-8 text: {exc}") from None
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not valid JSON: {exc}") from None
+            if not isinstance(data, dict):
+                raise ValueError(f"must hold a JSON object, not {type(data).__name__}")
+            stem = name.rsplit("/", 1)[-1].removesuffix(".json")
+            label = data.get("_name_or_path") if isinstance(data.get("_name_or_path"), str) else None
+            arch = architecture_from_hf_config(data, name=(label or stem or "uploaded")[:200])
+            scenario = self.state.scenario.model_copy(update={"model": arch})
+            from ..specs import Scenario
+
+            scenario = Scenario.model_validate(scenario.model_dump())  # the specs' cross-field rules
+        except Exception as exc:  # ValueError/ValidationError name the key; anything else is shown, not raised
+            _log.debug("HF config not read", exc_info=True)
+            self.hf_message.value = (f"<div class='zp-error'><b>Cannot use {shown}:</b> "
+                                     f"{html.escape(error_message(exc))}. The planner keeps the last valid "
+                                     "setup.</div>")
+            return None
+        self._uploaded_model = (name, scenario.model)
+        self._replace_scenario(scenario)
+        self.hf_message.value = (
+            f"<div class='zp-muted'>Model from <b>{shown}</b>: {html.escape(arch.name)} ({arch.family}), "
+            f"{arch.parameter_count / 1e9:,.2f} B parameters. Any model preset replaces it.</div>")
+        return arch
 
     def _replace_scenario(self, scenario) -> None:
         """Adopt a whole new scenario (probe, pasted config): one recompute, widgets updated to show it."""

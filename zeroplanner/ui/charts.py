@@ -19,16 +19,27 @@ from .state import MEMORY_TERMS, TIME_PARTS, MemoryView, ScalingView, TimeView
 TERM_COLORS = tuple(s.colour for s in MEMORY_SEGMENTS)
 TIME_COLORS = tuple(s.colour for s in TIME_SEGMENTS)
 """Segment colours, bottom to top, from the cost model's term registry (the report and compare view use the same)."""
-LINE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-               "#bcbd22", "#17becf")
+LINE_COLORS = ("#000000", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+               "#17becf", "#bcbd22")
+LINE_MARKERS = ("circle", "square", "triangle-up", "diamond", "cross", "triangle-down", "circle", "square",
+                "diamond", "cross")
+"""Scaling lines differ by colour and by marker (eight lines are hard to tell apart by colour alone)."""
 FIT_COLOR = "#2e7d32"
+HOST_COLOR = "#9d755d"
 OOM_COLOR = "#c62828"
 
-FIGURE_WIDTH_PX, FIGURE_HEIGHT_PX = 540, 340
+FIGURE_WIDTH_PX, FIGURE_HEIGHT_PX = 680, 360
 _FIG_LAYOUT = dict(width=f"{FIGURE_WIDTH_PX}px", height=f"{FIGURE_HEIGHT_PX}px", flex="0 0 auto")
 """Fixed figure sizes: a figure whose size follows its container is re-laid out (axes, every bar) whenever text
 elsewhere on the page changes width, which costs hundreds of ms in the browser."""
-_MARGIN = {"top": 45, "bottom": 80, "left": 80, "right": 35}
+_MARGIN = {"top": 36, "bottom": 52, "left": 64, "right": 16}
+_X_TICKS = {"font-size": "11px"}
+"""Variant ticks are short names (:func:`short_label`) written level, so they neither overlap nor reach past the
+figure; the full names are in the legend's key and in every bar's tooltip."""
+OFFSCALE_FACTOR = 1.6
+"""The memory axis runs to about the GPU's memory: to ``nice_ceiling(OFFSCALE_FACTOR x capacity)`` at most. Bars
+beyond it are drawn to the top edge and labelled with their value (ZeRO-0 of a 70B model is 1,400 GiB; on its
+scale every configuration that fits would be a sliver at the bottom)."""
 
 
 def _same(old, new) -> bool:
@@ -65,18 +76,20 @@ def nice_ceiling(x: float) -> float:
     return float(10 ** (k + 1))
 
 
-def legend_html(items: list[tuple[str, str, str]]) -> str:
+def legend_html(items: list[tuple[str, str, str]], key: str = "") -> str:
     """An HTML legend row: (kind "box" or "dash", colour, text) per entry. Kept outside the SVG so it never covers
     a bar."""
     parts = []
     for kind, color, text in items:
         if kind == "dash":
             style = f"width:18px;border-top:2px dashed {color};margin:0 4px 3px 0"
+        elif kind == "line":
+            style = f"width:18px;border-top:3px solid {color};margin:0 4px 3px 0"
         else:
             style = f"width:11px;height:11px;background:{color};margin:0 4px -1px 0"
         mark = f"<span style='display:inline-block;{style}'></span>"
         parts.append(f"<span style='margin-right:10px;white-space:nowrap'>{mark}{html.escape(text)}</span>")
-    return f"<div style='font-size:12px;line-height:1.5;padding-left:60px'>{''.join(parts)}</div>"
+    return f"<div style='font-size:12px;line-height:1.5;padding-left:8px'>{''.join(parts)}</div>{key}"
 
 
 class _SegmentClicks:
@@ -112,15 +125,35 @@ class _SegmentClicks:
         figure.on_select = lambda callback: figure._select_callbacks.append(callback)
 
 
-def _short(label: str) -> str:
-    """Axis tick text for a variant label: 'ZeRO-3 + CPU optimizer & params' -> 'Z3+CPU opt&param'."""
+_SHORT = (("ZeRO-", "Z"), (" + NVMe optimizer & params", " NVMe-op"), (" + CPU optimizer & params", " CPU-op"),
+          (" + CPU optimizer", " CPU-o"), (" + NVMe optimizer", " NVMe-o"), (" + ZeRO++", "++"))
+
+
+def short_label(label: str) -> str:
+    """Axis tick text for a variant label, short enough to sit level under its bar: 'ZeRO-3 + CPU optimizer &
+    params' -> 'Z3 CPU-op', 'Recommended' -> 'Rec.' (the legend's key and the tooltips give the full name)."""
     if label == "Recommended":
-        return "Recommended"
-    return (label.replace("ZeRO-", "Z").replace(" + ", "+").replace("CPU optimizer", "CPU opt")
-            .replace("NVMe optimizer", "NVMe opt").replace(" & params", "&param").replace("optimizer", "opt"))
+        return "Rec."
+    for old, new in _SHORT:
+        label = label.replace(old, new)
+    return label if len(label) <= 10 else label[:9] + "…"
+
+
+_short = short_label
+
+
+def ticks_key_html(labels) -> str:
+    """The legend's key from short tick names to full variant names."""
+    items = [f"<b>{html.escape(short_label(lab))}</b>&nbsp;{html.escape(lab)}" for lab in labels
+             if short_label(lab) != lab]
+    if not items:
+        return ""
+    return ("<div class='zp-tick-key' style='font-size:11px;color:#555;padding-left:8px'>"
+            + " · ".join(items) + "</div>")
 
 
 def _figure(title: str, marks, axes, legend: str = "top-right", **layout) -> dict:
+    """Figure settings shared by the charts (legends are HTML under the figure, never over the data)."""
     return dict(
         marks=marks,
         axes=axes,
@@ -134,51 +167,59 @@ def _figure(title: str, marks, axes, legend: str = "top-right", **layout) -> dic
 
 
 class MemoryChart(bq.Figure):
-    """Stacked bars: per-GPU memory of every variant by term (GiB), the GPU's capacity as a dashed line, and a
-    "fits" / "OOM" label over each bar. Hovering a segment shows its GiB and the cost-model terms (formula names)."""
+    """Stacked bars: per-GPU memory of every variant by term (GiB), the GPU's capacity as a labelled dashed line,
+    and a "fits" / "OOM" label over each bar. The axis runs to about the GPU's memory (:data:`OFFSCALE_FACTOR`);
+    bars beyond it reach the top edge and carry their value. Hovering a segment shows its GiB and the cost-model
+    terms (formula names)."""
 
     def __init__(self) -> None:
         self.x_scale = bq.OrdinalScale()
         self.y_scale = bq.LinearScale(min=0.0)
+        scales = {"x": self.x_scale, "y": self.y_scale}
         self.bars = bq.Bars(
             x=[], y=[], type="stacked", colors=list(TERM_COLORS), labels=[name for _, name in MEMORY_TERMS],
-            display_legend=False, scales={"x": self.x_scale, "y": self.y_scale}, padding=0.25,
-            stroke="white", opacity_mode="auto",
+            display_legend=False, scales=scales, padding=0.25, stroke="white", opacity_mode="auto",
         )
         self.capacity = bq.Lines(
             x=[], y=[], colors=[OOM_COLOR], line_style="dashed", stroke_width=2, labels=["GPU memory"],
-            display_legend=False, scales={"x": self.x_scale, "y": self.y_scale},
+            display_legend=False, scales=scales,
         )
+        self.capacity_label = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="start", default_size=11,
+                                       y_offset=-7, x_offset=-30, scales=scales)
         self.legend = w.HTML()
         self.fit_labels = bq.Label(x=[], y=[], text=[], colors=[FIT_COLOR], align="middle", default_size=12,
-                                   font_weight="bold", y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
+                                   font_weight="bold", y_offset=-6, scales=scales)
         self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=12,
-                                   font_weight="bold", y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
+                                   font_weight="bold", y_offset=-6, scales=scales)
+        self.offscale_labels = bq.Label(x=[], y=[], text=[], colors=["white"], align="middle", default_size=11,
+                                        font_weight="bold", scales=scales)
         self.tooltip_html = w.HTML(layout=w.Layout(max_width="420px"))
         self.bars.tooltip = self.tooltip_html
         self.bars.on_hover(self._on_hover)
         self._view: MemoryView | None = None
         _SegmentClicks.install(self, self.bars, len(MEMORY_TERMS))
         axes = [
-            bq.Axis(scale=self.x_scale, label="ZeRO variant", tick_rotate=-25, label_offset="62px",
-                    tick_style={"font-size": "11px"}),
+            bq.Axis(scale=self.x_scale, label="ZeRO variant", label_offset="36px", tick_style=_X_TICKS),
             bq.Axis(scale=self.y_scale, side="left", label="GiB per GPU", tick_format=".0f",
                     label_offset="45px", grid_lines="dashed"),
         ]
         super().__init__(**_figure("Memory per GPU (GiB)",
-                                   [self.bars, self.capacity, self.fit_labels, self.oom_labels], axes))
+                                   [self.bars, self.capacity, self.capacity_label, self.fit_labels,
+                                    self.oom_labels, self.offscale_labels], axes))
 
     def update(self, view: MemoryView) -> None:
         self._view = view
         ticks = [_short(label) for label in view.labels]
-        top = nice_ceiling(float(max(view.total_gib.max(initial=0.0), view.capacity_gib)) * 1.1)
+        cap = float(view.capacity_gib)
+        peak = float(view.total_gib.max(initial=0.0))
+        top = nice_ceiling(max(min(peak, OFFSCALE_FACTOR * cap), cap) * 1.1)
         assign(self.x_scale, domain=ticks)
         assign(self.y_scale, max=top)
         assign(self.bars, x=ticks, y=view.gib)
-        assign(self.capacity, x=ticks, y=[view.capacity_gib] * len(ticks),
-               labels=[f"GPU memory ({view.capacity_gib:.0f} GiB)"])
+        assign(self.capacity, x=ticks, y=[cap] * len(ticks), labels=[f"GPU memory ({cap:.0f} GiB)"])
+        assign(self.capacity_label, x=ticks[-1:], y=[cap], text=[f"GPU {cap:.0f} GiB"])
         legend = legend_html([("box", c, n) for c, (_, n) in zip(TERM_COLORS, MEMORY_TERMS)]
-                             + [("dash", OOM_COLOR, f"GPU memory ({view.capacity_gib:.0f} GiB)")])
+                             + [("dash", OOM_COLOR, f"GPU memory ({cap:.0f} GiB)")], ticks_key_html(view.labels))
         if self.legend.value != legend:
             self.legend.value = legend
         fit = [i for i, ok in enumerate(view.fits_gpu) if ok]
@@ -186,6 +227,9 @@ class MemoryChart(bq.Figure):
         for mark, idx, word in ((self.fit_labels, fit, "fits"), (self.oom_labels, oom, "OOM")):
             assign(mark, x=[ticks[i] for i in idx], y=[float(min(view.total_gib[i], top / 1.08)) for i in idx],
                    text=[word for _ in idx])
+        off = [i for i, t in enumerate(view.total_gib) if t > top]
+        assign(self.offscale_labels, x=[ticks[i] for i in off], y=[top * 0.8 for _ in off],
+               text=[f"{view.total_gib[i]:,.0f}↑" for i in off])
 
     def _on_hover(self, mark, event) -> None:
         view = self._view
@@ -227,33 +271,42 @@ def step_tooltip(view: TimeView, part: int, variant: int) -> str:
 
 
 class HostMemoryChart(bq.Figure):
-    """Host RAM per node (GiB) of every variant, with the node's RAM as a dashed line."""
+    """Host RAM per node (GiB) of every variant, with the node's RAM as a labelled dashed line."""
 
     def __init__(self) -> None:
         self.x_scale = bq.OrdinalScale()
         self.y_scale = bq.LinearScale(min=0.0)
-        self.bars = bq.Bars(x=[], y=[], colors=["#9d755d"], scales={"x": self.x_scale, "y": self.y_scale},
-                            padding=0.25, labels=["Host RAM used"], display_legend=True)
+        scales = {"x": self.x_scale, "y": self.y_scale}
+        self.bars = bq.Bars(x=[], y=[], colors=[HOST_COLOR], scales=scales, padding=0.25,
+                            labels=["Host RAM used"], display_legend=False)
         self.capacity = bq.Lines(x=[], y=[], colors=[OOM_COLOR], line_style="dashed", stroke_width=2,
-                                 labels=["Host RAM per node"], display_legend=True,
-                                 scales={"x": self.x_scale, "y": self.y_scale})
+                                 labels=["Host RAM per node"], display_legend=False, scales=scales)
+        self.capacity_label = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="start", default_size=11,
+                                       y_offset=-7, x_offset=-30, scales=scales)
         self.bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["variant", "GiB per node"], formats=["", ".1f"])
+        self.legend = w.HTML()
         axes = [
-            bq.Axis(scale=self.x_scale, label="ZeRO variant", tick_rotate=-25, label_offset="62px",
-                    tick_style={"font-size": "11px"}),
+            bq.Axis(scale=self.x_scale, label="ZeRO variant", label_offset="36px", tick_style=_X_TICKS),
             bq.Axis(scale=self.y_scale, side="left", label="GiB per node", tick_format=".0f",
                     label_offset="45px", grid_lines="dashed"),
         ]
-        super().__init__(**_figure("Host RAM per node (GiB)", [self.bars, self.capacity], axes))
+        super().__init__(**_figure("Host RAM per node (GiB)", [self.bars, self.capacity, self.capacity_label],
+                                   axes))
 
     def update(self, view: MemoryView) -> None:
         ticks = [_short(label) for label in view.labels]
-        top = nice_ceiling(float(max(view.host_gib.max(initial=0.0), view.host_capacity_gib)) * 1.3)
+        cap = float(view.host_capacity_gib)
+        top = nice_ceiling(float(max(view.host_gib.max(initial=0.0), cap)) * 1.15)
         assign(self.x_scale, domain=ticks)
         assign(self.y_scale, max=top)
         assign(self.bars, x=ticks, y=view.host_gib)
-        assign(self.capacity, x=ticks, y=[view.host_capacity_gib] * len(ticks),
-               labels=[f"Host RAM per node ({view.host_capacity_gib:.0f} GiB)"])
+        assign(self.capacity, x=ticks, y=[cap] * len(ticks), labels=[f"Host RAM per node ({cap:.0f} GiB)"])
+        assign(self.capacity_label, x=ticks[-1:], y=[cap], text=[f"node {cap:.0f} GiB"])
+        legend = legend_html([("box", HOST_COLOR, "Host RAM used per node"),
+                              ("dash", OOM_COLOR, f"Host RAM per node ({cap:.0f} GiB)")],
+                             ticks_key_html(view.labels))
+        if self.legend.value != legend:
+            self.legend.value = legend
 
 
 def _rate(tps: float) -> str:
@@ -284,8 +337,8 @@ class StepTimeChart(bq.Figure):
         self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=11,
                                    font_weight="bold", y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
         axes = [
-            bq.Axis(scale=self.x_scale, label="ZeRO variant (tokens/s over bars)", tick_rotate=-25,
-                    label_offset="62px", tick_style={"font-size": "11px"}),
+            bq.Axis(scale=self.x_scale, label="ZeRO variant (tokens/s over bars)", label_offset="36px",
+                    tick_style=_X_TICKS),
             bq.Axis(scale=self.y_scale, side="left", label="seconds per step", tick_format=".3~g",
                     label_offset="45px", grid_lines="dashed"),
         ]
@@ -303,6 +356,10 @@ class StepTimeChart(bq.Figure):
     def update(self, view: TimeView) -> None:
         self._view = view
         ticks = [_short(label) for label in view.labels]
+        legend = legend_html([("box", c, n) for c, (_, n) in zip(TIME_COLORS, TIME_PARTS)],
+                             ticks_key_html(view.labels))
+        if self.legend.value != legend:
+            self.legend.value = legend
         totals = view.seconds.sum(axis=0)
         top = nice_ceiling(float(totals.max(initial=0.0)) * 1.12)
         assign(self.x_scale, domain=ticks)
@@ -317,31 +374,32 @@ class StepTimeChart(bq.Figure):
 
 
 class ScalingChart(bq.Figure):
-    """Tokens/s against node count (log axis), one line per variant over the node counts where it fits, and the
-    current node count as a vertical dotted line. One ``Lines`` mark per variant, created once (more are added only
-    if a plan ever has more variants than before)."""
+    """Tokens/s against node count (log axis), one line per variant over the node counts where it fits (each with
+    its own colour and marker, named in the HTML legend under the figure), and the current node count as a
+    vertical dotted line. One ``Lines`` mark per variant, created once (more are added only if a plan ever has
+    more variants than before)."""
 
     def __init__(self) -> None:
         self.x_scale = bq.LogScale()
         self.y_scale = bq.LogScale()
         self.lines: list[bq.Lines] = []
+        self.legend = w.HTML()
         self.current = bq.Lines(x=[1.0, 1.0], y=[1.0, 10.0], colors=["#555555"], line_style="dotted",
-                                stroke_width=2, labels=["current nodes"], display_legend=True,
+                                stroke_width=2, labels=["current nodes"], display_legend=False,
                                 scales={"x": self.x_scale, "y": self.y_scale})
         axes = [
-            bq.Axis(scale=self.x_scale, label="nodes (log)", tick_format=".0f", label_offset="35px"),
+            bq.Axis(scale=self.x_scale, label="nodes (log)", tick_format=".0f", label_offset="32px"),
             bq.Axis(scale=self.y_scale, side="left", label="tokens/s (log)", tick_format=".2s",
                     label_offset="45px", grid_lines="dashed"),
         ]
-        super().__init__(**_figure("Scaling: tokens/s vs nodes", [self.current], axes, legend="top-left"))
-        self.fig_margin = {"top": 45, "bottom": 50, "left": 80, "right": 35}
+        super().__init__(**_figure("Scaling: tokens/s vs nodes", [self.current], axes))
 
     def _line(self, i: int) -> bq.Lines:
         while len(self.lines) <= i:
             k = len(self.lines)
-            line = bq.Lines(x=[], y=[], colors=[LINE_COLORS[k % len(LINE_COLORS)]], marker="circle",
-                            marker_size=18, stroke_width=2, display_legend=True, labels=[""],
-                            scales={"x": self.x_scale, "y": self.y_scale})
+            line = bq.Lines(x=[], y=[], colors=[LINE_COLORS[k % len(LINE_COLORS)]],
+                            marker=LINE_MARKERS[k % len(LINE_MARKERS)], marker_size=28, stroke_width=2,
+                            display_legend=False, labels=[""], scales={"x": self.x_scale, "y": self.y_scale})
             line.tooltip = bq.Tooltip(fields=["x", "y"], labels=["nodes", "tokens/s"], formats=[".0f", ",.0f"])
             self.lines.append(line)
             self.marks = [*self.lines, self.current]
@@ -350,9 +408,11 @@ class ScalingChart(bq.Figure):
     def update(self, view: ScalingView) -> None:
         y = view.tokens_per_second
         finite = np.isfinite(y) & (y > 0)
-        if finite.any():  # whole decades that hold every point, and one more above for the legend
+        if finite.any():  # whole decades that hold every point
             bottom = float(10 ** np.floor(np.log10(y[finite].min())))
-            top = float(10 ** (np.ceil(np.log10(y[finite].max() * 1.05)) + 1))
+            top = float(10 ** np.ceil(np.log10(y[finite].max() * 1.05)))
+            if top <= bottom:
+                top = bottom * 10
         else:
             bottom, top = 1.0, 10.0
         assign(self.x_scale, min=float(min(view.nodes.min(), view.current_nodes)),
@@ -360,11 +420,16 @@ class ScalingChart(bq.Figure):
         assign(self.y_scale, min=bottom, max=top)
         decades = 10.0 ** np.arange(np.log10(bottom), np.log10(top) + 0.5)
         assign(self.axes[1], tick_values=decades)
+        items = []
         for i, label in enumerate(view.labels):
             line = self._line(i)
             ok = finite[i]
-            assign(line, x=view.nodes[ok], y=y[i][ok], labels=[label if ok.any() else f"{label} (does not fit)"],
-                   visible=bool(ok.any()))
+            name = label if ok.any() else f"{label} (does not fit)"
+            assign(line, x=view.nodes[ok], y=y[i][ok], labels=[name], visible=bool(ok.any()))
+            items.append(("line", LINE_COLORS[i % len(LINE_COLORS)], name))
         for line in self.lines[len(view.labels):]:
             assign(line, visible=False)
         assign(self.current, x=[float(view.current_nodes)] * 2, y=[bottom, top])
+        legend = legend_html(items + [("dash", "#555555", f"current: {view.current_nodes} nodes")])
+        if self.legend.value != legend:
+            self.legend.value = legend

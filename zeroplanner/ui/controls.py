@@ -16,6 +16,10 @@ import math
 from typing import Any, Callable
 
 import ipywidgets as w
+from ipywidgets.widgets.widget_bool import CheckboxStyle
+from ipywidgets.widgets.widget_description import DescriptionStyle
+from ipywidgets.widgets.widget_int import SliderStyle
+from ipywidgets.widgets.widget_string import HTMLStyle
 
 from .. import catalog
 from ..inputs import BY_CONTROL, Input
@@ -26,6 +30,29 @@ SECTIONS = {"training": "Training", "zero": "ZeRO buckets and ZeRO++", "offload"
             "lora": "LoRA / QLoRA"}
 """The Advanced sections, in order (an input's ``Widget.section`` names one; ``"main"`` is above them)."""
 _WIDE = w.Layout(width="97%")
+
+
+class SharedStyles:
+    """One Style / Layout model per kind, shared by every control (ipywidgets lets widgets share them): a page
+    loads one ``SliderStyle`` instead of one per slider, and one ``Layout`` instead of one per checkbox or note.
+    Nothing may mutate these in place; give a widget its own ``Layout`` to change it."""
+
+    def __init__(self, description_width: str = _DESC["description_width"]) -> None:
+        self.slider = SliderStyle(description_width=description_width)
+        self.description = DescriptionStyle(description_width=description_width)
+        self.checkbox = CheckboxStyle()
+        self.html_style = HTMLStyle()
+        self.wide = w.Layout(width="97%")
+        self.plain = w.Layout()
+
+    def style_for(self, kind: str):
+        return {"log_slider": self.slider, "int_slider": self.slider, "float_slider": self.slider,
+                "checkbox": self.checkbox}.get(kind, self.description)
+
+    def html(self, value: str = "", **kwargs) -> w.HTML:
+        """An HTML widget with the shared style and (unless ``layout=`` is given) the shared plain layout."""
+        kwargs.setdefault("layout", self.plain)
+        return w.HTML(value, style=self.html_style, **kwargs)
 
 
 def _log_slider(description: str, value: float, lo: float, hi: float, step: float = 0.01, fmt: str = ".3g",
@@ -49,12 +76,14 @@ def widget_options(inp: Input) -> list:
     return list(inp.choices)
 
 
-def make_widget(inp: Input, value: Any, *, style: dict = _DESC, layout: w.Layout | None = _WIDE,
-                **overrides: Any) -> w.Widget:
+def make_widget(inp: Input, value: Any, *, style: Any = _DESC, layout: w.Layout | None = _WIDE,
+                shared: SharedStyles | None = None, **overrides: Any) -> w.Widget:
     """The widget of one input of :data:`zeroplanner.inputs.INPUTS` (its ``Widget`` row: kind, description,
     shown range), showing ``value`` (widget units). Text boxes are bounded by the spec field's own bounds.
     ``overrides`` replace the row's settings (the tutorial's shorter node slider: ``high=64``)."""
     spec = inp.widget
+    if shared is not None:
+        style, layout = shared.style_for(spec.kind), shared.wide
     lo = overrides.get("low", spec.low)
     hi = overrides.get("high", spec.high)
     desc = overrides.get("description", spec.description)
@@ -64,7 +93,8 @@ def make_widget(inp: Input, value: Any, *, style: dict = _DESC, layout: w.Layout
         return w.Dropdown(options=overrides.get("options", widget_options(inp)), value=value, description=desc,
                           style=style, **layout_kw)
     if kind == "checkbox":
-        return w.Checkbox(value=value, description=desc, indent=False)
+        extra = {} if shared is None else {"style": shared.checkbox, "layout": shared.plain}
+        return w.Checkbox(value=value, description=desc, indent=False, **extra)
     if kind == "log_slider":
         return _log_slider(desc, value, lo, hi, fmt=spec.fmt or ".3g", style=style, layout=layout)
     if kind == "int_slider":
@@ -99,19 +129,21 @@ class Controls(w.VBox):
         shown = shown_values(state)
         if shown["gpu"] not in catalog.gpu_names():
             shown["gpu"] = catalog.gpu_names()[0]
-        self.widgets: dict[str, w.Widget] = {key: make_widget(inp, shown[key]) for key, inp in BY_CONTROL.items()}
+        self.shared = shared = SharedStyles()
+        self.widgets: dict[str, w.Widget] = {key: make_widget(inp, shown[key], shared=shared)
+                                             for key, inp in BY_CONTROL.items()}
         for key, widget in self.widgets.items():
             widget.observe(self._make_handler(key), names="value")
 
         def above(text: str) -> w.HTML:
-            return w.HTML(f"<code style='font-size:12px'>{text}</code>", layout=w.Layout(margin="2px 0 0 8px"))
+            return shared.html(f"<code style='font-size:12px;margin-left:8px'>{text}</code>")
 
         boxes: dict[str, list[w.Widget]] = {name: [] for name in ("main", *SECTIONS)}
-        boxes["zero"].append(w.HTML("<small>Bucket sizes in elements, as DeepSpeed's keys.</small>"))
+        boxes["zero"].append(shared.html("<small>Bucket sizes in elements, as DeepSpeed's keys.</small>"))
         for key, inp in BY_CONTROL.items():  # table order within each section
             box = boxes[inp.widget.section]
             if inp.key == "zero_hpz_partition_size":
-                box.append(w.HTML(
+                box.append(shared.html(
                     "<small>ZeRO++ (<code>zero_hpz_partition_size</code>, <code>zero_quantized_*</code>): needs "
                     "stage 3 (setting it makes the scenario ZeRO-3) and adds a 'ZeRO-3 + ZeRO++' variant to the "
                     "charts; the planner itself already tries hpZ = GPUs per node with qwZ + qgZ on multi-node "
@@ -122,13 +154,14 @@ class Controls(w.VBox):
         main = w.VBox(boxes["main"])
 
         def section(title: str, box: w.VBox) -> list[w.Widget]:
-            return [w.HTML(f"<div style='margin-top:6px;border-bottom:1px solid #ddd'><b>{title}</b></div>"), box]
+            return [shared.html(f"<div style='margin-top:6px;border-bottom:1px solid #ddd'><b>{title}</b></div>"),
+                    box]
 
         self.advanced = w.VBox([x for name, title in SECTIONS.items() for x in section(title, w.VBox(boxes[name]))])
         self.outer = w.Accordion(children=[self.advanced], selected_index=None)
         self.outer.set_title(0, "Advanced")
         self.extra = w.VBox([])
-        super().__init__([w.HTML("<b>Model and cluster</b>"), main, self.outer, self.extra],
+        super().__init__([shared.html("<b>Model and cluster</b>"), main, self.outer, self.extra],
                          layout=w.Layout(width="380px", min_width="340px", flex="0 0 auto"))
         self.add_class("zp-controls")
 
