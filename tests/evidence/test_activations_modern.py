@@ -1,6 +1,6 @@
 """Activation census of the 2024-26 families: the cost model against the bytes a real transformers model saves.
 
-As tests/evidence/test_activations_measured.py: a tiny copy of each family (the small configs of test_hfconfig_modern.py,
+As tests/evidence/test_activations_measured.py: a tiny copy of each family (the small configs of zeroplanner/calibrate/families.py,
 same layer kinds, vocabulary 512) built by transformers 5.24 on CPU in bf16 with sdpa attention, and
 ``calibrate.measure_activation_bytes`` counting every tensor autograd saves in one training forward. Families
 within 5% are asserted; the others are strict xfails recording the measured gap (docs/validation.md, section
@@ -9,22 +9,16 @@ within 5% are asserted; the others are strict xfails recording the measured gap 
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from zeroplanner.calibrate import measure_activation_bytes, predicted_activation_bytes  # noqa: E402
+from zeroplanner.calibrate.families import census_config  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
-_spec = importlib.util.spec_from_file_location(
-    "_modern_cases", pathlib.Path(__file__).parents[1] / "core" / "test_hfconfig_modern.py")
-_cases = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_cases)
 
 WITHIN_5 = ["phi3", "phi3-gqa", "qwen3", "qwen3-bias-tied", "glm4", "gemma3_text",
             "qwen3_moe-sparse-step-mlp-only"]
@@ -42,11 +36,7 @@ KNOWN_GAPS = {
 }
 
 
-def _config(label: str) -> dict:
-    cfg = dict(_cases.SMALL[label], vocab_size=512, max_position_embeddings=1024)
-    if cfg["model_type"].startswith("deepseek"):
-        cfg["num_key_value_heads"] = cfg["num_attention_heads"]  # MLA's forward needs them equal (no parameters)
-    return cfg
+_config = census_config
 
 
 @pytest.mark.parametrize("checkpointing", ["none", "full"])

@@ -36,7 +36,6 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-
 from ..specs import Architecture, ClusterSpec, Output, Scenario, replace
 
 __all__ = [
