@@ -217,7 +217,7 @@ class PlannerApp(w.VBox):
         self.about = about
 
         self.controls.extra.children = self.extras
-        self.controls.layout = w.Layout(width="100%", min_width="0", overflow_y="auto", max_height="860px")
+        self.controls.layout = w.Layout(width="100%", min_width="0", overflow="hidden auto", max_height="860px")
         center = w.VBox([self.message, self.banner, self.findings, self.details, self.timing],
                         layout=w.Layout(min_width="0", width="100%"))
         center.add_class("zp-center")
