@@ -577,29 +577,17 @@ def run_calibrations(
     return reports
 
 
-def run_calibration(
-    scenario: Scenario,
-    *,
-    ranks: int = 2,
-    steps: int = 3,
-    device: Literal["cpu", "cuda"] = "cpu",
-    timeout_seconds: float = 600.0,
-    hf_config: dict[str, Any] | None = None,
-    seq_len: int | None = None,
-    micro_batch: int | None = None,
-    out_dir: str | os.PathLike[str] | None = None,
-) -> CalibrationReport:
+def run_calibration(scenario: Scenario, **options: Any) -> CalibrationReport:
     """Run DeepSpeed on ``ranks`` local ranks with a tiny model of ``scenario``'s architecture (or ``hf_config``) and
     the config zeroplanner generates for it, ``steps`` optimizer steps (the last is measured), and compare with
     the cost model evaluated on the same tiny architecture and a one-node cluster of ``ranks`` GPUs.
 
     device: "cpu" (gloo; a census of live tensor storages stands in for device memory) or "cuda" (NCCL; also
     ``torch.cuda.max_memory_allocated`` per phase). Bounded by ``timeout_seconds``. Raw per-rank JSON is kept in
-    ``out_dir`` when given. Raises as :func:`run_calibrations`.
+    ``out_dir`` when given. Keyword arguments (``ranks``, ``steps``, ``device``, ``timeout_seconds``,
+    ``hf_config``, ``seq_len``, ``micro_batch``, ``out_dir``, ...) and errors as :func:`run_calibrations`.
     """
-    return run_calibrations({"calibration": scenario}, ranks=ranks, steps=steps, device=device,
-                            timeout_seconds=timeout_seconds, hf_config=hf_config, seq_len=seq_len,
-                            micro_batch=micro_batch, out_dir=out_dir)[0]
+    return run_calibrations({"calibration": scenario}, **options)[0]
 
 
 # ------------------------------------------------------------------------------------------------------------------

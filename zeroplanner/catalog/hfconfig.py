@@ -759,22 +759,30 @@ def _qwen2_vl_text(k: _Keys) -> dict[str, Any]:
     return f
 
 
+def _qwen_vl_tower(k: _Keys, width_key: str, width_default: int, out_key: str):
+    """What Qwen2-VL's and Qwen2.5-VL's vision towers share: the language model's fields, the vision_config keys,
+    the tower width e and depth, the bias-free Conv3d patch embedding's parameters (e x channels x temporal_patch x
+    p x p), the spatial merge size m and the merger's output width."""
+    f = _qwen2_vl_text(k)
+    v = k.sub("vision_config")
+    e, depth = v.integer(width_key, default=width_default), v.integer("depth", default=32, maximum=1000)
+    ch = v.integer("in_channels", "in_chans", default=3)
+    p, t, m = v.integer("patch_size", default=14), v.integer("temporal_patch_size", default=2), \
+        v.integer("spatial_merge_size", default=2)
+    out = v.integer(out_key, default=f["hidden_size"])
+    return f, v, e, depth, e * ch * t * p * p, m, out
+
+
 def _qwen2_vl(k: _Keys) -> dict[str, Any]:
     """Qwen2VLForConditionalGeneration: Qwen2VisionTransformerPretrainedModel = bias-free Conv3d patch embedding
     (embed_dim x 3 x temporal_patch x p x p), depth blocks of two biased LayerNorms, biased qkv and proj,
     biased fc1/fc2 (mlp_ratio * embed_dim), and PatchMerger (LayerNorm, Linear(m^2 e, m^2 e), Linear(m^2 e, h)
     with biases, m = spatial_merge_size). Image tokens: (H/28)*(W/28); 256 (a 448x448 image) assumed."""
-    f = _qwen2_vl_text(k)
-    v = k.sub("vision_config")
-    e, depth = v.integer("embed_dim", default=1280), v.integer("depth", default=32, maximum=1000)
-    ratio, ch = v.integer("mlp_ratio", default=4), v.integer("in_channels", "in_chans", default=3)
-    p, t, m = v.integer("patch_size", default=14), v.integer("temporal_patch_size", default=2), \
-        v.integer("spatial_merge_size", default=2)
-    out = v.integer("hidden_size", default=f["hidden_size"])
-    fm = ratio * e
+    f, v, e, depth, patch, m, out = _qwen_vl_tower(k, "embed_dim", 1280, "hidden_size")
+    fm = v.integer("mlp_ratio", default=4) * e
     block = 4 * e + 3 * e * e + 3 * e + e * e + e + 2 * e * fm + fm + e
     merger = 2 * e + (m * m * e) ** 2 + m * m * e + m * m * e * out + out
-    f.update(vision_params=e * ch * t * p * p + depth * block + merger, vision_tokens_per_image=256)
+    f.update(vision_params=patch + depth * block + merger, vision_tokens_per_image=256)
     return f
 
 
@@ -782,16 +790,11 @@ def _qwen2_5_vl(k: _Keys) -> dict[str, Any]:
     """Qwen2_5_VLForConditionalGeneration: Qwen2.5-VL vision tower = Qwen2-VL's with RMSNorms (weight only),
     a biased SwiGLU MLP of intermediate_size, width hidden_size, and a merger (RMSNorm ln_q, two biased Linears)
     into out_hidden_size. Image tokens as Qwen2-VL (256 assumed)."""
-    f = _qwen2_vl_text(k)
-    v = k.sub("vision_config")
-    e, depth = v.integer("hidden_size", default=3584), v.integer("depth", default=32, maximum=1000)
-    fv, ch = v.integer("intermediate_size", default=3420), v.integer("in_channels", "in_chans", default=3)
-    p, t, m = v.integer("patch_size", default=14), v.integer("temporal_patch_size", default=2), \
-        v.integer("spatial_merge_size", default=2)
-    out = v.integer("out_hidden_size", default=f["hidden_size"])
+    f, v, e, depth, patch, m, out = _qwen_vl_tower(k, "hidden_size", 3584, "out_hidden_size")
+    fv = v.integer("intermediate_size", default=3420)
     block = 2 * e + 3 * e * e + 3 * e + e * e + e + 3 * e * fv + 2 * fv + e
     merger = e + (m * m * e) ** 2 + m * m * e + m * m * e * out + out
-    f.update(vision_params=e * ch * t * p * p + depth * block + merger, vision_tokens_per_image=256)
+    f.update(vision_params=patch + depth * block + merger, vision_tokens_per_image=256)
     return f
 
 
