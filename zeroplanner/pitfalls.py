@@ -139,7 +139,7 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
     if stage >= 1 and n == 1:
         _add(out, "zero_at_dp1", "warning", "zero_optimization.stage",
              f"data-parallel degree is 1: ZeRO-{stage} has nobody to shard with and saves no GPU memory "
-             "(DeepSpeed #4953); only offload helps", "Use stage 0 (plus offload if memory is short), or more GPUs.")
+             "(DeepSpeed #4953); only offload helps", "Use stage 0 (or ZeRO-1/2 with offload_optimizer if memory is short: stage 0 cannot offload), or more GPUs.")
     if stage in (1, 2) and z.offload_optimizer.device != "none":
         weights = scenario.parameters * (2 if t.precision in ("bf16", "fp16") else 4)
         _add(out, "zero2_offload_full_weights", "info", "zero_optimization.offload_optimizer",

@@ -289,12 +289,16 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
             need = values["total"][mask].min()
             r.append(f"ZeRO-{st} without offload does not fit: at least {gib(need):.1f} GiB per GPU.")
     if best.offload_optimizer != "none" or best.offload_param != "none":
-        r.append(f"Offload is needed; host RAM per node {gib(est.per_node_cpu_bytes):.0f} GiB "
-                 f"(x{scenario.assumptions.host_buffer_factor} buffer factor) of "
-                 f"{gib(scenario.cluster.cpu_memory_bytes):.0f} GiB.")
+        f = scenario.assumptions.host_buffer_factor
+        r.append(f"Offload is needed; host RAM per node {gib(est.per_node_cpu_bytes * f):.0f} GiB "
+                 f"({gib(est.per_node_cpu_bytes):.0f} GiB of offloaded states and pinned buffers x {f} safety "
+                 f"factor) of {gib(scenario.cluster.cpu_memory_bytes):.0f} GiB.")
     if best.stage == 3 and best.offload_optimizer == "none":
+        share = est.communication.exposed_seconds_per_step / est.step_seconds if est.step_seconds else 0.0
         r.append("ZeRO-3 without offload: parameters, gradients and optimizer states are all sharded "
-                 f"{n} ways and the network hides the 1.5x communication.")
+                 f"{n} ways; " + ("compute hides most of its 1.5x communication." if share < 0.15 else
+                                  f"its 1.5x communication is not hidden ({share:.0%} of the step is exposed "
+                                  "communication), but nothing else fits or runs faster."))
     if best.stage in (1, 2) and n > 1:
         r.append(f"ZeRO-{best.stage} shards optimizer states" + (" and gradients" if best.stage == 2 else "")
                  + " and keeps ZeRO-3's per-layer parameter gathers off the network: DeepSpeed 0.19.8 all-reduces "

@@ -123,8 +123,10 @@ def build_launch(launcher: str, nodes: int, gpus_per_node: int, *, task: str = "
             srun,
         ]) + "\n"
         out.update(commands=["sbatch zeroplanner_launch.sbatch"], per_node=False, script=script)
-        text = [(f"# save as zeroplanner_launch.sbatch and submit with: sbatch zeroplanner_launch.sbatch ({nodes} "
-                f"nodes x {gpus_per_node} tasks; rank 0 writes {output} and its .txt)"), *script.splitlines()]
+        lines = script.splitlines()  # sbatch needs "#!" on the first line: the note goes after it
+        text = [lines[0], (f"# save as zeroplanner_launch.sbatch and submit with: sbatch zeroplanner_launch.sbatch "
+                           f"({nodes} nodes x {gpus_per_node} tasks; rank 0 writes {output} and its .txt)"),
+                *lines[1:]]
     out["text"] = "\n".join(text)
     return out
 
@@ -140,10 +142,14 @@ def register(subparsers, add_scenario_options=None) -> None:
         "(Slurm) that runs 'zeroplanner probe --distributed' or 'zeroplanner calibrate --distributed' as one rank "
         "per GPU on every node. Arguments after '--' are passed to the task.",
     )
-    parser.add_argument("--launcher", choices=LAUNCHERS, required=True)
+    parser.add_argument("--launcher", choices=LAUNCHERS, required=True,
+                        help="the launcher your cluster uses: torchrun (one line per node), deepspeed (hostfile + "
+                        "one command), slurm (an sbatch script)")
     parser.add_argument("--nodes", type=int, required=True, help="number of nodes (1-100000)")
     parser.add_argument("--gpus-per-node", type=int, required=True, help="ranks (GPUs) per node (1-64)")
-    parser.add_argument("--task", choices=("probe", "calibrate"), default="probe")
+    parser.add_argument("--task", choices=("probe", "calibrate"), default="probe",
+                        help="what every rank runs: probe (collective benchmarks per level) or calibrate (a real "
+                        "DeepSpeed step of the scaled-down model); default probe")
     parser.add_argument("--master-addr", default=None, help="address of node 0 (default: the first of --hosts; "
                         "Slurm: the first node of the allocation)")
     parser.add_argument("--master-port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")

@@ -118,10 +118,14 @@ def register(sub, add_scenario_options) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_recommend)
     p = sub.add_parser("deepspeed-estimate", help="DeepSpeed's own model-state estimator, reproduced")
-    p.add_argument("--params", type=_positive_int("--params", 1, 10**15), required=True)
-    p.add_argument("--largest-layer-params", type=_positive_int("--largest-layer-params", 1, 10**15), required=True)
-    p.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node", 1, 1024), default=1)
-    p.add_argument("--nodes", type=_positive_int("--nodes", 1, int(BY_KEY["nodes"].high)), default=1)
+    p.add_argument("--params", type=_positive_int("--params", 1, 10**15), required=True,
+                   help="total parameters (DeepSpeed's total_params), 1-1e15")
+    p.add_argument("--largest-layer-params", type=_positive_int("--largest-layer-params", 1, 10**15), required=True,
+                   help="parameters of the largest layer (DeepSpeed's largest_layer_params), 1-1e15")
+    p.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node", 1, 1024), default=1,
+                   help="GPUs per node, 1-1024 (default 1)")
+    p.add_argument("--nodes", type=_positive_int("--nodes", 1, int(BY_KEY["nodes"].high)), default=1,
+                   help="nodes (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_deepspeed_estimate)
     for kind in ("models", "gpus", "networks"):
