@@ -197,11 +197,14 @@ class Estimate(Output):
         """Two lines for humans (GiB, s, tokens/s)."""
         m = self.per_gpu_bytes
         verdict = "fits" if self.fits else "does NOT fit"
+        host = self.fetch_overhead_seconds_per_step + self.hook_seconds_per_step
         return (
             f"{gib(m.total):.1f} GiB per GPU of {gib(self.gpu_memory_bytes):.1f} GiB ({verdict}); "
             f"host {gib(self.per_node_cpu_bytes):.1f} GiB/node\n"
             f"step {self.step_seconds:.3f} s (compute {self.compute_seconds_per_step:.3f} s, exposed comm "
-            f"{self.communication.exposed_seconds_per_step:.3f} s), {self.tokens_per_second:,.0f} tokens/s"
+            f"{self.communication.exposed_seconds_per_step - host:.3f} s"
+            + (f" + ZeRO host hooks {host:.3f} s" if host > 0 else "")
+            + f"), {self.tokens_per_second:,.0f} tokens/s"
         )
 
 
