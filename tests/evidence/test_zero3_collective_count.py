@@ -147,7 +147,7 @@ def test_stored_validation_run_with_prefetch_matches_too():
 
     from zeroplanner.specs import Scenario
 
-    stored = json.loads((Path(__file__).parents[1] / "zeroplanner/_measurements/engine.json").read_text())
+    stored = json.loads((Path(__file__).parents[2] / "zeroplanner/_measurements/engine.json").read_text())
     run = next(e for e in stored if e["name"] == "s3_bf16" and e["ranks"] == 2)
     sc = Scenario.model_validate(run["scenario"])
     c = stage3_collective_counts(make_context(sc), Candidates.from_scenario(sc))

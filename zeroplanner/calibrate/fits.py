@@ -23,7 +23,8 @@ def fit_efficiency(
     the communication efficiency. Then one MFU for all runs minimises the squared log error of predicted step time
     (a bounded 1-D search: a 400-point log grid on ``mfu_bounds`` refined by golden section).
 
-    Returns ``{"mfu", "mfu_default", "communication_efficiency": {"intra_node", "inter_node"} (None where not
+    Returns ``{"mfu", "mfu_default" (the fraction of peak the cost model uses for the first run without a fixed
+    MFU: compute.achieved_fraction, or the scenario's own fixed value), "communication_efficiency": {"intra_node", "inter_node"} (None where not
     measured), "runs": [{"measured_step_seconds", "predicted_step_seconds_before" (catalog cluster, default MFU),
     "predicted_step_seconds_after", "relative_error_before", "relative_error_after"}], "at_bound" (the fit hit a
     bound: the model cannot match with any MFU in range), "note"}``. With one run the fitted prediction matches by
@@ -84,7 +85,7 @@ def fit_efficiency(
             if len(prepared) == 1 else f"one MFU fitted to {len(prepared)} runs")
     if at_bound:
         note += f"; the fit hit the bound {mfu_bounds}: no MFU in range explains the measurement"
-    return {"mfu": mfu, "mfu_default": runs[0][0].assumptions.mfu, "communication_efficiency": efficiency,
+    return {"mfu": mfu, "mfu_default": estimate(runs[0][0]).achieved_fraction, "communication_efficiency": efficiency,
             "runs": rows, "at_bound": at_bound, "note": note}
 
 
