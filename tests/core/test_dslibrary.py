@@ -128,3 +128,10 @@ def test_autotp_batch_arithmetic_uses_all_ranks_like_deepspeed(monkeypatch):
         assert s.cluster.data_parallel_degree == 4
         assert ("batch_mismatch" in {f.rule for f in lint(config, s)}) is not ok
         assert bool(library_findings(config, s)) is not ok
+
+
+def test_hf_fill_that_fails_in_its_constructor_is_a_finding_not_a_crash():
+    """HfTrainerDeepSpeedConfig's constructor already reads zero_optimization (.get on it): a non-object block
+    raised AttributeError out of library_findings; it is the fill failing, reported as such."""
+    found = library_findings({"train_micro_batch_size_per_gpu": 2, "zero_optimization": 5}, BASE, "hf_trainer")
+    assert [f.rule for f in found] == ["hf_fill_mismatch"] and "AttributeError" in found[0].message

@@ -121,6 +121,12 @@ def ds_rejects(config: Any, world: int, match: str | None = None) -> None:
         DeepSpeedConfig(copy.deepcopy(config))
 
 
+def hf_rejects(config: dict[str, Any], base=BASE2) -> None:
+    """The HF client, as library.py runs it: transformers' HfTrainerDeepSpeedConfig fill, then DeepSpeedConfig on
+    the filled dict, fails (zeroplanner reports the same rule as an error under --hf-trainer)."""
+    assert library_findings(copy.deepcopy(config), base, "hf_trainer"), config
+
+
 def ds_accepts(config: Any, world: int) -> DeepSpeedConfig:
     with _deepspeed_world(world):
         return DeepSpeedConfig(copy.deepcopy(config))
@@ -391,8 +397,9 @@ def wrong_type_values_deepspeed_rejects(request, tmp_path):
              mini(zero_optimization={"stage": 2, "offload_optimizer": {"device": "gpu"}}),
              mini(optimizer={"type": 5}), mini(tensor_parallel={"autotp_size": "two"})]
     for config in cases:
-        assert "wrong_type" in errors(config), config
+        assert "wrong_type" in errors(config) and "wrong_type" in errors(config, "hf_trainer"), config
         ds_rejects(config, 2)
+        hf_rejects(config)
 
 
 @evidence("tensor_parallel_size")
@@ -419,8 +426,9 @@ def integer_type_values_deepspeed_rejects(request, tmp_path):
     for value, match in (("5e8", "parse string as an integer"), (15099494.4, "fractional part"), ([1], "integer"),
                          (float("inf"), "finite")):
         config = mini(zero_optimization={"stage": 2, "reduce_bucket_size": value})
-        assert "integer_type" in errors(config), value
+        assert "integer_type" in errors(config) and "integer_type" in errors(config, "hf_trainer"), value
         ds_rejects(config, 2, match)
+        hf_rejects(config)
     batch = mini(train_batch_size=2.5, gradient_accumulation_steps=None)
     assert "integer_type" in errors(batch, base=BASE2)
     ds_rejects(batch, 2, "train_batch_size is not equal")
@@ -459,6 +467,9 @@ def nonpositive_values_deepspeed_rejects(request, tmp_path):
                 ds_accepts(config, 2)
             else:
                 ds_rejects(config, 2)
+                if key.startswith("zero_optimization."):  # the fill passes these through unchanged
+                    assert "nonpositive_value" in errors(config, "hf_trainer", base=BASE2), key
+                    hf_rejects(config)
     assert checked >= 35  # 39 (key, value) pairs with DeepSpeed 0.19.8's key tables
     assert "nonpositive_value" in errors(ENGINE["warmup_negative"]["config"])
     fails(request, "warmup_negative", "ValueError", "warmup_num_steps must be a positive integer")
@@ -517,8 +528,9 @@ def removed_keys_deepspeed_rejects(request, tmp_path):
     assert set(ds_config._REMOVED_ZERO_CONFIG_KEYS) == REMOVED_ZERO_KEYS
     for key in sorted(REMOVED_TOP_LEVEL_KEYS):
         config = mini(**{key: {"enabled": True}})
-        assert "removed_key" in errors(config), key
+        assert "removed_key" in errors(config) and "removed_key" in errors(config, "hf_trainer"), key
         ds_rejects(config, 2, "removed")
+        hf_rejects(config)
     for key in sorted(REMOVED_ZERO_KEYS):
         config = mini(zero_optimization={"stage": 3, key: 2})
         assert "removed_key" in errors(config), key
