@@ -17,8 +17,10 @@ What shows a failure (DeepSpeed 0.19.8, transformers 5.24, accelerate; paths und
 * DeepSpeed's group builders with a stand-in world (``utils/groups.py`` ``_create_zero_param_parallel_group``);
 * the HF client: transformers' ``HfTrainerDeepSpeedConfig`` fill (``library_findings(..., "hf_trainer")``) and
   accelerate's ``HfDeepSpeedConfig`` file loader (``accelerate/utils/deepspeed.py``: ``json.load``);
-* ``deepspeed.initialize`` and two optimizer steps on 1 or 2 CPU ranks (gloo), all cases of a rank count in one
-  launch (:func:`engine_runs`), on an 8 -> 16 -> 2 MLP (178 parameters) or, for AutoTP, a 1-layer Llama.
+* ``deepspeed.initialize`` (DeepSpeed alone) or accelerate's ``Accelerator.prepare`` with a ``DeepSpeedPlugin``
+  (the HF Trainer's path; ``DummyOptim`` for a config optimizer) and two optimizer steps on 1 or 2 CPU ranks
+  (gloo), all cases of a rank count in one launch (:func:`engine_runs`), on an 8 -> 16 -> 2 MLP (178 parameters)
+  or, for AutoTP, a 1-layer Llama.
 
 :data:`ACCEPTED` holds the other half: conditions the rules used to call errors (or that sit next to an error)
 that the library accepts and runs; zeroplanner reports them as warnings that say what happens.
@@ -187,6 +189,12 @@ ENGINE: dict[str, dict[str, Any]] = {
     "offload_optimizer_stage0": {"config": mini(zero_optimization={"stage": 0,
                                                                    "offload_optimizer": {"device": "cpu"}})},
     "offload_param_stage2": {"config": mini(zero_optimization={"stage": 2, "offload_param": {"device": "cpu"}})},
+    # 1 rank, the HF client: accelerate's Accelerator.prepare (the Trainer's path; DummyOptim for a config optimizer)
+    "hf_baseline": {"client": "hf_trainer", "config": mini()},
+    "hf_max_grad_norm": {"client": "hf_trainer", "config": mini(optimizer__params__max_grad_norm=1.0)},
+    "hf_untested_sgd": {"client": "hf_trainer", "config": mini(optimizer=SGD, zero_optimization={"stage": 2})},
+    "hf_nvme_param_no_path": {"client": "hf_trainer", "config": mini(zero_optimization={
+        "stage": 3, "offload_param": {"device": "nvme"}})},
     "pinned_offload_stage3": {"config": mini(optimizer=SGD, zero_allow_untested_optimizer=True, zero_optimization={
         "stage": 3, "offload_param": {"device": "cpu", "pin_memory": True},
         "offload_optimizer": {"device": "cpu", "pin_memory": True}})},
@@ -230,6 +238,20 @@ for name, spec in cases.items():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3) if spec.get("client_optimizer") == "torch_adamw" else None
     data = torch.utils.data.TensorDataset(torch.randn(8, 8)) if spec.get("training_data") else None
     try:
+        if spec.get("client") == "hf_trainer":  # accelerate, as the HF Trainer prepares model and optimizer
+            from accelerate import Accelerator
+            from accelerate.state import AcceleratorState
+            from accelerate.utils import DeepSpeedPlugin, DummyOptim
+            AcceleratorState._reset_state(True)
+            acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=spec["config"]))
+            engine, zero_opt = acc.prepare(model, DummyOptim(model.parameters()))
+            for _ in range(2):
+                loss = engine(torch.randn(1, 8)).float().pow(2).mean()
+                acc.backward(loss)
+                zero_opt.step()
+            out[name] = {"ok": True, "global_steps": int(engine.global_steps), "wrapper": type(zero_opt).__name__,
+                         "seconds": time.time() - t0}
+            continue
         engine, zero_opt, loader, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                            optimizer=opt, config=spec["config"], training_data=data)
         micro = int(engine.train_micro_batch_size_per_gpu())
@@ -563,21 +585,27 @@ def auto_outside_hf_deepspeed_alone(request, tmp_path):
 @evidence("max_grad_norm_param")
 def max_grad_norm_engine_raises(request, tmp_path):
     """runtime/engine.py _configure_basic_optimizer raises ValueError on 'max_grad_norm' in optimizer.params
-    (config classes accept it); the same config without it trains (baseline)."""
+    (config classes accept it); the same config without it trains (baseline). Under the HF client accelerate's
+    Accelerator.prepare hands the config optimizer (DummyOptim) to the same engine code: same ValueError."""
     config = ENGINE["max_grad_norm"]["config"]
     assert "max_grad_norm_param" in errors(config) and "max_grad_norm_param" in errors(config, "hf_trainer")
     ds_accepts(config, 1)
     fails(request, "max_grad_norm", "ValueError", "max_grad_norm")
     assert runs_ok(request, "baseline")["global_steps"] == 2
+    fails(request, "hf_max_grad_norm", "ValueError", "max_grad_norm")  # the HF client: accelerate, same engine
+    runs_ok(request, "hf_baseline")
 
 
 @evidence("untested_optimizer")
 def untested_optimizer_engine_asserts(request, tmp_path):
     """runtime/engine.py _do_optimizer_sanity_check asserts on a torch.optim optimizer with ZeRO unless
-    zero_allow_untested_optimizer is true; with the flag the same SGD config trains."""
+    zero_allow_untested_optimizer is true; with the flag the same SGD config trains. Under the HF client
+    (accelerate, DummyOptim) the same assertion."""
     config = ENGINE["untested_sgd"]["config"]
     assert "untested_optimizer" in errors(config)
     fails(request, "untested_sgd", "AssertionError", "untested ZeRO Optimizer")
+    assert "untested_optimizer" in errors(config, "hf_trainer")
+    fails(request, "hf_untested_sgd", "AssertionError", "untested ZeRO Optimizer")  # via accelerate
     assert "untested_optimizer" not in errors(ENGINE["untested_sgd_allowed"]["config"])
     assert runs_ok(request, "untested_sgd_allowed")["optimizer"] == "SGD"
 
@@ -600,7 +628,8 @@ def nvme_without_path_engine_fails(request, tmp_path):
     """ZeRO-3 NVMe offload with no nvme_path: for offload_param deepspeed.initialize asserts
     (runtime/zero/partition_parameters.py _validate_remote_device: '"nvme_path" ... cannot be None'); for
     offload_optimizer it fails building the swap folder (runtime/zero/stage3.py _configure_tensor_swapping:
-    os.path.join(None, ...) -> TypeError). A non-path nvme_path is rejected by the config class
+    os.path.join(None, ...) -> TypeError); accelerate (the HF client) reaches the same assertion. A non-path
+    nvme_path is rejected by the config class
     (runtime/zero/offload_config.py: nvme_path: Optional[Path])."""
     for name, error, text in (("nvme_param_no_path", "AssertionError", "nvme_path"),
                               ("nvme_optimizer_no_path", "TypeError", "_configure_tensor_swapping")):
@@ -608,6 +637,7 @@ def nvme_without_path_engine_fails(request, tmp_path):
         assert "nvme_without_path" in errors(ENGINE[name]["config"], "hf_trainer"), name
         ds_accepts(ENGINE[name]["config"], 1)
         fails(request, name, error, text)
+    fails(request, "hf_nvme_param_no_path", "AssertionError", "nvme_path")  # the HF client, via accelerate
     bad_type = mini(zero_optimization={"stage": 3, "offload_param": {"device": "nvme", "nvme_path": 5}})
     assert "nvme_without_path" in errors(bad_type)
     ds_rejects(bad_type, 1, "nvme_path")
