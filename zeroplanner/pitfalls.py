@@ -71,11 +71,14 @@ RULES: dict[str, Rule] = {
                         "DeepSpeedConfig reads the top level with dict.get (ignored)"),
     "wrong_type": Rule(checked_by="config", source="pydantic fields of deepspeed/runtime/zero/config.py"),
     "integer_type": Rule(checked_by="config", source="pydantic int fields (LlamaFactory #5252)"),
-    "nonpositive_value": Rule(checked_by="config", source="reduce_bucket_size gt=0 (allgather: DeepSpeed #8260)"),
+    "nonpositive_value": Rule(checked_by="config", source="pydantic ge=0/gt=0 fields, the batch assertion; "
+                              "WarmupLR (engine); allgather_bucket_size 0 accepted (DeepSpeed #8260: warning)"),
     "batch_mismatch": Rule(checked_by="config", source="DeepSpeedConfig._batch_assertion (DeepSpeed #6914)"),
     "fp16_and_bf16": Rule(checked_by="config", source="DeepSpeedConfig._do_error_check"),
     "removed_key": Rule(checked_by="config", source="_REMOVED_TOP_LEVEL_CONFIG_KEYS, _REMOVED_ZERO_CONFIG_KEYS"),
-    "auto_outside_hf": Rule(checked_by="config", source="\"auto\" reaches DeepSpeed unfilled (docs/references.md s.7)"),
+    "auto_outside_hf": Rule(checked_by="config", source="\"auto\" reaches DeepSpeed unfilled (docs/references.md s.7): "
+                            "batch keys raise in DeepSpeedConfig, optimizer/scheduler/clipping in the engine, "
+                            "pydantic blocks drop it (warning)"),
     "auto_not_filled": Rule(checked_by="runtime", source="transformers integrations/deepspeed.py fills only its keys"),
     "hf_fill_mismatch": Rule(checked_by="trainer", source="HfTrainerDeepSpeedConfig.trainer_config_finalize "
                              "(mismatches with TrainingArguments raise ValueError)"),
@@ -84,7 +87,8 @@ RULES: dict[str, Rule] = {
     "offload_param_below_stage3": Rule(checked_by="runtime", source="only stage3.py reads offload_param"),
     "offload_optimizer_stage0": Rule(checked_by="runtime", source="no ZeRO optimizer at stage 0"),
     "nvme_optimizer_below_stage3": Rule(checked_by="runtime", source="stage_1_and_2.py cpu_offload"),
-    "nvme_without_path": Rule(checked_by="engine", source="swap_tensor: os.path.join(None, ...)"),
+    "nvme_without_path": Rule(checked_by="engine", source="partition_parameters.py _validate_remote_device; "
+                              "stage3.py _configure_tensor_swapping: os.path.join(None, ...)"),
     "max_grad_norm_param": Rule(checked_by="engine", source="engine.py _configure_basic_optimizer"),
     "untested_optimizer": Rule(checked_by="engine", source="engine.py _do_optimizer_sanity_check"),
     "offload_client_optimizer": Rule(checked_by="engine", source="engine.py _configure_optimizer "
@@ -94,7 +98,7 @@ RULES: dict[str, Rule] = {
     "small_buckets_multinode": Rule(checked_by="runtime", source="seed article: 5e7 -> 2e8 gave 2.1x"),
     "zero3_slow_network": Rule(checked_by="runtime", source="DeepSpeed #2928, #5770"),
     "offload_without_pin": Rule(checked_by="runtime", source="seed article's anecdote"),
-    "pinned_exceeds_host": Rule(checked_by="runtime", source="DeepSpeed #3448, #3481"),
+    "pinned_exceeds_host": Rule(checked_by="runtime", source="DeepSpeed #3448, #3481 (OOM at run time: warning)"),
     "host_ram_short": Rule(checked_by="runtime", source="unpinned pages swap"),
     "hpz_not_dividing": Rule(checked_by="engine", source="utils/groups.py _create_zero_param_parallel_group "
                              "(_ensure_divisibility over the world); across nodes: runs, slow"),
@@ -207,8 +211,10 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
                 f"the node has {_gib(have)}")
         key = f"zero_optimization.{offloaded[0][0]}" if offloaded else "zero_optimization"
         if any(spec.pin_memory for _, spec in offloaded) or not offloaded:
-            _add(out, "pinned_exceeds_host", "error", key + (".pin_memory" if offloaded else ""),
-                 text + "; pinned memory cannot be swapped out, so the run is killed (DeepSpeed #3448, #3481)",
+            _add(out, "pinned_exceeds_host", "warning", key + (".pin_memory" if offloaded else ""),
+                 text + "; pinned memory cannot be swapped out, so the run is likely killed by the kernel's "
+                 "out-of-memory killer once the buffers are allocated (DeepSpeed #3448, #3481). DeepSpeed's config "
+                 "classes accept the config (they know nothing of host RAM): a memory warning, not a config error",
                  "Add nodes (offload RAM is per node), offload to NVMe, or get more host RAM.")
         else:
             _add(out, "host_ram_short", "warning", key, text + "; unpinned pages will swap and the step crawls",
@@ -222,6 +228,12 @@ CONFIG_CHECKED_AUTO_KEYS = frozenset({"train_batch_size", "train_micro_batch_siz
 DeepSpeed drops it (pydantic blocks) or passes it on to the optimizer/scheduler, which fails at engine build."""
 
 
+ENGINE_CHECKED_ERRORS = frozenset({("nonpositive_value", "scheduler.params.warmup_num_steps"),
+                                   ("integer_type", "train_micro_batch_size_per_gpu")})
+"""(rule, key) errors of config-checked rules that DeepSpeedConfig accepts and ``deepspeed.initialize`` (or its
+DataLoader) rejects: WarmupLR's positive-integer check, the DataLoader's int batch size."""
+
+
 def config_checked(finding: object) -> bool:
     """Whether DeepSpeed's own config classes (``DeepSpeedConfig``) reject what this error finding reports
     (``finding`` has ``severity``, ``rule`` and ``key``, e.g. a :class:`zeroplanner.deepspeed.Finding`)."""
@@ -230,5 +242,7 @@ def config_checked(finding: object) -> bool:
     rule, key = getattr(finding, "rule", ""), getattr(finding, "key", "")
     if rule == "auto_outside_hf":
         return key in CONFIG_CHECKED_AUTO_KEYS
+    if (rule, key) in ENGINE_CHECKED_ERRORS:
+        return False
     entry = RULES.get(rule)
     return entry is not None and entry.checked_by == "config"

@@ -92,7 +92,7 @@ def test_hf_fill_mismatch_in_zeroplanners_words():
 
 def test_auto_zero_key_silently_becomes_deepspeeds_default(monkeypatch):
     """auto_outside_hf outside the batch keys: DeepSpeedConfig accepts "auto" in zero_optimization and uses its
-    default (500000000), not the value the user meant -- what the error says ("silently dropped")."""
+    default (500000000), not the value the user meant -- accepted, so a warning that says so ("drops it")."""
     import types
 
     import deepspeed.runtime.config as ds_config
@@ -101,7 +101,8 @@ def test_auto_zero_key_silently_becomes_deepspeeds_default(monkeypatch):
     monkeypatch.setattr(ds_config, "dist", types.SimpleNamespace(get_rank=lambda *a, **k: 0,
                                                                  get_world_size=lambda *a, **k: 8))
     assert ds_config.DeepSpeedConfig(config).zero_config.reduce_bucket_size == 500_000_000
-    assert "auto_outside_hf" in {f.rule for f in lint(config) if f.severity == "error"}
+    found = [f for f in lint(config) if f.rule == "auto_outside_hf"]
+    assert [f.severity for f in found] == ["warning"] and "drops it" in found[0].message
 
 
 def test_autotp_batch_arithmetic_uses_all_ranks_like_deepspeed(monkeypatch):
@@ -127,3 +128,10 @@ def test_autotp_batch_arithmetic_uses_all_ranks_like_deepspeed(monkeypatch):
         assert s.cluster.data_parallel_degree == 4
         assert ("batch_mismatch" in {f.rule for f in lint(config, s)}) is not ok
         assert bool(library_findings(config, s)) is not ok
+
+
+def test_hf_fill_that_fails_in_its_constructor_is_a_finding_not_a_crash():
+    """HfTrainerDeepSpeedConfig's constructor already reads zero_optimization (.get on it): a non-object block
+    raised AttributeError out of library_findings; it is the fill failing, reported as such."""
+    found = library_findings({"train_micro_batch_size_per_gpu": 2, "zero_optimization": 5}, BASE, "hf_trainer")
+    assert [f.rule for f in found] == ["hf_fill_mismatch"] and "AttributeError" in found[0].message

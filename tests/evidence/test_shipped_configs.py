@@ -288,7 +288,7 @@ def test_cli_json_stays_json_with_library_check_and_names_the_config_overrides()
 
 @pytest.mark.engine
 def test_offload_blocks_the_stage_ignores_are_ignored_by_deepspeed(tmp_path):
-    """lint's offload_optimizer_stage0 and offload_param_below_stage3 errors ("silently ignored"), shown on 1-rank
+    """lint's offload_optimizer_stage0 and offload_param_below_stage3 warnings ("accepted and ignored"), shown on 1-rank
     runs: at stage 0 the engine's optimizer is the bare torch AdamW (no ZeRO optimizer, so nothing to offload);
     at stage 2 with offload_param the parameters are never handed to ZeRO-3's partitioner (no ds_id: only the
     stage-3 optimizer receives offload_param_config, engine.py), unlike stage 3 with the same block."""
@@ -298,7 +298,7 @@ def test_offload_blocks_the_stage_ignores_are_ignored_by_deepspeed(tmp_path):
                   "zero_optimization": {"stage": stage, block: {"device": "cpu"}}}
         rule = {"offload_optimizer": "offload_optimizer_stage0", "offload_param": "offload_param_below_stage3"}[block]
         return _run(tmp_path, config, "deepspeed", "none"), rule in {f.rule for f in lint(config)
-                                                                       if f.severity == "error"}
+                                                                       if f.severity == "warning"}
 
     result, flagged = run(0, "offload_optimizer")
     assert result["ok"] and result["wrapper"] == "AdamW" and flagged

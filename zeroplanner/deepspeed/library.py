@@ -139,6 +139,12 @@ def _training_arguments(config: dict[str, Any], scenario: Scenario) -> tuple[Any
     return args, assumed
 
 
+def _fill_failed(exc: Exception) -> Finding:
+    return Finding(severity="error", key="", rule="hf_fill_mismatch",
+                   message=f"the HF Trainer's fill (HfTrainerDeepSpeedConfig) fails: "
+                   f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}", fix="")
+
+
 def _hf_fill(config: dict[str, Any], scenario: Scenario, out: list[Finding]) -> dict[str, Any] | None:
     from transformers.integrations.deepspeed import (
         HfTrainerDeepSpeedConfig,
@@ -149,12 +155,16 @@ def _hf_fill(config: dict[str, Any], scenario: Scenario, out: list[Finding]) -> 
     total = _get(config, "scheduler.params.total_num_steps")
     num_training_steps = int(total) if _number(total) is not None and total >= 1 else 1000
     model = types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=scenario.model.hidden_size))
-    hf = HfTrainerDeepSpeedConfig(copy.deepcopy(config))
-    try:
+    hf = None
+    try:  # the constructor already reads the config (HfDeepSpeedConfig: zero_optimization.get(...))
+        hf = HfTrainerDeepSpeedConfig(copy.deepcopy(config))
         hf.trainer_config_process(args)
         hf.trainer_config_finalize(args, model, num_training_steps=num_training_steps)
-    except ValueError:
-        for line in getattr(hf, "mismatches", []) or []:
+    except ValueError as exc:
+        mismatches = getattr(hf, "mismatches", []) or []
+        if not mismatches:  # raised before the consistency check (e.g. by the constructor)
+            out.append(_fill_failed(exc))
+        for line in mismatches:
             out.append(Finding(
                 severity="error", key=clip_key(line.split("=", 1)[0].replace("- ds ", "").strip()),
                 rule="hf_fill_mismatch",
@@ -163,9 +173,7 @@ def _hf_fill(config: dict[str, Any], scenario: Scenario, out: list[Finding]) -> 
                 fix="Write \"auto\" there, or the value the Trainer computes."))
         return None
     except (TypeError, KeyError, AttributeError) as exc:
-        out.append(Finding(severity="error", key="", rule="hf_fill_mismatch",
-                           message=f"the HF Trainer's fill (HfTrainerDeepSpeedConfig) fails: "
-                           f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}", fix=""))
+        out.append(_fill_failed(exc))
         return None
     finally:
         unset_hf_deepspeed_config()

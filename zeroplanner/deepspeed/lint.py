@@ -16,14 +16,19 @@ config-text rules, by ``Finding.rule``:
 rule                          severity   source
 ============================  =========  ========================================================================
 integer_type                  error/warn bucket sizes etc. must be integers, not 15099494.4 or "5e8"
-                                         (LlamaFactory #5252; DeepSpeedZeroConfig's pydantic int fields)
-nonpositive_value             error      zero/negative buckets and batch sizes (DeepSpeed #8260; gt=0 / ge=0)
+                                         (LlamaFactory #5252; DeepSpeedZeroConfig's pydantic int fields);
+                                         true/false (read as 1/0) and a fractional accumulation: warning
+nonpositive_value             error/warn zero/negative buckets and batch sizes (gt=0 / ge=0, the batch
+                                         assertion, WarmupLR); values DeepSpeed accepts (allgather_bucket_size 0,
+                                         DeepSpeed #8260; steps_per_print, fp16.hysteresis, ...): warning
 batch_mismatch                error      train_batch_size != micro * grad_accum * data-parallel degree (#6914)
 fp16_and_bf16                 error      both enabled (DeepSpeedConfig asserts)
-offload_param_below_stage3    error      offload_param is read only by ZeRO-3 (ignored below; docs/references.md s.7)
-offload_optimizer_stage0      error      offload_optimizer needs stage 1-3 (docs/references.md s.7)
+offload_param_below_stage3    warning    offload_param is read only by ZeRO-3 (accepted and ignored below)
+offload_optimizer_stage0      warning    offload_optimizer needs stage 1-3 (accepted and ignored at stage 0)
 nvme_optimizer_below_stage3   warning    stage 1/2 treat any offload_optimizer device as CPU (stage_1_and_2.py)
-auto_outside_hf               error      "auto" with DeepSpeed alone (docs/references.md s.7); info in HF mode
+auto_outside_hf               error/warn "auto" with DeepSpeed alone (docs/references.md s.7): batch keys,
+                                         optimizer, scheduler, clipping fail; zero/bf16/fp16 blocks drop it
+                                         and use the default: warning; info in HF mode
 auto_not_filled               warning    "auto" in a key the HF Trainer does not fill
 removed_key                   error      keys DeepSpeed 0.19.8 removed and rejects
 max_grad_norm_param           error      optimizer.params.max_grad_norm (DeepSpeed raises; use gradient_clipping)
@@ -35,14 +40,20 @@ offload_client_optimizer      error/info ZeRO-Offload without an optimizer block
 small_buckets_multinode       warning    buckets < 1e8 elements on a multi-node run (seed: 5e7 -> 2e8 gave 2.1x)
 hpz_not_dividing              error/warn zero_hpz_partition_size must divide the data-parallel degree
                                          (groups.py asserts); not dividing GPUs per node: warning
-nvme_without_path             error      NVMe offload without nvme_path
+nvme_without_path             error      ZeRO-3 NVMe offload without nvme_path (deepspeed.initialize fails)
 ============================  =========  ========================================================================
 
 The run-level rules (zeroplanner.pitfalls): zero3_slow_network (ZeRO-3 across nodes on <= 25 Gb/s, or below
 200 Gb/s at data-parallel degree 64+; DeepSpeed #2928, #5770), offload_without_pin, pinned_exceeds_host /
-host_ram_short (offload above host RAM incl. the buffer factor; DeepSpeed #3448, #3481), zero_at_dp1 (#4953),
+host_ram_short (offload above host RAM incl. the buffer factor; DeepSpeed #3448, #3481; warnings: an OOM at run
+time, not a config error), zero_at_dp1 (#4953),
 qlora_stage3 (#5819, peft #2016), communication_share (> 30% of the step), zero2_offload_full_weights (#1883,
 #3770), nvme_offload_slow (#1130, #3000).
+
+A rule reports "error" only where the real library fails on the config (DeepSpeed's config classes, the HF
+Trainer's fill, ``deepspeed.initialize`` or the first steps on CPU ranks); tests/evidence/test_error_rules.py
+finds every "error" rule in this module, zeroplanner.pitfalls and zeroplanner.deepspeed.read and shows each one
+failing there. What DeepSpeed accepts and runs is a warning that says what really happens.
 """
 
 from __future__ import annotations
@@ -78,6 +89,9 @@ family); any other ``type`` is looked up in ``torch.optim`` and is "untested" fo
 
 _MISSING = object()
 
+_AUTO_DROPPED_BLOCKS = frozenset({"zero_optimization", "bf16", "fp16", "bfloat16"})
+"""Blocks DeepSpeed reads through pydantic models (DeepSpeedConfigModel), which drop "auto" values."""
+
 
 def _get(config: Any, dotted: str) -> Any:
     node = config
@@ -89,9 +103,10 @@ def _get(config: Any, dotted: str) -> Any:
 
 
 def _number(value: Any) -> float | None:
-    """A finite number DeepSpeed would accept after pydantic's lax int coercion; None otherwise."""
+    """A finite number DeepSpeed would accept after pydantic's lax int coercion; None otherwise. ``true``/``false``
+    are 1/0: pydantic's lax int fields and DeepSpeed's batch arithmetic (Python's bool is an int) read them so."""
     if isinstance(value, bool):
-        return None
+        return float(value)
     if isinstance(value, (int, float)) and math.isfinite(value):
         return float(value)
     if isinstance(value, str):
@@ -143,7 +158,22 @@ def _add(out: list[Finding], severity: str, key: str, rule: str, message: str, f
 # ----------------------------------------------------------------------------------------------------------------
 _BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 _POSITIVE_KEYS = frozenset(_BATCH_KEYS) | {"zero_optimization.reduce_bucket_size",
-                                            "zero_optimization.allgather_bucket_size"}
+                                            "zero_optimization.allgather_bucket_size", "fp16.loss_scale_window",
+                                            "fp16.min_loss_scale", "scheduler.params.warmup_num_steps"}
+"""Keys where 0 is refused too: DeepSpeed's config classes (gt=0 fields, the batch assertion) reject it, or, for
+warmup_num_steps, the engine's WarmupLR (lr_schedules.py: 'must be a positive integer'); allgather_bucket_size 0
+is accepted (see _NONPOSITIVE_ACCEPTED)."""
+_NONPOSITIVE_ACCEPTED = {
+    "steps_per_print": "DeepSpeed accepts it (a logging interval)",
+    "fp16.hysteresis": "DeepSpeedConfig accepts it (fp16 loss-scaling hysteresis)",
+    "fp16.initial_scale_power": "DeepSpeedConfig accepts it (the initial loss scale becomes 2**value)",
+    "zero_optimization.stage3_module_granularity_threshold": "DeepSpeedConfig accepts it (no ge=0 bound)",
+    "scheduler.params.total_num_steps": "DeepSpeedConfig accepts it; the schedule then decays from the first step",
+    "zero_optimization.allgather_bucket_size": "DeepSpeed accepts 0 and, on a backend with all_gather_into_tensor "
+    "(NCCL; gloo in current torch), never reads it, so the run works; on a backend without it, ZeRO-1/2's first "
+    "step divides by it in all_gather_dp_groups (runtime/utils.py: ZeroDivisionError; DeepSpeed #8260)",
+}
+"""key -> what DeepSpeed does with a negative (for allgather_bucket_size: a zero) value it accepts: a warning."""
 
 
 def _rule_integers(config: dict[str, Any], out: list[Finding]) -> None:
@@ -152,8 +182,10 @@ def _rule_integers(config: dict[str, Any], out: list[Finding]) -> None:
         if value is _MISSING or value is None or (isinstance(value, str) and value == AUTO):
             continue
         if isinstance(value, bool):
-            _add(out, "error", key, "integer_type", f"{key} is {str(value).lower()}, DeepSpeed needs an integer "
-                 "(pydantic reads true as 1).", f"Write an integer, e.g. \"{key.rsplit('.', 1)[-1]}\": 1.")
+            _add(out, "warning", key, "integer_type", f"{key} is {str(value).lower()}; DeepSpeed reads it as "
+                 f"{int(value)} (pydantic's lax int fields and its batch arithmetic take true as 1, false as 0) and "
+                 "runs with that value, which is rarely what was meant.",
+                 f"Write an integer, e.g. \"{key.rsplit('.', 1)[-1]}\": {int(value)}.")
         elif isinstance(value, str):
             try:
                 int(value.strip())
@@ -168,10 +200,20 @@ def _rule_integers(config: dict[str, Any], out: list[Finding]) -> None:
         elif isinstance(value, float):
             if not math.isfinite(value):
                 _add(out, "error", key, "integer_type", f"{key} is {value}, not a finite integer.", "Write an integer.")
+            elif value != int(value) and key == "gradient_accumulation_steps":
+                _add(out, "warning", key, "integer_type", f"{key} is {value!r}; DeepSpeed accepts it (its batch "
+                     "arithmetic multiplies floats) and then steps the optimizer only when (micro_steps + 1) % "
+                     f"{value!r} == 0 (engine.py is_gradient_accumulation_boundary), so accumulation is not what "
+                     "the number says.", f"Write the integer {int(round(value))}.")
             elif value != int(value):
+                why = {
+                    "train_batch_size": "no micro-batch x accumulation x world product equals it, so "
+                    "DeepSpeedConfig's batch assertion fails",
+                    "train_micro_batch_size_per_gpu": "DeepSpeedConfig accepts it, then the engine's DataLoader "
+                    "(deepspeed_io) raises on a batch size that is not an int",
+                }.get(key, "DeepSpeed rejects it ('got a number with a fractional part'; LlamaFactory #5252)")
                 _add(out, "error", key, "integer_type", f"{key} is {value!r}, a number with a fractional part; "
-                     "DeepSpeed rejects it ('got a number with a fractional part'; LlamaFactory #5252).",
-                     f"Write the integer {int(round(value))}.")
+                     f"{why}.", f"Write the integer {int(round(value))}.")
             elif key in _BATCH_KEYS:
                 _add(out, "warning", key, "integer_type", f"{key} is the float {value!r}; DeepSpeed passes it to the "
                      "DataLoader as a batch size, which needs an int.", f"Write {int(value)}.")
@@ -199,15 +241,21 @@ def _rule_nonpositive(config: dict[str, Any], out: list[Finding]) -> None:
         number = _number(value)
         if number is None:
             continue
-        must_be_positive = key in _POSITIVE_KEYS or key.endswith(".zero_hpz_partition_size")
-        if number < 0 or (must_be_positive and number == 0):
-            why = {
-                "zero_optimization.reduce_bucket_size": "DeepSpeed rejects it (gt=0)",
-                "zero_optimization.allgather_bucket_size": "DeepSpeed accepts 0 and then fails at the first "
-                "all-gather (DeepSpeed #8260)",
-            }.get(key, "DeepSpeed needs a positive count")
-            _add(out, "error", key, "nonpositive_value", f"{key} = {value}: {why}.",
-                 "Use a positive integer; DeepSpeed's default bucket is 500000000 elements.")
+        if not (number < 0 or (key in _POSITIVE_KEYS and number == 0)):
+            continue
+        accepted = _NONPOSITIVE_ACCEPTED.get(key)
+        if accepted is not None and (number == 0 or key != "zero_optimization.allgather_bucket_size"):
+            _add(out, "warning", key, "nonpositive_value", f"{key} = {value}: {accepted}.",
+                 "Use a positive integer" + ("; DeepSpeed's default bucket is 500000000 elements."
+                                             if "bucket" in key else "."))
+            continue
+        why = {
+            "scheduler.params.warmup_num_steps": "DeepSpeedConfig accepts it, then the engine's WarmupLR raises "
+            "'warmup_num_steps must be a positive integer' (lr_schedules.py)",
+        }.get(key, "DeepSpeed's config classes reject it (ge=0 / gt=0 fields, the batch assertion)")
+        _add(out, "error", key, "nonpositive_value", f"{key} = {value}: {why}.",
+             "Use a positive integer" + ("; DeepSpeed's default bucket is 500000000 elements." if "bucket" in key
+                                         else "."))
 
 
 def _rule_batch(config: dict[str, Any], scenario: Scenario | None, out: list[Finding]) -> None:
@@ -261,12 +309,14 @@ def _rule_offload_stage(config: dict[str, Any], out: list[Finding]) -> None:
     if stage < 0:
         return
     if _device(config, "offload_param") != "none" and stage != 3:
-        _add(out, "error", "zero_optimization.offload_param", "offload_param_below_stage3",
-             f"offload_param is read only by ZeRO-3; at stage {stage} DeepSpeed ignores it and the parameters "
-             "stay on the GPU (docs/references.md section 7).", "Use stage 3, or remove offload_param.")
+        _add(out, "warning", "zero_optimization.offload_param", "offload_param_below_stage3",
+             f"offload_param is read only by ZeRO-3; at stage {stage} DeepSpeed accepts the block, ignores it and "
+             "the parameters stay on the GPU (docs/references.md section 7): size GPU memory without it.",
+             "Use stage 3, or remove offload_param.")
     if _device(config, "offload_optimizer") != "none" and stage == 0:
-        _add(out, "error", "zero_optimization.offload_optimizer", "offload_optimizer_stage0",
-             "offload_optimizer works through the ZeRO optimizer (stages 1-3); at stage 0 it is ignored.",
+        _add(out, "warning", "zero_optimization.offload_optimizer", "offload_optimizer_stage0",
+             "offload_optimizer works through the ZeRO optimizer (stages 1-3); at stage 0 DeepSpeed accepts the "
+             "block and ignores it: the optimizer states stay on the GPU.",
              "Use stage 1, 2 or 3, or remove offload_optimizer.")
     if _device(config, "offload_optimizer") == "nvme" and stage in (1, 2):
         _add(out, "warning", "zero_optimization.offload_optimizer.device", "nvme_optimizer_below_stage3",
@@ -274,12 +324,21 @@ def _rule_offload_stage(config: dict[str, Any], out: list[Finding]) -> None:
              "(stage_1_and_2.py: cpu_offload = device != none): optimizer states go to host RAM, not NVMe.",
              "Use stage 3 for NVMe (ZeRO-Infinity), or write device 'cpu' and size host RAM for it.")
     for block in ("offload_optimizer", "offload_param"):
-        if _device(config, block) == "nvme":
+        if _device(config, block) == "nvme" and stage == 3:  # below stage 3 no NVMe swapper is built
             path = _get(config, f"zero_optimization.{block}.nvme_path")
-            if path is _MISSING or not isinstance(path, str) or not path.strip():
+            if path is _MISSING or path is None:
+                what = ("deepspeed.initialize asserts '\"nvme_path\" ... cannot be None' when ZeRO-3 partitions "
+                        "the parameters (partition_parameters.py, _validate_remote_device)" if block == "offload_param"
+                        else "deepspeed.initialize fails building the swap folder (stage3.py "
+                        "_configure_tensor_swapping: os.path.join(None, ...) raises TypeError)")
                 _add(out, "error", f"zero_optimization.{block}.nvme_path", "nvme_without_path",
-                     f"{block} offloads to NVMe but names no nvme_path; DeepSpeed fails when it builds the swap "
-                     "folder (os.path.join(None, ...)).", "Set nvme_path to a directory on a local NVMe drive.")
+                     f"{block} offloads to NVMe but names no nvme_path; {what}.",
+                     "Set nvme_path to a directory on a local NVMe drive.")
+            elif not isinstance(path, str):
+                _add(out, "error", f"zero_optimization.{block}.nvme_path", "nvme_without_path",
+                     f"nvme_path {path!r} is not a path; DeepSpeed's offload config class rejects it "
+                     "(offload_config.py: nvme_path is a Path).", "Set nvme_path to a directory on a local NVMe "
+                     "drive.")
 
 
 def _rule_auto(config: dict[str, Any], mode: Mode, scenario: Scenario | None, out: list[Finding]) -> None:
@@ -300,13 +359,22 @@ def _rule_auto(config: dict[str, Any], mode: Mode, scenario: Scenario | None, ou
                      "Write a number, or remove the key.")
             continue
         top = key.split(".", 1)[0]
+        severity = "error"
         if key in _BATCH_KEYS:
-            effect = "the batch-size arithmetic fails on the string"
-        elif top in ("zero_optimization", "bf16", "fp16", "bfloat16"):
-            effect = "it is silently dropped and DeepSpeed's default is used instead of the value you expect"
+            effect = "DeepSpeedConfig's batch-size arithmetic fails on the string (TypeError)"
+        elif top in _AUTO_DROPPED_BLOCKS:
+            severity = "warning"
+            effect = ("DeepSpeed's config model drops it (DeepSpeedConfigModel skips \"auto\" values, "
+                      "runtime/config_utils.py) and runs with its default instead of the value you expect")
+        elif top == "gradient_clipping":
+            effect = "the string reaches the engine, whose first step compares it with 0.0 (engine.py " \
+                "_take_model_step: TypeError)"
+        elif top == "scheduler":
+            effect = "the string reaches the scheduler's constructor in deepspeed.initialize, which raises " \
+                "(lr_schedules.py)"
         else:
-            effect = "the string is passed on (to the optimizer/scheduler/clipping) and fails"
-        _add(out, "error", key, "auto_outside_hf", f"{key} is \"auto\", which only the HF Trainer/accelerate "
+            effect = "the string is passed on (to the optimizer, e.g. as its learning rate) and fails"
+        _add(out, severity, key, "auto_outside_hf", f"{key} is \"auto\", which only the HF Trainer/accelerate "
              f"resolve; with raw DeepSpeed, {effect} (docs/references.md section 7).",
              "Write the value (zeroplanner config writes them all), or, if you launch through the HF Trainer or "
              "accelerate, check with --hf-trainer.")
