@@ -476,7 +476,8 @@ def from_deepspeed_config(
 
     for key in config:
         if not isinstance(key, str):
-            r.note("error", str(key), "config keys must be strings", "", "wrong_type")
+            r.note("warning", str(key), "a top-level key that is not a string: DeepSpeed reads the top level "
+                   "with dict.get by name, so it is ignored (a JSON file cannot produce one).", "", "unknown_key")
         elif key in FRAMEWORK_TOP_LEVEL_KEYS:
             pass  # read by the framework around DeepSpeed; _read_sequence_parallel says what is priced
         elif key.startswith("_") and key.strip("_").lower().startswith("comment"):
@@ -655,8 +656,14 @@ def _read_zero(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
             r.unknown(f"zero_optimization.{k}", "zero_optimization", rejected=True)
 
     stage_raw = block.get("stage", 0)
+    if isinstance(stage_raw, bool):
+        # pydantic's lax enum validation reads true/false as ZeroStageEnum 1/0 (deepspeed/runtime/zero/config.py
+        # stage: ZeroStageEnum) and DeepSpeed runs it
+        r.note("warning", "zero_optimization.stage", f"stage is {str(stage_raw).lower()}; DeepSpeed reads it as "
+               f"stage {int(stage_raw)}. Priced as stage {int(stage_raw)}.", f"Write {int(stage_raw)}.", "integer_type")
+        stage_raw = int(stage_raw)
     stage = _as_count(stage_raw)
-    if stage is None or stage > 3 or isinstance(stage_raw, bool):
+    if stage is None or stage > 3:
         r.note("error", "zero_optimization.stage", f"stage {_short(stage_raw)} is not 0, 1, 2 or 3; DeepSpeed "
                f"rejects it. Priced as stage {bz.stage}.", "Use 0, 1, 2 or 3.", "wrong_type")
         stage = bz.stage
