@@ -172,10 +172,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         fail(_option(None, args, hf), str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     if getattr(args, "cluster_from", None):
         data = _read_json_file("--cluster-from", args.cluster_from)
-        try:
-            from ..probe import cluster_changes, cluster_from_probe
-        except ImportError as exc:  # pragma: no cover - probe is part of the package
-            fail("--cluster-from", f"probe support unavailable ({exc})")
+        from ..probe import cluster_changes, cluster_from_probe
+
         try:
             cluster = cluster_from_probe(data, scenario.cluster)
             _changes, notes = cluster_changes(data, scenario.cluster)

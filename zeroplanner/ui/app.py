@@ -97,10 +97,8 @@ def initial_state() -> tuple[AppState, str]:
     """The opening state: the page's query string when it names a scenario (``zeroplanner.share``: Voilà puts the
     request's query string in the kernel's environment), else :func:`default_state`. Returns (state, message); the
     message says why a link's scenario was refused (the default opens instead)."""
-    try:
-        from ..share import scenario_from_environment
-    except ImportError:  # pragma: no cover - share is part of the package
-        return default_state(), ""
+    from ..share import scenario_from_environment
+
     try:
         scenario = scenario_from_environment()
     except ValueError as exc:  # ShareError is a ValueError naming the key

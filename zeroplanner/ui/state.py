@@ -506,10 +506,8 @@ def config_text(plan: Any, variant: str, mode: ConfigMode) -> tuple[str, str, st
     ``zeroplanner.deepspeed.to_deepspeed_config(scenario, mode=...)``. On failure the text is empty and error says
     why (e.g. the selected variant does not fit, or the generator failed)."""
     filename = "ds_config_hf_trainer.json" if mode == "hf_trainer" else "ds_config.json"
-    try:
-        from ..deepspeed import to_deepspeed_config
-    except ImportError:
-        return "", filename, "The DeepSpeed config generator (zeroplanner.deepspeed) is not available."
+    from ..deepspeed import to_deepspeed_config
+
     try:
         scenario = variant_scenario(plan, variant)
         if scenario is None:
