@@ -165,11 +165,12 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
                    f"({c.network.name}): it all-gathers every parameter twice a step over that link and gets slower "
                    "with more nodes (DeepSpeed #5770); maintainers say ZeRO-3 at 64+ GPUs needs 200-400 Gb/s "
                    "between nodes (DeepSpeed #2928)")
-            fix = ("Prefer ZeRO-2 (one all-reduce volume per step), or keep ZeRO-3 with \"zero_hpz_partition_size\": "
-                   f"{c.gpus_per_node} (hierarchical partitioning inside the node).")
+            fix = ("Prefer ZeRO-2 where it fits (one all-reduce volume per step), or keep ZeRO-3 with "
+                   f"\"zero_hpz_partition_size\": {c.gpus_per_node} (hierarchical partitioning inside the node), "
+                   "or a faster network.")
             if z.zero_hpz_partition_size == c.gpus_per_node:
                 fix = ("zero_hpz_partition_size already keeps parameter all-gathers inside the node; gradients still "
-                       "cross the network: prefer ZeRO-2 or a faster network.")
+                       "cross the network: prefer ZeRO-2 where it fits, or a faster network.")
             _add(out, "zero3_slow_network", "warning", "zero_optimization.stage", why, fix)
     for name, spec in (("offload_optimizer", z.offload_optimizer), ("offload_param", z.offload_param)):
         if stage == 3 and spec.device != "none" and not spec.pin_memory:

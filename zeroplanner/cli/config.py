@@ -212,7 +212,8 @@ def _from_config(base, scenario) -> tuple[dict, list[Finding]]:
             changed[option] = {"config": after, "command_line": before}
     if not changed:
         return changed, []
-    text = ", ".join(f"{k} {v['config']} (command line {v['command_line']})" for k, v in changed.items())
+    text = ", ".join(f"{k} {v['config']} (command line or its default: {v['command_line']})"
+                     for k, v in changed.items())
     return changed, [Finding(severity="info", key="", rule="from_config",
                              message=f"priced with the config's values instead of the command line's: {text}.",
                              fix="")]

@@ -482,9 +482,10 @@ def banner_html(plan: Any) -> str:
         )
     items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
     witems = "".join(f"<li>{esc(w)}</li>" for w in warnings)
-    body = f"<ul class='zp-reasons'>{items}</ul>" if items else ""
-    if witems:
-        body += f"<div class='zp-warn-title'>Warnings</div><ul class='zp-warnings'>{witems}</ul>"
+    # warnings first: the banner is a fixed-height box at 1440 x 900, and a warning is what must not scroll away
+    body = f"<div class='zp-warn-title'>Warnings</div><ul class='zp-warnings'>{witems}</ul>" if witems else ""
+    if items:
+        body += f"<ul class='zp-reasons'>{items}</ul>"
     return head + body + "</div>"
 
 
