@@ -86,3 +86,20 @@ def census_config(label: str) -> dict:
     if cfg["model_type"].startswith("deepseek"):
         cfg["num_key_value_heads"] = cfg["num_attention_heads"]
     return cfg
+
+
+NOT_CENSUSED = {
+    "gemma2": "eager attention only (transformers refuses sdpa for it)",
+    "gpt_oss": "eager attention only (transformers refuses sdpa for it)",
+    "gemma3": "vision-language: the census builds causal LMs only (gemma3_text is censused)",
+    "gemma4": "vision-language: the census builds causal LMs only (gemma4_text is censused)",
+    "llama4": "vision-language: the census builds causal LMs only (llama4_text is censused)",
+    "qwen2_vl": "vision-language: the census builds causal LMs only",
+    "qwen2_5_vl": "vision-language: the census builds causal LMs only",
+}
+"""Small configs the activation census does not run, and why."""
+
+
+def census_labels() -> list[str]:
+    """The :data:`SMALL` labels the activation census runs (all but :data:`NOT_CENSUSED`), sorted."""
+    return sorted(label for label in SMALL if SMALL[label]["model_type"] not in NOT_CENSUSED)
