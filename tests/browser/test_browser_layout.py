@@ -22,7 +22,7 @@ pytestmark = pytest.mark.browser
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-from ..browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, serve_app  # noqa: E402
+from ..browserkit import BAD_CONSOLE  # noqa: E402
 from .test_browser import config_text, set_slider, wait_changed, widget  # noqa: E402
 
 VIEWPORT = {"width": 1440, "height": 900}
@@ -32,22 +32,6 @@ if not HF_CONFIGS.is_dir():
     HF_CONFIGS = Path("/work/shared/hf-configs")
 UPLOAD = HF_CONFIGS / "mixtral-8x22b.json"
 """A config the reader supports (``zeroplanner estimate --hf-config`` reads it): model_type mixtral, 141 B."""
-
-
-@pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    with serve_app(log_path=tmp_path_factory.mktemp("voila") / "server.log", timeout=60.0) as server:
-        yield server.url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_sync.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
