@@ -488,6 +488,14 @@ INPUTS: tuple[Input, ...] = (
           shown_fn=lambda s: s.zero.offload_optimizer.pin_memory,
           deepspeed=("zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_param.pin_memory"),
           widget=Widget("checkbox", "Pinned offload memory", section="offload")),
+    # -- vision-language models (their cost-model use: Scenario.trainable_parameters, Scenario.sequence_tokens) --
+    Input("freeze_vision", "Freeze the vision tower", "bool", "training",
+          "vision tower and projector frozen in a full fine-tune (ms-swift freeze_vit, LLaMA-Factory "
+          "freeze_vision_tower); no effect on a text-only model", path="training.freeze_vision",
+          widget=Widget("checkbox", "Freeze vision tower", section="training")),
+    Input("images_per_sample", "Images per sample", "int", "training",
+          "images in one training sample; each adds the model's vision tokens to the language model's sequence",
+          path="training.images_per_sample", widget=Widget("int_text", "Images / sample", section="training")),
 )
 """Every scenario input, in the order share links write them (new inputs go at the end)."""
 

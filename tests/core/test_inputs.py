@@ -55,6 +55,8 @@ EXAMPLES: dict[str, tuple[object, dict]] = {
     "zero_quantized_weights": (True, {"stage": 3, "nodes": 2}),
     "zero_quantized_gradients": (True, {"stage": 3, "nodes": 2}),
     "pin_memory": (False, {"stage": 3, "offload_optimizer": "cpu"}),
+    "freeze_vision": (True, {"model": "qwen2.5-vl-7b"}),
+    "images_per_sample": (2, {"model": "qwen2.5-vl-7b"}),
 }
 NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param"}
 """The app compares every stage and offload choice side by side (and the planner picks one), so it has no control
