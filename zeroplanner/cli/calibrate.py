@@ -108,10 +108,10 @@ def _run_distributed(args, scenario) -> int:
     from ..calibrate import CalibrationError
     from ..calibrate.distributed import run_distributed_calibration
     from ..probe.distributed import DistributedError, fail_message, format_report_text
+    from .common import fail
 
-    if args.ranks is not None:  # printed here: under 'python -m zeroplanner.cli' main() has its own UsageError
-        print("zeroplanner: error: --ranks: not with --distributed (the launcher decides the ranks)", file=sys.stderr)
-        return 2
+    if args.ranks is not None:
+        fail("--ranks", "not with --distributed (the launcher decides the ranks)")
     try:
         report = run_distributed_calibration(
             scenario, steps=args.steps, device=args.device, seq_len=args.calibration_seq_len,

@@ -173,16 +173,10 @@ def run(args) -> int:
     if not re.match(r"^[A-Za-z0-9_./+-]{1,200}$", args.python):
         print(f"zeroplanner: error: --python: {args.python!r} is not an interpreter path", file=sys.stderr)
         return 2
-    from .common import UsageError
-
-    try:
-        out = build_launch(args.launcher, args.nodes, args.gpus_per_node, task=args.task,
-                           master_addr=args.master_addr, master_port=args.master_port,
-                           hosts=[h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None,
-                           output=args.output, device=args.device, python=args.python, time_limit=args.time,
-                           extra=extra)
-    except UsageError as exc:  # printed here too: under 'python -m zeroplanner.cli' main() has its own class
-        print(f"zeroplanner: error: {exc}", file=sys.stderr)
-        return 2
+    out = build_launch(args.launcher, args.nodes, args.gpus_per_node, task=args.task,
+                       master_addr=args.master_addr, master_port=args.master_port,
+                       hosts=[h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None,
+                       output=args.output, device=args.device, python=args.python, time_limit=args.time,
+                       extra=extra)  # a bad option raises UsageError: zeroplanner.cli.main prints it, exit 2
     print(json.dumps(out, indent=1) if args.json else out["text"])
     return 0
