@@ -47,6 +47,9 @@ BINDER_MAX_KERNELS = 8
 KERNEL_MANAGER_CLASS = "zeroplanner.server.voila_app.ZeroplannerKernelManager"
 """Kernel manager with the cap (``jupyter_server``'s ``AsyncMappingKernelManager`` subclass)."""
 
+WEBSOCKET_CONNECTION_CLASS = "zeroplanner.server.voila_app.ClosingPageWebsocketConnection"
+"""The kernel websocket connection binder's ``ServerApp`` uses (``zeroplanner app`` sets it on its Voilà class)."""
+
 IOPUB_TIMEOUT_SECONDS = 300
 """How long Voilà waits, after the page's cell has finished, for the kernel's remaining output messages (nbclient's
 ``iopub_timeout``, default 4 s). When it runs out, nbclient logs "Timeout waiting for IOPub output" and DROPS the

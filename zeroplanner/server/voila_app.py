@@ -34,9 +34,12 @@ import sys
 from typing import Any
 
 import zmq
+from jupyter_server.services.kernels.connection.base import BaseKernelWebsocketConnection
+from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager, ServerKernelManager
 from tornado import web
-from traitlets import Float, Int, default
+from tornado.websocket import WebSocketClosedError
+from traitlets import Float, Int, Type, default
 from voila.app import Voila
 from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.tornado.handler import TornadoVoilaHandler
@@ -248,9 +251,54 @@ class BeaconShutdownKernelHandler(VoilaShutdownKernelHandler):
             raise web.HTTPError(404)
 
 
+def _retrieve_closed_write(future: asyncio.Future) -> None:
+    """Done-callback of one websocket write: a write to a page that closed mid-write ends in
+    ``WebSocketClosedError``; retrieving it here is the whole handling (the page is gone, nothing is left to send
+    to). Any other exception is left for asyncio to report."""
+    if future.cancelled():
+        return
+    exc = future.exception()
+    if exc is not None and not isinstance(exc, WebSocketClosedError):
+        raise exc
+
+
+class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
+    """jupyter_server's kernel websocket connection, except that a kernel message written to a page whose websocket
+    is closing is dropped instead of leaving a failed task behind.
+
+    ``ZMQChannelsWebsocketConnection.write_message`` hands out tornado's ``WebSocketHandler.write_message``, whose
+    returned future fails with ``WebSocketClosedError`` when the page closes while the message is in flight
+    (``tornado/websocket.py`` ``WebSocketProtocol13.write_message``); jupyter_server never awaits that future, so
+    asyncio logs "Task exception was never retrieved" with a traceback in the server log -- seen once in 30 visitors
+    by ``benchmarks/load_voila.py`` (docs/reliability.md). Used by ``zeroplanner app``
+    (``Voila.kernel_websocket_connection_class``) and binder (``ServerApp.kernel_websocket_connection_class``).
+    """
+
+    @property
+    def write_message(self):  # type: ignore[override]
+        """``websocket_handler.write_message`` whose closed-page failure is retrieved (see the class doc)."""
+        write = self.websocket_handler.write_message
+
+        def send(message: Any, binary: bool = False) -> Any:
+            try:
+                future = write(message, binary=binary)
+            except WebSocketClosedError:  # closed before the write began: tornado raises at once
+                self.log.debug("page websocket already closed: kernel message dropped")
+                return None
+            future.add_done_callback(_retrieve_closed_write)
+            return future
+
+        return send
+
+
 class ZeroplannerVoila(Voila):
     """Voilà serving the page with :class:`CappedVoilaHandler` and the kernel-shutdown endpoint with
-    :class:`BeaconShutdownKernelHandler` (everything else unchanged)."""
+    :class:`BeaconShutdownKernelHandler` (everything else unchanged), and kernel websockets through
+    :class:`ClosingPageWebsocketConnection`."""
+
+    kernel_websocket_connection_class = Type(
+        default_value=ClosingPageWebsocketConnection, klass=BaseKernelWebsocketConnection, config=True,
+        help="The kernel websocket connection class (zeroplanner's drops writes to closing pages quietly).")
 
     def init_handlers(self) -> list:
         replace = {TornadoVoilaHandler: CappedVoilaHandler, VoilaShutdownKernelHandler: BeaconShutdownKernelHandler}
@@ -263,7 +311,7 @@ class ZeroplannerVoila(Voila):
 
 
 __all__ = [
-    "BeaconShutdownKernelHandler", "CappedVoilaHandler", "KernelLimitReached", "RETRY_AFTER_SECONDS",
+    "BeaconShutdownKernelHandler", "CappedVoilaHandler", "ClosingPageWebsocketConnection", "KernelLimitReached", "RETRY_AFTER_SECONDS",
     "SERVER_KERNEL_MANAGER_CLASS", "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila",
     "full_page_html", "ready_preheated_kernel", "release_freed_memory", "with_planner_kernel",
 ]
