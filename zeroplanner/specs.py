@@ -702,13 +702,6 @@ class Scenario(_Frozen):
     zero: ZeroSpec = ZeroSpec()
     assumptions: Assumptions = Assumptions()
 
-    @model_validator(mode="after")
-    def _check(self) -> Scenario:
-        tp = self.cluster.tensor_parallel_size
-        if self.model.n_heads % tp:
-            raise ValueError(f"tensor_parallel_size={tp} must divide the model's n_heads={self.model.n_heads}")
-        return self
-
     @property
     def parameters(self) -> int:
         return self.model.parameter_count

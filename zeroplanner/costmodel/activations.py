@@ -45,6 +45,7 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     s = float(sc.sequence_tokens)  # seq_len + image tokens (vision-language models)
     b = micro_batch.astype(np.float64)
     tp = float(ctx.tp)
+    ta = ctx.tp_attention_share  # attention's per-rank share: 1/tp, or the largest uneven AutoTP head shard
     ab = 4.0 if t.precision == "fp32" else 2.0  # activation element bytes
     h, hq, hk, f = float(m.hidden_size), float(m.q_size), float(m.kv_size), float(m.ffn_size)
     a = float(m.n_heads)
@@ -73,28 +74,28 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # Gemma 2's attention-logit soft-capping is not implemented by flash/sdpa kernels: transformers runs eager
     # attention for it (Gemma2Config docs; modeling_gemma2.py eager_attention_forward applies the tanh cap)
     if t.flash_attention and not m.attn_logit_softcapping:
-        q_k_v = ab * sb * (hq + 2 * hk) / tp  # inputs of the attention kernel
+        q_k_v = ab * sb * (hq + 2 * hk) * ta  # inputs of the attention kernel
         out_copy = 0.0 * b
         if m.fused_qkv:
             # a view of the fused QKV output keeps all of it saved (GPT-2: Q, K, V are views; GPT-NeoX: V is, and
             # the rotary Q and K are new copies beside it); the output projection's input is a copy for GPT-NeoX
             # and, when the layer is recomputed under checkpointing, for GPT-2 (measured; a view otherwise)
-            q_k_v = q_k_v + (ab * sb * (hq + hk) / tp if rotary else 0.0)
+            q_k_v = q_k_v + (ab * sb * (hq + hk) * ta if rotary else 0.0)
             out_copy = np.where(checkpointing == 2, 1.0, 1.0 if rotary else 0.0) + 0.0 * b
-        core = (ab * sb * hq + 4.0 * a * s * b) / tp  # output + fp32 log-sum-exp per head
+        core = (ab * sb * hq + 4.0 * a * s * b) * ta  # output + fp32 log-sum-exp per head
         core_s2 = 0.0 * b
-        out_in = out_copy * ab * sb * hq / tp
+        out_in = out_copy * ab * sb * hq * ta
     else:
-        q_k_v = ab * sb * (hq + 2 * hq) / tp  # eager attention repeats K/V heads to n_heads before matmuls
+        q_k_v = ab * sb * (hq + 2 * hq) * ta  # eager attention repeats K/V heads to n_heads before matmuls
         core = 0.0 * b
-        core_s2 = (ab * a * s * s * b + drop * (a * s * s * b + ab * a * s * s * b)) / tp  # softmax (+mask, +out)
-        out_in = ab * sb * hq / tp  # input of the output projection
+        core_s2 = (ab * a * s * s * b + drop * (a * s * s * b + ab * a * s * s * b)) * ta  # softmax (+mask, +out)
+        out_in = ab * sb * hq * ta  # input of the output projection
     attn_drop = drop * sb * h
     # q/k RMSNorms (Qwen3, Gemma 3/4, OLMo 2, Qwen3-Next): like the block norms, each saves its fp32 upcast input
     # and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel input)
     if m.qk_norm != "none":
         rows = (a + m.kv_heads) if m.qk_norm == "head" else 2.0
-        q_k_v = q_k_v + ((4.0 + nb) * sb * (hq + hk) + 4.0 * sb * rows) / tp
+        q_k_v = q_k_v + ((4.0 + nb) * sb * (hq + hk) + 4.0 * sb * rows) * ta
     # norms beyond the two pre-norms (Gemma's post-attention / post-feedforward, OLMo 2's, GLM-4's sandwich
     # norms, Gemma 4's MoE norms): each as a block norm on a hidden-width tensor
     extra_norms = max(0, m.norms_per_layer - 2) * norm

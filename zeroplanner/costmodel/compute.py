@@ -98,10 +98,11 @@ def flops_per_token(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndar
     sc = ctx.scenario
     m, t = sc.model, sc.training
     tp = float(ctx.tp)
-    matmul = m.matmul_params_per_token / tp
+    share = ctx.tp_attention_share  # 1/tp unless AutoTP splits the heads unevenly (context.attention_tp_share)
+    matmul = m.matmul_params_per_token / tp + m.n_attention_layers * m.attention_params * (share - 1.0 / tp)
     # attention layers only (hybrid models' linear-attention/Mamba blocks count in matmul_params_per_token);
     # image tokens lengthen the language model's sequence (Scenario.sequence_tokens)
-    attention = 12.0 * m.n_attention_layers * m.q_size * sc.sequence_tokens / tp
+    attention = 12.0 * m.n_attention_layers * m.q_size * sc.sequence_tokens * share
     if t.lora_rank:
         lora = sc.trainable_parameters / tp
         model = 4.0 * matmul + 6.0 * lora + attention

@@ -103,6 +103,7 @@ class Context:
     mixed: bool
     gpus_per_node: int
     tp: int
+    tp_attention_share: float  # share of each attention layer the largest AutoTP rank holds (1/tp when even)
     largest_module: float
     persistent_params: float  # stage-3 parameters below stage3_param_persistence_threshold (kept whole)
     param_modules: int  # modules whose parameters stage 3 gathers separately
@@ -176,12 +177,28 @@ def stage3_fetch_modules(m, threshold: int) -> tuple[int, float]:
     return modules, elements
 
 
+def attention_tp_share(n_kv_heads: int, tp: int) -> float:
+    """Share of an attention layer's heads (and of its Q/K/V/O weights) that the largest tensor-parallel rank holds.
+
+    DeepSpeed's AutoTP splits attention projections by key/value head groups and lets them be uneven: rank r of
+    ``tp`` takes ``n_kv_heads // tp + (1 if r < n_kv_heads % tp else 0)`` groups (``deepspeed/module_inject/
+    tp_shard.py`` ``get_shard_size``), so the largest rank holds ``ceil(n_kv_heads / tp) / n_kv_heads`` of the
+    layer; that rank sets the per-GPU memory and the step. Equals ``1 / tp`` when ``tp`` divides the KV heads.
+    Measured on CPU ranks: a 3-head model trains with ``autotp_size`` 2 (tests/evidence/test_error_rules.py).
+    """
+    return -(-n_kv_heads // tp) / n_kv_heads if tp > 1 else 1.0
+
+
 def make_context(scenario: Scenario) -> Context:
     """Derive the scalars the vectorised functions need. Pure; raises nothing beyond the Scenario's validation."""
     m, c, t = scenario.model, scenario.cluster, scenario.training
     tp = c.tensor_parallel_size
-    params = scenario.parameters / tp
-    trainable = scenario.trainable_parameters / tp
+    attn_share = attention_tp_share(m.kv_heads, tp)
+    # the largest AutoTP rank's extra attention weights when the heads do not split evenly (0 when they do)
+    uneven = m.n_attention_layers * m.attention_params * (attn_share - 1.0 / tp)
+    params = scenario.parameters / tp + uneven
+    trainable = scenario.trainable_parameters / tp + (uneven if scenario.trainable_parameters == scenario.parameters
+                                                       else 0.0)
     frozen = params - trainable if (t.lora_rank or t.freeze_vision) else 0.0
     mixed = t.precision != "fp32"
     w = DTYPE_BYTES[t.precision]
@@ -249,6 +266,7 @@ def make_context(scenario: Scenario) -> Context:
         mixed=mixed,
         gpus_per_node=c.gpus_per_node,
         tp=tp,
+        tp_attention_share=attn_share,
         largest_module=float(m.largest_module_params),
         persistent_params=float(min(sum(small_tensors), scenario.parameters)) / tp,
         param_modules=int(layer_modules + 2),

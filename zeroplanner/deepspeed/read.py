@@ -10,6 +10,7 @@ import json
 import math
 from typing import Any
 
+from ..costmodel.context import attention_tp_share
 from ..specs import OffloadSpec, Scenario, TrainingSpec, ZeroSpec
 from .emit import hf_auto_values
 from .keys import (
@@ -590,16 +591,18 @@ def _read_tensor_parallel(r: _Reader, config: dict[str, Any]) -> int:
         return base_tp
     tp = max(tp, 1)  # 0 (DeepSpeed's default) and 1 both mean no AutoTP
     c, m = r.base.cluster, r.base.model
-    problem = None
     if c.gpus_per_node % tp:
-        problem = f"it does not divide the {c.gpus_per_node} GPUs per node (AutoTP groups sit inside a node)"
-    elif m.n_heads % tp:
-        problem = f"it does not divide the model's {m.n_heads} attention heads"
-    if problem:
-        r.note("error", "tensor_parallel.autotp_size", f"autotp_size {tp}: {problem}. Priced with "
-               f"tensor-parallel degree {base_tp}.", "Use a divisor of the GPUs per node and of the heads.",
-               "tensor_parallel_size")
+        r.note("error", "tensor_parallel.autotp_size", f"autotp_size {tp}: it does not divide the "
+               f"{c.gpus_per_node} GPUs per node (AutoTP groups sit inside a node). Priced with tensor-parallel "
+               f"degree {base_tp}.", "Use a divisor of the GPUs per node.", "tensor_parallel_size")
         return base_tp
+    if m.kv_heads % tp:
+        share = attention_tp_share(m.kv_heads, tp)
+        r.note("warning", "tensor_parallel.autotp_size", f"autotp_size {tp} does not divide the model's "
+               f"{m.kv_heads} key/value heads: AutoTP shards them unevenly (module_inject/tp_shard.py "
+               f"get_shard_size), so the largest rank holds {share:.0%} of each attention layer instead of "
+               f"{1 / tp:.0%}; priced for that rank.", "A divisor of the KV heads balances the ranks.",
+               "autotp_uneven_heads")
     if tp > 1:
         r.note("info", "tensor_parallel.autotp_size", f"AutoTP degree {tp} read (DeepSpeed engine.py autotp_size): "
                f"priced with tensor-parallel degree {tp}, so ZeRO shards over the data-parallel degree "
