@@ -450,8 +450,6 @@ def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, p
     best = dict.fromkeys(labels, 0)
     for p in grid:
         arch = Architecture.from_parameter_count(int(p))
-        if arch.n_heads % scenario.cluster.tensor_parallel_size:
-            continue  # the Scenario validator's rule, checked without re-validating everything
         sc = scenario.model_copy(update={"model": arch})
         _, cand = _variant_candidates(sc, np.array([sc.cluster.nodes]))
         fits = evaluate(make_context(sc), cand)["fits"][:, 0]
