@@ -1,8 +1,10 @@
 """Scenario (or plan) -> a complete DeepSpeed JSON config (:func:`to_deepspeed_config`), for raw
 ``deepspeed.initialize`` (``mode="deepspeed"``, every value concrete) or the Hugging Face Trainer
-(``mode="hf_trainer"``, ``"auto"`` wherever the Trainer fills the value; :func:`hf_auto_values` says what it will
-fill them with), the matching TrainingArguments and ``accelerate launch`` YAML, and the notes a user needs to run it.
-The tests check every generated config with DeepSpeed's own config classes."""
+(``mode="hf_trainer"``: the plan's batch, precision and bucket values, ``"auto"`` for the optimizer, scheduler and
+clipping; with ``hf_auto=True`` ``"auto"`` wherever the Trainer fills the value, :func:`hf_auto_values` says what it
+will fill them with), the matching TrainingArguments and ``accelerate launch`` YAML (multi-node: main_process_ip,
+main_process_port, machine_rank), and the notes a user needs to run it. Precision follows the GPU (fp16 with dynamic
+loss scaling where there is no bf16). The tests check every generated config with DeepSpeed's own config classes."""
 
 from __future__ import annotations
 
