@@ -6,9 +6,11 @@ Subcommand module of :mod:`zeroplanner.cli`::
     zeroplanner check CONFIG.json [scenario options] [--hf-trainer] [--json]
 
 ``config`` writes the DeepSpeed JSON for the scenario (``--recommend``: for the planner's choice) to FILE, or to
-stdout without ``-o``. ``--hf-trainer`` writes ``"auto"`` where the HF Trainer fills values. ``--accelerate`` also
-writes ``FILE``'s sibling ``<stem>.accelerate.yaml`` for ``accelerate launch --config_file``, pointing at FILE
-exactly as given (launch from the directory the path is relative to). Notes and lint findings go to stderr (or into
+stdout without ``-o``. ``--hf-trainer`` writes the variant the HF Trainer runs: the plan's batch, precision and
+bucket values, ``"auto"`` for optimizer, scheduler and clipping (``--hf-auto``: ``"auto"`` wherever the Trainer fills
+values). ``--accelerate`` also writes ``FILE``'s sibling ``<stem>.accelerate.yaml`` for ``accelerate launch
+--config_file``, pointing at FILE exactly as given (launch from the directory the path is relative to); on several
+nodes ``--main-process-ip`` is node 0's address in it. Notes and lint findings go to stderr (or into
 the ``--json`` object).
 
 ``check`` reads a user's config (at most 1 MB, nothing executed) the way the client that runs it reads the file:
@@ -127,8 +129,8 @@ def run_config(args) -> int:
         return _error("--hf-auto: needs --hf-trainer ('auto' is resolved only by the HF Trainer / accelerate)")
     try:
         yaml_text = to_accelerate_config(scenario, str(args.output), args.main_process_ip) if args.accelerate else ""
-    except ValueError as exc:
-        return _error(f"--main-process-ip: {exc}")
+    except ValueError as exc:  # the message names the value: main_process_ip or deepspeed_config_file (-o)
+        return _error(f"{'--main-process-ip' if 'main_process_ip' in str(exc) else '-o'}: {exc}")
     config = to_deepspeed_config(scenario, mode=mode, total_num_steps=args.total_steps, hf_auto=args.hf_auto)
     notes = generation_notes(scenario, mode, hf_auto=args.hf_auto, accelerate=args.accelerate,
                              main_process_ip=args.main_process_ip)
