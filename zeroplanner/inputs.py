@@ -496,6 +496,12 @@ INPUTS: tuple[Input, ...] = (
     Input("images_per_sample", "Images per sample", "int", "training",
           "images in one training sample; each adds the model's vision tokens to the language model's sequence",
           path="training.images_per_sample", widget=Widget("int_text", "Images / sample", section="training")),
+    # -- planner options (TrainingSpec: what the planner may change about the numerics of a step) --
+    Input("allow_lossy_communication", "Allow lossy ZeRO++ communication", "bool", "ZeRO",
+          "let the planner recommend ZeRO++ quantized collectives (int8 weights, int4 gradients; they change the "
+          "numerics, arXiv 2306.10209); off: only if you set --zero-quantized-* yourself",
+          path="training.allow_lossy_communication",
+          widget=Widget("checkbox", "Allow lossy ZeRO++ (int8/int4)", section="zero")),
 )
 """Every scenario input, in the order share links write them (new inputs go at the end)."""
 

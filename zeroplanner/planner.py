@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from .costmodel import Candidates, Estimate, estimate, evaluate, make_context
 from .costmodel.evaluate import estimate_from_values
 from .costmodel.context import CHECKPOINT_CODES, OFFLOAD_CODES
-from .specs import Architecture, Scenario
+from .specs import Architecture, Scenario, hardware_precision
 from .units import gib
 
 DEFAULT_TOLERANCE = 0.10
@@ -141,7 +141,9 @@ def _why_not(best: Choice, best_est: Estimate, alt: Choice, alt_est: Estimate, t
     zpp_alt = alt.zero_hpz_partition_size > 1 or alt.zero_quantized_weights or alt.zero_quantized_gradients
     zpp_best = best.zero_hpz_partition_size > 1 or best.zero_quantized_weights or best.zero_quantized_gradients
     if zpp_alt and not zpp_best:
-        return head + f"within the {tolerance:.0%} model tolerance and it needs ZeRO++ (quantised collectives)."
+        what = ("quantised collectives" if alt.zero_quantized_weights or alt.zero_quantized_gradients
+                else "hpZ's secondary weight copy per node")
+        return head + f"within the {tolerance:.0%} model tolerance and it needs ZeRO++ ({what})."
     headroom = best_est.gpu_memory_bytes - best_est.per_gpu_bytes.total
     alt_headroom = alt_est.gpu_memory_bytes - alt_est.per_gpu_bytes.total
     if alt_headroom < headroom:
@@ -166,6 +168,19 @@ class Plan(_Out):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+ZERO_PP_PAPER = "the ZeRO++ paper (Wang et al., arXiv 2306.10209)"
+
+
+def quantized_zeropp_allowed(scenario: Scenario) -> tuple[bool, bool]:
+    """(zero_quantized_weights, zero_quantized_gradients) the planner may pick: both when the scenario's
+    ``training.allow_lossy_communication`` is on, else only what the scenario sets itself (a user who sets a flag
+    keeps it). Lossy because qwZ all-gathers weights in int8 and qgZ reduce-scatters gradients in int4
+    (:data:`ZERO_PP_PAPER`)."""
+    z = scenario.zero
+    allowed = scenario.training.allow_lossy_communication
+    return allowed or z.zero_quantized_weights, allowed or z.zero_quantized_gradients
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -177,7 +192,10 @@ def candidate_grid(scenario: Scenario) -> Candidates:
     micros = [m for m in _divisors(samples) if m <= 64] or [1]
     zpp = [(1, 0, 0)]
     if c.nodes > 1:
-        zpp.append((c.gpus_per_node, 1, 1))
+        # hpZ (a secondary weight copy per node) is lossless; the quantized collectives (qwZ int8 weights, qgZ int4
+        # gradients) change the numerics, so they are candidates only when allowed or set by the user
+        qw, qg = quantized_zeropp_allowed(scenario)
+        zpp.append((c.gpus_per_node, int(qw), int(qg)))
     # DeepSpeed allocates the whole reduce bucket however few parameters train (memory.buffer_bytes), so with
     # Ψ_t below the bucket (LoRA/QLoRA) a bucket of Ψ_t (rounded up to 1e6 elements) is also a candidate: same
     # number of collectives, less memory.
@@ -308,6 +326,18 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
         r.append(f"reduce_bucket_size lowered from {scenario.zero.reduce_bucket_size:,} to "
                  f"{best.reduce_bucket_size:,} elements: only {scenario.trainable_parameters:,} parameters train and "
                  "DeepSpeed allocates the whole bucket.")
+    if best.zero_quantized_weights or best.zero_quantized_gradients:
+        parts = [p for p, on in (("zero_quantized_weights (int8 weight all-gather)", best.zero_quantized_weights),
+                                 ("zero_quantized_gradients (int4 gradient reduce-scatter)",
+                                  best.zero_quantized_gradients)) if on]
+        why = ("allowed by allow_lossy_communication" if scenario.training.allow_lossy_communication
+               else "set in the scenario")
+        r.append(f"Numerics: {' and '.join(parts)} ({why}) quantize communication, so the step is not bit-for-bit "
+                 f"the full-precision one; {ZERO_PP_PAPER} reports pretraining loss matching the baseline with its "
+                 "block-wise quantization, but compare your loss curve against a short unquantized run.")
+    elif scenario.cluster.nodes > 1 and not any(quantized_zeropp_allowed(scenario)):
+        r.append("ZeRO++ quantized weights (int8) and gradients (int4) were not considered: they change the numerics "
+                 f"({ZERO_PP_PAPER}); allow them with --allow-lossy-communication (allow_lossy_communication).")
     comm_share = est.communication.exposed_seconds_per_step / est.step_seconds
     r.append(f"Exposed communication is {comm_share:.0%} of the step.")
     r.append(step_breakdown(est))
@@ -322,6 +352,15 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     """
     if not 0.0 <= tolerance < 1.0:
         raise ValueError(f"tolerance={tolerance} must be in [0, 1)")
+    precision_note = []
+    if hardware_precision(scenario) != scenario.training.precision:
+        g = scenario.cluster.gpu
+        scenario = scenario.model_copy(update={
+            "training": scenario.training.model_copy(update={"precision": hardware_precision(scenario)})})
+        precision_note.append(
+            f"Precision: {g.name} has no bf16 (bf16 tensor cores need Ampere, sm_80, or newer), so this plan is "
+            f"priced and configured as fp16 with dynamic loss scaling (DeepSpeed fp16 block, loss_scale 0) at the "
+            f"GPU's fp16 peak of {g.peak_fp16_tflops:g} TFLOP/s; memory is the same (2 bytes per value).")
     ctx = make_context(scenario)
     cand = candidate_grid(scenario)
     values = evaluate(ctx, cand)
@@ -343,7 +382,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                 f"{gib(ctx.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB usable "
                 f"and {gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node. Options: "
                 + ", ".join(remedies) + "."]
-        warn += [f"As configured (ZeRO-{scenario.zero.stage}): {w_}" for w_ in est.warnings]
+        warn += [f"As configured (ZeRO-{scenario.zero.stage}): {w_}" for w_ in est.warnings] + precision_note
         return Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=warn,
                     alternatives=[], variants=variants, candidates_evaluated=int(cand.stage.size))
     best_i = int(ranked[0])
@@ -365,7 +404,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                            why_not=_why_not(best, est, ch, alt_est, tolerance, False)))
         if len(alts) >= alternatives:
             break
-    reasons = _reasons(scenario, best, est, values, cand, ranked, tolerance)
+    reasons = precision_note + _reasons(scenario, best, est, values, cand, ranked, tolerance)
     for a in alts:
         if a.why_not:
             reasons.append(f"Alternative {_short(a.choice)}: {a.why_not}")

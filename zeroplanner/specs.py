@@ -508,7 +508,18 @@ class GPUSpec(_Frozen):
     )
     intra_node_latency_seconds: float = Field(default=10e-6, gt=0, le=1.0)
     pcie_gb_per_s: float = Field(default=25.0, gt=0, le=10_000, description="host<->device GB/s, pinned")
+    marketed_memory_gb: float | None = Field(
+        default=None, gt=0, le=100_000,
+        description="the vendor's advertised memory (the '80GB' of 'A100-80GB'), shown beside memory_bytes; "
+        "memory_bytes is what PyTorch reports as total capacity, which is less",
+    )
     source: str = Field(default="", max_length=1000)
+
+    @property
+    def supports_bf16(self) -> bool:
+        """Whether the GPU computes in bf16 (catalog ``peak_bf16_tflops`` > 0): bf16 tensor cores arrive with
+        Ampere (sm_80); V100 (sm_70) and Turing (sm_75: T4, TITAN RTX) have none."""
+        return self.peak_bf16_tflops > 0
 
     def peak_tflops(self, precision: Precision) -> float:
         """Dense peak TFLOP/s for the training precision; fp16 stands in where bf16 is unsupported (V100)."""
@@ -601,6 +612,12 @@ class TrainingSpec(_Frozen):
         default=0, ge=0, le=10_000,
         description="images in one training sample; each adds the model's vision_tokens_per_image tokens to the "
         "language model's sequence (activations)",
+    )
+    allow_lossy_communication: bool = Field(
+        default=False,
+        description="planner option: may the planner recommend ZeRO++'s quantized collectives (zero_quantized_weights: "
+        "int8 weight all-gather; zero_quantized_gradients: int4 gradient reduce-scatter), which change the numerics "
+        "(ZeRO++, arXiv 2306.10209)? Off: it never picks them unless the scenario sets them itself",
     )
 
     @field_validator("lora_targets")
@@ -736,6 +753,17 @@ def replace(obj: BaseModel, **changes: Any) -> Any:
     for key, value in changes.items():
         data[key] = value.model_dump() if isinstance(value, BaseModel) else value
     return type(obj).model_validate(data)
+
+
+def hardware_precision(scenario: Scenario) -> Precision:
+    """The precision a run of ``scenario`` uses on its GPU: the scenario's, except bf16 on a GPU without bf16
+    (:attr:`GPUSpec.supports_bf16` False: V100, T4, TITAN RTX), which runs fp16 with dynamic loss scaling instead
+    (DeepSpeed's ``fp16`` block, ``loss_scale`` 0). Same 2 bytes per value, so memory is unchanged; compute uses the
+    GPU's fp16 peak (:meth:`GPUSpec.peak_tflops`). The planner prices and says this; the config generator writes it."""
+    precision = scenario.training.precision
+    if precision == "bf16" and not scenario.cluster.gpu.supports_bf16:
+        return "fp16"
+    return precision
 
 
 def weight_bytes_per_param(training: TrainingSpec) -> float:

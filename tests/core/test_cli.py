@@ -32,7 +32,9 @@ def test_estimate_defaults_match_python_api(capsys):
     # default scenario: Llama-2-7B (6,738,415,616 params, docs/references.md s.3) on one node of 8 A100-80GB
     assert d["parameters"] == 6_738_415_616
     assert d["data_parallel_degree"] == 8
-    assert d["gpu_memory_bytes"] == 80 * 2**30
+    # A100-80GB: PyTorch's total capacity, 79.14 GiB in a public CUDA OOM message (lianqi1008/Control-GIC#6),
+    # stored as the nearest MiB (zeroplanner/catalog/gpus.json)
+    assert d["gpu_memory_bytes"] == 81039 * 2**20
     e = estimate(build_scenario())
     assert d["per_gpu_bytes"]["total"] == e.per_gpu_bytes.total
     assert d["step_seconds"] == pytest.approx(e.step_seconds)

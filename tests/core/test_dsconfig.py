@@ -190,7 +190,7 @@ def test_hf_mode_filled_by_transformers_matches_hf_auto_values(idx, ds_world):
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
 
     s = HF_SWEEP[idx]
-    config = to_deepspeed_config(s, mode="hf_trainer")
+    config = to_deepspeed_config(s, mode="hf_trainer", hf_auto=True)  # the all-"auto" variant (--hf-auto)
     autos = {k for k, v in _leaves(config) if v == "auto"}
     assert autos <= set(HF_TRAINER_AUTO_KEYS)
     hf = HfTrainerDeepSpeedConfig(json.loads(json.dumps(config)))
@@ -568,7 +568,7 @@ def test_cli_config_writes_deepspeed_and_accelerate_files(cli_main, tmp_path, ca
     assert yaml_cfg.deepspeed_config["deepspeed_config_file"] == str(out) and yaml_cfg.num_processes == 16
     assert "wrote" in capsys.readouterr().err
 
-    assert cli_main(["config", "--hf-trainer", "--json"]) == 0
+    assert cli_main(["config", "--hf-trainer", "--hf-auto", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
     assert obj["config"]["train_batch_size"] == "auto" and obj["mode"] == "hf_trainer"
     assert cli_main(["config", "--accelerate"]) == 2

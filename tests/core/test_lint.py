@@ -137,7 +137,7 @@ def test_nvme_optimizer_below_stage3():
 
 
 def test_auto_outside_hf():
-    hf = to_deepspeed_config(BASE, "hf_trainer")
+    hf = to_deepspeed_config(BASE, "hf_trainer", hf_auto=True)  # "auto" in every field the Trainer fills
     raw = [f for f in lint(hf, BASE) if f.rule == "auto_outside_hf"]
     assert "train_batch_size" in {f.key for f in raw if f.severity == "error"}
     # DeepSpeed's pydantic blocks drop "auto" and run with the default: a warning

@@ -6,9 +6,11 @@ Subcommand module of :mod:`zeroplanner.cli`::
     zeroplanner check CONFIG.json [scenario options] [--hf-trainer] [--json]
 
 ``config`` writes the DeepSpeed JSON for the scenario (``--recommend``: for the planner's choice) to FILE, or to
-stdout without ``-o``. ``--hf-trainer`` writes ``"auto"`` where the HF Trainer fills values. ``--accelerate`` also
-writes ``FILE``'s sibling ``<stem>.accelerate.yaml`` for ``accelerate launch --config_file``, pointing at FILE
-exactly as given (launch from the directory the path is relative to). Notes and lint findings go to stderr (or into
+stdout without ``-o``. ``--hf-trainer`` writes the variant the HF Trainer runs: the plan's batch, precision and
+bucket values, ``"auto"`` for optimizer, scheduler and clipping (``--hf-auto``: ``"auto"`` wherever the Trainer fills
+values). ``--accelerate`` also writes ``FILE``'s sibling ``<stem>.accelerate.yaml`` for ``accelerate launch
+--config_file``, pointing at FILE exactly as given (launch from the directory the path is relative to); on several
+nodes ``--main-process-ip`` is node 0's address in it. Notes and lint findings go to stderr (or into
 the ``--json`` object).
 
 ``check`` reads a user's config (at most 1 MB, nothing executed) the way the client that runs it reads the file:
@@ -56,7 +58,12 @@ def register(subparsers, add_scenario_options) -> None:
     )
     add_scenario_options(p)
     p.add_argument("--recommend", action="store_true", help="use the planner's recommended configuration")
-    p.add_argument("--hf-trainer", action="store_true", help="'auto' where the HF Trainer fills values")
+    p.add_argument("--hf-trainer", action="store_true", help="for the HF Trainer / accelerate: the plan's batch, "
+                   "precision and bucket values, 'auto' for optimizer, scheduler and clipping")
+    p.add_argument("--hf-auto", action="store_true", help="with --hf-trainer: 'auto' in every field the Trainer "
+                   "fills (its batch and bucket sizes, not the plan's)")
+    p.add_argument("--main-process-ip", default=None, metavar="ADDR", help="with --accelerate on several nodes: "
+                   "node 0's address for the YAML's main_process_ip (default: a placeholder to replace)")
     p.add_argument("--accelerate", action="store_true",
                    help="also write <stem>.accelerate.yaml next to -o FILE for accelerate launch --config_file")
     p.add_argument("--total-steps", type=_steps, default=None, help="total optimizer steps (WarmupDecayLR)")
@@ -118,8 +125,15 @@ def run_config(args) -> int:
     mode = "hf_trainer" if args.hf_trainer else "deepspeed"
     if args.accelerate and not args.output:
         return _error("--accelerate: needs -o FILE (the YAML points at the DeepSpeed JSON file)")
-    config = to_deepspeed_config(scenario, mode=mode, total_num_steps=args.total_steps)
-    notes = generation_notes(scenario, mode)
+    if args.hf_auto and not args.hf_trainer:
+        return _error("--hf-auto: needs --hf-trainer ('auto' is resolved only by the HF Trainer / accelerate)")
+    try:
+        yaml_text = to_accelerate_config(scenario, str(args.output), args.main_process_ip) if args.accelerate else ""
+    except ValueError as exc:  # the message names the value: main_process_ip or deepspeed_config_file (-o)
+        return _error(f"{'--main-process-ip' if 'main_process_ip' in str(exc) else '-o'}: {exc}")
+    config = to_deepspeed_config(scenario, mode=mode, total_num_steps=args.total_steps, hf_auto=args.hf_auto)
+    notes = generation_notes(scenario, mode, hf_auto=args.hf_auto, accelerate=args.accelerate,
+                             main_process_ip=args.main_process_ip)
     findings = lint(config, scenario, mode)
     text = json.dumps(config, indent=2) + "\n"
     files: list[str] = []
@@ -130,7 +144,7 @@ def run_config(args) -> int:
             files.append(str(out))
             if args.accelerate:
                 yaml_path = out.with_name(out.stem + ".accelerate.yaml")
-                yaml_path.write_text(to_accelerate_config(scenario, str(out)), encoding="utf-8")
+                yaml_path.write_text(yaml_text, encoding="utf-8")
                 files.append(str(yaml_path))
         except OSError as exc:
             return _error(f"-o {args.output!r}: {exc.strerror or exc}")

@@ -86,10 +86,13 @@ def _catalog_row(kind: str, name: str) -> tuple[dict, str]:
         return d, f"{m.name:<16} {m.parameter_count / 1e9:8.2f} B params  {m.n_layers:3d} layers  h={m.hidden_size}"
     if kind == "gpus":
         g = catalog.gpu(name)
-        d = {"name": g.name, "memory_gib": g.memory_bytes / GIB, "peak_bf16_tflops": g.peak_bf16_tflops,
+        d = {"name": g.name, "memory_gib": g.memory_bytes / GIB, "memory_bytes": g.memory_bytes,
+             "marketed_memory_gb": g.marketed_memory_gb, "peak_bf16_tflops": g.peak_bf16_tflops,
              "peak_fp16_tflops": g.peak_fp16_tflops, "intra_node_busbw_gb_per_s": g.intra_node_busbw_gb_per_s,
              "source": g.source}
-        return d, (f"{g.name:<11} {g.memory_bytes / GIB:6.1f} GiB  {g.peak_tflops('bf16'):7.1f} TFLOP/s bf16/fp16 "
+        sold = f" (sold as {g.marketed_memory_gb:g} GB)" if g.marketed_memory_gb else ""
+        return d, (f"{g.name:<11} {g.memory_bytes / GIB:6.2f} GiB{sold:<17} {g.peak_tflops('bf16'):7.1f} TFLOP/s "
+                   "bf16/fp16 "
                    f"dense  intra-node busbw {g.intra_node_busbw_gb_per_s:.0f} GB/s")
     n = catalog.network(name)
     d = {"name": n.name, "kind": n.kind, "link_gbps": n.link_gbps, "nics_per_node": n.nics_per_node,

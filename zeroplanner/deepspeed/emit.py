@@ -1,16 +1,20 @@
 """Scenario (or plan) -> a complete DeepSpeed JSON config (:func:`to_deepspeed_config`), for raw
 ``deepspeed.initialize`` (``mode="deepspeed"``, every value concrete) or the Hugging Face Trainer
-(``mode="hf_trainer"``, ``"auto"`` wherever the Trainer fills the value; :func:`hf_auto_values` says what it will
-fill them with), the matching TrainingArguments and ``accelerate launch`` YAML, and the notes a user needs to run it.
-The tests check every generated config with DeepSpeed's own config classes."""
+(``mode="hf_trainer"``: the plan's batch, precision and bucket values, ``"auto"`` for the optimizer, scheduler and
+clipping; with ``hf_auto=True`` ``"auto"`` wherever the Trainer fills the value, :func:`hf_auto_values` says what it
+will fill them with), the matching TrainingArguments and ``accelerate launch`` YAML (multi-node: main_process_ip,
+main_process_port, machine_rank), and the notes a user needs to run it. Precision follows the GPU (fp16 with dynamic
+loss scaling where there is no bf16). The tests check every generated config with DeepSpeed's own config classes."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from ..specs import OffloadSpec, Scenario, TrainingSpec
+from ..specs import OffloadSpec, Scenario, TrainingSpec, hardware_precision
 from .keys import (
+    ACCELERATE_MAIN_PROCESS_PORT,
     AUTO,
     DEFAULT_BETAS,
     DEFAULT_EPS,
@@ -19,11 +23,16 @@ from .keys import (
     DEFAULT_WARMUP_STEPS,
     DEFAULT_WEIGHT_DECAY,
     FP16_BLOCK,
+    MAIN_PROCESS_IP_PLACEHOLDER,
     NVME_PATH_PLACEHOLDER,
     SGD_MOMENTUM,
     Finding,
     Mode,
 )
+
+
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$")
+"""A host name or IPv4/IPv6 address, conservatively (the pattern of zeroplanner launch-script's --master-addr)."""
 
 
 def _scenario_of(obj: Any) -> Scenario:
@@ -50,7 +59,11 @@ def hf_auto_values(scenario: Any) -> dict[str, Any]:
     * optimizer/scheduler/clipping values from TrainingArguments (their defaults here: :data:`DEFAULT_LR` ...);
       ``warmup_min_lr`` = 0; ``total_num_steps`` and ``warmup_num_steps`` are only known at train time
       (``num_training_steps``), so they are left out of this table.
-    * ``fp16.enabled`` / ``bf16.enabled`` from ``args.fp16`` / ``args.bf16``.
+    * ``fp16.enabled`` / ``bf16.enabled`` from ``args.fp16`` / ``args.bf16`` (:func:`hf_training_arguments`: the
+      precision the GPU runs, :func:`zeroplanner.specs.hardware_precision`).
+
+    These are the values of the ``hf_auto=True`` variant. The default HF variant writes the plan's own batch sizes,
+    precision and bucket sizes instead, so only the optimizer, scheduler and clipping keys are filled from here.
     """
     s = _scenario_of(scenario)
     h = s.model.hidden_size
@@ -67,8 +80,8 @@ def hf_auto_values(scenario: Any) -> dict[str, Any]:
         "optimizer.params.weight_decay": DEFAULT_WEIGHT_DECAY,
         "scheduler.params.warmup_min_lr": 0,
         "scheduler.params.warmup_max_lr": DEFAULT_LR,
-        "fp16.enabled": t.precision == "fp16",
-        "bf16.enabled": t.precision == "bf16",
+        "fp16.enabled": hardware_precision(s) == "fp16",
+        "bf16.enabled": hardware_precision(s) == "bf16",
         "zero_optimization.reduce_bucket_size": h * h,
     }
     if t.optimizer == "adam8bit":  # no optimizer block (see to_deepspeed_config)
@@ -92,8 +105,8 @@ def hf_training_arguments(scenario: Any, deepspeed_config_path: str = "ds_config
         "deepspeed": deepspeed_config_path,
         "per_device_train_batch_size": t.micro_batch,
         "gradient_accumulation_steps": t.grad_accum,
-        "bf16": t.precision == "bf16",
-        "fp16": t.precision == "fp16",
+        "bf16": hardware_precision(s) == "bf16",
+        "fp16": hardware_precision(s) == "fp16",
         "gradient_checkpointing": t.checkpointing != "none",
         "max_grad_norm": DEFAULT_GRADIENT_CLIPPING,
     }
@@ -158,13 +171,25 @@ def _scheduler_block(mode: Mode, total_num_steps: int | None) -> dict[str, Any]:
 
 
 def to_deepspeed_config(
-    scenario: Any, mode: Mode = "deepspeed", total_num_steps: int | None = None, torch_adam: bool = False
+    scenario: Any, mode: Mode = "deepspeed", total_num_steps: int | None = None, torch_adam: bool = False,
+    hf_auto: bool = False,
 ) -> dict[str, Any]:
     """A complete DeepSpeed config for ``scenario`` (a Scenario or a Plan; a Plan's chosen scenario is used).
 
     ``mode="deepspeed"``: every value concrete, for ``deepspeed.initialize(config=...)`` or ``deepspeed --config``.
-    ``mode="hf_trainer"``: ``"auto"`` where the HF Trainer fills the value (:data:`HF_TRAINER_AUTO_KEYS`;
-    :func:`hf_auto_values` gives the values, :func:`hf_training_arguments` the TrainingArguments that produce them).
+    ``mode="hf_trainer"``: for the HF Trainer / accelerate. By default the plan's own values stay concrete --
+    ``train_batch_size``, ``train_micro_batch_size_per_gpu``, ``gradient_accumulation_steps``, the precision block,
+    ``reduce_bucket_size``, ``stage3_prefetch_bucket_size``, ``stage3_param_persistence_threshold`` -- so the config
+    describes the run that was priced: the Trainer keeps concrete bucket sizes (``fill_only``) and raises when a
+    concrete batch or precision value disagrees with TrainingArguments (``fill_match`` -> ``trainer_config_finalize``,
+    transformers 5.24.0 integrations/deepspeed.py); ``"auto"`` stays only where the plan has no value (optimizer
+    hyperparameters, scheduler, ``gradient_clipping``). ``hf_auto=True``: ``"auto"`` in every field the Trainer fills
+    (:data:`HF_TRAINER_AUTO_KEYS`; :func:`hf_auto_values` gives the values, e.g. ``reduce_bucket_size`` =
+    hidden_size ** 2 instead of the plan's). :func:`hf_training_arguments` gives the TrainingArguments for both.
+
+    Precision follows the hardware (:func:`zeroplanner.specs.hardware_precision`): bf16 on a GPU without bf16
+    (V100, T4) is written as fp16 with dynamic loss scaling (:data:`FP16_BLOCK`), never as a ``bf16`` block;
+    :func:`generation_notes` says so.
 
     Content: ``train_batch_size`` = micro * grad_accum * data-parallel degree (DeepSpeed's assertion in
     ``DeepSpeedConfig._batch_assertion``), the precision block (at most one of bf16/fp16 enabled; fp16 with dynamic
@@ -180,32 +205,42 @@ def to_deepspeed_config(
     Ignored with offload_optimizer: DeepSpeed checks torch_adam before choosing DeepSpeedCPUAdam
     (engine.py, get_optimizer_configuration), and torch's AdamW on CPU is much slower.
 
-    Raises ``TypeError`` for something that is neither a Scenario nor a Plan, ``ValueError`` for an unknown mode
-    or a ``total_num_steps`` < 1.
+    Raises ``TypeError`` for something that is neither a Scenario nor a Plan, ``ValueError`` for an unknown mode,
+    a ``total_num_steps`` < 1, or ``hf_auto`` outside ``mode="hf_trainer"``.
     """
     if mode not in ("deepspeed", "hf_trainer"):
         raise ValueError(f"mode={mode!r}: allowed 'deepspeed' or 'hf_trainer'")
+    if hf_auto and mode != "hf_trainer":
+        raise ValueError("hf_auto=True: only with mode='hf_trainer' (raw DeepSpeed does not resolve 'auto')")
     if total_num_steps is not None and (isinstance(total_num_steps, bool) or int(total_num_steps) < 1):
         raise ValueError(f"total_num_steps={total_num_steps!r} must be an integer >= 1")
     s = _scenario_of(scenario)
     t, z = s.training, s.zero
     hf = mode == "hf_trainer"
+    auto = hf and hf_auto  # "auto" also where the plan has a value (the Trainer then fills its own)
+    precision = hardware_precision(s)
+    # the Trainer's train_batch_size counts every process (hf_auto_values); equal to the plan's without TP
+    batch = hf_auto_values(s)["train_batch_size"] if hf else int(s.global_batch_size)
 
     config: dict[str, Any] = {
-        "train_batch_size": AUTO if hf else int(s.global_batch_size),
-        "train_micro_batch_size_per_gpu": AUTO if hf else int(t.micro_batch),
-        "gradient_accumulation_steps": AUTO if hf else int(t.grad_accum),
+        "train_batch_size": AUTO if auto else int(batch),
+        "train_micro_batch_size_per_gpu": AUTO if auto else int(t.micro_batch),
+        "gradient_accumulation_steps": AUTO if auto else int(t.grad_accum),
         "gradient_clipping": AUTO if hf else DEFAULT_GRADIENT_CLIPPING,
         "steps_per_print": 100,
         "wall_clock_breakdown": False,
     }
-    if hf:
-        # The Trainer fills both from args.bf16/args.fp16 and checks they do not conflict.
-        config["bf16"] = {"enabled": AUTO}
-        config["fp16"] = {"enabled": AUTO}
-    elif t.precision == "bf16":
+    if auto:
+        # The Trainer fills both from args.bf16/args.fp16 and checks they do not conflict; a GPU without bf16
+        # gets no bf16 block at all.
+        if s.cluster.gpu.supports_bf16:
+            config["bf16"] = {"enabled": AUTO}
+            config["fp16"] = {"enabled": AUTO}
+        else:
+            config["fp16"] = {**FP16_BLOCK, "enabled": AUTO}
+    elif precision == "bf16":
         config["bf16"] = {"enabled": True}
-    elif t.precision == "fp16":
+    elif precision == "fp16":
         config["fp16"] = dict(FP16_BLOCK)
 
     optimizer = _optimizer_block(t, mode, torch_adam and z.offload_optimizer.device == "none")
@@ -226,14 +261,14 @@ def to_deepspeed_config(
     block = _offload_block(z.offload_param)
     if block is not None:
         zero["offload_param"] = block
-    zero["reduce_bucket_size"] = AUTO if hf else int(z.reduce_bucket_size)
+    zero["reduce_bucket_size"] = AUTO if auto else int(z.reduce_bucket_size)
     zero["allgather_bucket_size"] = int(z.allgather_bucket_size)
     if z.overlap_comm is not None:
         zero["overlap_comm"] = bool(z.overlap_comm)
     zero["contiguous_gradients"] = bool(z.contiguous_gradients)
     if z.stage == 3:
-        zero["stage3_prefetch_bucket_size"] = AUTO if hf else int(z.stage3_prefetch_bucket_size)
-        zero["stage3_param_persistence_threshold"] = AUTO if hf else int(z.stage3_param_persistence_threshold)
+        zero["stage3_prefetch_bucket_size"] = AUTO if auto else int(z.stage3_prefetch_bucket_size)
+        zero["stage3_param_persistence_threshold"] = AUTO if auto else int(z.stage3_param_persistence_threshold)
         zero["stage3_max_live_parameters"] = int(z.stage3_max_live_parameters)
         zero["stage3_max_reuse_distance"] = int(z.stage3_max_reuse_distance)
         # Needed to save a usable 16-bit model from sharded weights (HF save_model / engine.save_16bit_model).
@@ -255,11 +290,23 @@ def to_deepspeed_config(
     return config
 
 
-def generation_notes(scenario: Any, mode: Mode = "deepspeed") -> list[Finding]:
-    """What the user must know to run the config of :func:`to_deepspeed_config` (info findings)."""
+def generation_notes(scenario: Any, mode: Mode = "deepspeed", hf_auto: bool = False, accelerate: bool = False,
+                     main_process_ip: str | None = None) -> list[Finding]:
+    """What the user must know to run the config of :func:`to_deepspeed_config` with the same ``mode`` and
+    ``hf_auto`` (and, with ``accelerate``, the YAML of :func:`to_accelerate_config` given the same
+    ``main_process_ip``): findings, info or warning."""
     s = _scenario_of(scenario)
     t, z = s.training, s.zero
     notes: list[Finding] = []
+    if hardware_precision(s) != t.precision:
+        notes.append(Finding(
+            severity="warning", key="fp16", rule="bf16_unsupported",
+            message=f"{s.cluster.gpu.name} has no bf16 (bf16 needs Ampere, sm_80, or newer): the config runs fp16 "
+            "with dynamic loss scaling (loss_scale 0, DeepSpeed's defaults) instead of the scenario's bf16; the "
+            "estimate is the same (2 bytes per value, the GPU's fp16 peak).",
+            fix="Keep fp16 (and TrainingArguments(fp16=True) under the HF Trainer), or plan an Ampere or newer GPU "
+            "for bf16.",
+        ))
     if t.optimizer == "adam8bit":
         notes.append(Finding(
             severity="info", key="optimizer", rule="client_optimizer",
@@ -289,14 +336,25 @@ def generation_notes(scenario: Any, mode: Mode = "deepspeed") -> list[Finding]:
                 message=f"The scenario names no NVMe path; the config uses the placeholder {NVME_PATH_PLACEHOLDER!r}.",
                 fix="Replace it with a directory on a local NVMe drive (one per node).",
             ))
-    if mode == "hf_trainer":
+    if mode == "hf_trainer" and hf_auto:
         auto = hf_auto_values(s)
         filled = ", ".join(f"{k}={v}" for k, v in auto.items() if k.startswith("zero_optimization"))
         notes.append(Finding(
             severity="info", key="", rule="hf_auto",
-            message=f"'auto' fields are filled by the HF Trainer from TrainingArguments and the model ({filled}).",
+            message=f"'auto' fields are filled by the HF Trainer from TrainingArguments and the model ({filled}); "
+            "the bucket sizes are the Trainer's, not the ones the plan priced.",
             fix="Run it through transformers' Trainer (TrainingArguments(deepspeed=...)) or accelerate; raw "
             "deepspeed.initialize does not resolve 'auto'.",
+        ))
+    elif mode == "hf_trainer":
+        notes.append(Finding(
+            severity="info", key="", rule="hf_plan_values",
+            message="batch sizes, precision and bucket sizes are the plan's values (the run that was priced); the "
+            "HF Trainer keeps them and raises if TrainingArguments disagree. 'auto' is left only in the optimizer, "
+            "scheduler and gradient_clipping, which the Trainer fills from TrainingArguments.",
+            fix="Use the TrainingArguments printed with the config; --hf-auto lets the Trainer choose batch and "
+            "bucket sizes instead (a different run from the one priced). Raw deepspeed.initialize does not resolve "
+            "'auto'.",
         ))
     elif t.checkpointing != "none":
         notes.append(Finding(
@@ -306,10 +364,20 @@ def generation_notes(scenario: Any, mode: Mode = "deepspeed") -> list[Finding]:
             "model.gradient_checkpointing_enable().",
             fix="",
         ))
+    if accelerate and s.cluster.nodes > 1 and main_process_ip is None:
+        notes.append(Finding(
+            severity="warning", key="main_process_ip", rule="main_process_ip_placeholder",
+            message=f"{s.cluster.nodes} nodes: the accelerate YAML's main_process_ip is the placeholder "
+            f"{MAIN_PROCESS_IP_PLACEHOLDER!r}, and machine_rank must differ per node.",
+            fix="Write node 0's address into main_process_ip (zeroplanner config --main-process-ip ADDR), copy the "
+            "YAML to every node and set machine_rank to 0 .. N-1 (or accelerate launch --machine_rank I).",
+        ))
     return notes
 
 
-def to_accelerate_config(scenario: Any, deepspeed_config_file: str = "ds_config.json") -> str:
+def to_accelerate_config(scenario: Any, deepspeed_config_file: str = "ds_config.json",
+                         main_process_ip: str | None = None,
+                         main_process_port: int = ACCELERATE_MAIN_PROCESS_PORT) -> str:
     """YAML text for ``accelerate launch --config_file`` (accelerate 1.15.0, ``ClusterConfig`` in
     accelerate/commands/config/config_args.py) that runs the scenario's world size with DeepSpeed, reading the
     DeepSpeed JSON from ``deepspeed_config_file`` (write it with :func:`to_deepspeed_config`).
@@ -317,10 +385,26 @@ def to_accelerate_config(scenario: Any, deepspeed_config_file: str = "ds_config.
     ``mixed_precision`` is left out on purpose: with ``deepspeed_config_file`` accelerate refuses a precision from
     its own config (``DeepSpeedPlugin._deepspeed_config_checks``); the JSON's bf16/fp16 block decides.
     ``zero3_init_flag`` is true at stage 3 (builds the model sharded, ``deepspeed.zero.Init``).
+
+    On more than one node the YAML also carries what the multi-node launch needs (accelerate/commands/launch.py,
+    ``deepspeed_launcher`` / ``prepare_multi_gpu_env``: ``main_process_ip`` becomes the rendezvous address,
+    ``machine_rank`` the node rank): ``main_process_ip`` (node 0's address; :data:`MAIN_PROCESS_IP_PLACEHOLDER`
+    when not given, which :func:`generation_notes` warns about), ``main_process_port`` (default
+    :data:`ACCELERATE_MAIN_PROCESS_PORT`) and a comment on ``machine_rank``: 0 on node 0, 1 .. N-1 on the others.
+
+    Raises ``ValueError`` naming ``deepspeed_config_file``, ``main_process_ip`` (not a host name or address:
+    letters, digits, ``.``, ``-``, ``_``, ``:``) or ``main_process_port`` (outside 1-65535).
     """
     s = _scenario_of(scenario)
     if not isinstance(deepspeed_config_file, str) or not deepspeed_config_file or "\n" in deepspeed_config_file:
         raise ValueError("deepspeed_config_file must be a non-empty one-line path")
+    if main_process_ip is not None and not (isinstance(main_process_ip, str) and _HOST.match(main_process_ip)):
+        raise ValueError(f"main_process_ip {main_process_ip!r} is not a host name or address (letters, digits, "
+                         "'.', '-', '_', ':')")
+    if isinstance(main_process_port, bool) or not isinstance(main_process_port, int) \
+            or not 1 <= main_process_port <= 65535:
+        raise ValueError(f"main_process_port {main_process_port!r} is out of range (1-65535)")
+    nodes = int(s.cluster.nodes)
     lines = [
         "compute_environment: LOCAL_MACHINE",
         "debug: false",
@@ -333,12 +417,27 @@ def to_accelerate_config(scenario: Any, deepspeed_config_file: str = "ds_config.
         f"  zero3_init_flag: {'true' if s.zero.stage == 3 else 'false'}",
         "distributed_type: DEEPSPEED",
         "downcast_bf16: 'no'",
-        "machine_rank: 0",
+    ]
+    if nodes > 1:
+        lines += [
+            f"# machine_rank: 0 on node 0 (main_process_ip), "
+            + ("1 on the other node" if nodes == 2 else f"1 .. {nodes - 1} on the other nodes")
+            + ": set it in each node's copy, or pass accelerate launch --machine_rank I",
+            "machine_rank: 0",
+            ("# main_process_ip: node 0's address, reachable from every node" if main_process_ip else
+             f"# main_process_ip: REPLACE {MAIN_PROCESS_IP_PLACEHOLDER} with node 0's address, reachable from every "
+             "node"),
+            f"main_process_ip: {json.dumps(main_process_ip or MAIN_PROCESS_IP_PLACEHOLDER)}",
+            f"main_process_port: {int(main_process_port)}",
+        ]
+    else:
+        lines.append("machine_rank: 0")
+    lines += [
         "main_training_function: main",
-        f"num_machines: {int(s.cluster.nodes)}",
+        f"num_machines: {nodes}",
         f"num_processes: {int(s.cluster.world_size)}",
         "rdzv_backend: static",
-        f"same_network: {'true' if s.cluster.nodes > 1 else 'false'}",
+        f"same_network: {'true' if nodes > 1 else 'false'}",
         "use_cpu: false",
     ]
     return "\n".join(lines) + "\n"

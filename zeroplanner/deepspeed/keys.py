@@ -56,6 +56,13 @@ FP16_BLOCK = {
     "min_loss_scale": 1,
 }
 
+ACCELERATE_MAIN_PROCESS_PORT = 29500
+"""accelerate's main_process_port when none is given (accelerate 1.15.0, utils/launch.py: ``main_process_port`` None
+-> 29500), also torchrun's default ``--master-port``."""
+MAIN_PROCESS_IP_PLACEHOLDER = "NODE0_ADDRESS"
+"""Written as ``main_process_ip`` in a multi-node accelerate YAML when no address is given: it fails to resolve at
+launch instead of pointing every node at a wrong machine (zeroplanner.deepspeed.emit.generation_notes warns)."""
+
 # ----------------------------------------------------------------------------------------------------------------
 # Key tables (DeepSpeed 0.19.8). tests/core/test_dsconfig.py checks ZERO_KEYS against DeepSpeedZeroConfig.model_fields
 # and the offload tables against DeepSpeedZeroOffload*Config.model_fields.

@@ -454,7 +454,8 @@ def from_deepspeed_config(
     Whether the config is *good* is :func:`zeroplanner.deepspeed.lint.lint`'s job.
 
     Raises :class:`ConfigError` for text that cannot be read (see :func:`load_config_text`) or a non-object.
-    Round trip: ``from_deepspeed_config(to_deepspeed_config(s), base=s)[0] == s``.
+    Round trip: ``from_deepspeed_config(to_deepspeed_config(s), base=s)[0] == s`` (with the precision the GPU runs,
+    :func:`zeroplanner.specs.hardware_precision`: bf16 on a V100 reads back as the fp16 the config carries).
     """
     findings: list[Finding] = []
     if isinstance(config, (str, bytes, bytearray)):
