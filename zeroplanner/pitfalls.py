@@ -20,7 +20,7 @@ from typing import Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from .specs import Scenario
+from .specs import Scenario, hardware_precision
 from .units import GIB
 
 Client = Literal["deepspeed", "hf_trainer"]
@@ -103,6 +103,8 @@ RULES: dict[str, Rule] = {
     "hpz_not_dividing": Rule(checked_by="engine", source="utils/groups.py _create_zero_param_parallel_group "
                              "(_ensure_divisibility over the world); across nodes: runs, slow"),
     "zero_at_dp1": Rule(checked_by="runtime", source="DeepSpeed #4953"),
+    "bf16_unsupported": Rule(checked_by="runtime", source="GPUSpec.supports_bf16: bf16 needs sm_80 or newer "
+                             "(torch.cuda.is_bf16_supported); specs.hardware_precision prices fp16 instead"),
     "qlora_stage3": Rule(checked_by="runtime", source="DeepSpeed #5819, peft #2016"),
     "communication_share": Rule(checked_by="runtime", source="seed article's 30% threshold"),
     "zero2_offload_full_weights": Rule(checked_by="runtime", source="DeepSpeed #1883, #3770"),
@@ -140,6 +142,13 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
     out: list[Pitfall] = []
     n = c.data_parallel_degree
     stage = z.stage
+    if hardware_precision(scenario) != t.precision:
+        _add(out, "bf16_unsupported", "warning", "fp16",
+             f"{c.gpu.name} has no bf16 (bf16 needs Ampere, sm_80, or newer): the run is priced, and the config "
+             "written, as fp16 with dynamic loss scaling (loss_scale 0, DeepSpeed's defaults) instead of bf16; "
+             "memory is the same (2 bytes per value), compute uses the GPU's fp16 peak.",
+             "Keep fp16 (and TrainingArguments(fp16=True) under the HF Trainer), or plan an Ampere or newer GPU "
+             "for bf16.")
     if stage >= 1 and n == 1:
         _add(out, "zero_at_dp1", "warning", "zero_optimization.stage",
              f"data-parallel degree is 1: ZeRO-{stage} has nobody to shard with and saves no GPU memory "

@@ -73,13 +73,20 @@ def trainer_fill(config: dict, s) -> dict:
 
 
 # ---- 1. precision follows the hardware -----------------------------------------------------------------------
+def test_estimate_on_v100_says_it_priced_fp16(cli_main, capsys):
+    """estimate and check state the same pitfall the config generator follows (zeroplanner.pitfalls)."""
+    obj = run_json(cli_main, capsys, ["estimate", "--gpu", "V100-32GB"])
+    assert any("bf16_unsupported" in w or "has no bf16" in w for w in map(str, obj["warnings"])), obj["warnings"]
+
+
 def test_v100_config_is_fp16_with_dynamic_loss_scaling_never_bf16(cli_main, capsys, ds_world):
     obj = run_json(cli_main, capsys, ["config", "--gpu", "V100-32GB"])  # precision left at its bf16 default
     config = obj["config"]
     assert "bf16" not in config
     # DeepSpeed's dynamic loss scaling: loss_scale 0 (deepspeed/runtime/precision_config.py, DeepSpeedFP16Config)
     assert config["fp16"]["enabled"] is True and config["fp16"]["loss_scale"] == 0
-    assert [n["rule"] for n in obj["notes"] if n["severity"] == "warning"] == ["bf16_unsupported"]
+    warned = [f["rule"] for f in obj["notes"] + obj["findings"] if f["severity"] == "warning"]
+    assert warned.count("bf16_unsupported") == 1  # one rule (zeroplanner.pitfalls), stated once
     ds_world(8)
     parsed = DeepSpeedConfig(config)
     # DeepSpeedFP16Config: "loss_scale ... 0 means dynamic loss scaling instead of static loss scale"

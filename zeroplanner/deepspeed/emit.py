@@ -298,15 +298,7 @@ def generation_notes(scenario: Any, mode: Mode = "deepspeed", hf_auto: bool = Fa
     s = _scenario_of(scenario)
     t, z = s.training, s.zero
     notes: list[Finding] = []
-    if hardware_precision(s) != t.precision:
-        notes.append(Finding(
-            severity="warning", key="fp16", rule="bf16_unsupported",
-            message=f"{s.cluster.gpu.name} has no bf16 (bf16 needs Ampere, sm_80, or newer): the config runs fp16 "
-            "with dynamic loss scaling (loss_scale 0, DeepSpeed's defaults) instead of the scenario's bf16; the "
-            "estimate is the same (2 bytes per value, the GPU's fp16 peak).",
-            fix="Keep fp16 (and TrainingArguments(fp16=True) under the HF Trainer), or plan an Ampere or newer GPU "
-            "for bf16.",
-        ))
+    # bf16 on a GPU without it: the bf16_unsupported pitfall (zeroplanner.pitfalls), which lint and estimate report
     if t.optimizer == "adam8bit":
         notes.append(Finding(
             severity="info", key="optimizer", rule="client_optimizer",
