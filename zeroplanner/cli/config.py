@@ -24,8 +24,15 @@ their own validation (:mod:`zeroplanner.deepspeed.library`; ``--no-library-check
 "from_config": {option: {"config": v, "command_line": v}}, "validated_by": [...] | null, "scenario": {"training": ..., "zero": ...}, "estimate": {...}}`` (estimate as in
 ``zeroplanner estimate --json``).
 
-Exit status: 0 = done (``check``: no error findings), 1 = ``check`` found errors, 2 = bad input (one line on
-stderr naming the option or the file, never a traceback).
+``config`` states the verdict of the config it writes (``verdict`` in the JSON: fits, GPU memory per GPU, host RAM
+per node) and, when it does not fit, the nearest configuration that does (:func:`zeroplanner.planner.nearest_fit`:
+fewest settings changed; ``nearest_fit`` in the JSON, null when nothing fits this cluster). With ``--recommend``
+the planner holds the search options given (as ``recommend`` does).
+
+Exit status (the same for estimate, recommend, config, check): 0 = fits (``check``: and no error findings),
+1 = does not fit (``config``: the config it wrote; ``config --recommend``: nothing fits, no config written;
+``check``: the config does not fit or has error findings), 2 = bad input (one line on stderr naming the option or
+the file, never a traceback).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from ..deepspeed import (
     to_deepspeed_config,
 )
 from ..deepspeed.lint import lint
+from .common import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_STATUSES_HELP
 
 
 def register(subparsers, add_scenario_options) -> None:
@@ -52,7 +60,9 @@ def register(subparsers, add_scenario_options) -> None:
     p = subparsers.add_parser(
         "config", help="write a DeepSpeed config (and optionally an accelerate YAML) for a scenario",
         description="Write a complete DeepSpeed config for the scenario: batch keys that multiply out, precision, "
-        "optimizer and scheduler, zero_optimization with integer bucket sizes, offload and ZeRO++ keys.",
+        "optimizer and scheduler, zero_optimization with integer bucket sizes, offload and ZeRO++ keys. Prints "
+        "whether that config fits and, when it does not, the nearest configuration that does (exit status 1).",
+        epilog=EXIT_STATUSES_HELP,
     )
     add_scenario_options(p)
     p.add_argument("--recommend", action="store_true", help="use the planner's recommended configuration")
@@ -66,8 +76,11 @@ def register(subparsers, add_scenario_options) -> None:
 
     p = subparsers.add_parser(
         "check", help="lint a DeepSpeed config and estimate what it costs on the given cluster",
-        description="Read CONFIG (JSON, at most 1 MB; '-' for stdin), report unknown keys, 'auto' values and "
-        "pitfalls, and estimate memory and step time of that config with the scenario options' model and cluster.",
+        description="Read CONFIG (JSON or hjson, at most 1 MB; '-' for stdin), report unknown keys, 'auto' values "
+        "and pitfalls, and estimate memory and step time of that config with the scenario options' model and "
+        "cluster. It names the model and shape it prices and every value it took from the file instead of the "
+        "command line.",
+        epilog=EXIT_STATUSES_HELP,
     )
     p.add_argument("config_path", metavar="CONFIG", help="DeepSpeed config JSON file, or - for stdin")
     add_scenario_options(p)
@@ -77,7 +90,8 @@ def register(subparsers, add_scenario_options) -> None:
     p.add_argument("--no-library-check", action="store_true",
                    help="skip DeepSpeed's (and, with --hf-trainer, transformers') own config validation even where "
                    "they are installed; only zeroplanner's key tables and rules are used")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object: findings, priced, from_config, "
+                   "estimate")
     p.set_defaults(func=run_check)
 
 
@@ -95,7 +109,7 @@ def _steps(text: str) -> int:
 
 def _error(message: str) -> int:
     sys.stderr.write(f"zeroplanner: error: {message}\n")
-    return 2
+    return EXIT_BAD_INPUT
 
 
 def _finding_line(f: Finding) -> str:
@@ -104,23 +118,61 @@ def _finding_line(f: Finding) -> str:
     return f"{f.severity}{where} {f.message}{fix}"
 
 
+def _verdict(scenario, est) -> dict:
+    """What the written config costs against the cluster: JSON ``verdict`` (bytes; GiB only on screen)."""
+    usable = est.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)
+    return {"fits": est.fits, "fits_gpu": est.fits_gpu, "fits_cpu": est.fits_cpu,
+            "per_gpu_bytes": est.per_gpu_bytes.total, "gpu_memory_bytes": est.gpu_memory_bytes,
+            "usable_gpu_memory_bytes": usable, "per_node_cpu_bytes": est.per_node_cpu_bytes,
+            "cpu_memory_bytes": scenario.cluster.cpu_memory_bytes, "summary": est.summary()}
+
+
+def _option_json(option) -> dict | None:
+    from .common import estimate_json
+
+    if option is None:
+        return None
+    return {"label": option.label, "changes": option.why_not, "choice": option.choice.model_dump(),
+            "per_gpu_bytes": option.estimate.per_gpu_bytes.total,
+            "tokens_per_second": option.estimate.tokens_per_second, "estimate": estimate_json(option.estimate)}
+
+
 def run_config(args) -> int:
-    from .common import scenario_from_args
+    from ..costmodel import estimate
+    from .common import given_inputs, inputs_json, scenario_from_args
 
     scenario = scenario_from_args(args)
-    if args.recommend:
-        from ..planner import plan
-
-        p = plan(scenario)
-        if not p.fits:
-            return _error("--recommend: nothing fits this cluster; see `zeroplanner recommend`")
-        scenario = p.scenario
-    mode = "hf_trainer" if args.hf_trainer else "deepspeed"
+    inputs = inputs_json(args, scenario)
     if args.accelerate and not args.output:
         return _error("--accelerate: needs -o FILE (the YAML points at the DeepSpeed JSON file)")
+    if args.recommend:
+        from ..planner import SEARCH_INPUTS, plan
+
+        held = sorted(set(given_inputs(args)) & set(SEARCH_INPUTS))
+        p = plan(scenario, held=held)
+        if not p.fits:
+            said = (f" with the options held ({', '.join(f'{k}={v}' for k, v in p.held.items())})" if held else "")
+            message = f"--recommend: nothing fits this cluster{said}; no config written. {p.warnings[0]}"
+            if args.json:
+                sys.stdout.write(json.dumps({"inputs": inputs, "fits": False, "config": None, "held": p.held,
+                                             "warnings": p.warnings, "files": []}, indent=2) + "\n")
+            else:
+                sys.stderr.write(f"zeroplanner: {message}\n")
+            return EXIT_DOES_NOT_FIT
+        scenario = p.scenario
+    mode = "hf_trainer" if args.hf_trainer else "deepspeed"
     config = to_deepspeed_config(scenario, mode=mode, total_num_steps=args.total_steps)
     notes = generation_notes(scenario, mode)
     findings = lint(config, scenario, mode)
+    est = estimate(scenario)
+    verdict = _verdict(scenario, est)
+    nearest, short = None, None
+    if not est.fits:
+        from ..planner import nearest_fit, plan
+
+        nearest = nearest_fit(scenario)
+        if nearest is None:  # the planner's own account of what is short
+            short = plan(scenario).warnings[0]
     text = json.dumps(config, indent=2) + "\n"
     files: list[str] = []
     if args.output:
@@ -134,11 +186,14 @@ def run_config(args) -> int:
                 files.append(str(yaml_path))
         except OSError as exc:
             return _error(f"-o {args.output!r}: {exc.strerror or exc}")
+    status = EXIT_FITS if est.fits else EXIT_DOES_NOT_FIT
     if args.json:
-        obj = {"config": config, "mode": mode, "notes": [n.model_dump() for n in notes],
+        obj = {"inputs": inputs, "fits": est.fits, "verdict": verdict, "nearest_fit": _option_json(nearest),
+               "nothing_fits": short,
+               "config": config, "mode": mode, "notes": [n.model_dump() for n in notes],
                "findings": [f.model_dump() for f in findings], "files": files}
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
-        return 0
+        return status
     if not args.output:
         sys.stdout.write(text)
     for path in files:
@@ -151,7 +206,18 @@ def run_config(args) -> int:
         kwargs = ", ".join(f"{k}={v!r}" for k, v in hf_training_arguments(scenario, files[0] if files else
                                                                           "ds_config.json").items())
         sys.stderr.write(f"TrainingArguments({kwargs})\n")
-    return 0
+    sys.stderr.write(f"verdict: {scenario.model.name}, ZeRO-{scenario.zero.stage}: {est.summary().splitlines()[0]}"
+                     "\n")
+    if not est.fits:
+        if nearest is not None:
+            sys.stderr.write(f"does not fit (exit status 1). Nearest configuration that fits: {nearest.label} "
+                             f"({nearest.why_not}): {nearest.estimate.per_gpu_bytes.total / 2**30:.1f} GiB per GPU, "
+                             f"{nearest.estimate.tokens_per_second:,.0f} tokens/s. Write it with the options "
+                             "changed, or `zeroplanner config --recommend`.\n")
+        else:
+            sys.stderr.write(f"does not fit (exit status 1), and no other stage, offload, checkpointing or "
+                             f"micro-batch fits this cluster either. {short}\n")
+    return status
 
 
 def _read_config_bytes(path: str) -> bytes:
