@@ -20,7 +20,7 @@ sequence length, ...) overridden by what the config says (stage, offload, bucket
 ``estimate``) and the estimate of that scenario, saying which model and shape it priced (a warning when no model
 was named). Where DeepSpeed (and, for ``--hf-trainer``, transformers) is installed the config is also handed to
 their own validation (:mod:`zeroplanner.deepspeed.library`; ``--no-library-check`` skips it). With ``--json``: one object
-``{"findings": [...], "errors": n, "warnings": n, "mode": ..., "priced": {"model", "model_from", "seq_len", ...},
+``{"inputs": {...} (every input as priced: the file's value where it set one), "fits": bool, "findings": [...], "errors": n, "warnings": n, "mode": ..., "priced": {"model", "model_from", "seq_len", ...},
 "from_config": {option: {"config": v, "command_line": v}}, "validated_by": [...] | null, "scenario": {"training": ..., "zero": ...}, "estimate": {...}}`` (estimate as in
 ``zeroplanner estimate --json``).
 
@@ -303,7 +303,7 @@ def _merge_library(table: list[Finding], library: list[Finding]) -> list[Finding
 
 
 def run_check(args) -> int:
-    from .common import estimate_json, scenario_from_args
+    from .common import estimate_json, inputs_json, scenario_from_args
     from ..costmodel import estimate
 
     try:
@@ -355,8 +355,11 @@ def run_check(args) -> int:
         return _error(f"CONFIG {args.config_path!r}: cannot estimate this scenario: {str(exc).splitlines()[0]}")
     errors = sum(f.severity == "error" for f in findings)
     warnings = sum(f.severity == "warning" for f in findings)
+    status = EXIT_DOES_NOT_FIT if errors or not est.fits else EXIT_FITS
     if args.json:
         obj = {
+            "inputs": inputs_json(args, scenario),
+            "fits": est.fits,
             "findings": [f.model_dump() for f in findings],
             "errors": errors,
             "warnings": warnings,
@@ -389,6 +392,7 @@ def run_check(args) -> int:
         if mode == "deepspeed" and any(f.rule == "auto_outside_hf" for f in findings):
             lines.append("hint: this config has \"auto\" fields; if you launch it through the HF Trainer or "
                          "accelerate, run `zeroplanner check --hf-trainer ...` to read it the way they fill it.")
-        lines.append(f"{errors} error(s), {warnings} warning(s); exit status 1 when there are errors")
+        lines.append(f"{errors} error(s), {warnings} warning(s), " + ("fits" if est.fits else "does NOT fit")
+                     + f"; exit status {status} (1 when the config has errors or does not fit)")
         sys.stdout.write("\n".join(x for x in lines if x) + "\n")
-    return 1 if errors else 0
+    return status
