@@ -87,6 +87,9 @@ def register(subparsers, add_scenario_options) -> None:
     p.add_argument("--hf-trainer", action="store_true",
                    help="the config is run by the HF Trainer / accelerate (they fill 'auto' and build the optimizer) "
                    "instead of deepspeed.initialize in your own script")
+    p.add_argument("--accelerate-config", default=None, metavar="YAML",
+                   help="the accelerate config the run is launched with (`accelerate launch --config_file`): its "
+                   "num_machines and num_processes set --nodes and --gpus-per-node (reported as taken from it)")
     p.add_argument("--no-library-check", action="store_true",
                    help="skip DeepSpeed's (and, with --hf-trainer, transformers') own config validation even where "
                    "they are installed; only zeroplanner's key tables and rules are used")
@@ -302,6 +305,41 @@ def _merge_library(table: list[Finding], library: list[Finding]) -> list[Finding
     return out
 
 
+def _accelerate_shape(path: str) -> dict[str, int]:
+    """``{"nodes": n, "gpus_per_node": g}`` from an accelerate config YAML (``yaml.safe_load``: plain data, no tags
+    executed; at most MAX_CONFIG_BYTES). accelerate's keys (accelerate ``commands/config/config_args.py``
+    ClusterConfig): ``num_machines`` nodes, ``num_processes`` processes in all, one per GPU. Raises UsageError
+    naming ``--accelerate-config``."""
+    import yaml
+
+    from .common import fail
+
+    option = "--accelerate-config"
+    try:
+        data = _read_config_bytes(path)
+    except OSError as exc:
+        fail(option, f"cannot read {path!r}: {exc.strerror or exc}")
+    if len(data) > MAX_CONFIG_BYTES:
+        fail(option, f"{path!r} is larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
+    try:
+        cfg = yaml.safe_load(data.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        fail(option, f"{path!r} is not YAML ({str(exc).splitlines()[0]})")
+    if not isinstance(cfg, dict):
+        fail(option, f"{path!r} must be a YAML mapping (accelerate's config file)")
+    out = {}
+    machines, processes = cfg.get("num_machines", 1), cfg.get("num_processes")
+    for key, value in (("num_machines", machines), ("num_processes", processes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**6):
+            fail(option, f"{key} must be an integer in [1, 1000000] (got {value!r})")
+    out["nodes"] = machines
+    if processes is not None:
+        if processes % machines:
+            fail(option, f"num_processes {processes} is not a multiple of num_machines {machines}")
+        out["gpus_per_node"] = processes // machines
+    return out
+
+
 def run_check(args) -> int:
     from .common import estimate_json, inputs_json, scenario_from_args
     from ..costmodel import estimate
@@ -317,6 +355,16 @@ def run_check(args) -> int:
         config, read_findings = load_config_text(data, mode)
     except ConfigError as exc:
         return _error(f"CONFIG {args.config_path!r}: {exc}")
+    from_accelerate: dict = {}
+    if args.accelerate_config:
+        from ..inputs import BY_KEY
+
+        for key, value in _accelerate_shape(args.accelerate_config).items():
+            before = getattr(args, key)
+            before = before if before is not None else BY_KEY[key].default
+            if before != value:
+                from_accelerate[BY_KEY[key].cli_flag] = {"accelerate_config": value, "command_line": before}
+            setattr(args, key, value)
     base = scenario_from_args(args)
     try:
         scenario, parse_findings = from_deepspeed_config(config, base=base, mode=mode)
@@ -324,6 +372,13 @@ def run_check(args) -> int:
         return _error(f"CONFIG {args.config_path!r}: {exc}")
     priced, assumption_notes = _priced_for(args, scenario)
     from_config, override_notes = _from_config(base, scenario)
+    if from_accelerate:
+        said = ", ".join(f"{k} {v['accelerate_config']} (command line or its default: {v['command_line']})"
+                         for k, v in from_accelerate.items())
+        override_notes.append(Finding(severity="info", key="", rule="from_accelerate_config", fix="",
+                                      message=f"priced with the accelerate config's shape ({args.accelerate_config}) "
+                                      f"instead of the command line's: {said}."))
+        priced["cluster_from"] = args.accelerate_config
     assumption_notes += override_notes
     findings = read_findings + lint(config, scenario, mode) + parse_findings
     validated_by = None
@@ -366,6 +421,7 @@ def run_check(args) -> int:
             "mode": mode,
             "priced": priced,
             "from_config": from_config,
+            "from_accelerate_config": from_accelerate,
             "validated_by": validated_by,
             "scenario": {"training": scenario.training.model_dump(), "zero": scenario.zero.model_dump()},
             "estimate": estimate_json(est),
