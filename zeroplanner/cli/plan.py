@@ -14,6 +14,7 @@ from .common import (
     EXIT_STATUSES_HELP,
     _emit,
     _positive_int,
+    fail,
     estimate_json,
     given_inputs,
     inputs_json,
@@ -62,7 +63,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
     scenario = scenario_from_args(args)
     held = sorted(set(given_inputs(args)) & set(SEARCH_INPUTS))
-    p = plan(scenario, held=held)
+    try:
+        p = plan(scenario, held=held)
+    except ValueError as exc:  # held values no candidate combines (the scenario's own rules catch most first)
+        fail(BY_KEY[held[0]].cli_flag, str(exc))
     free = plan(scenario) if not p.fits and held else None  # what the search finds with every option free
     obj = {
         "inputs": inputs_json(args, scenario),
