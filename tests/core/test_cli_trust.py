@@ -253,3 +253,22 @@ def test_every_option_of_every_subcommand_has_help_and_shows_its_default():
             if default not in (None, False) and not flag and not a.required and "default" not in text.lower():
                 missing.append(f"{name} {a.option_strings[0]}: default {default!r} not shown")
     assert not missing, missing
+
+
+# -- 5. README's check run is real -------------------------------------------------------------------------------
+def test_readme_check_run_names_its_assumptions(cli_main, capsys, tmp_path, monkeypatch):
+    """The README's `check` example, run: the lines that state what it assumed and took from the file are the
+    README's, word for word (the numbers below them follow the cost model and are not compared)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("$ zeroplanner config --model llama-3.1-8b", 1)[1].split("```", 1)[0]
+    commands = [line[2:].split()[1:] for line in block.splitlines() if line.startswith("$ ")]
+    config_argv = ("config --model llama-3.1-8b" + block.splitlines()[0]).split()
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(config_argv) == 0
+    capsys.readouterr()
+    assert cli_main([*commands[0], "--no-library-check"]) == 1  # the train_batch_size error
+    out = capsys.readouterr().out.splitlines()
+    stated = [line for line in out if line.startswith(("Read as:", "Priced for:", "info: priced with the config"))]
+    assert len(stated) == 3 and all(line in block for line in stated)
