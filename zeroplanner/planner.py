@@ -229,8 +229,10 @@ def candidate_grid(scenario: Scenario, held=()) -> Candidates:
     zpp = [(1, 0, 0)]
     if c.nodes > 1:
         zpp.append((c.gpus_per_node, 1, 1))
+    zpp_held_on = False
     if held & {"zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients"}:
         zpp = [(z.zero_hpz_partition_size, int(z.zero_quantized_weights), int(z.zero_quantized_gradients))]
+        zpp_held_on = zpp[0] != (1, 0, 0)  # ZeRO++ is stage 3 only: a held ZeRO++ setting rules out stages 0-2
     stages = (z.stage,) if "stage" in held else range(4)
     oos = (OFFLOAD_CODES[z.offload_optimizer.device],) if "offload_optimizer" in held else (0, 1, 2)
     ops = (OFFLOAD_CODES[z.offload_param.device],) if "offload_param" in held else (0, 1, 2)
@@ -244,6 +246,8 @@ def candidate_grid(scenario: Scenario, held=()) -> Candidates:
     buckets = (rb, small) if small < rb and "reduce_bucket_size" not in held else (rb,)
     rows = []
     for stage in stages:
+        if zpp_held_on and stage < 3:
+            continue
         for oo in ((0,) if stage == 0 else (0, 1, 2)):
             if oo not in oos:
                 continue
@@ -251,8 +255,6 @@ def candidate_grid(scenario: Scenario, held=()) -> Candidates:
                 if op not in ops:
                     continue
                 for hpz, qw, qg in (zpp if stage == 3 else [(1, 0, 0)]):
-                    if stage < 3 and zpp[0] != (1, 0, 0) and len(zpp) == 1:
-                        continue  # ZeRO++ held on: stage 3 only
                     ovs = (0, 1) if stage in (1, 2) else (1,) if stage == 3 else (0,)
                     for ov in (ovs if ov_held is None or stage == 0 else (ov_held,)):
                         for b in (buckets if stage > 0 else (rb,)):

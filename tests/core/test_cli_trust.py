@@ -49,6 +49,16 @@ def test_recommend_holds_offload_and_checkpointing(cli_main, capsys):
     assert "ZeRO stage" in d["varied"]
 
 
+def test_recommend_holds_zeropp_and_searches_stage_3_for_it(cli_main, capsys):
+    # ZeRO++ is a stage-3 feature (DeepSpeed runtime/zero/config.py: zero_hpz_partition_size, zero_quantized_*
+    # act in stage3.py only), so a given ZeRO++ option means a ZeRO-3 search rather than a refused stage 2
+    code, d = run(cli_main, capsys, "recommend", "--nodes", "2", "--zero-quantized-weights")
+    assert code == 0 and d["choice"]["stage"] == 3 and d["choice"]["zero_quantized_weights"] is True
+    assert d["held"] == {"zero_quantized_weights": True} and d["inputs"]["given"] == {
+        "nodes": 2, "zero_quantized_weights": True}
+    assert "ZeRO stage" not in d["varied"] and "ZeRO++" not in d["varied"]
+
+
 def test_recommend_help_says_given_options_are_held(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["recommend", "--help"])

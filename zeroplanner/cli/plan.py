@@ -58,18 +58,32 @@ def _choice_json(choice) -> dict:
     return {"label": choice.label, **choice.model_dump()}
 
 
+def _imply(args: argparse.Namespace) -> None:
+    """Set what a given option needs and the user left out (the input table's ``app_implies``: a ZeRO++ option
+    means stage 3), so ``recommend --zero-quantized-weights`` searches ZeRO-3 instead of refusing stage 2. The
+    implied option is not held (the held ZeRO++ setting already rules out stages 0-2)."""
+    by_path = {i.path: i for i in BY_KEY.values() if i.path}
+    for key in list(given_inputs(args)):
+        for path, value in BY_KEY[key].app_implies:
+            target = by_path[path]
+            if getattr(args, target.key, None) is None:
+                setattr(args, target.key, value)
+
+
 def cmd_recommend(args: argparse.Namespace) -> int:
     from ..planner import SEARCH_INPUTS, largest_model, plan
 
+    given = given_inputs(args)
+    held = sorted(set(given) & set(SEARCH_INPUTS))
+    _imply(args)
     scenario = scenario_from_args(args)
-    held = sorted(set(given_inputs(args)) & set(SEARCH_INPUTS))
     try:
         p = plan(scenario, held=held)
     except ValueError as exc:  # held values no candidate combines (the scenario's own rules catch most first)
         fail(BY_KEY[held[0]].cli_flag, str(exc))
     free = plan(scenario) if not p.fits and held else None  # what the search finds with every option free
     obj = {
-        "inputs": inputs_json(args, scenario),
+        "inputs": {**inputs_json(args, scenario), "given": given},
         "fits": p.fits,
         "choice": _choice_json(p.choice) if p.choice else None,
         "held": p.held,
