@@ -3,7 +3,7 @@
 Subcommand module of :mod:`zeroplanner.cli`::
 
     zeroplanner config [scenario options] [--recommend] [--hf-trainer] [--accelerate] [--total-steps N] -o FILE
-    zeroplanner check CONFIG.json [scenario options] [--hf-trainer] [--json]
+    zeroplanner check CONFIG.json [scenario options] [--hf-trainer] [--accelerate-config YAML] [--json]
 
 ``config`` writes the DeepSpeed JSON for the scenario (``--recommend``: for the planner's choice) to FILE, or to
 stdout without ``-o``. ``--hf-trainer`` writes ``"auto"`` where the HF Trainer fills values. ``--accelerate`` also
@@ -16,7 +16,8 @@ DeepSpeed alone (default) uses hjson (comments and trailing commas accepted, a d
 ``--hf-trainer`` means the HF Trainer / accelerate, which use ``json.load`` (strict JSON; a duplicate key silently
 keeps the last value) and fill ``"auto"``. It builds the scenario from the scenario options (model, cluster,
 sequence length, ...) overridden by what the config says (stage, offload, buckets, batch, precision, optimizer,
-``tensor_parallel.autotp_size``), and prints the findings (reading + lint, the run-level rules shared with
+``tensor_parallel.autotp_size``; ``--accelerate-config``: nodes and GPUs per node from accelerate's
+``num_machines`` / ``num_processes``), and prints the findings (reading + lint, the run-level rules shared with
 ``estimate``) and the estimate of that scenario, saying which model and shape it priced (a warning when no model
 was named). Where DeepSpeed (and, for ``--hf-trainer``, transformers) is installed the config is also handed to
 their own validation (:mod:`zeroplanner.deepspeed.library`; ``--no-library-check`` skips it). With ``--json``: one object
