@@ -236,15 +236,10 @@ def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
     """What ``check`` prices that the config does not say: the model and shape, and where each came from."""
     from ..scenarios import DEFAULT_MODEL
 
+    from .common import model_source
+
     c, t = scenario.cluster, scenario.training
-    if getattr(args, "hf_config", None):
-        model_from = "--hf-config"
-    elif getattr(args, "params", None) is not None:
-        model_from = "--params"
-    elif getattr(args, "model", None):
-        model_from = "--model"
-    else:
-        model_from = "default"
+    model_from = model_source(args)
     priced = {
         "model": scenario.model.name, "model_from": model_from, "parameters": scenario.parameters,
         "seq_len": t.seq_len, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes,
