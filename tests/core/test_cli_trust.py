@@ -228,6 +228,9 @@ def test_model_accepts_the_hub_id_of_a_catalog_entry(cli_main, capsys):
     assert by_hub["inputs"]["given"]["model"] == "meta-llama/Llama-3.1-8B"
     assert cli_main(["estimate", "--model", "meta-llama/No-Such-Model"]) == 2
     assert "hub id" in capsys.readouterr().err
+    _, models = run(cli_main, capsys, "models")  # where the error message sends the user
+    row = next(m for m in models["models"] if m["name"] == "llama-3.1-8b")
+    assert row["hub_id"] == "meta-llama/Llama-3.1-8B" and row["source"].startswith(row["hub_id"])
 
 
 @pytest.mark.parametrize("command", ["estimate", "recommend", "config", "check"])

@@ -14,8 +14,8 @@ from .common import (
     EXIT_STATUSES_HELP,
     _emit,
     _positive_int,
-    fail,
     estimate_json,
+    fail,
     given_inputs,
     inputs_json,
     scenario_from_args,
@@ -132,9 +132,10 @@ def cmd_deepspeed_estimate(args: argparse.Namespace) -> int:
 def _catalog_row(kind: str, name: str) -> tuple[dict, str]:
     if kind == "models":
         m = catalog.model(name)
+        hub = {n: h for h, n in catalog.model_hub_ids().items()}
         d = {"name": m.name, "family": m.family, "parameters": m.parameter_count, "layers": m.n_layers,
              "hidden_size": m.hidden_size, "heads": m.n_heads, "kv_heads": m.kv_heads, "vocab_size": m.vocab_size,
-             "experts": m.n_experts, "source": m.source}
+             "experts": m.n_experts, "hub_id": hub.get(m.name), "source": m.source}
         return d, f"{m.name:<16} {m.parameter_count / 1e9:8.2f} B params  {m.n_layers:3d} layers  h={m.hidden_size}"
     if kind == "gpus":
         g = catalog.gpu(name)
