@@ -2,7 +2,9 @@
 
 Candidates: ZeRO stage x offload_optimizer x offload_param (stage 3) x activation checkpointing x micro-batch
 (the samples per GPU per step, micro_batch x gradient_accumulation_steps, stay fixed, so the global batch is the
-user's) x ZeRO++ (stage 3 on more than one node). All are evaluated in one vectorised call.
+user's) x ZeRO++ (stage 3 on more than one node) x overlap_comm (stages 1-2) x reduce bucket (LoRA). All are
+evaluated in one vectorised call. ``held`` (input keys of :data:`SEARCH_INPUTS`) fixes an axis at the scenario's
+value: ``plan(s, held={"stage"})`` searches only ``s.zero.stage`` (the CLI holds every option the user gave).
 
 Ranking policy (documented, and tested against the seed article's recommendation table):
 1. Keep candidates that fit GPU memory (with the safety margin), host RAM (with DeepSpeed's 1.5x buffer factor)
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -46,6 +49,46 @@ VARIANTS: tuple[tuple[str, int, int, int], ...] = (
     ("ZeRO-3 + NVMe optimizer & params", 3, 2, 2),
 )
 """(label, stage, offload_optimizer code, offload_param code) shown side by side in charts."""
+
+
+SEARCH_INPUTS: dict[str, str] = {
+    "stage": "ZeRO stage",
+    "offload_optimizer": "optimizer offload",
+    "offload_param": "parameter offload",
+    "checkpointing": "activation checkpointing",
+    "micro_batch": "micro-batch split",
+    "grad_accum": "micro-batch split",
+    "overlap_comm": "overlap_comm",
+    "reduce_bucket_size": "reduce bucket",
+    "zero_hpz_partition_size": "ZeRO++",
+    "zero_quantized_weights": "ZeRO++",
+    "zero_quantized_gradients": "ZeRO++",
+}
+"""Input keys (:data:`zeroplanner.inputs.INPUTS`) the planner varies, and the search axis each one fixes when held.
+micro_batch and grad_accum are one axis (their product, the samples per GPU per step, is always kept); the three
+ZeRO++ keys are one axis."""
+
+
+def _check_held(held) -> frozenset[str]:
+    held = frozenset(held)
+    unknown = held - set(SEARCH_INPUTS)
+    if unknown:
+        raise ValueError(f"held={sorted(unknown)}: the planner varies only {', '.join(SEARCH_INPUTS)}")
+    return held
+
+
+def _axis_values(cand: Candidates) -> dict[str, np.ndarray]:
+    """Search axis name -> its column in the candidate grid (ZeRO++ as one code per (hpz, qwz, qgz))."""
+    cols = {"ZeRO stage": cand.stage, "optimizer offload": cand.offload_optimizer,
+            "parameter offload": cand.offload_param, "activation checkpointing": cand.checkpointing,
+            "micro-batch split": cand.micro_batch, "overlap_comm": cand.overlap, "reduce bucket": cand.reduce_bucket,
+            "ZeRO++": cand.hpz * 4 + cand.qwz * 2 + cand.qgz}
+    return {a: np.asarray(cols[a]) for a in dict.fromkeys(SEARCH_INPUTS.values())}
+
+
+def varied_axes(cand: Candidates) -> list[str]:
+    """The search axes (:data:`SEARCH_INPUTS` names) on which the candidate grid holds more than one value."""
+    return [a for a, col in _axis_values(cand).items() if np.unique(col).size > 1]
 
 
 class _Out(BaseModel):
@@ -165,6 +208,8 @@ class Plan(_Out):
     alternatives: list[Option]
     variants: list[Option]
     candidates_evaluated: int
+    held: dict[str, Any] = {}
+    varied: list[str] = []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -185,34 +230,56 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidate_grid(scenario: Scenario) -> Candidates:
-    """Every candidate for the scenario (see module docstring). Returns 1-D Candidates."""
-    t, c = scenario.training, scenario.cluster
+def candidate_grid(scenario: Scenario, held=()) -> Candidates:
+    """Every candidate for the scenario (see module docstring); the axes of the ``held`` input keys
+    (:data:`SEARCH_INPUTS`) take the scenario's value only. Returns 1-D Candidates (empty when the held values
+    leave no valid combination, e.g. offload_optimizer held at ``cpu`` with stage held at 0). Raises ValueError
+    for a held key the planner does not vary."""
+    held = _check_held(held)
+    t, c, z = scenario.training, scenario.cluster, scenario.zero
     samples = t.micro_batch * t.grad_accum
     micros = [m for m in _divisors(samples) if m <= 64] or [1]
+    if "micro_batch" in held or "grad_accum" in held:
+        micros = [t.micro_batch]
     zpp = [(1, 0, 0)]
     if c.nodes > 1:
         # hpZ (a secondary weight copy per node) is lossless; the quantized collectives (qwZ int8 weights, qgZ int4
         # gradients) change the numerics, so they are candidates only when allowed or set by the user
         qw, qg = quantized_zeropp_allowed(scenario)
         zpp.append((c.gpus_per_node, int(qw), int(qg)))
+    zpp_held_on = False
+    if held & {"zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients"}:
+        zpp = [(z.zero_hpz_partition_size, int(z.zero_quantized_weights), int(z.zero_quantized_gradients))]
+        zpp_held_on = zpp[0] != (1, 0, 0)  # ZeRO++ is stage 3 only: a held ZeRO++ setting rules out stages 0-2
+    stages = (z.stage,) if "stage" in held else range(4)
+    oos = (OFFLOAD_CODES[z.offload_optimizer.device],) if "offload_optimizer" in held else (0, 1, 2)
+    ops = (OFFLOAD_CODES[z.offload_param.device],) if "offload_param" in held else (0, 1, 2)
+    cks = (CHECKPOINT_CODES[t.checkpointing],) if "checkpointing" in held else (0, 1, 2)
+    ov_held = None if "overlap_comm" not in held or z.overlap_comm is None else int(z.overlap_comm)
     # DeepSpeed allocates the whole reduce bucket however few parameters train (memory.buffer_bytes), so with
     # Ψ_t below the bucket (LoRA/QLoRA) a bucket of Ψ_t (rounded up to 1e6 elements) is also a candidate: same
     # number of collectives, less memory.
     rb = scenario.zero.reduce_bucket_size
     small = int(max(1, math.ceil(scenario.trainable_parameters / c.tensor_parallel_size / 1e6)) * 1e6)
-    buckets = (rb, small) if small < rb else (rb,)
+    buckets = (rb, small) if small < rb and "reduce_bucket_size" not in held else (rb,)
     rows = []
-    for stage in range(4):
+    for stage in stages:
+        if zpp_held_on and stage < 3:
+            continue
         for oo in ((0,) if stage == 0 else (0, 1, 2)):
+            if oo not in oos:
+                continue
             for op in ((0, 1, 2) if stage == 3 else (0,)):
+                if op not in ops:
+                    continue
                 for hpz, qw, qg in (zpp if stage == 3 else [(1, 0, 0)]):
-                    for ov in ((0, 1) if stage in (1, 2) else (1,) if stage == 3 else (0,)):
+                    ovs = (0, 1) if stage in (1, 2) else (1,) if stage == 3 else (0,)
+                    for ov in (ovs if ov_held is None or stage == 0 else (ov_held,)):
                         for b in (buckets if stage > 0 else (rb,)):
-                            for ck in (0, 1, 2):
+                            for ck in cks:
                                 for m in micros:
                                     rows.append((stage, oo, op, ck, m, samples // m, hpz, qw, qg, ov, b))
-    a = np.array(rows, dtype=np.int64)
+    a = np.array(rows, dtype=np.int64).reshape(-1, 11)
     return Candidates.build(
         stage=a[:, 0], offload_optimizer=a[:, 1], offload_param=a[:, 2], checkpointing=a[:, 3],
         micro_batch=a[:, 4], grad_accum=a[:, 5], nodes=c.nodes, hpz=a[:, 6], qwz=a[:, 7], qgz=a[:, 8],
@@ -344,11 +411,35 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
     return r
 
 
-def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternatives: int = 5) -> Plan:
+def _held_text(scenario: Scenario, held: frozenset[str]) -> str:
+    """``stage=2, checkpointing=full``: the held inputs with the scenario's values, in table order."""
+    return ", ".join(f"{k}={_held_value(scenario, k)}" for k in SEARCH_INPUTS if k in held)
+
+
+def _search_reason(scenario: Scenario, held: frozenset[str], cand: Candidates) -> str:
+    """The reason line saying which search axes the plan varied and which options it held (and at what)."""
+    varied = varied_axes(cand)
+    said = f"Varied: {', '.join(varied) if varied else 'nothing'} ({cand.stage.size} candidates)"
+    if not held:
+        return said + "; no option held."
+    return f"Held as given: {_held_text(scenario, held)}. {said}."
+
+
+def _held_value(scenario: Scenario, key: str):
+    z, t = scenario.zero, scenario.training
+    return {"offload_optimizer": z.offload_optimizer.device, "offload_param": z.offload_param.device,
+            "checkpointing": t.checkpointing, "micro_batch": t.micro_batch, "grad_accum": t.grad_accum}.get(
+        key, getattr(z, key, None))
+
+
+def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternatives: int = 5, held=()) -> Plan:
     """Evaluate every candidate for ``scenario`` and recommend one.
 
+    ``held``: input keys of :data:`SEARCH_INPUTS` whose axis is fixed at the scenario's value (the CLI passes the
+    options the user gave: ``--stage 2`` searches ZeRO-2 only); the reasons say what was held and what varied.
     Returns a Plan; when nothing fits, ``fits`` is False, ``choice`` is None and ``estimate`` is the scenario as
-    given, with warnings saying what is short. Raises ValueError for tolerance outside [0, 1).
+    given, with warnings saying what is short. Raises ValueError for tolerance outside [0, 1), a held key the
+    planner does not vary, or held values that leave no valid candidate.
     """
     if not 0.0 <= tolerance < 1.0:
         raise ValueError(f"tolerance={tolerance} must be in [0, 1)")
@@ -361,8 +452,12 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
             f"Precision: {g.name} has no bf16 (bf16 tensor cores need Ampere, sm_80, or newer), so this plan is "
             f"priced and configured as fp16 with dynamic loss scaling (DeepSpeed fp16 block, loss_scale 0) at the "
             f"GPU's fp16 peak of {g.peak_fp16_tflops:g} TFLOP/s; memory is the same (2 bytes per value).")
+    held = _check_held(held)
     ctx = make_context(scenario)
-    cand = candidate_grid(scenario)
+    cand = candidate_grid(scenario, held)
+    if cand.stage.size == 0:
+        raise ValueError(f"held {sorted(held)}: no candidate configuration has these values together")
+    held_values = {k: _held_value(scenario, k) for k in SEARCH_INPUTS if k in held}
     values = evaluate(ctx, cand)
     ranked = rank_candidates(values, cand, tolerance, ctx.gpu_memory_bytes)
     variants = variant_options(scenario, ctx)
@@ -377,14 +472,17 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
             remedies.insert(2, "use QLoRA (4-bit base weights)")
         if scenario.cluster.cpu_memory_bytes < 4 * 2**40:
             remedies.append("add host RAM for offload")
-        warn = [f"Nothing fits. The candidate needing the least GPU memory ({_choice_at(cand, smallest).label}) "
+        within = f" with the options held ({_held_text(scenario, held)})" if held else ""
+        warn = [f"Nothing fits{within}. The candidate needing the least GPU memory "
+                f"({_choice_at(cand, smallest).label}) "
                 f"needs {gib(values['total'][smallest]):.1f} GiB per GPU of "
                 f"{gib(ctx.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB usable "
                 f"and {gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node. Options: "
                 + ", ".join(remedies) + "."]
         warn += [f"As configured (ZeRO-{scenario.zero.stage}): {w_}" for w_ in est.warnings] + precision_note
         return Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=warn,
-                    alternatives=[], variants=variants, candidates_evaluated=int(cand.stage.size))
+                    alternatives=[], variants=variants, candidates_evaluated=int(cand.stage.size),
+                    held=held_values, varied=varied_axes(cand))
     best_i = int(ranked[0])
     best = _choice_at(cand, best_i)
     chosen = apply_choice(scenario, best, validate=False)
@@ -404,7 +502,8 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                            why_not=_why_not(best, est, ch, alt_est, tolerance, False)))
         if len(alts) >= alternatives:
             break
-    reasons = precision_note + _reasons(scenario, best, est, values, cand, ranked, tolerance)
+    reasons = (precision_note + _reasons(scenario, best, est, values, cand, ranked, tolerance)
+               + [_search_reason(scenario, held, cand)])
     for a in alts:
         if a.why_not:
             reasons.append(f"Alternative {_short(a.choice)}: {a.why_not}")
@@ -425,7 +524,45 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         fits=True, choice=best, scenario=chosen, estimate=est,
         reasons=reasons,
         warnings=warnings, alternatives=alts, variants=variants, candidates_evaluated=int(cand.stage.size),
+        held=held_values, varied=varied_axes(cand),
     )
+
+
+def nearest_fit(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE) -> Option | None:
+    """The fitting candidate closest to ``scenario``'s own configuration: fewest search axes
+    (:data:`SEARCH_INPUTS`) changed from the scenario's values, ties broken by the planner's ranking (then
+    tokens/s). None when no candidate fits. Its ``why_not`` lists the changes (``stage 2 -> 3``).
+    Raises ValueError for tolerance outside [0, 1)."""
+    if not 0.0 <= tolerance < 1.0:
+        raise ValueError(f"tolerance={tolerance} must be in [0, 1)")
+    ctx = make_context(scenario)
+    cand = candidate_grid(scenario)
+    values = evaluate(ctx, cand)
+    fits = np.flatnonzero(values["fits"])
+    if fits.size == 0:
+        return None
+    ranked = rank_candidates(values, cand, tolerance, ctx.gpu_memory_bytes)
+    rest = np.setdiff1d(fits, ranked)
+    order = np.concatenate([ranked, rest[np.argsort(-values["tokens_per_second"][rest], kind="stable")]])
+    own = _axis_values(Candidates.from_scenario(scenario))
+    axes = _axis_values(cand)
+    if scenario.zero.overlap_comm is None:  # DeepSpeed's default: any candidate's overlap_comm is no change
+        del axes["overlap_comm"]
+    changed = sum((axes[a][order] != own[a].reshape(-1)[0]).astype(int) for a in axes)
+    i = int(order[np.argsort(changed, kind="stable")[0]])
+    ch = _choice_at(cand, i)
+    sc = apply_choice(scenario, ch, validate=False)
+    now = Choice(stage=scenario.zero.stage, offload_optimizer=scenario.zero.offload_optimizer.device,
+                 offload_param=scenario.zero.offload_param.device, checkpointing=scenario.training.checkpointing,
+                 micro_batch=scenario.training.micro_batch, grad_accum=scenario.training.grad_accum,
+                 overlap_comm=scenario.zero.overlap_comm, reduce_bucket_size=scenario.zero.reduce_bucket_size,
+                 zero_hpz_partition_size=scenario.zero.zero_hpz_partition_size,
+                 zero_quantized_weights=scenario.zero.zero_quantized_weights,
+                 zero_quantized_gradients=scenario.zero.zero_quantized_gradients)
+    changes = [f"{k} {getattr(now, k)} -> {getattr(ch, k)}" for k in Choice.model_fields
+               if getattr(now, k) != getattr(ch, k) and not (k == "overlap_comm" and now.overlap_comm is None)]
+    return Option(label=ch.label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, i),
+                  why_not="; ".join(changes))
 
 
 def variant_options(scenario: Scenario, ctx=None) -> list[Option]:
@@ -517,5 +654,5 @@ def sweep(scenario: Scenario, **axes: Sequence[int]) -> dict[str, np.ndarray]:
     return out
 
 
-__all__ = ["Choice", "Option", "Plan", "plan", "step_breakdown", "scaling", "largest_model", "sweep", "candidate_grid",
+__all__ = ["Choice", "Option", "Plan", "plan", "varied_axes", "SEARCH_INPUTS", "nearest_fit", "step_breakdown", "scaling", "largest_model", "sweep", "candidate_grid",
            "apply_choice", "VARIANTS"]

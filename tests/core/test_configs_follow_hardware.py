@@ -42,8 +42,13 @@ def ds_world(monkeypatch):
 
 
 def run_json(cli_main, capsys, argv: list[str]) -> dict:
-    assert cli_main([*argv, "--json"]) == 0, capsys.readouterr().err
-    return json.loads(capsys.readouterr().out)
+    """The command's JSON; its exit status is README's: 0 when the configuration fits, 1 when it does not."""
+    code = cli_main([*argv, "--json"])
+    captured = capsys.readouterr()
+    assert code in (0, 1), captured.err
+    obj = json.loads(captured.out)
+    assert code == (0 if obj.get("fits", True) else 1), obj.get("fits")
+    return obj
 
 
 def trainer_fill(config: dict, s) -> dict:
@@ -75,7 +80,9 @@ def trainer_fill(config: dict, s) -> dict:
 # ---- 1. precision follows the hardware -----------------------------------------------------------------------
 def test_estimate_on_v100_says_it_priced_fp16(cli_main, capsys):
     """estimate and check state the same pitfall the config generator follows (zeroplanner.pitfalls)."""
-    obj = run_json(cli_main, capsys, ["estimate", "--gpu", "V100-32GB"])
+    code = cli_main(["estimate", "--gpu", "V100-32GB", "--json"])
+    obj = json.loads(capsys.readouterr().out)
+    assert code == (0 if obj["fits"] else 1)  # README's exit statuses: 0 fits, 1 does not fit
     assert any("bf16_unsupported" in w or "has no bf16" in w for w in map(str, obj["warnings"])), obj["warnings"]
 
 

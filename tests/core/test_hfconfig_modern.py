@@ -228,8 +228,9 @@ def test_cli_estimate_reads_every_family(label, tmp_path, capsys):
     else:
         path = tmp_path / "config.json"
         path.write_text(json.dumps(SMALL[label]), encoding="utf-8")
-    assert cli.main(["estimate", "--hf-config", str(path), "--stage", "3", "--json"]) == 0, capsys.readouterr().err
+    code = cli.main(["estimate", "--hf-config", str(path), "--stage", "3", "--json"])
     out = json.loads(capsys.readouterr().out)
+    assert code == (0 if out["fits"] else 1)  # exit status 1: does not fit (deepseek-v3 on 8 GPUs)
     assert out["parameters"] == architecture_from_hf_config(path).parameter_count
 
 

@@ -1,7 +1,10 @@
 """Command line: ``zeroplanner SUBCOMMAND ... [--json]``.
 
-Contract for scripts: with ``--json`` each command prints exactly one JSON object on stdout. Bad input prints one
-line ``zeroplanner: error: --option: message`` on stderr and exits with status 2, never a traceback.
+Contract for scripts: with ``--json`` each command prints exactly one JSON object on stdout, with ``inputs`` (the
+resolved inputs it used, :func:`.common.inputs_json`) for estimate, recommend, config and check. Exit statuses
+(:data:`.common.EXIT_FITS`, ``EXIT_DOES_NOT_FIT``, ``EXIT_BAD_INPUT``): 0 fits, 1 does not fit (check: or the
+config has error findings), 2 bad input: one line ``zeroplanner: error: --option: message`` on stderr, never a
+traceback.
 
 One module per group of subcommands, each with ``register(subparsers, add_scenario_options)``; its handler
 (``set_defaults(func=...)``) takes the parsed args and returns an exit status: :mod:`.plan` (estimate, recommend,

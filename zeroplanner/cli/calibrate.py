@@ -52,7 +52,7 @@ def register(subparsers, add_scenario_options) -> None:
     g = parser.add_argument_group("calibration")
     g.add_argument("--ranks", type=_int_in("--ranks", 1, 64), default=None, help="local ranks to launch (default 2)")
     g.add_argument("--steps", type=_int_in("--steps", 2, 100), default=3, help="optimizer steps (default 3)")
-    g.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (NCCL)")
+    g.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (NCCL) (default cpu)")
     g.add_argument("--timeout", type=_int_in("--timeout", 10, 86_400), default=600,
                    help="seconds before the launch is killed (default 600)")
     g.add_argument("--calibration-seq-len", type=_int_in("--calibration-seq-len", 8, 65_536), default=64,

@@ -153,11 +153,15 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     for name, option in ((i.key, i.cli_flag) for i in INPUTS if i.kind in CATALOG_KINDS):
         value = getattr(args, name)
         names = {"model": catalog.model_names, "gpu": catalog.gpu_names, "network": catalog.network_names}[name]()
-        if value is not None and value.lower() not in {n.lower() for n in names}:
+        accepted = {n.lower() for n in names}
+        if name == "model":  # the hub ids of catalog entries (catalog.model_hub_ids) name them too
+            accepted |= {h.lower() for h in catalog.model_hub_ids()}
+        if value is not None and value.lower() not in accepted:
             close = difflib.get_close_matches(value.lower(), [n.lower() for n in names], n=3, cutoff=0.5)
             close += [n.lower() for n in names if value.lower() in n.lower() and n.lower() not in close]
             hint = f"did you mean {', '.join(close[:3])}? " if close else ""
-            fail(option, f"unknown {name} {value!r}; {hint}known: {', '.join(names)}")
+            hub = " (or the hub id of one: `zeroplanner models --json` lists them)" if name == "model" else ""
+            fail(option, f"unknown {name} {value!r}; {hint}known{hub}: {', '.join(names)}")
     values = {inp.key: getattr(args, inp.key, None) for inp in INPUTS}
     values = {k: v for k, v in values.items() if v is not None}
     try:
@@ -183,6 +187,51 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
             sys.stderr.write(f"zeroplanner: --cluster-from: {note}\n")
         scenario = scenario.model_copy(update={"cluster": cluster})
     return scenario
+
+
+EXIT_FITS = 0
+"""Exit status: the configuration fits (``check``: and the config has no error findings)."""
+EXIT_DOES_NOT_FIT = 1
+"""Exit status: it does not fit GPU memory, host RAM or NVMe (``estimate``, ``config``: the scenario as given;
+``recommend``, ``config --recommend``: no candidate fits; ``check``: the config does not fit or has errors)."""
+EXIT_BAD_INPUT = 2
+"""Exit status: bad input, one line on stderr naming the option or file (:class:`UsageError`)."""
+
+EXIT_STATUSES_HELP = ("exit status: 0 fits, 1 does not fit (check: or the config has errors), 2 bad input "
+                      "(one line naming the option)")
+"""The epilog every scenario command's --help prints."""
+
+
+def given_inputs(args: argparse.Namespace) -> dict[str, Any]:
+    """Input key -> value of the scenario options given on the command line (an option left out is None in the
+    parsed args: every scenario option's argparse default is None, see :func:`add_scenario_options`)."""
+    return {i.key: getattr(args, i.key) for i in INPUTS if getattr(args, i.key, None) is not None}
+
+
+def model_source(args: argparse.Namespace) -> str:
+    """Where the priced model came from: ``--hf-config``, ``--params``, ``--model`` or ``default``."""
+    if getattr(args, "hf_config", None):
+        return "--hf-config"
+    if getattr(args, "params", None) is not None:
+        return "--params"
+    if getattr(args, "model", None):
+        return "--model"
+    return "default"
+
+
+def inputs_json(args: argparse.Namespace, scenario: Scenario) -> dict:
+    """The resolved inputs a command used (JSON ``inputs``): ``resolved`` every input of the table read back from
+    ``scenario`` in the input's unit (None: not set, e.g. no GPU-memory override), ``given`` the options typed on
+    the command line as parsed (a hub id stays as typed; ``resolved.model`` is the catalog name), ``model`` and
+    ``parameters`` the model priced and ``model_from`` where it came from, ``cluster_from`` the probe file."""
+    return {
+        "resolved": {i.key: i.read(scenario) for i in INPUTS},
+        "given": given_inputs(args),
+        "model": scenario.model.name,
+        "parameters": scenario.parameters,
+        "model_from": model_source(args),
+        "cluster_from": getattr(args, "cluster_from", None),
+    }
 
 
 def _emit(args: argparse.Namespace, obj: dict, text: str) -> None:

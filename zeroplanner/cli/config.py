@@ -3,7 +3,7 @@
 Subcommand module of :mod:`zeroplanner.cli`::
 
     zeroplanner config [scenario options] [--recommend] [--hf-trainer] [--accelerate] [--total-steps N] -o FILE
-    zeroplanner check CONFIG.json [scenario options] [--hf-trainer] [--json]
+    zeroplanner check CONFIG.json [scenario options] [--hf-trainer] [--accelerate-config YAML] [--json]
 
 ``config`` writes the DeepSpeed JSON for the scenario (``--recommend``: for the planner's choice) to FILE, or to
 stdout without ``-o``. ``--hf-trainer`` writes the variant the HF Trainer runs: the plan's batch, precision and
@@ -18,16 +18,24 @@ DeepSpeed alone (default) uses hjson (comments and trailing commas accepted, a d
 ``--hf-trainer`` means the HF Trainer / accelerate, which use ``json.load`` (strict JSON; a duplicate key silently
 keeps the last value) and fill ``"auto"``. It builds the scenario from the scenario options (model, cluster,
 sequence length, ...) overridden by what the config says (stage, offload, buckets, batch, precision, optimizer,
-``tensor_parallel.autotp_size``), and prints the findings (reading + lint, the run-level rules shared with
+``tensor_parallel.autotp_size``; ``--accelerate-config``: nodes and GPUs per node from accelerate's
+``num_machines`` / ``num_processes``), and prints the findings (reading + lint, the run-level rules shared with
 ``estimate``) and the estimate of that scenario, saying which model and shape it priced (a warning when no model
 was named). Where DeepSpeed (and, for ``--hf-trainer``, transformers) is installed the config is also handed to
 their own validation (:mod:`zeroplanner.deepspeed.library`; ``--no-library-check`` skips it). With ``--json``: one object
-``{"findings": [...], "errors": n, "warnings": n, "mode": ..., "priced": {"model", "model_from", "seq_len", ...},
+``{"inputs": {...} (every input as priced: the file's value where it set one), "fits": bool, "findings": [...], "errors": n, "warnings": n, "mode": ..., "priced": {"model", "model_from", "seq_len", ...},
 "from_config": {option: {"config": v, "command_line": v}}, "validated_by": [...] | null, "scenario": {"training": ..., "zero": ...}, "estimate": {...}}`` (estimate as in
 ``zeroplanner estimate --json``).
 
-Exit status: 0 = done (``check``: no error findings), 1 = ``check`` found errors, 2 = bad input (one line on
-stderr naming the option or the file, never a traceback).
+``config`` states the verdict of the config it writes (``verdict`` in the JSON: fits, GPU memory per GPU, host RAM
+per node) and, when it does not fit, the nearest configuration that does (:func:`zeroplanner.planner.nearest_fit`:
+fewest settings changed; ``nearest_fit`` in the JSON, null when nothing fits this cluster). With ``--recommend``
+the planner holds the search options given (as ``recommend`` does).
+
+Exit status (the same for estimate, recommend, config, check): 0 = fits (``check``: and no error findings),
+1 = does not fit (``config``: the config it wrote; ``config --recommend``: nothing fits, no config written;
+``check``: the config does not fit or has error findings), 2 = bad input (one line on stderr naming the option or
+the file, never a traceback).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from ..deepspeed import (
     to_deepspeed_config,
 )
 from ..deepspeed.lint import lint
+from .common import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_STATUSES_HELP
 
 
 def register(subparsers, add_scenario_options) -> None:
@@ -54,7 +63,9 @@ def register(subparsers, add_scenario_options) -> None:
     p = subparsers.add_parser(
         "config", help="write a DeepSpeed config (and optionally an accelerate YAML) for a scenario",
         description="Write a complete DeepSpeed config for the scenario: batch keys that multiply out, precision, "
-        "optimizer and scheduler, zero_optimization with integer bucket sizes, offload and ZeRO++ keys.",
+        "optimizer and scheduler, zero_optimization with integer bucket sizes, offload and ZeRO++ keys. Prints "
+        "whether that config fits and, when it does not, the nearest configuration that does (exit status 1).",
+        epilog=EXIT_STATUSES_HELP,
     )
     add_scenario_options(p)
     p.add_argument("--recommend", action="store_true", help="use the planner's recommended configuration")
@@ -73,18 +84,25 @@ def register(subparsers, add_scenario_options) -> None:
 
     p = subparsers.add_parser(
         "check", help="lint a DeepSpeed config and estimate what it costs on the given cluster",
-        description="Read CONFIG (JSON, at most 1 MB; '-' for stdin), report unknown keys, 'auto' values and "
-        "pitfalls, and estimate memory and step time of that config with the scenario options' model and cluster.",
+        description="Read CONFIG (JSON or hjson, at most 1 MB; '-' for stdin), report unknown keys, 'auto' values "
+        "and pitfalls, and estimate memory and step time of that config with the scenario options' model and "
+        "cluster. It names the model and shape it prices and every value it took from the file instead of the "
+        "command line.",
+        epilog=EXIT_STATUSES_HELP,
     )
     p.add_argument("config_path", metavar="CONFIG", help="DeepSpeed config JSON file, or - for stdin")
     add_scenario_options(p)
     p.add_argument("--hf-trainer", action="store_true",
                    help="the config is run by the HF Trainer / accelerate (they fill 'auto' and build the optimizer) "
                    "instead of deepspeed.initialize in your own script")
+    p.add_argument("--accelerate-config", default=None, metavar="YAML",
+                   help="the accelerate config the run is launched with (`accelerate launch --config_file`): its "
+                   "num_machines and num_processes set --nodes and --gpus-per-node (reported as taken from it)")
     p.add_argument("--no-library-check", action="store_true",
                    help="skip DeepSpeed's (and, with --hf-trainer, transformers') own config validation even where "
                    "they are installed; only zeroplanner's key tables and rules are used")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object: findings, priced, from_config, "
+                   "estimate")
     p.set_defaults(func=run_check)
 
 
@@ -102,7 +120,7 @@ def _steps(text: str) -> int:
 
 def _error(message: str) -> int:
     sys.stderr.write(f"zeroplanner: error: {message}\n")
-    return 2
+    return EXIT_BAD_INPUT
 
 
 def _finding_line(f: Finding) -> str:
@@ -111,20 +129,49 @@ def _finding_line(f: Finding) -> str:
     return f"{f.severity}{where} {f.message}{fix}"
 
 
+def _verdict(scenario, est) -> dict:
+    """What the written config costs against the cluster: JSON ``verdict`` (bytes; GiB only on screen)."""
+    usable = est.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)
+    return {"fits": est.fits, "fits_gpu": est.fits_gpu, "fits_cpu": est.fits_cpu,
+            "per_gpu_bytes": est.per_gpu_bytes.total, "gpu_memory_bytes": est.gpu_memory_bytes,
+            "usable_gpu_memory_bytes": usable, "per_node_cpu_bytes": est.per_node_cpu_bytes,
+            "cpu_memory_bytes": scenario.cluster.cpu_memory_bytes, "summary": est.summary()}
+
+
+def _option_json(option) -> dict | None:
+    from .common import estimate_json
+
+    if option is None:
+        return None
+    return {"label": option.label, "changes": option.why_not, "choice": option.choice.model_dump(),
+            "per_gpu_bytes": option.estimate.per_gpu_bytes.total,
+            "tokens_per_second": option.estimate.tokens_per_second, "estimate": estimate_json(option.estimate)}
+
+
 def run_config(args) -> int:
-    from .common import scenario_from_args
+    from ..costmodel import estimate
+    from .common import given_inputs, inputs_json, scenario_from_args
 
     scenario = scenario_from_args(args)
-    if args.recommend:
-        from ..planner import plan
-
-        p = plan(scenario)
-        if not p.fits:
-            return _error("--recommend: nothing fits this cluster; see `zeroplanner recommend`")
-        scenario = p.scenario
-    mode = "hf_trainer" if args.hf_trainer else "deepspeed"
+    inputs = inputs_json(args, scenario)
     if args.accelerate and not args.output:
         return _error("--accelerate: needs -o FILE (the YAML points at the DeepSpeed JSON file)")
+    if args.recommend:
+        from ..planner import SEARCH_INPUTS, plan
+
+        held = sorted(set(given_inputs(args)) & set(SEARCH_INPUTS))
+        p = plan(scenario, held=held)
+        if not p.fits:
+            said = (f" with the options held ({', '.join(f'{k}={v}' for k, v in p.held.items())})" if held else "")
+            message = f"--recommend: nothing fits this cluster{said}; no config written. {p.warnings[0]}"
+            if args.json:
+                sys.stdout.write(json.dumps({"inputs": inputs, "fits": False, "config": None, "held": p.held,
+                                             "warnings": p.warnings, "files": []}, indent=2) + "\n")
+            else:
+                sys.stderr.write(f"zeroplanner: {message}\n")
+            return EXIT_DOES_NOT_FIT
+        scenario = p.scenario
+    mode = "hf_trainer" if args.hf_trainer else "deepspeed"
     if args.hf_auto and not args.hf_trainer:
         return _error("--hf-auto: needs --hf-trainer ('auto' is resolved only by the HF Trainer / accelerate)")
     try:
@@ -135,6 +182,15 @@ def run_config(args) -> int:
     notes = generation_notes(scenario, mode, hf_auto=args.hf_auto, accelerate=args.accelerate,
                              main_process_ip=args.main_process_ip)
     findings = lint(config, scenario, mode)
+    est = estimate(scenario)
+    verdict = _verdict(scenario, est)
+    nearest, short = None, None
+    if not est.fits:
+        from ..planner import nearest_fit, plan
+
+        nearest = nearest_fit(scenario)
+        if nearest is None:  # the planner's own account of what is short
+            short = plan(scenario).warnings[0]
     text = json.dumps(config, indent=2) + "\n"
     files: list[str] = []
     if args.output:
@@ -148,11 +204,14 @@ def run_config(args) -> int:
                 files.append(str(yaml_path))
         except OSError as exc:
             return _error(f"-o {args.output!r}: {exc.strerror or exc}")
+    status = EXIT_FITS if est.fits else EXIT_DOES_NOT_FIT
     if args.json:
-        obj = {"config": config, "mode": mode, "notes": [n.model_dump() for n in notes],
+        obj = {"inputs": inputs, "fits": est.fits, "verdict": verdict, "nearest_fit": _option_json(nearest),
+               "nothing_fits": short,
+               "config": config, "mode": mode, "notes": [n.model_dump() for n in notes],
                "findings": [f.model_dump() for f in findings], "files": files}
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
-        return 0
+        return status
     if not args.output:
         sys.stdout.write(text)
     for path in files:
@@ -165,7 +224,18 @@ def run_config(args) -> int:
         kwargs = ", ".join(f"{k}={v!r}" for k, v in hf_training_arguments(scenario, files[0] if files else
                                                                           "ds_config.json").items())
         sys.stderr.write(f"TrainingArguments({kwargs})\n")
-    return 0
+    sys.stderr.write(f"verdict: {scenario.model.name}, ZeRO-{scenario.zero.stage}: {est.summary().splitlines()[0]}"
+                     "\n")
+    if not est.fits:
+        if nearest is not None:
+            sys.stderr.write(f"does not fit (exit status 1). Nearest configuration that fits: {nearest.label} "
+                             f"({nearest.why_not}): {nearest.estimate.per_gpu_bytes.total / 2**30:.1f} GiB per GPU, "
+                             f"{nearest.estimate.tokens_per_second:,.0f} tokens/s. Write it with the options "
+                             "changed, or `zeroplanner config --recommend`.\n")
+        else:
+            sys.stderr.write(f"does not fit (exit status 1), and no other stage, offload, checkpointing or "
+                             f"micro-batch fits this cluster either. {short}\n")
+    return status
 
 
 def _read_config_bytes(path: str) -> bytes:
@@ -180,15 +250,10 @@ def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
     """What ``check`` prices that the config does not say: the model and shape, and where each came from."""
     from ..scenarios import DEFAULT_MODEL
 
+    from .common import model_source
+
     c, t = scenario.cluster, scenario.training
-    if getattr(args, "hf_config", None):
-        model_from = "--hf-config"
-    elif getattr(args, "params", None) is not None:
-        model_from = "--params"
-    elif getattr(args, "model", None):
-        model_from = "--model"
-    else:
-        model_from = "default"
+    model_from = model_source(args)
     priced = {
         "model": scenario.model.name, "model_from": model_from, "parameters": scenario.parameters,
         "seq_len": t.seq_len, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes,
@@ -250,8 +315,43 @@ def _merge_library(table: list[Finding], library: list[Finding]) -> list[Finding
     return out
 
 
+def _accelerate_shape(path: str) -> dict[str, int]:
+    """``{"nodes": n, "gpus_per_node": g}`` from an accelerate config YAML (``yaml.safe_load``: plain data, no tags
+    executed; at most MAX_CONFIG_BYTES). accelerate's keys (accelerate ``commands/config/config_args.py``
+    ClusterConfig): ``num_machines`` nodes, ``num_processes`` processes in all, one per GPU. Raises UsageError
+    naming ``--accelerate-config``."""
+    import yaml
+
+    from .common import fail
+
+    option = "--accelerate-config"
+    try:
+        data = _read_config_bytes(path)
+    except OSError as exc:
+        fail(option, f"cannot read {path!r}: {exc.strerror or exc}")
+    if len(data) > MAX_CONFIG_BYTES:
+        fail(option, f"{path!r} is larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
+    try:
+        cfg = yaml.safe_load(data.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        fail(option, f"{path!r} is not YAML ({str(exc).splitlines()[0]})")
+    if not isinstance(cfg, dict):
+        fail(option, f"{path!r} must be a YAML mapping (accelerate's config file)")
+    out = {}
+    machines, processes = cfg.get("num_machines", 1), cfg.get("num_processes")
+    for key, value in (("num_machines", machines), ("num_processes", processes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**6):
+            fail(option, f"{key} must be an integer in [1, 1000000] (got {value!r})")
+    out["nodes"] = machines
+    if processes is not None:
+        if processes % machines:
+            fail(option, f"num_processes {processes} is not a multiple of num_machines {machines}")
+        out["gpus_per_node"] = processes // machines
+    return out
+
+
 def run_check(args) -> int:
-    from .common import estimate_json, scenario_from_args
+    from .common import estimate_json, inputs_json, scenario_from_args
     from ..costmodel import estimate
 
     try:
@@ -265,6 +365,16 @@ def run_check(args) -> int:
         config, read_findings = load_config_text(data, mode)
     except ConfigError as exc:
         return _error(f"CONFIG {args.config_path!r}: {exc}")
+    from_accelerate: dict = {}
+    if args.accelerate_config:
+        from ..inputs import BY_KEY
+
+        for key, value in _accelerate_shape(args.accelerate_config).items():
+            before = getattr(args, key)
+            before = before if before is not None else BY_KEY[key].default
+            if before != value:
+                from_accelerate[BY_KEY[key].cli_flag] = {"accelerate_config": value, "command_line": before}
+            setattr(args, key, value)
     base = scenario_from_args(args)
     try:
         scenario, parse_findings = from_deepspeed_config(config, base=base, mode=mode)
@@ -272,6 +382,13 @@ def run_check(args) -> int:
         return _error(f"CONFIG {args.config_path!r}: {exc}")
     priced, assumption_notes = _priced_for(args, scenario)
     from_config, override_notes = _from_config(base, scenario)
+    if from_accelerate:
+        said = ", ".join(f"{k} {v['accelerate_config']} (command line or its default: {v['command_line']})"
+                         for k, v in from_accelerate.items())
+        override_notes.append(Finding(severity="info", key="", rule="from_accelerate_config", fix="",
+                                      message=f"priced with the accelerate config's shape ({args.accelerate_config}) "
+                                      f"instead of the command line's: {said}."))
+        priced["cluster_from"] = args.accelerate_config
     assumption_notes += override_notes
     findings = read_findings + lint(config, scenario, mode) + parse_findings
     validated_by = None
@@ -303,14 +420,18 @@ def run_check(args) -> int:
         return _error(f"CONFIG {args.config_path!r}: cannot estimate this scenario: {str(exc).splitlines()[0]}")
     errors = sum(f.severity == "error" for f in findings)
     warnings = sum(f.severity == "warning" for f in findings)
+    status = EXIT_DOES_NOT_FIT if errors or not est.fits else EXIT_FITS
     if args.json:
         obj = {
+            "inputs": inputs_json(args, scenario),
+            "fits": est.fits,
             "findings": [f.model_dump() for f in findings],
             "errors": errors,
             "warnings": warnings,
             "mode": mode,
             "priced": priced,
             "from_config": from_config,
+            "from_accelerate_config": from_accelerate,
             "validated_by": validated_by,
             "scenario": {"training": scenario.training.model_dump(), "zero": scenario.zero.model_dump()},
             "estimate": estimate_json(est),
@@ -337,6 +458,7 @@ def run_check(args) -> int:
         if mode == "deepspeed" and any(f.rule == "auto_outside_hf" for f in findings):
             lines.append("hint: this config has \"auto\" fields; if you launch it through the HF Trainer or "
                          "accelerate, run `zeroplanner check --hf-trainer ...` to read it the way they fill it.")
-        lines.append(f"{errors} error(s), {warnings} warning(s); exit status 1 when there are errors")
+        lines.append(f"{errors} error(s), {warnings} warning(s), " + ("fits" if est.fits else "does NOT fit")
+                     + f"; exit status {status} (1 when the config has errors or does not fit)")
         sys.stdout.write("\n".join(x for x in lines if x) + "\n")
-    return 1 if errors else 0
+    return status

@@ -152,12 +152,12 @@ def register(subparsers, add_scenario_options=None) -> None:
                         "DeepSpeed step of the scaled-down model); default probe")
     parser.add_argument("--master-addr", default=None, help="address of node 0 (default: the first of --hosts; "
                         "Slurm: the first node of the allocation)")
-    parser.add_argument("--master-port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    parser.add_argument("--master-port", type=int, default=DEFAULT_PORT, help=f"rank 0's rendezvous port (default {DEFAULT_PORT})")
     parser.add_argument("--hosts", default=None, help="comma-separated node names, node 0 first (DeepSpeed hostfile)")
-    parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help="report rank 0 writes")
+    parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help=f"report rank 0 writes (default {DEFAULT_OUTPUT})")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="calibrate's --device; Slurm: "
-                        "cpu drops --gpus-per-node")
-    parser.add_argument("--python", default="python3", help="interpreter in the sbatch script")
+                        "cpu drops --gpus-per-node (default cuda)")
+    parser.add_argument("--python", default="python3", help="interpreter in the sbatch script (default python3)")
     parser.add_argument("--time", default="00:30:00", help="sbatch --time limit, HH:MM:SS (default 30 min: "
                         "zeroplanner's margin over the 1-2 min probe + 1-3 min calibration scripts/gpu_probe.sh budgets for)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -8,7 +8,27 @@ import argparse
 from .. import catalog
 from ..inputs import BY_KEY
 from ..units import GIB
-from .common import _emit, _positive_int, estimate_json, scenario_from_args
+from .common import (
+    EXIT_DOES_NOT_FIT,
+    EXIT_FITS,
+    EXIT_STATUSES_HELP,
+    _emit,
+    _positive_int,
+    estimate_json,
+    fail,
+    given_inputs,
+    inputs_json,
+    scenario_from_args,
+)
+
+RECOMMEND_DESCRIPTION = (
+    "Evaluate every candidate configuration (ZeRO stage, optimizer and parameter offload, activation "
+    "checkpointing, micro-batch split at the same samples per GPU, overlap_comm, reduce bucket, ZeRO++) and "
+    "recommend one. A search option you give is held, not searched: --stage 2 searches ZeRO-2 only; likewise "
+    "--offload-optimizer, --offload-param, --checkpointing, --micro-batch / --grad-accum, --overlap-comm, "
+    "--reduce-bucket-size and the ZeRO++ options. Options left out are searched. The reasons (and the JSON's "
+    "held / varied) say which were held and which varied."
+)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -22,7 +42,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     text = (f"{scenario.model.name}: Ψ = {est.parameters:,} ({est.trainable_parameters:,} trainable), ZeRO-"
             f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}\n{rows}\n{est.summary()}\n"
             + "".join(f"warning: {w}\n" for w in est.warnings))
-    obj = estimate_json(est)
+    obj = {"inputs": inputs_json(args, scenario), **estimate_json(est)}
     ds = deepspeed_row_for(scenario)
     obj["deepspeed_estimator"] = None if ds is None else {
         **ds.model_dump(), "covers": "model states only (DeepSpeed 0.19.8 estimate_zero2/zero3_model_states_mem_needs)"}
@@ -31,35 +51,67 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                  f"{ds.per_cpu_bytes / GIB:.1f} GiB per CPU; zeroplanner's full total: "
                  f"{est.per_gpu_bytes.total / GIB:.2f} GiB per GPU\n")
     _emit(args, obj, text)
-    return 0
+    return EXIT_FITS if est.fits else EXIT_DOES_NOT_FIT
+
+
+def _choice_json(choice) -> dict:
+    return {"label": choice.label, **choice.model_dump()}
+
+
+def _imply(args: argparse.Namespace) -> None:
+    """Set what a given option needs and the user left out (the input table's ``app_implies``: a ZeRO++ option
+    means stage 3), so ``recommend --zero-quantized-weights`` searches ZeRO-3 instead of refusing stage 2. The
+    implied option is not held (the held ZeRO++ setting already rules out stages 0-2)."""
+    by_path = {i.path: i for i in BY_KEY.values() if i.path}
+    for key in list(given_inputs(args)):
+        for path, value in BY_KEY[key].app_implies:
+            target = by_path[path]
+            if getattr(args, target.key, None) is None:
+                setattr(args, target.key, value)
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from ..planner import largest_model, plan
+    from ..planner import SEARCH_INPUTS, largest_model, plan
 
+    given = given_inputs(args)
+    held = sorted(set(given) & set(SEARCH_INPUTS))
+    _imply(args)
     scenario = scenario_from_args(args)
-    p = plan(scenario)
+    try:
+        p = plan(scenario, held=held)
+    except ValueError as exc:  # held values no candidate combines (the scenario's own rules catch most first)
+        fail(BY_KEY[held[0]].cli_flag, str(exc))
+    free = plan(scenario) if not p.fits and held else None  # what the search finds with every option free
     obj = {
+        "inputs": {**inputs_json(args, scenario), "given": given},
         "fits": p.fits,
-        "choice": p.choice.model_dump() if p.choice else None,
+        "choice": _choice_json(p.choice) if p.choice else None,
+        "held": p.held,
+        "varied": p.varied,
         "estimate": estimate_json(p.estimate),
         "reasons": p.reasons,
         "warnings": p.warnings,
-        "alternatives": [{"label": a.label, "choice": a.choice.model_dump(), "estimate": estimate_json(a.estimate)}
+        "alternatives": [{"label": a.label, "choice": _choice_json(a.choice), "estimate": estimate_json(a.estimate)}
                          for a in p.alternatives],
         "candidates_evaluated": p.candidates_evaluated,
+        "without_held": None if free is None else {
+            "fits": free.fits, "choice": _choice_json(free.choice) if free.choice else None},
         "largest_model_parameters": largest_model(scenario),
     }
     if p.fits:
         text = f"Recommended: {p.choice.label}\n" + "".join(f"- {r}\n" for r in p.reasons)
     else:
-        text = "Nothing fits.\n"
+        text = "Nothing fits" + (f" with the options held ({', '.join(f'{k}={v}' for k, v in p.held.items())})"
+                                 if held else "") + ".\n"
+        if free is not None:
+            text += (f"With every option free the planner picks: {free.choice.label}\n" if free.fits else
+                     "Nothing fits with every option free either.\n")
     text += "".join(f"warning: {w}\n" for w in p.warnings)
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
     text += "largest trainable model on this cluster (Llama-shaped, same training settings):\n" + "".join(
         f"  {label:<36} {n / 1e9:8.1f} B parameters\n" for label, n in obj["largest_model_parameters"].items())
     _emit(args, obj, text)
-    return 0
+    return EXIT_FITS if p.fits else EXIT_DOES_NOT_FIT
 
 
 def cmd_deepspeed_estimate(args: argparse.Namespace) -> int:
@@ -80,9 +132,10 @@ def cmd_deepspeed_estimate(args: argparse.Namespace) -> int:
 def _catalog_row(kind: str, name: str) -> tuple[dict, str]:
     if kind == "models":
         m = catalog.model(name)
+        hub = {n: h for h, n in catalog.model_hub_ids().items()}
         d = {"name": m.name, "family": m.family, "parameters": m.parameter_count, "layers": m.n_layers,
              "hidden_size": m.hidden_size, "heads": m.n_heads, "kv_heads": m.kv_heads, "vocab_size": m.vocab_size,
-             "experts": m.n_experts, "source": m.source}
+             "experts": m.n_experts, "hub_id": hub.get(m.name), "source": m.source}
         return d, f"{m.name:<16} {m.parameter_count / 1e9:8.2f} B params  {m.n_layers:3d} layers  h={m.hidden_size}"
     if kind == "gpus":
         g = catalog.gpu(name)
@@ -112,11 +165,13 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 def register(sub, add_scenario_options) -> None:
     """Add the planning and catalog subcommands."""
-    p = sub.add_parser("estimate", help="memory, communication and step time of one configuration")
+    p = sub.add_parser("estimate", help="memory, communication and step time of one configuration",
+                       epilog=EXIT_STATUSES_HELP)
     add_scenario_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_estimate)
-    p = sub.add_parser("recommend", help="evaluate every candidate and recommend one")
+    p = sub.add_parser("recommend", help="evaluate every candidate and recommend one (given options are held)",
+                       description=RECOMMEND_DESCRIPTION, epilog=EXIT_STATUSES_HELP)
     add_scenario_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_recommend)
