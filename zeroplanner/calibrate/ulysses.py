@@ -24,7 +24,9 @@ Every rank measures (nothing here is predicted):
 * ``comms_forward`` / ``comms_backward``: DeepSpeed's comms logger (``"comms_logger": {"enabled": true,
   "prof_all": true}``; ``deepspeed.comm.comm.comms_logger.comms_dict``, message size = bytes of the op's input
   tensor, ``deepspeed/comm/utils.py`` ``get_msg_size_from_args``) per op name: count, bytes, sizes;
-* ``loss``: the SP-aggregated loss, and ``reference_loss``: the same model (same seed, same weights, bf16) on the
+* ``checkpointed``: the same census and comms for a second micro-step with full activation checkpointing
+  (``gradient_checkpointing_enable``, reentrant; the backward recomputes each layer, its all-to-alls included);
+* ``loss``: the SP-aggregated loss of the first micro-step, and ``reference_loss``: the same model (same seed, same weights, bf16) on the
   whole sequence in one process with transformers' own attention, before Ulysses is registered, plus
   ``reference_saved_bytes`` / ``reference_logits_bytes`` (the sp = 1 census of the same forward).
 
@@ -136,7 +138,10 @@ def _run(plan: dict[str, Any], out_dir: str) -> None:
     import deepspeed.comm as dist
     import torch
     from deepspeed.comm.comm import comms_logger
-    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF, UlyssesSPDataLoaderAdapter
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import (
+        UlyssesSPAttentionHF,
+        UlyssesSPDataLoaderAdapter,
+    )
 
     from ._worker import _build_model, _comms_snapshot
 
@@ -207,6 +212,31 @@ def _run(plan: dict[str, Any], out_dir: str) -> None:
     result["comms_step"] = _comms_snapshot(comms_logger)
     result["loss"] = float(loss.detach().float().item())
     result["timings"] = {"forward_seconds": t1 - t0, "backward_seconds": t2 - t1}
+    del loss, losses, goods, total
+    if plan.get("checkpointed_step", True):
+        # A second micro-step with full activation checkpointing (HF's gradient_checkpointing_enable, reentrant, as
+        # measure_activation_bytes does, so the saved layer inputs reach the census): the backward recomputes each
+        # layer's forward, its all-to-alls included.
+        engine.module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        census = _SavedCensus(excluded)
+        with torch.autograd.graph.saved_tensors_hooks(census.pack, census.unpack):
+            outputs = engine(**batch, use_cache=False)
+            loss = engine.module.loss_function(logits=outputs.logits, labels=None, shift_labels=shift_labels,
+                                               vocab_size=vocab)
+            losses = torch.distributed.nn.functional.all_gather(loss, group=sp_group)
+            goods = torch.distributed.nn.functional.all_gather(good, group=sp_group)
+            loss = sum(losses[r] * goods[r] for r in range(sp) if goods[r] > 0) / max(sum(goods), 1)
+        lp = outputs.logits.untyped_storage().data_ptr()
+        result["checkpointed"] = {
+            "saved_bytes": census.total,
+            "logits_bytes": 0 if lp in census.bytes_by_ptr else int(outputs.logits.untyped_storage().nbytes()),
+            "saved_by_kind": dict(sorted(census.kind.items(), key=lambda kv: -kv[1])),
+            "comms_forward": _comms_snapshot(comms_logger)}
+        del census, outputs
+        engine.backward(loss)
+        result["checkpointed"]["comms_backward"] = _comms_snapshot(comms_logger)
+        engine.step()
+        comms_logger.comms_dict.clear()
     with open(os.path.join(out_dir, f"ulysses_sp{sp}.rank{rank}.json"), "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
     dist.barrier()
@@ -284,7 +314,7 @@ def run_ulysses(
                    LOCAL_WORLD_SIZE=str(sp_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                    OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", CUDA_VISIBLE_DEVICES="",
                    PYTHONWARNINGS="ignore")
-        log = open(out / f"sp{sp_size}.rank{rank}.log", "w")
+        log = open(out / f"sp{sp_size}.rank{rank}.log", "w")  # noqa: SIM115 - closed in the finally below
         procs.append((subprocess.Popen(
             [sys.executable, "-m", "zeroplanner.calibrate.ulysses", "--plan", str(plan_path), "--out", str(out)],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
