@@ -117,3 +117,27 @@ def test_zero_shards_over_the_whole_sequence_data_parallel_world():
     # = 2 bytes * 426624 parameters / 4
     assert U.zero_shard_degree(world_size=16, sp_size=4) == 16
     assert 2 * 426624 / U.zero_shard_degree(world_size=4, sp_size=4) == 213312
+
+
+@pytest.mark.parametrize("sp, forward, recomputed", [(2, 463396 + 131072, 1333248), (4, 233780 + 65536, 699392)])
+def test_checkpointed_activations_match_the_measured_census(sp, forward, recomputed):
+    # measured per rank with full checkpointing (reentrant): forward census + logits, and everything the backward's
+    # recomputation saved (L layers + the rotary tables, which the forward census cannot see)
+    pred = U.activation_bytes_per_rank(seq_len=256, micro_batch=1, sp_size=sp, batch_views_full_sequence=True,
+                                       checkpointing="full", **ARCH)
+    rotary = 2 * 2 * (256 // sp) * 32
+    assert float(pred["total"] - pred["layer"]) - rotary == forward - (8 * (sp + 1) + 4)
+    assert float(2 * pred["layer"]) + rotary == recomputed
+
+
+def test_sp1_full_checkpointing_is_the_cost_models_term():
+    from zeroplanner.calibrate import predicted_activation_bytes
+
+    hf = {"model_type": "llama", "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024,
+          "tie_word_embeddings": False}
+    u = U.activation_bytes_per_rank(seq_len=1024, micro_batch=2, sp_size=1, checkpointing="full", **ARCH)["total"]
+    assert float(u) == pytest.approx(predicted_activation_bytes(hf, seq_len=1024, micro_batch=2,
+                                                                checkpointing="full"), rel=1e-12)
+    with pytest.raises(ValueError, match="checkpointing='selective'"):
+        U.activation_bytes_per_rank(seq_len=1024, micro_batch=2, sp_size=1, checkpointing="selective", **ARCH)

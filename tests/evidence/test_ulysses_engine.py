@@ -121,3 +121,21 @@ def test_zero_partitions_over_the_sequence_parallel_ranks(run):
         # ZeRO-1 all-gathers the updated 16-bit partitions after the step: the input is 2*params/degree bytes
         ag = r["comms_step"]["all_gather_into_tensor"]
         assert ag["bytes"] == pytest.approx(2 * r["parameters"] / degree, rel=0.01)
+
+
+def test_checkpointed_activations_match_formula(run):
+    sp, ranks = run
+    pred = U.activation_bytes_per_rank(seq_len=SEQ_LEN, micro_batch=MICRO_BATCH, sp_size=sp,
+                                       batch_views_full_sequence=True, checkpointing="full", **ARCH)
+    rotary = 2 * 2 * (SEQ_LEN // sp) * MICRO_BATCH * SHAPE["head_dim"]  # cos + sin, bf16, local tokens
+    scalars = 8 * (sp + 1) + 4  # the loss aggregation's, not modelled
+    for r in ranks:
+        c = r["checkpointed"]
+        # forward: the layer inputs, final norm, ids/labels, log-softmax (the rotary tables reach the layers as a
+        # non-tensor argument of the reentrant checkpoint, so the census first sees them in the recomputation)
+        assert c["saved_bytes"] + c["logits_bytes"] == float(pred["total"] - pred["layer"]) - rotary + scalars
+        # backward: every layer recomputed once (each freed after its own backward) plus the rotary tables
+        assert c["recomputed_saved_bytes"] == float(ARCH["n_layers"] * pred["layer"]) + rotary
+        # the peak: forward + logits + one recomputed layer (total / layers, as measure_activation_bytes counts)
+        peak = c["saved_bytes"] + c["logits_bytes"] + c["recomputed_saved_bytes"] / ARCH["n_layers"]
+        assert peak == pytest.approx(float(pred["total"]), rel=0.05)

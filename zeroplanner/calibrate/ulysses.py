@@ -232,8 +232,15 @@ def _run(plan: dict[str, Any], out_dir: str) -> None:
             "logits_bytes": 0 if lp in census.bytes_by_ptr else int(outputs.logits.untyped_storage().nbytes()),
             "saved_by_kind": dict(sorted(census.kind.items(), key=lambda kv: -kv[1])),
             "comms_forward": _comms_snapshot(comms_logger)}
+        # what the recomputation saves during backward (all layers; each is freed after its own backward, so the
+        # live peak is one layer): storages not saved in forward, parameters excluded
+        recomputed = _SavedCensus(excluded | set(census.bytes_by_ptr))
         del census, outputs
-        engine.backward(loss)
+        with torch.autograd.graph.saved_tensors_hooks(recomputed.pack, recomputed.unpack):
+            engine.backward(loss)
+        result["checkpointed"]["recomputed_saved_bytes"] = recomputed.total
+        result["checkpointed"]["recomputed_by_kind"] = dict(sorted(recomputed.kind.items(), key=lambda kv: -kv[1]))
+        del recomputed
         result["checkpointed"]["comms_backward"] = _comms_snapshot(comms_logger)
         engine.step()
         comms_logger.comms_dict.clear()

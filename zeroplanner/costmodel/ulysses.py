@@ -129,8 +129,10 @@ def position_ids_allgather_bytes_per_step(*, n_layers: int, micro_batch: Any, se
 def activation_bytes_per_rank(
     *, n_layers: int, hidden_size: int, n_heads: int, kv_heads: int, head_dim: int, ffn_size: int, vocab_size: int,
     seq_len: Any, micro_batch: Any, sp_size: int, element_bytes: int = 2, batch_views_full_sequence: bool = False,
+    checkpointing: str = "none",
 ) -> dict[str, np.ndarray]:
-    """Activation bytes one Ulysses rank holds when backward starts (no checkpointing), by part.
+    """Activation bytes one Ulysses rank holds when backward starts, by part; with ``checkpointing="full"`` the
+    peak in backward (the stored layer inputs plus one layer recomputed).
 
     Scope: the llama layout of transformers 5.24 (``LlamaDecoderLayer``: RMSNorm, separate q/k/v/o projections,
     rotary positions, SwiGLU MLP, untied lm_head) with ``sdpa``/flash attention (the kernel saves its q, k, v, output
@@ -150,6 +152,11 @@ def activation_bytes_per_rank(
       ``P = 1`` it is a view of the kernel output, measured, so 0);
     - the SwiGLU MLP: gate, up, act(gate), product, ``4*a_b*t*f``.
 
+    ``checkpointing="full"`` (HF ``gradient_checkpointing_enable``; Chen et al. arXiv 1604.06174): the L layer
+    inputs ``L*a_b*t*h`` plus ONE layer as above, recomputed in backward (its all-to-alls included, see
+    :func:`all_to_all_bytes_per_step`); measured: the forward saves exactly the layer inputs, and the backward's
+    recomputation saves L such layers (each freed after its own backward) plus the rotary tables once.
+
     Outside the layers: the final norm and the lm_head input ``(4 + a_b)*t*h + 4*t + a_b*t*h``; token ids and
     (shifted) labels, int64, ``16*t`` (``batch_views_full_sequence``: on CPU ranks ``UlyssesSPDataLoaderAdapter``'s
     ``.cpu()`` is a no-op, so each rank's chunk is a view that keeps the whole sequence's ids, ``8*b*s``, and the
@@ -157,10 +164,13 @@ def activation_bytes_per_rank(
     fp32 log-softmax of the loss, ``(a_b + 4)*t*V``. Not modelled: the loss aggregation's scalars (measured
     ``8*(P + 1) + 4`` bytes).
 
-    ``seq_len`` and ``micro_batch`` may be int arrays (broadcast). Returns ``{"layers", "final", "inputs",
-    "logits", "total"}``, float arrays, bytes. Raises ``ValueError`` (:func:`check_ulysses`).
+    ``seq_len`` and ``micro_batch`` may be int arrays (broadcast). Returns ``{"layer", "layers", "final",
+    "inputs", "logits", "total"}`` (``layer``: one layer's saved bytes; ``total`` sums the other four), float
+    arrays, bytes. Raises ``ValueError`` (:func:`check_ulysses`; ``checkpointing`` not "none"/"full").
     """
     check_ulysses(n_heads=n_heads, kv_heads=kv_heads, sp_size=sp_size, seq_len=seq_len)
+    if checkpointing not in ("none", "full"):
+        raise ValueError(f"checkpointing={checkpointing!r}: must be 'none' or 'full'")
     ab = float(element_bytes)
     P = float(sp_size)
     s = np.asarray(seq_len, dtype=np.float64)
@@ -177,12 +187,13 @@ def activation_bytes_per_rank(
     layer = norms + norm_outputs + core + o_proj_input + mlp
     ids_labels = 8.0 * b * s + 8.0 * b * (s + 1.0) if batch_views_full_sequence else 16.0 * t
     parts = {
-        "layers": n_layers * layer,
+        "layers": n_layers * ab * t * h + layer if checkpointing == "full" else n_layers * layer,
         "final": (4.0 + ab) * t * h + 4.0 * t + ab * t * h,
         "inputs": ids_labels + 2.0 * ab * t * d,
         "logits": (ab + 4.0) * t * V,
     }
     parts["total"] = parts["layers"] + parts["final"] + parts["inputs"] + parts["logits"]
+    parts["layer"] = layer
     return parts
 
 
