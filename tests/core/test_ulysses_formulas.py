@@ -1,7 +1,8 @@
 """Ulysses formulas (zeroplanner/costmodel/ulysses.py), pure and fast.
 
 Reference numbers are measured on the real engine (tests/evidence/test_ulysses_engine.py: DeepSpeed 0.19.8,
-transformers 5.24, torch 2.13 CPU, gloo; the tiny Llama TINY_ULYSSES_LLAMA, bf16, b = 1, s = 256; run 2026-12-01),
+transformers 5.24, torch 2.13 CPU, gloo; the tiny Llama TINY_ULYSSES_LLAMA, bf16, (b, s) = (1, 256) and (2, 1024);
+run 2026-12-01),
 or follow from Jacobs et al. arXiv 2309.14509 Sec. 3.
 """
 
@@ -67,11 +68,12 @@ def test_position_ids_allgather():
     assert float(U.position_ids_allgather_bytes_per_step(n_layers=2, micro_batch=1, seq_len=256, sp_size=1)) == 0
 
 
-@pytest.mark.parametrize("sp, measured", [(2, 1731108 + 131072), (4, 900404 + 65536)])
-def test_activations_match_the_measured_census(sp, measured):
+@pytest.mark.parametrize("sp, s, b, measured", [(2, 256, 1, 1729052 + 131072), (4, 256, 1, 897324 + 65536),
+                                                (2, 1024, 2, 13832220 + 1048576), (4, 1024, 2, 7178284 + 524288)])
+def test_activations_match_the_measured_census(sp, s, b, measured):
     # measured per rank: saved-tensor census + the returned bf16 logits; the formula omits only the loss
     # aggregation's scalars (8*(P+1) + 4 bytes, measured)
-    pred = U.activation_bytes_per_rank(seq_len=256, micro_batch=1, sp_size=sp, batch_views_full_sequence=True, **ARCH)
+    pred = U.activation_bytes_per_rank(seq_len=s, micro_batch=b, sp_size=sp, **ARCH)
     assert float(pred["total"]) == measured - (8 * (sp + 1) + 4)
     assert float(pred["total"]) == pytest.approx(measured, rel=0.05)
 
@@ -119,13 +121,14 @@ def test_zero_shards_over_the_whole_sequence_data_parallel_world():
     assert 2 * 426624 / U.zero_shard_degree(world_size=4, sp_size=4) == 213312
 
 
-@pytest.mark.parametrize("sp, forward, recomputed", [(2, 463396 + 131072, 1333248), (4, 233780 + 65536, 699392)])
-def test_checkpointed_activations_match_the_measured_census(sp, forward, recomputed):
+@pytest.mark.parametrize("sp, s, b, forward, recomputed", [
+    (2, 256, 1, 461340 + 131072, 1333248), (4, 256, 1, 230700 + 65536, 699392),
+    (2, 1024, 2, 3690524 + 1048576, 10665984), (4, 1024, 2, 1845292 + 524288, 5595136)])
+def test_checkpointed_activations_match_the_measured_census(sp, s, b, forward, recomputed):
     # measured per rank with full checkpointing (reentrant): forward census + logits, and everything the backward's
     # recomputation saved (L layers + the rotary tables, which the forward census cannot see)
-    pred = U.activation_bytes_per_rank(seq_len=256, micro_batch=1, sp_size=sp, batch_views_full_sequence=True,
-                                       checkpointing="full", **ARCH)
-    rotary = 2 * 2 * (256 // sp) * 32
+    pred = U.activation_bytes_per_rank(seq_len=s, micro_batch=b, sp_size=sp, checkpointing="full", **ARCH)
+    rotary = 2 * 2 * (s // sp) * b * 32
     assert float(pred["total"] - pred["layer"]) - rotary == forward - (8 * (sp + 1) + 4)
     assert float(2 * pred["layer"]) + rotary == recomputed
 

@@ -37,13 +37,18 @@ Run as a script on every rank (``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_
 or from Python with :func:`run_ulysses`, which spawns the ranks. Torch, DeepSpeed and transformers are imported
 inside functions only.
 
-CUDA: nothing on this path needs CUDA on DeepSpeed 0.19.8 / torch 2.13 CPU: gloo implements ``all_to_all_single``
-(checked by this run: the comms logger records it), the wrapper's exchange is a ``torch.library.custom_op``
-(``deepspeed/sequence/layer.py`` ``_dim_zero_all_to_all_op``) that calls ``deepspeed.comm.all_to_all_single``, and
-``sdpa`` runs torch's CPU kernel. What is CPU-specific is the attention kernel (CPU sdpa instead of FlashAttention-2,
-which needs CUDA: ``transformers/modeling_flash_attention_utils.py``); ``eager`` is refused by
-``register_with_transformers`` on every device (``ulysses_sp.py``: "eager attn_implementation isn't currently
-supported"). ALST's TiledMLP / tiled loss / checkpoint offload are not exercised here.
+CUDA: nothing on this path needs CUDA with DeepSpeed 0.19.8 / torch 2.13 CPU. gloo implements ``all_to_all_single``
+(the comms logger records every call); the wrapper's exchange is a ``torch.library.custom_op``
+(``deepspeed/sequence/layer.py:327-329`` ``_dim_zero_all_to_all_op`` -> ``deepspeed.comm.all_to_all_single``, its
+backward one more all-to-all, ``layer.py:342``); ``sdpa`` runs torch's CPU kernel. Device-dependent, and said
+where it matters: FlashAttention-2 (``core_attn_implementation="flash_attention_2"``, the ALST default) needs the
+CUDA-only ``flash_attn`` package (not installed here; ``transformers/utils/import_utils.py``
+``is_flash_attn_2_available``), so the attention kernel measured is CPU sdpa (it saves the same q, k, v, output and
+fp32 log-sum-exp as flash); ``UlyssesSPDataLoaderAdapter`` moves each rank's chunk with ``.cpu()``
+(``ulysses_sp.py:724``), a compacting copy on CUDA but a no-op on CPU, where the chunk stays a view of the whole
+sequence (with ``micro_batch > 1`` a non-contiguous one that transformers' loss refuses): :func:`_run` clones the
+chunk, the layout CUDA ranks get. ``eager`` is refused on every device (``ulysses_sp.py:468``). ALST's TiledMLP,
+tiled loss and checkpoint offload are not exercised here.
 """
 
 from __future__ import annotations
@@ -177,7 +182,13 @@ def _run(plan: dict[str, Any], out_dir: str) -> None:
     dl = torch.utils.data.DataLoader([0], batch_size=1, collate_fn=collate)
     dl = UlyssesSPDataLoaderAdapter(dl, sp_rank=sp_rank, sp_group=sp_group, sp_world_size=sp, device=engine.device)
     batch = next(iter(dl))
-    batch = {k: (v.to(engine.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+    # On CUDA the adapter's .cpu() (ulysses_sp.py:724) copies each rank's chunk to the host and .to(device) copies it
+    # back: compact tensors of the rank's own tokens. On CPU both are no-ops and the chunk stays a view of the whole
+    # sequence: it keeps the full ids/labels storage alive and, with micro_batch > 1, is non-contiguous, which
+    # transformers' ForCausalLMLoss rejects (shift_labels.view(-1): "view size is not compatible", measured).
+    # clone() gives every rank the layout it has on CUDA.
+    batch = {k: (v.to(engine.device).clone(memory_format=torch.contiguous_format) if torch.is_tensor(v) else v)
+             for k, v in batch.items()}
     result["local_input_shape"] = list(batch["input_ids"].shape)
     dist.barrier()
     comms_logger.comms_dict.clear()
