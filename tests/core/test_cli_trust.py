@@ -285,3 +285,21 @@ def test_readme_check_run_names_its_assumptions(cli_main, capsys, tmp_path, monk
     out = capsys.readouterr().out.splitlines()
     stated = [line for line in out if line.startswith(("Read as:", "Priced for:", "info: priced with the config"))]
     assert len(stated) == 3 and all(line in block for line in stated)
+
+
+def test_check_prints_no_accelerator_detection_warning(tmp_path):
+    """A new user's `zeroplanner check` on a laptop printed DeepSpeed's "Setting accelerator to CPU. If you have GPU
+    ..." on stderr (real_accelerator.py get_accelerator, at import): validation uses no accelerator, so the line is
+    filtered (zeroplanner.deepspeed.library._quiet). A fresh process, since deepspeed logs it once per import."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("deepspeed")
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}))
+    run = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "check", str(path), "--model", "llama-2-7b"],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert run.returncode in (0, 1), run.stderr
+    assert "Setting accelerator" not in run.stderr + run.stdout
+    assert "Priced for: llama-2-7b" in run.stdout

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import sys
 import types
@@ -48,11 +49,26 @@ _MODEL_BLOCKS = {
 """pydantic model title (as in DeepSpeed's ValidationError) -> the config block it validates."""
 
 
-def _quiet() -> contextlib.AbstractContextManager:
-    """DeepSpeed's logger writes to stdout (its StreamHandler takes sys.stdout when deepspeed is imported, e.g.
-    "Setting accelerator to CPU"); the command line's stdout is JSON, so imports and validation run with stdout
-    pointed at stderr, which is also where that handler then stays."""
-    return contextlib.redirect_stdout(sys.stderr)
+def _not_accelerator_detection(record: logging.LogRecord) -> bool:
+    """Drops DeepSpeed's "Setting accelerator to CPU ..." warning (deepspeed/accelerator/real_accelerator.py
+    get_accelerator, logged when no GPU is found at import): config validation uses no accelerator, so on a laptop
+    the line would only alarm the user."""
+    return not str(record.msg).startswith("Setting accelerator to CPU")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """DeepSpeed's logger writes to stdout (its StreamHandler takes sys.stdout when deepspeed is imported); the
+    command line's stdout is JSON, so imports and validation run with stdout pointed at stderr, which is also where
+    that handler then stays. The accelerator-detection warning is filtered out meanwhile (the ``DeepSpeed`` logger,
+    deepspeed/utils/logging.py, is the one get_accelerator logs to; filters survive its creation at import)."""
+    ds_logger = logging.getLogger("DeepSpeed")
+    ds_logger.addFilter(_not_accelerator_detection)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        ds_logger.removeFilter(_not_accelerator_detection)
 
 
 def library_versions() -> dict[str, str] | None:
