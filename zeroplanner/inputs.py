@@ -496,6 +496,11 @@ INPUTS: tuple[Input, ...] = (
     Input("images_per_sample", "Images per sample", "int", "training",
           "images in one training sample; each adds the model's vision tokens to the language model's sequence",
           path="training.images_per_sample", widget=Widget("int_text", "Images / sample", section="training")),
+    # -- offload storage (its cost-model use: evaluate.fits_nvme against memory.nvme_parts) --
+    Input("nvme_capacity_gib", "NVMe capacity per node (GiB)", "float", "cluster",
+          "NVMe capacity per node for offload_* device nvme, GiB (default 4096: see ClusterSpec.nvme_bytes; "
+          "`zeroplanner probe` measures the free space)", path="cluster.nvme_bytes", scale=GIB,
+          widget=Widget("float_text", "NVMe/node GiB", section="offload", round_digits=0)),
 )
 """Every scenario input, in the order share links write them (new inputs go at the end)."""
 

@@ -15,6 +15,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from ..costmodel import estimate
 
     from ..costmodel.deepspeed_estimator import deepspeed_row_for
+    from ..costmodel.explain_terms import offload_storage
 
     scenario = scenario_from_args(args)
     est = estimate(scenario)
@@ -23,6 +24,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}\n{rows}\n{est.summary()}\n"
             + "".join(f"warning: {w}\n" for w in est.warnings))
     obj = estimate_json(est)
+    storage = offload_storage(scenario)
+    obj.update(storage)
+    text += _storage_lines(storage)
     ds = deepspeed_row_for(scenario)
     obj["deepspeed_estimator"] = None if ds is None else {
         **ds.model_dump(), "covers": "model states only (DeepSpeed 0.19.8 estimate_zero2/zero3_model_states_mem_needs)"}
@@ -32,6 +36,21 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                  f"{est.per_gpu_bytes.total / GIB:.2f} GiB per GPU\n")
     _emit(args, obj, text)
     return 0
+
+
+def _storage_lines(storage: dict) -> str:
+    """Host RAM and NVMe per node, each one figure and its parts (GiB), for offloading scenarios."""
+    out = ""
+    for key, name, limit, limit_name in (("host_memory", "host RAM", "available_bytes", "available"),
+                                         ("nvme", "NVMe", "capacity_bytes", "capacity")):
+        d = storage[key]
+        if not d["required_bytes"]:
+            continue
+        verdict = "fits" if d["fits"] else "does NOT fit"
+        parts = ", ".join(f"{label} {v / GIB:.1f}" for label, v in d["parts_bytes"].items())
+        out += (f"{name} per node: {d['required_bytes'] / GIB:.1f} GiB needed, {d[limit] / GIB:.0f} GiB {limit_name} "
+                f"({verdict}) = {parts} GiB\n")
+    return out
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:

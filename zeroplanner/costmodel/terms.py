@@ -231,10 +231,13 @@ SYMBOLS: dict[str, Symbol] = {
     "f": Symbol(r"f", "fraction", "allocator fragmentation fraction"),
     "M_live": Symbol(r"M_{live}", "bytes", "the other five terms together"),
     "g": Symbol(r"g", "GPUs", "GPUs per node"),
-    "n_ob": Symbol(r"n_{ob}", "buffers", "offload_optimizer buffer_count (NVMe swap sub-groups in pinned memory)"),
+    "n_ob": Symbol(r"n_{ob}", "buffers", "offload_optimizer buffer_count (pinned fp32 NVMe swap buffers of the "
+                   "largest sub-group)"),
     "S_sub": Symbol(r"S_{sub}", "parameters", "sub_group_size"),
     "n_pb": Symbol(r"n_{pb}", "buffers", "offload_param buffer_count"),
     "B_pb": Symbol(r"B_{pb}", "elements", "offload_param buffer_size"),
+    "M_cpu": Symbol(r"M_{cpu}", "elements", "offload_param max_in_cpu (16-bit parameter elements kept in host RAM "
+                    "per rank under NVMe parameter offload)"),
     "S_ar": Symbol(r"S_{ar}", "bytes", "all-reduce message bytes per step"),
     "S_rs": Symbol(r"S_{rs}", "bytes", "reduce-scatter message bytes per step"),
     "S_ag": Symbol(r"S_{ag}", "bytes", "all-gather message bytes per step"),
