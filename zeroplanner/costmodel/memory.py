@@ -19,6 +19,8 @@ candidate arrays, and shown as is by explain mode), the others float arrays of b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .activations import activation_term
@@ -46,6 +48,24 @@ sub-group partition (swap_tensor/optimizer_utils.py ``OptimizerSwapper.__init__`
 ``_configure_tensor_swapping``: ``largest_numel=max(fp16_partitioned_groups_flat_numel)``). Adam swaps in the
 master partition, exp_avg, exp_avg_sq and the gradient of one sub-group at a time: 4 buffers
 (partitioned_optimizer_swapper.py ``swap_in_optimizer_state``: ``num_tensors() + 1``)."""
+
+
+@dataclass(frozen=True)
+class OffloadBuffers:
+    """DeepSpeed's offload buffer settings the host-RAM and NVMe parts depend on, in elements / buffers; the
+    defaults are DeepSpeed 0.19.8's (:data:`OFFLOAD_OPTIMIZER_BUFFER_COUNT`, :data:`SUB_GROUP_SIZE`,
+    :data:`OFFLOAD_PARAM_BUFFER_COUNT`, :data:`OFFLOAD_PARAM_BUFFER_SIZE`, :data:`OFFLOAD_PARAM_MAX_IN_CPU`). The
+    planner always prices the defaults (they are not scenario inputs); benchmarks/make_validation.py passes the
+    settings of a measured run."""
+
+    optimizer_buffer_count: int = OFFLOAD_OPTIMIZER_BUFFER_COUNT
+    sub_group_size: int = SUB_GROUP_SIZE
+    param_buffer_count: int = OFFLOAD_PARAM_BUFFER_COUNT
+    param_buffer_size: int = OFFLOAD_PARAM_BUFFER_SIZE
+    max_in_cpu: int = OFFLOAD_PARAM_MAX_IN_CPU
+
+
+DEEPSPEED_OFFLOAD_BUFFERS = OffloadBuffers()
 
 
 def _n(ctx: Context, cand: Candidates) -> np.ndarray:
@@ -201,7 +221,7 @@ def _optimizer_on_cpu(cand: Candidates) -> np.ndarray:
     return (cand.offload_optimizer == 1) | ((cand.offload_optimizer == 2) & (cand.stage <= 2))
 
 
-def host_parts(ctx: Context, cand: Candidates) -> TermParts:
+def host_parts(ctx: Context, cand: Candidates, buffers: OffloadBuffers = DEEPSPEED_OFFLOAD_BUFFERS) -> TermParts:
     """Host RAM per node for offloaded states, bytes, by part: GPUs per node x what each rank keeps there (the
     safety factor ``Assumptions.host_buffer_factor`` is applied by the fit, not here).
 
@@ -213,26 +233,30 @@ def host_parts(ctx: Context, cand: Candidates) -> TermParts:
     NVMe optimizer offload at ZeRO-1/2 is CPU offload (:func:`_optimizer_on_nvme`). At ZeRO-3 (derived from DeepSpeed 0.19.8 and measured on CPU ranks, docs/validation.md
     section "NVMe offload: host RAM"): master + states + fp32 gradients live on NVMe; host RAM keeps
     ``n_ob`` pinned fp32 swap buffers of the largest sub-group partition, ``min(S_sub, Ψ_t/N_d)`` elements
-    (optimizer_utils.py ``OptimizerSwapper.__init__`` -> utils.py ``SwapBufferManager``), one unpinned fp32
-    gradient buffer of the same size shared by the swapped sub-groups (stage3.py ``initialize_optimizer_states``:
-    ``gradient_buffer = torch.zeros(largest_numel)``) and the 16-bit gradient partition
-    (``grad_partitions_flat_buffer``, as with CPU offload). Below Ψ_t/N_d = S_sub (the default 1e9) the swap
-    buffers are as large as the states they replace: NVMe offload saves host RAM only beyond it.
+    (optimizer_utils.py ``OptimizerSwapper.__init__`` -> utils.py ``SwapBufferManager``; a sub-group closes at
+    the first parameter that takes it to S_sub, so it can exceed S_sub by one parameter's partition, not counted)
+    and the 16-bit gradient partition (``grad_partitions_flat_buffer``, as with CPU offload). Not counted: the
+    fp32 gradient buffer of the largest sub-group that ``initialize_optimizer_states`` holds only during
+    initialisation (``gradient_buffer = torch.zeros(largest_numel)``, dropped by
+    ``_optimizer_states_and_gradient_swap_out``: ``.grad = None``; absent in the census after initialisation),
+    an init-time peak of at most (4 - w) min(S_sub, Ψ_t/N_d) bytes per rank over the figure, inside the safety
+    factor. Below Ψ_t/N_d = S_sub (the default 1e9) the swap buffers are as large as the states and fp32
+    gradients they replace (16 B per parameter for Adam): NVMe optimizer offload saves host RAM only beyond it.
 
     Parameter offload: cpu keeps the rank's 16-bit partition in host RAM; nvme keeps ``min(Ψ/N_d, max_in_cpu)``
     elements of it there (stage3.py ``_create_param_groups_fp16_flat_cpu_memory``), ``n_pb`` pinned swap buffers
     of ``buffer_size`` elements (partitioned_param_swapper.py ``_configure_aio``) and, when some parameters do
     not fit ``max_in_cpu``, a pinned swap-out buffer sized by the full (unpartitioned) parameters of the largest
     sub-group (stage3.py ``reserve_partitioned_swap_space([t.ds_numel ...])``: ``N_d min(S_sub, Ψ/N_d)``
-    elements). The paper accounting counts no extras.
+    elements). The paper accounting counts no extras. ``buffers``: DeepSpeed's offload settings (its defaults).
     """
     paper = ctx.scenario.assumptions.accounting == "paper"
     # fp32 master partition also in fp32 training (measured), except in the paper accounting
     K = (ctx.master_bytes if paper else 4.0) + ctx.optimizer_state_bytes
     x = {"g": float(ctx.gpus_per_node), "Psi_t": ctx.trainable, "Psi": ctx.params, "K": K, "N_d": _n(ctx, cand),
-         "w": ctx.weight_bytes, "Psi_max": ctx.largest_module, "n_ob": float(OFFLOAD_OPTIMIZER_BUFFER_COUNT),
-         "S_sub": float(SUB_GROUP_SIZE), "n_pb": float(OFFLOAD_PARAM_BUFFER_COUNT),
-         "B_pb": float(OFFLOAD_PARAM_BUFFER_SIZE), "M_cpu": float(OFFLOAD_PARAM_MAX_IN_CPU)}
+         "w": ctx.weight_bytes, "Psi_max": ctx.largest_module, "n_ob": float(buffers.optimizer_buffer_count),
+         "S_sub": float(buffers.sub_group_size), "n_pb": float(buffers.param_buffer_count),
+         "B_pb": float(buffers.param_buffer_size), "M_cpu": float(buffers.max_in_cpu)}
     par = cand.offload_param
     opt_cpu, opt_nvme = _optimizer_on_cpu(cand), _optimizer_on_nvme(cand)
     opt = cand.offload_optimizer
@@ -241,7 +265,6 @@ def host_parts(ctx: Context, cand: Candidates) -> TermParts:
         ("optimizer states + fp32 master", "g*K*Psi_t/N_d", opt_cpu),
         ("pinned NVMe swap buffers (optimizer)", "g*n_ob*4*min(S_sub, Psi_t/N_d)", opt_nvme),
         ("fp32 gradients", "4*g*Psi_t/N_d", opt_cpu),
-        ("fp32 gradient buffer (largest sub-group)", "4*g*min(S_sub, Psi_t/N_d)", opt_nvme & (not paper)),
         ("16-bit host copies", "g*w*Psi_t/N_d", (opt > 0) & (not paper)),
         ("16-bit staging buffer", "g*Psi_max*w", (opt > 0) & (not paper) & (cand.stage <= 2)),
         ("parameter partition", "g*Psi*w/N_d", par == 1),
