@@ -12,6 +12,10 @@ Two accountings (``Assumptions.accounting``):
   fp32 training also keeps an fp32 master copy under ZeRO. Bucket buffers and the stage-3 working set are counted
   as ``buffers``.
 
+Host RAM (:func:`host_parts`) and NVMe (:func:`nvme_parts`) per node follow DeepSpeed's offload code: with NVMe
+offload host RAM holds the swappers' pinned buffers and what stays on the CPU (derived line by line and measured
+with real NVMe swapping on CPU ranks: docs/validation.md section 7, benchmarks/measure_nvme_host.py).
+
 Every function takes a :class:`~.context.Context` and :class:`~.context.Candidates`; the ``*_parts`` functions
 return the term as labelled parts (:class:`~.terms.TermParts`: each part one expression, evaluated here over the
 candidate arrays, and shown as is by explain mode), the others float arrays of bytes shaped like the candidates.
