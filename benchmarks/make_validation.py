@@ -238,7 +238,7 @@ def render_nvme_host(data: dict) -> list[str]:
                 mapped[label] = mapped.get(label, 0) + nbytes
             for label, nbytes in mapped.items():
                 meas[label] = max(meas.get(label, 0), nbytes)
-        for label in sorted(set(pred) | set(meas), key=lambda k: -max(pred.get(k, 0), meas.get(k, 0))):
+        for label in sorted(set(pred) | set(meas), key=lambda k: (-max(pred.get(k, 0), meas.get(k, 0)), k)):
             p_, m_ = pred.get(label, 0.0), meas.get(label, 0.0)
             if m_:
                 worst = max(worst, abs(p_ - m_) / m_)
