@@ -133,7 +133,152 @@ def render_modern_activations(rows: list[dict]) -> list[str]:
     return lines + [""] + MODERN_NOTES + [""]
 
 
-def render(engine: list[dict], activations: list[dict], meta: dict, modern: list[dict] | None = None) -> str:
+MEASURED_TO_MODEL = {
+    "optimizer swap buffers (pinned)": "pinned NVMe swap buffers (optimizer)",
+    "parameter swap buffers (pinned)": "pinned NVMe swap buffers (parameters)",
+    "16-bit swap-out buffer (pinned)": "pinned NVMe swap-out buffer (parameters)",
+    "gradient partition (grad_partitions_flat_buffer)": "16-bit host copies",
+    "fp32 gradients": "fp32 gradients",
+    "fp32 master weights": "optimizer states + fp32 master",
+    "optimizer states": "optimizer states + fp32 master",
+}
+"""benchmarks/measure_nvme_host.py's census parts -> memory.host_parts labels ("16-bit parameters in host RAM" is
+"parameter partition" under CPU and "parameters kept in host RAM (max_in_cpu)" under NVMe parameter offload)."""
+NVME_FILES_TO_MODEL = {"optimizer": "optimizer states + fp32 master", "optimizer gradients": "fp32 gradients",
+                       "parameters": "parameter partition"}
+
+DERIVATION = [
+    ("pinned NVMe swap buffers (optimizer)", "swap_tensor/optimizer_utils.py `OptimizerSwapper.__init__`",
+     "`SwapBufferManager(num_elems=self.largest_numel, count=swap_config.buffer_count, dtype=dtype)`; "
+     "utils.py `SwapBufferManager.__init__`: `count` x `aio_handle.new_cpu_locked_tensor(num_elems, fp32)`; "
+     "stage3.py `_configure_tensor_swapping`: `largest_numel=max(self.fp16_partitioned_groups_flat_numel)` (the "
+     "largest sub-group partition, sub_group_size elements once Ψ_t/N_d exceeds it), "
+     "`dtype=self.master_weights_and_grads_dtype` (fp32); Adam needs `num_tensors() + 1` = 4 of them per "
+     "sub-group (partitioned_optimizer_swapper.py `swap_in_optimizer_state`)"),
+    ("16-bit host copies", "stage3.py `_setup_for_real_optimizer`",
+     "`grad_partitions_flat_buffer = torch.zeros(sum(p.partition_numel() ...), dtype=gradient_accumulation_dtype, "
+     "device=self.device)`, `self.device` = cpu with offload_optimizer (line `self.device = ... if not "
+     "self.offload_optimizer else OffloadDeviceEnum.cpu`)"),
+    ("parameters kept in host RAM (max_in_cpu)", "stage3.py `_create_param_groups_fp16_flat_cpu_memory`",
+     "`flat_buffer_size = max(0, self.max_params_in_cpu - aggregate_params_count)` when a group does not fit, "
+     "else the whole group; `pin_memory(torch.empty(flat_buffer_size, dtype=self.dtype))`; "
+     "`_create_fp16_partitions_with_defragmentation` swaps those sub-groups in permanently (`final_location = "
+     "'not-nvme'`)"),
+    ("pinned NVMe swap buffers (parameters)", "swap_tensor/partitioned_param_swapper.py `_configure_aio`",
+     "`self.buffers = new_cpu_locked_tensor(aligned_elements_per_buffer * param_buffer_count)` of the 16-bit "
+     "dtype; `buffer_size` aligned to 1024 bytes / element size"),
+    ("pinned NVMe swap-out buffer (parameters)", "stage3.py `_create_fp16_partitions_with_defragmentation` -> "
+     "partitioned_param_swapper.py `reserve_partitioned_swap_space`",
+     "only when a sub-group has no host buffer (`should_create_fp16_flat_reuse_buffer`): "
+     "`largest_partition_numel = [t.ds_numel for t in sub_group]` (full, unpartitioned sizes) -> "
+     "`new_cpu_locked_tensor(sum(aligned numel))`: N_d x the largest sub-group partition"),
+]
+"""Each NVMe host-RAM part of memory.host_parts with the DeepSpeed 0.19.8 code that allocates it."""
+
+
+def render_nvme_host(data: dict) -> list[str]:
+    """Section "NVMe offload: host RAM": the derivation, line by line, and the census of measure_nvme_host.py
+    against memory.host_parts / nvme_parts evaluated with each run's DeepSpeed settings."""
+    from zeroplanner import build_scenario
+    from zeroplanner.costmodel import Candidates, make_context
+    from zeroplanner.costmodel.explain_terms import offload_storage
+    from zeroplanner.costmodel.memory import OffloadBuffers, host_parts, nvme_parts
+
+    out = ["## 7. NVMe offload: host RAM (derived from DeepSpeed's swappers, measured on CPU ranks)", "",
+           "With NVMe offload (ZeRO-3) host RAM holds DeepSpeed's pinned swap buffers and what stays on the CPU, "
+           "not the states. Each part of `memory.host_parts` and the DeepSpeed "
+           f"{data['deepspeed_version']} code that allocates it:", "",
+           "| part (per rank) | formula | DeepSpeed | the allocation |", "|---|---|---|---|"]
+    formulas = {}
+    scenario = build_scenario(stage=3, offload_optimizer="nvme", offload_param="nvme")
+    for p in host_parts(make_context(scenario), Candidates.from_scenario(scenario)).parts:
+        formulas.setdefault(p.label, p.expr.replace("g*", "").replace("*g", ""))
+    for label, where, what in DERIVATION:
+        out.append(f"| {label} | `{formulas[label]}` | {where} | {what} |")
+    out += ["", "Not counted: the fp32 gradient buffer of the largest sub-group that stage3.py "
+            "`initialize_optimizer_states` holds during initialisation only (`_optimizer_states_and_gradient_swap_out` "
+            "sets `.grad = None`; absent in the census below right after `deepspeed.initialize`), at most "
+            "(4 - w) min(S_sub, Ψ_t/N_d) bytes per rank above the figure, inside the x1.5 safety factor. ZeRO-1/2 "
+            "read offload_optimizer device nvme as CPU offload (stage_1_and_2.py: `self.cpu_offload = True` for any "
+            "device but none) and are priced so.", ""]
+    out += ["### Measured: census of the engine's host tensors", "",
+            f"`benchmarks/measure_nvme_host.py`: {data['runs'][0]['layers'] * 2} bias-free Linear layers "
+            f"({data['runs'][0]['hidden']} x {2 * data['runs'][0]['hidden']}, Ψ = {data['runs'][0]['parameters']:,}), "
+            f"ZeRO-3 bf16 Adam on {data['runs'][0]['ranks']} CPU ranks (gloo), real NVMe swapping through DeepSpeed's "
+            "async_io op (libaio) into a temporary folder, one training step; distinct storages held by the "
+            "optimizer, its swappers and the parameter swapper, counted once each, after the step (the NVMe runs "
+            "hold the same right after `deepspeed.initialize`). Predicted: `memory.host_parts` per rank with the run's `sub_group_size`, "
+            "`buffer_count`, `buffer_size`, `max_in_cpu`. NVMe: bytes of the swap files of all ranks against "
+            "`memory.nvme_parts` per node.", "",
+            "| run | part | predicted per rank | measured per rank | error |", "|---|---|---:|---:|---:|"]
+    worst = 0.0
+    for run in data["runs"]:
+        z = run["ds_config"]["zero_optimization"]
+        oo, op = z["offload_optimizer"], z["offload_param"]
+        ranks = run["ranks"]
+        buffers = OffloadBuffers(optimizer_buffer_count=oo.get("buffer_count", 4),
+                                 sub_group_size=z.get("sub_group_size", 1_000_000_000),
+                                 param_buffer_count=op.get("buffer_count", 5),
+                                 param_buffer_size=op.get("buffer_size", 100_000_000),
+                                 max_in_cpu=op.get("max_in_cpu", 1_000_000_000))
+        sc = build_scenario(params=run["parameters"], gpus_per_node=ranks, stage=3,
+                            offload_optimizer=oo["device"], offload_param=op["device"])
+        ctx, cand = make_context(sc), Candidates.from_scenario(sc)
+        pred = {p.label: float(p.value.reshape(-1)[0]) / ranks
+                for p in host_parts(ctx, cand, buffers).parts if bool(p.applies.reshape(-1)[0])}
+        meas: dict[str, float] = {}
+        for rank_parts in run["per_rank"]:  # the largest over ranks, part by part
+            mapped: dict[str, float] = {}
+            for label, nbytes in rank_parts.items():
+                if label == "16-bit parameters in host RAM":
+                    label = ("parameter partition" if op["device"] == "cpu"
+                             else "parameters kept in host RAM (max_in_cpu)")
+                else:
+                    label = MEASURED_TO_MODEL[label]
+                mapped[label] = mapped.get(label, 0) + nbytes
+            for label, nbytes in mapped.items():
+                meas[label] = max(meas.get(label, 0), nbytes)
+        for label in sorted(set(pred) | set(meas), key=lambda k: (-max(pred.get(k, 0), meas.get(k, 0)), k)):
+            p_, m_ = pred.get(label, 0.0), meas.get(label, 0.0)
+            if m_:
+                worst = max(worst, abs(p_ - m_) / m_)
+            out.append(f"| {run['run']} | {label} | {_fmt(p_)} | {_fmt(m_)} | {_err(p_, m_)} |")
+        tp, tm = sum(pred.values()), sum(meas.values())
+        worst = max(worst, abs(tp - tm) / tm)
+        out.append(f"| {run['run']} | **host RAM per rank** | **{_fmt(tp)}** | **{_fmt(tm)}** | **{_err(tp, tm)}** |")
+        npred = {p.label: float(p.value.reshape(-1)[0]) for p in nvme_parts(ctx, cand).parts
+                 if bool(p.applies.reshape(-1)[0])}
+        for kind, nbytes in run["nvme_file_bytes_all_ranks"].items():
+            label = NVME_FILES_TO_MODEL[kind]
+            worst = max(worst, abs(npred.get(label, 0.0) - nbytes) / nbytes)
+            out.append(f"| {run['run']} | NVMe files: {label} (all ranks) | {_fmt(npred.get(label, 0.0))} | "
+                       f"{_fmt(nbytes)} | {_err(npred.get(label, 0.0), nbytes)} |")
+    out += ["", f"Largest error: {100 * worst:.2f}% (io alignment of `buffer_size` to 1024 bytes is the only "
+            "difference).", ""]
+    out += ["### What it means for Llama-2-7B and 70B (8 GPUs per node, DeepSpeed's defaults)", "",
+            "| model | offload (optimizer / parameters) | host RAM per node (offloaded) | with x1.5 headroom | "
+            "NVMe per node |", "|---|---|---:|---:|---:|"]
+    for model in ("llama-2-7b", "llama-2-70b"):
+        for dev in ("cpu", "nvme"):
+            st = offload_storage(build_scenario(model=model, stage=3, offload_optimizer=dev, offload_param=dev))
+            h, n = st["host_memory"], st["nvme"]
+            out.append(f"| {model} | {dev} / {dev} | {h['offloaded_bytes'] / 2**30:.1f} GiB | "
+                       f"{h['required_bytes'] / 2**30:.1f} GiB | {n['required_bytes'] / 2**30:.1f} GiB |")
+    out += ["", "At 8 GPUs a 7B partition (842M parameters per rank) is smaller than sub_group_size (1e9) and "
+            "max_in_cpu (1e9): the four fp32 swap buffers hold the whole partition (16 B per parameter, what CPU "
+            "offload keeps for master + Adam states + fp32 gradients) and every 16-bit parameter stays in host "
+            "RAM, so NVMe offload needs as much host RAM as CPU offload plus the parameter swap buffers (run "
+            "`nvme_nvme_default_limits` above is this regime). It saves host RAM once Ψ/N_d exceeds "
+            "sub_group_size (70B above), or with a smaller sub_group_size / max_in_cpu. Before this change the "
+            "planner priced buffer_count x the whole fp32 state (346 GiB per node for the 7B case).", "",
+            "Reproduce: `python benchmarks/measure_nvme_host.py --out zeroplanner/_measurements/nvme_host.json` "
+            "(needs libaio-dev; about 3 minutes on 2 cores), then `python benchmarks/make_validation.py "
+            "--from-stored`.", ""]
+    return out
+
+
+def render(engine: list[dict], activations: list[dict], meta: dict, modern: list[dict] | None = None,
+           nvme: dict | None = None) -> str:
     from zeroplanner.specs import Scenario
 
     lines = [
@@ -308,6 +453,8 @@ def render(engine: list[dict], activations: list[dict], meta: dict, modern: list
     lines += render_step_time()
     if modern:
         lines += render_modern_activations(modern)
+    if nvme:
+        lines += render_nvme_host(nvme)
     return "\n".join(lines)
 
 
@@ -429,7 +576,9 @@ def main(argv=None) -> int:
         (STORE / "meta.json").write_text(json.dumps(meta, indent=1))
         (STORE / "activations_modern.json").write_text(json.dumps(modern, indent=1))
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(render(engine, activations, meta, modern))
+    nvme_path = STORE / "nvme_host.json"  # measured by benchmarks/measure_nvme_host.py (needs libaio)
+    nvme = json.loads(nvme_path.read_text()) if nvme_path.exists() else None
+    DOC.write_text(render(engine, activations, meta, modern, nvme))
     print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
 

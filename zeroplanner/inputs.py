@@ -502,6 +502,11 @@ INPUTS: tuple[Input, ...] = (
           "numerics, arXiv 2306.10209); off: only if you set --zero-quantized-* yourself",
           path="training.allow_lossy_communication",
           widget=Widget("checkbox", "Allow lossy ZeRO++ (int8/int4)", section="zero")),
+    # -- offload storage (its cost-model use: evaluate.fits_nvme against memory.nvme_parts) --
+    Input("nvme_capacity_gib", "NVMe capacity per node (GiB)", "float", "cluster",
+          "NVMe capacity per node for offload_* device nvme, GiB (default 4096: see ClusterSpec.nvme_bytes; "
+          "`zeroplanner probe` measures the free space)", path="cluster.nvme_bytes", scale=GIB,
+          widget=Widget("float_text", "NVMe/node GiB", section="offload", round_digits=0)),
 )
 """Every scenario input, in the order share links write them (new inputs go at the end)."""
 

@@ -168,7 +168,9 @@ def _version() -> str:
 
 
 def report_parts(scenario: Scenario) -> dict[str, Any]:
-    """Everything the report shows, as data: plan, charts (SVG text), explanations, config text, link query."""
+    """Everything the report shows, as data: plan, charts (SVG text), explanations, host RAM and NVMe per node by
+    part (``storage``: :func:`~zeroplanner.costmodel.explain_terms.offload_storage`), config text, link query."""
+    from .costmodel.explain_terms import offload_storage
     from .planner import plan
     from .share import ShareError, scenario_to_query
 
@@ -192,6 +194,7 @@ def report_parts(scenario: Scenario) -> dict[str, Any]:
         "memory_svg": memory_chart(p, scenario),
         "time_svg": time_chart(p),
         "explanations": explain_all(p.scenario if p.fits else scenario),
+        "storage": offload_storage(p.scenario if p.fits else scenario),
         "config_text": config_text,
         "config_error": config_error,
         "query": query,
@@ -210,17 +213,35 @@ def build_report(scenario: Scenario, fmt: Format = "html", *, title: str = "ZeRO
     return _html(d, title, link) if fmt == "html" else _markdown(d, title, link)
 
 
-def _numbers_line(e: Any) -> str:
-    return (f"{fmt_bytes_text(e.per_gpu_bytes.total)} per GPU, host {fmt_bytes_text(e.per_node_cpu_bytes)} per node, "
+def _numbers_line(e: Any, storage: dict) -> str:
+    host, nvme = storage["host_memory"], storage["nvme"]
+    host_text = (f"host RAM {fmt_bytes_text(host['required_bytes'])} per node (incl. x{host['safety_factor']:g} "
+                 "headroom)" if host["required_bytes"] else "no host RAM for offload")
+    nvme_text = f", NVMe {fmt_bytes_text(nvme['required_bytes'])} per node" if nvme["required_bytes"] else ""
+    return (f"{fmt_bytes_text(e.per_gpu_bytes.total)} per GPU, {host_text}{nvme_text}, "
             f"step {fmt_seconds_text(e.step_seconds)}, {e.tokens_per_second:,.0f} tokens/s, "
             f"{e.tflops_per_gpu:.0f} TFLOP/s per GPU")
+
+
+def _storage_rows(storage: dict) -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """(heading, figure text, [(part, bytes text)]) for host RAM and NVMe per node, where offload needs them."""
+    rows = []
+    for key, name, limit, word in (("host_memory", "Host RAM per node", "available_bytes", "available"),
+                                   ("nvme", "NVMe per node", "capacity_bytes", "capacity")):
+        d = storage[key]
+        if d["required_bytes"]:
+            figure = (f"{fmt_bytes_text(d['required_bytes'])} needed of {fmt_bytes_text(d[limit])} {word} "
+                      f"({'fits' if d['fits'] else 'does NOT fit'})")
+            rows.append((name, figure, [(label, fmt_bytes_text(v)) for label, v in d["parts_bytes"].items()]))
+    return rows
 
 
 def _html(d: dict, title: str, link: str | None) -> str:
     esc = html.escape
     p = d["plan"]
     link_text = link or ("?" + d["query"])
-    head = (f"<h2>Recommendation: {esc(d['choice'])}</h2><p>{esc(_numbers_line(p.estimate))}</p>" if d["choice"]
+    head = (f"<h2>Recommendation: {esc(d['choice'])}</h2><p>{esc(_numbers_line(p.estimate, d['storage']))}</p>"
+            if d["choice"]
             else "<h2>Nothing fits</h2><p>No ZeRO stage or offload choice fits this model on this cluster.</p>")
     reasons = "".join(f"<li>{esc(r)}</li>" for r in p.reasons)
     warnings = "".join(f"<li>{esc(w)}</li>" for w in p.warnings)
@@ -233,6 +254,9 @@ def _html(d: dict, title: str, link: str | None) -> str:
                      f"<br><code>{esc(e.latex)}</code><br><code>{esc(e.substituted)}</code>"
                      f"{'<ul>' + parts + '</ul>' if parts else ''}<div class='src'>Source: {esc(e.source)}</div>"
                      "</td></tr>")
+    storage = "".join(f"<tr><td><b>{esc(name)}</b></td><td class='num'>{esc(figure)}</td><td><ul>"
+                      + "".join(f"<li>{esc(label)}: {esc(v)}</li>" for label, v in parts) + "</ul></td></tr>"
+                      for name, figure, parts in _storage_rows(d["storage"]))
     config = (f"<pre class='config'>{esc(d['config_text'])}</pre>" if d["config_text"]
               else f"<p>{esc(d['config_error'] or '')}</p>")
     return f"""<!DOCTYPE html>
@@ -256,6 +280,7 @@ GiB = 2<sup>30</sup> bytes. Shareable link: <code class="link">{esc(link_text)}<
 <figure class="chart time">{d['time_svg']}</figure>
 <h2>Every number explained ({'recommended configuration' if d['choice'] else 'requested configuration'})</h2>
 <table class="terms">{''.join(terms)}</table>
+{'<h2>Host RAM and NVMe per node</h2><table class="storage">' + storage + '</table>' if storage else ''}
 <h2>DeepSpeed config</h2>
 {config}
 </body></html>
@@ -270,7 +295,7 @@ def _markdown(d: dict, title: str, link: str | None) -> str:
     lines += [f"| {k} | {v} |" for k, v in d["scenario_rows"]]
     lines += [""]
     if d["choice"]:
-        lines += [f"## Recommendation: {d['choice']}", "", _numbers_line(p.estimate), ""]
+        lines += [f"## Recommendation: {d['choice']}", "", _numbers_line(p.estimate, d["storage"]), ""]
     else:
         lines += ["## Nothing fits", "", "No ZeRO stage or offload choice fits this model on this cluster.", ""]
     lines += [f"- {r}" for r in p.reasons]
@@ -281,6 +306,11 @@ def _markdown(d: dict, title: str, link: str | None) -> str:
     for e in d["explanations"].values():
         lines += [f"**{e.title}: {e.display}**. {e.words}", "", f"$${e.latex}$$", "", f"$${e.substituted}$$", "",
                   f"*Source:* {e.source}", ""]
+    storage = _storage_rows(d["storage"])
+    if storage:
+        lines += ["## Host RAM and NVMe per node", ""]
+        for name, figure, parts in storage:
+            lines += [f"**{name}: {figure}**", ""] + [f"- {label}: {v}" for label, v in parts] + [""]
     lines += ["## DeepSpeed config", ""]
     lines += (["```json", d["config_text"], "```"] if d["config_text"] else [d["config_error"] or ""])
     return "\n".join(lines) + "\n"

@@ -557,7 +557,12 @@ class ClusterSpec(_Frozen):
     nodes: int = Field(default=1, ge=1, le=100_000)
     network: NetworkSpec
     cpu_memory_bytes: int = Field(default=1024 * GIB, ge=GIB, le=2**50, description="host RAM per node")
-    nvme_bytes: int = Field(default=4 * 2**40, ge=0, le=2**55, description="NVMe capacity per node")
+    nvme_bytes: int = Field(
+        default=4 * 2**40, ge=0, le=2**55,
+        description="NVMe capacity per node for offload_* device nvme, bytes. Default 4 TiB: a conservative local "
+        "NVMe of one GPU node, below the 15 TB (4 x 3.84 TB U.2) of an NVIDIA DGX A100 320GB and its 30 TB "
+        "(8 x 3.84 TB) option (NVIDIA DGX A100 datasheet, 2020); `zeroplanner probe` sets the measured free space",
+    )
     nvme_gb_per_s: float = Field(default=6.0, gt=0, le=1000, description="NVMe read/write GB/s per node")
     cpu_adam_params_per_second: float = Field(
         default=4.0e9, gt=0, le=1e13, description="DeepSpeed CPU-Adam parameter updates per second per node"

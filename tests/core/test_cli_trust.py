@@ -101,14 +101,18 @@ def test_config_of_a_config_that_does_not_fit_exits_1_with_the_nearest_that_fits
 def test_config_names_what_is_short_when_nothing_fits(cli_main, capsys):
     # llama-2-70b on one node of 8 A100-80GB with 1024 GiB host RAM: ZeRO-3 without offload needs 16Ψ/8 of model
     # states per GPU (ZeRO paper Sec. 5, K = 12 for mixed-precision Adam): 16 x 68.98e9 / 8 = 128 GiB > 80 GiB
+    # CPU offload of all states needs 16 B/param of host RAM: 16 x 68.98e9 = 1028 GiB > 1024 GiB; NVMe offload
+    # would fit (docs/validation.md section 7) but the node's NVMe is set to 100 GiB, below the 16Ψ it would hold
     assert 16 * catalog.model("llama-2-70b").parameter_count / 8 > GPU_80GB_BYTES
-    code, d = run(cli_main, capsys, "config", "--model", "llama-2-70b")
+    assert 16 * catalog.model("llama-2-70b").parameter_count > 1024 * GIB
+    short = ["--model", "llama-2-70b", "--nvme-capacity-gib", "100"]
+    code, d = run(cli_main, capsys, "config", *short)
     assert code == 1 and d["verdict"]["fits"] is False and d["nearest_fit"] is None
     assert d["nothing_fits"].startswith("Nothing fits.")
-    code = cli_main(["config", "--model", "llama-2-70b"])
+    code = cli_main(["config", *short])
     err = capsys.readouterr().err
     assert code == 1 and "does NOT fit" in err and "does not fit (exit status 1)" in err
-    assert cli_main(["config", "--recommend", "--model", "llama-2-70b"]) == 1  # does not fit, not bad input
+    assert cli_main(["config", "--recommend", *short]) == 1  # does not fit, not bad input
     assert "no config written" in capsys.readouterr().err
 
 

@@ -58,6 +58,7 @@ EXAMPLES: dict[str, tuple[object, dict]] = {
     "freeze_vision": (True, {"model": "qwen2.5-vl-7b"}),
     "images_per_sample": (2, {"model": "qwen2.5-vl-7b"}),
     "allow_lossy_communication": (True, {}),
+    "nvme_capacity_gib": (2048.0, {"stage": 3, "offload_optimizer": "nvme"}),
 }
 NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param"}
 """The app compares every stage and offload choice side by side (and the planner picks one), so it has no control

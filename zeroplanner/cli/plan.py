@@ -33,8 +33,8 @@ RECOMMEND_DESCRIPTION = (
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from ..costmodel import estimate
-
     from ..costmodel.deepspeed_estimator import deepspeed_row_for
+    from ..costmodel.explain_terms import offload_storage
 
     scenario = scenario_from_args(args)
     est = estimate(scenario)
@@ -43,6 +43,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
             f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}\n{rows}\n{est.summary()}\n"
             + "".join(f"warning: {w}\n" for w in est.warnings))
     obj = {"inputs": inputs_json(args, scenario), **estimate_json(est)}
+    storage = offload_storage(scenario)
+    obj.update(storage)
+    text += _storage_lines(storage)
     ds = deepspeed_row_for(scenario)
     obj["deepspeed_estimator"] = None if ds is None else {
         **ds.model_dump(), "covers": "model states only (DeepSpeed 0.19.8 estimate_zero2/zero3_model_states_mem_needs)"}
@@ -68,6 +71,21 @@ def _imply(args: argparse.Namespace) -> None:
             target = by_path[path]
             if getattr(args, target.key, None) is None:
                 setattr(args, target.key, value)
+
+
+def _storage_lines(storage: dict) -> str:
+    """Host RAM and NVMe per node, each one figure and its parts (GiB), for offloading scenarios."""
+    out = ""
+    for key, name, limit, limit_name in (("host_memory", "host RAM", "available_bytes", "available"),
+                                         ("nvme", "NVMe", "capacity_bytes", "capacity")):
+        d = storage[key]
+        if not d["required_bytes"]:
+            continue
+        verdict = "fits" if d["fits"] else "does NOT fit"
+        parts = ", ".join(f"{label} {v / GIB:.1f}" for label, v in d["parts_bytes"].items())
+        out += (f"{name} per node: {d['required_bytes'] / GIB:.1f} GiB needed, {d[limit] / GIB:.0f} GiB {limit_name} "
+                f"({verdict}) = {parts} GiB\n")
+    return out
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:

@@ -196,7 +196,8 @@ class Estimate(Output):
     def summary(self) -> str:
         """Two lines for humans (GiB, s, tokens/s)."""
         m = self.per_gpu_bytes
-        verdict = "fits" if self.fits else "does NOT fit"
+        short = [name for name, ok in (("GPU memory", self.fits_gpu), ("host RAM", self.fits_cpu)) if not ok]
+        verdict = "fits" if self.fits else "does NOT fit: " + (", ".join(short) or "NVMe capacity")
         host = self.fetch_overhead_seconds_per_step + self.hook_seconds_per_step
         return (
             f"{gib(m.total):.1f} GiB per GPU of {gib(self.gpu_memory_bytes):.1f} GiB ({verdict}); "

@@ -32,7 +32,7 @@ from .context import (
 )
 from .evaluate import evaluate
 from .evaluate import step_parts as _step_parts
-from .memory import memory_term_parts
+from .memory import memory_term_parts, nvme_parts
 from .terms import SYMBOLS, TERM_INFO, TermParts, term
 
 
@@ -167,6 +167,54 @@ MEMORY_FUNCTIONS = {
 def host_memory(scenario: Scenario) -> TermValues:
     """Host RAM per node for offloaded states, bytes (memory.host_parts)."""
     return _memory(scenario, "host_memory")
+
+
+def _applying(tp: TermParts) -> list[tuple[str, str, int]]:
+    """(label, expression, bytes rounded to an integer) of the parts of ``tp`` that apply and are not 0."""
+    out = []
+    for p in tp.parts:
+        value = int(round(_one(p.value)))
+        if bool(np.asarray(p.applies).reshape(-1)[0]) and value:
+            out.append((p.label, p.expr, value))
+    return out
+
+
+def offload_storage(scenario: Scenario) -> dict[str, dict]:
+    """Host RAM and NVMe per node for ``scenario``, each one figure with the parts that make it up.
+
+    Returns ``{"host_memory": {...}, "nvme": {...}}``. ``host_memory``: ``parts_bytes`` (label -> bytes per node:
+    the offloaded states and pinned buffers of memory.host_parts, then ``safety headroom (x f)`` =
+    (f - 1) x their sum, f = ``Assumptions.host_buffer_factor``, DeepSpeed's additional_buffer_factor),
+    ``formulas`` (label -> expression; the headroom ``(f-1)*M_host``), ``offloaded_bytes`` (the parts before the
+    headroom; ``Estimate.per_node_cpu_bytes``), ``safety_factor``, ``required_bytes`` (the sum of
+    ``parts_bytes``: what the fit compares), ``available_bytes`` (``ClusterSpec.cpu_memory_bytes``), ``fits``
+    (evaluate's ``fits_cpu``). ``nvme``: ``parts_bytes`` and ``formulas`` of memory.nvme_parts,
+    ``required_bytes`` (their sum; ``Estimate.nvme_bytes``), ``capacity_bytes`` (``ClusterSpec.nvme_bytes``),
+    ``fits`` (evaluate's ``fits_nvme``). Bytes are integers; each ``required_bytes`` is exactly the sum of its
+    ``parts_bytes``. A scenario without offload has no parts and needs 0 bytes.
+    """
+    point = _setup(scenario)
+    c, a = scenario.cluster, scenario.assumptions
+    host = _applying(point.memory["host_memory"])
+    offloaded = sum(v for _, _, v in host)
+    f = a.host_buffer_factor
+    headroom = int(round(offloaded * (f - 1.0)))
+    host_parts = {label: v for label, _, v in host}
+    formulas = {label: expr for label, expr, _ in host}
+    if headroom:
+        label = f"safety headroom (x{f:g} host_buffer_factor)"
+        host_parts[label] = headroom
+        formulas[label] = f"({f:g}-1)*M_host"
+    nvme = _applying(nvme_parts(point.ctx, point.cand))
+    return {
+        "host_memory": {"parts_bytes": host_parts, "formulas": formulas, "offloaded_bytes": offloaded,
+                        "safety_factor": f, "required_bytes": sum(host_parts.values()),
+                        "available_bytes": c.cpu_memory_bytes, "fits": bool(point.values["fits_cpu"])},
+        "nvme": {"parts_bytes": {label: v for label, _, v in nvme},
+                 "formulas": {label: expr for label, expr, _ in nvme},
+                 "required_bytes": sum(v for _, _, v in nvme), "capacity_bytes": c.nvme_bytes,
+                 "fits": bool(point.values["fits_nvme"])},
+    }
 
 
 def communication_volume(scenario: Scenario) -> TermValues:

@@ -12,12 +12,18 @@ Two accountings (``Assumptions.accounting``):
   fp32 training also keeps an fp32 master copy under ZeRO. Bucket buffers and the stage-3 working set are counted
   as ``buffers``.
 
+Host RAM (:func:`host_parts`) and NVMe (:func:`nvme_parts`) per node follow DeepSpeed's offload code: with NVMe
+offload host RAM holds the swappers' pinned buffers and what stays on the CPU (derived line by line and measured
+with real NVMe swapping on CPU ranks: docs/validation.md section 7, benchmarks/measure_nvme_host.py).
+
 Every function takes a :class:`~.context.Context` and :class:`~.context.Candidates`; the ``*_parts`` functions
 return the term as labelled parts (:class:`~.terms.TermParts`: each part one expression, evaluated here over the
 candidate arrays, and shown as is by explain mode), the others float arrays of bytes shaped like the candidates.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,12 +36,40 @@ TERMS = MEMORY_TERM_KEYS
 
 OFFLOAD_PARAM_BUFFER_COUNT = 5
 OFFLOAD_PARAM_BUFFER_SIZE = 100_000_000
+OFFLOAD_PARAM_MAX_IN_CPU = 1_000_000_000
 """DeepSpeedZeroOffloadParamConfig defaults (deepspeed/runtime/zero/offload_config.py): buffer_count=5,
-buffer_size=1e8 elements of pinned host memory per rank for NVMe parameter swapping."""
+buffer_size=1e8 elements (the pinned swap buffers of partitioned_param_swapper.py
+``AsyncPartitionedParameterSwapper._configure_aio``: ``buffer_count x io_aligned(buffer_size)`` elements of the
+16-bit dtype, ``new_cpu_locked_tensor``), max_in_cpu=1e9 elements (stage3.py
+``_create_param_groups_fp16_flat_cpu_memory`` keeps up to that many 16-bit parameter elements per rank in pinned
+host RAM and swaps only the rest)."""
 OFFLOAD_OPTIMIZER_BUFFER_COUNT = 4
 SUB_GROUP_SIZE = 1_000_000_000
-"""DeepSpeedZeroOffloadOptimizerConfig buffer_count=4 and zero_optimization.sub_group_size=1e9 defaults: NVMe
-optimizer swapping keeps buffer_count sub-groups of fp32 state in pinned host memory per rank."""
+"""DeepSpeedZeroOffloadOptimizerConfig buffer_count=4 and zero_optimization.sub_group_size=1e9 defaults
+(offload_config.py, zero/config.py): the NVMe optimizer swapper pins buffer_count fp32 buffers of the largest
+sub-group partition (swap_tensor/optimizer_utils.py ``OptimizerSwapper.__init__``:
+``SwapBufferManager(num_elems=largest_numel, count=buffer_count, dtype=fp32)``; stage3.py
+``_configure_tensor_swapping``: ``largest_numel=max(fp16_partitioned_groups_flat_numel)``). Adam swaps in the
+master partition, exp_avg, exp_avg_sq and the gradient of one sub-group at a time: 4 buffers
+(partitioned_optimizer_swapper.py ``swap_in_optimizer_state``: ``num_tensors() + 1``)."""
+
+
+@dataclass(frozen=True)
+class OffloadBuffers:
+    """DeepSpeed's offload buffer settings the host-RAM and NVMe parts depend on, in elements / buffers; the
+    defaults are DeepSpeed 0.19.8's (:data:`OFFLOAD_OPTIMIZER_BUFFER_COUNT`, :data:`SUB_GROUP_SIZE`,
+    :data:`OFFLOAD_PARAM_BUFFER_COUNT`, :data:`OFFLOAD_PARAM_BUFFER_SIZE`, :data:`OFFLOAD_PARAM_MAX_IN_CPU`). The
+    planner always prices the defaults (they are not scenario inputs); benchmarks/make_validation.py passes the
+    settings of a measured run."""
+
+    optimizer_buffer_count: int = OFFLOAD_OPTIMIZER_BUFFER_COUNT
+    sub_group_size: int = SUB_GROUP_SIZE
+    param_buffer_count: int = OFFLOAD_PARAM_BUFFER_COUNT
+    param_buffer_size: int = OFFLOAD_PARAM_BUFFER_SIZE
+    max_in_cpu: int = OFFLOAD_PARAM_MAX_IN_CPU
+
+
+DEEPSPEED_OFFLOAD_BUFFERS = OffloadBuffers()
 
 
 def _n(ctx: Context, cand: Candidates) -> np.ndarray:
@@ -179,52 +213,102 @@ def buffer_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
     return buffer_parts(ctx, cand).value
 
 
-def host_parts(ctx: Context, cand: Candidates) -> TermParts:
-    """Host RAM per node for offloaded states, bytes, by part: GPUs per node x what each rank keeps there.
+def _optimizer_on_nvme(cand: Candidates) -> np.ndarray:
+    """Where the optimizer states really go to NVMe: offload_optimizer nvme at ZeRO-3 only. ZeRO-1/2 read any
+    offload_optimizer device as CPU offload (stage_1_and_2.py ``__init__``: ``if offload_optimizer_config.device !=
+    OffloadDeviceEnum.none: self.cpu_offload = True``; no swapper exists there)."""
+    return (cand.offload_optimizer == 2) & (cand.stage == 3)
 
-    CPU optimizer offload keeps fp32 master, optimizer states and the fp32 gradient partition per rank in host
-    memory (stage_1_and_2.py ``single_partition_of_fp32_groups`` on CPU; stage3.py); NVMe optimizer offload keeps
-    master + states on NVMe and buffer_count sub-groups in pinned host memory; parameter offload keeps each rank's
-    16-bit parameter partition on the host (cpu) or buffer_count x buffer_size pinned swap buffers (nvme).
-    Measured host extras (docs/validation.md): ZeRO-1/2 keep a 16-bit copy of the partition
-    (param_buffer_of_bit16_for_cpu_offload_groups) and a largest-parameter 16-bit staging buffer
-    (temp_grad_buffer_for_cpu_offload); ZeRO-3 keeps its 16-bit gradient partition on the host
-    (grad_partitions_flat_buffer on self.device = cpu). The paper accounting counts no extras.
+
+def _optimizer_on_cpu(cand: Candidates) -> np.ndarray:
+    """offload_optimizer cpu at any stage, and nvme at ZeRO-1/2 (see :func:`_optimizer_on_nvme`)."""
+    return (cand.offload_optimizer == 1) | ((cand.offload_optimizer == 2) & (cand.stage <= 2))
+
+
+def host_parts(ctx: Context, cand: Candidates, buffers: OffloadBuffers = DEEPSPEED_OFFLOAD_BUFFERS) -> TermParts:
+    """Host RAM per node for offloaded states, bytes, by part: GPUs per node x what each rank keeps there (the
+    safety factor ``Assumptions.host_buffer_factor`` is applied by the fit, not here).
+
+    CPU optimizer offload (measured, docs/validation.md): fp32 master + optimizer states (K Ψ_t/N_d), the fp32
+    gradient partition (4Ψ_t/N_d) and a 16-bit copy (stage_1_and_2.py param_buffer_of_bit16_for_cpu_offload_groups;
+    stage 3: grad_partitions_flat_buffer on self.device = cpu) per rank; ZeRO-1/2 also a largest-parameter 16-bit
+    staging buffer (temp_grad_buffer_for_cpu_offload).
+
+    NVMe optimizer offload at ZeRO-1/2 is CPU offload (:func:`_optimizer_on_nvme`). At ZeRO-3 (derived from DeepSpeed 0.19.8 and measured on CPU ranks, docs/validation.md
+    section "NVMe offload: host RAM"): master + states + fp32 gradients live on NVMe; host RAM keeps
+    ``n_ob`` pinned fp32 swap buffers of the largest sub-group partition, ``min(S_sub, Ψ_t/N_d)`` elements
+    (optimizer_utils.py ``OptimizerSwapper.__init__`` -> utils.py ``SwapBufferManager``; a sub-group closes at
+    the first parameter that takes it to S_sub, so it can exceed S_sub by one parameter's partition, not counted)
+    and the 16-bit gradient partition (``grad_partitions_flat_buffer``, as with CPU offload). Not counted: the
+    fp32 gradient buffer of the largest sub-group that ``initialize_optimizer_states`` holds only during
+    initialisation (``gradient_buffer = torch.zeros(largest_numel)``, dropped by
+    ``_optimizer_states_and_gradient_swap_out``: ``.grad = None``; absent in the census after initialisation),
+    an init-time peak of at most (4 - w) min(S_sub, Ψ_t/N_d) bytes per rank over the figure, inside the safety
+    factor. Below Ψ_t/N_d = S_sub (the default 1e9) the swap buffers are as large as the states and fp32
+    gradients they replace (16 B per parameter for Adam): NVMe optimizer offload saves host RAM only beyond it.
+
+    Parameter offload: cpu keeps the rank's 16-bit partition in host RAM; nvme keeps ``min(Ψ/N_d, max_in_cpu)``
+    elements of it there (stage3.py ``_create_param_groups_fp16_flat_cpu_memory``), ``n_pb`` pinned swap buffers
+    of ``buffer_size`` elements (partitioned_param_swapper.py ``_configure_aio``) and, when some parameters do
+    not fit ``max_in_cpu``, a pinned swap-out buffer sized by the full (unpartitioned) parameters of the largest
+    sub-group (stage3.py ``reserve_partitioned_swap_space([t.ds_numel ...])``: ``N_d min(S_sub, Ψ/N_d)``
+    elements). The paper accounting counts no extras. ``buffers``: DeepSpeed's offload settings (its defaults).
     """
     paper = ctx.scenario.assumptions.accounting == "paper"
     # fp32 master partition also in fp32 training (measured), except in the paper accounting
     K = (ctx.master_bytes if paper else 4.0) + ctx.optimizer_state_bytes
     x = {"g": float(ctx.gpus_per_node), "Psi_t": ctx.trainable, "Psi": ctx.params, "K": K, "N_d": _n(ctx, cand),
-         "w": ctx.weight_bytes, "Psi_max": ctx.largest_module, "n_ob": float(OFFLOAD_OPTIMIZER_BUFFER_COUNT),
-         "S_sub": float(SUB_GROUP_SIZE), "n_pb": float(OFFLOAD_PARAM_BUFFER_COUNT),
-         "B_pb": float(OFFLOAD_PARAM_BUFFER_SIZE)}
-    opt, par = cand.offload_optimizer, cand.offload_param
+         "w": ctx.weight_bytes, "Psi_max": ctx.largest_module, "n_ob": float(buffers.optimizer_buffer_count),
+         "S_sub": float(buffers.sub_group_size), "n_pb": float(buffers.param_buffer_count),
+         "B_pb": float(buffers.param_buffer_size), "M_cpu": float(buffers.max_in_cpu)}
+    par = cand.offload_param
+    opt_cpu, opt_nvme = _optimizer_on_cpu(cand), _optimizer_on_nvme(cand)
+    opt = cand.offload_optimizer
+    spills = ctx.params / x["N_d"] > x["M_cpu"]
     return term("host_memory", x, [
-        ("optimizer states + fp32 master", "g*K*Psi_t/N_d", opt == 1),
-        ("pinned NVMe swap buffers (optimizer)", "g*n_ob*min(S_sub, Psi_t/N_d)*K", opt == 2),
-        ("fp32 gradients", "4*g*Psi_t/N_d", opt > 0),
+        ("optimizer states + fp32 master", "g*K*Psi_t/N_d", opt_cpu),
+        ("pinned NVMe swap buffers (optimizer)", "g*n_ob*4*min(S_sub, Psi_t/N_d)", opt_nvme),
+        ("fp32 gradients", "4*g*Psi_t/N_d", opt_cpu),
         ("16-bit host copies", "g*w*Psi_t/N_d", (opt > 0) & (not paper)),
         ("16-bit staging buffer", "g*Psi_max*w", (opt > 0) & (not paper) & (cand.stage <= 2)),
         ("parameter partition", "g*Psi*w/N_d", par == 1),
+        ("parameters kept in host RAM (max_in_cpu)", "g*w*min(Psi/N_d, M_cpu)", (par == 2) & (not paper)),
         ("pinned NVMe swap buffers (parameters)", "g*n_pb*B_pb*w", par == 2),
+        ("pinned NVMe swap-out buffer (parameters)", "g*w*N_d*min(S_sub, Psi/N_d)", (par == 2) & spills & (not paper)),
     ])
 
 
 def host_and_nvme_bytes(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
-    """Host RAM per node (:func:`host_parts` summed) and NVMe bytes per node (:func:`nvme_bytes`).
+    """Host RAM per node (:func:`host_parts` summed) and NVMe bytes per node (:func:`nvme_parts` summed).
     Returns (host_bytes_per_node, nvme_bytes_per_node), float arrays."""
-    return host_parts(ctx, cand).value, nvme_bytes(ctx, cand)
+    return host_parts(ctx, cand).value, nvme_parts(ctx, cand).value
+
+
+def nvme_parts(ctx: Context, cand: Candidates) -> TermParts:
+    """NVMe bytes per node for offloaded states, by part: GPUs per node x what each rank swaps to its files.
+
+    Optimizer offload to NVMe (ZeRO-3 only; ZeRO-1/2 keep the states in host RAM) writes the fp32 master partition and the optimizer states (K Ψ_t/N_d; swap files
+    ``<id>.tensor.swp`` of optimizer_utils.py ``OptimizerStateSwapInfo``) and the fp32 gradient partition
+    (4Ψ_t/N_d; ``<id>_gradient_<offset>_<length>.tensor.swp``, ``_swap_out_gradients``). Parameter offload to
+    NVMe writes each rank's 16-bit partition (wΨ/N_d) when parameters are partitioned (partition_parameters.py
+    ``_partition_param``: ``final_location = nvme``); those later kept in host RAM (max_in_cpu) keep their file.
+    The paper accounting counts master + states and the parameter partition only.
+    """
+    paper = ctx.scenario.assumptions.accounting == "paper"
+    K = (ctx.master_bytes if paper else 4.0) + ctx.optimizer_state_bytes
+    x = {"g": float(ctx.gpus_per_node), "Psi_t": ctx.trainable, "Psi": ctx.params, "K": K, "N_d": _n(ctx, cand),
+         "w": ctx.weight_bytes}
+    opt_nvme = _optimizer_on_nvme(cand)
+    return term("nvme", x, [
+        ("optimizer states + fp32 master", "g*K*Psi_t/N_d", opt_nvme),
+        ("fp32 gradients", "4*g*Psi_t/N_d", opt_nvme & (not paper)),
+        ("parameter partition", "g*w*Psi/N_d", cand.offload_param == 2),
+    ])
 
 
 def nvme_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
-    """NVMe bytes per node for offloaded states: the optimizer states + fp32 master (NVMe optimizer offload) and
-    the 16-bit parameter partition (NVMe parameter offload) of each rank."""
-    n = _n(ctx, cand)
-    paper = ctx.scenario.assumptions.accounting == "paper"
-    K = (ctx.master_bytes if paper else 4.0) + ctx.optimizer_state_bytes
-    opt_nvme = np.where(cand.offload_optimizer == 2, K * ctx.trainable / n, 0.0)
-    par_nvme = np.where(cand.offload_param == 2, ctx.params * ctx.weight_bytes / n, 0.0)
-    return float(ctx.gpus_per_node) * (opt_nvme + par_nvme)
+    """NVMe bytes per node for offloaded states (:func:`nvme_parts` summed), float array."""
+    return nvme_parts(ctx, cand).value
 
 
 def overhead_parts(ctx: Context, cand: Candidates, live: np.ndarray) -> TermParts:

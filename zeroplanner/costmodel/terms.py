@@ -89,11 +89,14 @@ _INFO = (
              "CUDA context + workspaces + allocator fragmentation × live bytes",
              "Assumptions.cuda_context_bytes, allocator_fragmentation_fraction"),
     TermInfo("host_memory", "Host RAM per node", "Host RAM per node", r"M_{host}", "host", "bytes", None,
-             "Host RAM each node needs for what is offloaded, summed over its GPUs.",
-             "GPUs per node x (optimizer states + fp32 master, fp32 gradients, 16-bit host copies, parameter "
-             "partition or pinned swap buffers) per rank",
-             "zeroplanner/costmodel/memory.py host_and_nvme_bytes; DeepSpeed offload_config.py defaults "
-             "(buffer_count, buffer_size, sub_group_size); host extras measured (docs/validation.md)"),
+             "Host RAM each node needs for what is offloaded, summed over its GPUs (before the safety factor the "
+             "fit multiplies it by). With NVMe offload: DeepSpeed's pinned swap buffers and what stays on the CPU.",
+             "GPUs per node x per rank: CPU offload: optimizer states + fp32 master, fp32 gradients, 16-bit copies, "
+             "the parameter partition; NVMe offload (ZeRO-3): buffer_count pinned fp32 buffers of the largest "
+             "sub-group, the 16-bit gradient partition, parameters up to max_in_cpu, the parameter swap buffers",
+             "zeroplanner/costmodel/memory.py host_parts; DeepSpeed 0.19.8 swap_tensor/optimizer_utils.py, "
+             "partitioned_param_swapper.py, zero/stage3.py and offload_config.py defaults (buffer_count, "
+             "buffer_size, max_in_cpu, sub_group_size); measured on CPU ranks (docs/validation.md sections 1, 7)"),
     TermInfo("communication_volume", "Bytes sent per GPU per step", "Bytes sent per GPU per step", r"V_{comm}",
              "communication", "bytes", None, "Bytes each GPU sends per optimizer step in ring collectives.",
              "all-reduce 2(N_d-1)/N_d x its size, reduce-scatter and all-gather (N_d-1)/N_d x theirs",
@@ -231,10 +234,13 @@ SYMBOLS: dict[str, Symbol] = {
     "f": Symbol(r"f", "fraction", "allocator fragmentation fraction"),
     "M_live": Symbol(r"M_{live}", "bytes", "the other five terms together"),
     "g": Symbol(r"g", "GPUs", "GPUs per node"),
-    "n_ob": Symbol(r"n_{ob}", "buffers", "offload_optimizer buffer_count (NVMe swap sub-groups in pinned memory)"),
+    "n_ob": Symbol(r"n_{ob}", "buffers", "offload_optimizer buffer_count (pinned fp32 NVMe swap buffers of the "
+                   "largest sub-group)"),
     "S_sub": Symbol(r"S_{sub}", "parameters", "sub_group_size"),
     "n_pb": Symbol(r"n_{pb}", "buffers", "offload_param buffer_count"),
     "B_pb": Symbol(r"B_{pb}", "elements", "offload_param buffer_size"),
+    "M_cpu": Symbol(r"M_{cpu}", "elements", "offload_param max_in_cpu (16-bit parameter elements kept in host RAM "
+                    "per rank under NVMe parameter offload)"),
     "S_ar": Symbol(r"S_{ar}", "bytes", "all-reduce message bytes per step"),
     "S_rs": Symbol(r"S_{rs}", "bytes", "reduce-scatter message bytes per step"),
     "S_ag": Symbol(r"S_{ag}", "bytes", "all-gather message bytes per step"),
