@@ -56,34 +56,30 @@ def gpu_generation(name: str) -> str:
 
 
 def achieved_fraction(ctx: Context, cand: Candidates) -> np.ndarray:
-    """Fraction of the dense peak a training step reaches, per candidate.
+    """Fraction of the dense peak the GEMMs of a training step reach, per candidate (the memory-bound kernels are
+    priced apart, :func:`memory_bound_seconds_micro`).
 
-    ``Assumptions.mfu`` when the user fixed it (not None); else generation x GEMM size:
-    generation: Ampere 0.72 at hidden 2560 (FlashAttention-2), Hopper/CDNA3 scaled by their MAMF fraction against
-    the A100's, Volta/Turing 0.30 at hidden 1536 (Megatron-LM); GEMM size: h / (h + h_half) relative to the
+    ``Assumptions.mfu`` when the user fixed it (not None; then it covers the whole step); else generation x GEMM
+    size: generation: Ampere 0.72 at hidden 2560 (FlashAttention-2), Hopper/CDNA3 scaled by their MAMF fraction
+    against the A100's, Volta/Turing 0.30 at hidden 1536 (Megatron-LM); GEMM size: h / (h + h_half) relative to the
     reference run's, with h the hidden size per tensor-parallel rank and h_half fitted once
-    (:data:`~.steptime_constants.FITTED`) on the measured runs of shared/references/THROUGHPUT.md; and tokens per
-    micro-batch b*s / (b*s + m_half) (the GEMMs' M dimension), m_half fitted likewise; capped at
-    :func:`ceiling_fraction` (no run beats its generation's measured matmul ceiling).
+    (:data:`~.steptime_constants.FITTED`) on the measured runs of shared/references/THROUGHPUT.md; capped at
+    :func:`ceiling_fraction` (no run beats its generation's measured matmul ceiling). Returns a float array shaped
+    like ``cand``.
     """
     a = ctx.scenario.assumptions
     if a.mfu is not None:
         return np.full(cand.shape, a.mfu)
     gen = gpu_generation(ctx.gpu_name)
-    h_half, m_half = FITTED["gemm_hidden_half"], FITTED["gemm_tokens_half"]
+    h_half = FITTED["gemm_hidden_half"]
     if gen in ("volta", "turing"):
-        base, h_ref, m_ref = END_TO_END_FRACTION_VOLTA, REFERENCE_HIDDEN[gen], 8 * 1024
+        base, h_ref = END_TO_END_FRACTION_VOLTA, REFERENCE_HIDDEN[gen]
     else:
         mamf = MAMF_FRACTION.get(gen, MAMF_FRACTION["ampere"])
-        base, h_ref, m_ref = END_TO_END_FRACTION_AMPERE * mamf / MAMF_FRACTION["ampere"], 2560, 8192
+        base, h_ref = END_TO_END_FRACTION_AMPERE * mamf / MAMF_FRACTION["ampere"], 2560
     h = ctx.hidden_size / ctx.tp
-
-    def size(x, half):
-        return x / (x + half)
-
-    tokens = cand.micro_batch.astype(np.float64) * ctx.scenario.sequence_tokens
-    frac = base * size(h, h_half) / size(h_ref, h_half) * size(tokens, m_half) / size(m_ref, m_half)
-    return np.minimum(frac, ceiling_fraction(gen))
+    frac = base * (h / (h + h_half)) / (h_ref / (h_ref + h_half))
+    return np.full(cand.shape, min(frac, ceiling_fraction(gen)))
 
 
 def ceiling_fraction(gen: str) -> float:
@@ -124,8 +120,9 @@ def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     model, executed, fwd = flops_per_token(ctx, cand)
     tokens_micro = cand.micro_batch.astype(np.float64) * ctx.scenario.sequence_tokens
     rate = ctx.peak_flops * achieved_fraction(ctx, cand)
-    micro = tokens_micro * executed / rate
-    fwd_micro = tokens_micro * fwd / rate
+    mem_total, mem_fwd = memory_bound_seconds_micro(ctx, cand)
+    micro = tokens_micro * executed / rate + mem_total
+    fwd_micro = tokens_micro * fwd / rate + mem_fwd
     ga = cand.grad_accum.astype(np.float64)
     dq = qlora_dequant_seconds_micro(ctx, cand)
     micro = micro + dq
@@ -135,8 +132,62 @@ def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
         "fwd_seconds_micro": fwd_micro,
         "bwd_seconds_micro": micro - fwd_micro,
         "model_flops": ga * tokens_micro * model,
-        "achieved_fraction": rate / ctx.peak_flops,
+        "achieved_fraction": tokens_micro * executed / (micro - dq) / ctx.peak_flops,
+        "gemm_fraction": rate / ctx.peak_flops,
+        "memory_seconds_micro": mem_total,
     }
+
+
+ELEMENTWISE_BYTES_PER_HIDDEN = {"gelu": 687.0, "swiglu": 518.0}
+"""HBM bytes per token per layer per unit of hidden size that the non-GEMM kernels of one training forward+backward
+move (layer norms, activation function, bias, dropout, residual adds, rotary embedding, head split/merge copies),
+MEASURED here: every aten op of a real transformers 5.x model's forward and backward (eager PyTorch, bf16) counted
+with a TorchDispatchMode, its input and output tensor bytes summed, GEMMs, attention kernels and views excluded, and
+the count regressed on layers x hidden, layers x heads x sequence, vocabulary and hidden over seven small configs
+(1% residual): "gelu" on BLOOM (bigscience's tanh GeLU as eager elementwise ops), "swiglu" on Llama (eager RMSNorm,
+SiLU x up, rotary). Memory-bound: seconds = bytes / HBM bandwidth (roofline, Williams et al., CACM 2009)."""
+
+SCORE_BYTES_PER_ELEMENT = {"gelu": 41.3, "swiglu": 52.4}
+"""HBM bytes per attention-score element (heads x sequence per token per layer) of eager attention, forward and
+backward (scores written, masked, softmax with fp32 upcast, probabilities read by the second matmul, and their
+backward), measured by the same count (BLOOM: baddbmm with ALiBi + fp32 softmax; Llama eager); 0 with flash/sdpa
+attention (the same count with sdpa measures -3.9, i.e. nothing)."""
+
+LOGIT_BYTES_PER_ELEMENT = {"gelu": 64.8, "swiglu": 52.4}
+"""HBM bytes per logit element (tokens x vocabulary) of the causal-LM loss, forward and backward (lm_head output,
+fp32 upcast, log-softmax, NLL and their backward; BLOOM's shifted copy), measured by the same count."""
+
+FORWARD_BYTES_SHARE = 0.3
+"""Share of those bytes moved in the forward pass (what a recompute repeats), measured by the same count with the
+forward and backward counted apart: BLOOM 0.298, Llama eager 0.315, Llama sdpa 0.257."""
+
+
+def memory_bound_seconds_micro(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds per micro-step, of which forward) of the memory-bound non-GEMM work: tokens x (layers x hidden x
+    ELEMENTWISE_BYTES_PER_HIDDEN + (eager attention only) attention layers x heads x sequence x
+    SCORE_BYTES_PER_ELEMENT + vocabulary x LOGIT_BYTES_PER_ELEMENT) / HBM bandwidth; full checkpointing repeats
+    the layers' forward share, selective the attention scores' forward share. 0 where ``Assumptions.mfu`` is fixed
+    (the user's fraction covers the whole step)."""
+    sc = ctx.scenario
+    if sc.assumptions.mfu is not None:
+        z = np.zeros(cand.shape)
+        return z, z
+    m, t = sc.model, sc.training
+    kind = "swiglu" if m.ffn_kind == "swiglu" else "gelu"
+    tp = float(ctx.tp)
+    tokens = cand.micro_batch.astype(np.float64) * sc.sequence_tokens
+    layer = m.n_layers * m.hidden_size * ELEMENTWISE_BYTES_PER_HIDDEN[kind] / tp
+    eager = not t.flash_attention or bool(m.attn_logit_softcapping)
+    scores = (m.n_attention_layers * m.n_heads * sc.sequence_tokens * SCORE_BYTES_PER_ELEMENT[kind] / tp
+              if eager else 0.0)
+    logits = m.vocab_size * LOGIT_BYTES_PER_ELEMENT[kind] / tp
+    recompute = np.select([cand.checkpointing == 2, cand.checkpointing == 1],
+                          [FORWARD_BYTES_SHARE * (layer + scores), FORWARD_BYTES_SHARE * scores], 0.0)
+    per_token = layer + scores + logits + recompute
+    bw = ctx.hbm_bytes_per_second
+    total = tokens * per_token / bw
+    fwd = tokens * FORWARD_BYTES_SHARE * (layer + scores + logits) / bw
+    return total, fwd
 
 
 QLORA_DEQUANT_BYTES = 0.5 + 2.0 + 2.0
