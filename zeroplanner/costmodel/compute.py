@@ -138,24 +138,28 @@ def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     }
 
 
-ELEMENTWISE_BYTES_PER_HIDDEN = {"gelu": 687.0, "swiglu": 518.0}
+ELEMENTWISE_BYTES_PER_HIDDEN = {"gelu": 662.0, "swiglu": 505.0}
 """HBM bytes per token per layer per unit of hidden size that the non-GEMM kernels of one training forward+backward
-move (layer norms, activation function, bias, dropout, residual adds, rotary embedding, head split/merge copies),
-MEASURED here: every aten op of a real transformers 5.x model's forward and backward (eager PyTorch, bf16) counted
-with a TorchDispatchMode, its input and output tensor bytes summed, GEMMs, attention kernels and views excluded, and
-the count regressed on layers x hidden, layers x heads x sequence, vocabulary and hidden over seven small configs
-(1% residual): "gelu" on BLOOM (bigscience's tanh GeLU as eager elementwise ops), "swiglu" on Llama (eager RMSNorm,
-SiLU x up, rotary). Memory-bound: seconds = bytes / HBM bandwidth (roofline, Williams et al., CACM 2009)."""
+move (layer norms, activation function, bias, dropout, residual adds, rotary embedding, head split/merge copies).
+MEASURED here, not fitted: every aten op of a real transformers model's forward and backward (eager PyTorch, bf16,
+CPU) counted with a TorchDispatchMode, its input and output tensor bytes summed, GEMMs, attention kernels and views
+excluded (tests/evidence/test_steptime.py ``_count_non_gemm_bytes``); bytes per step at sequence 128/256/384 solved
+for per-step + per-token + per-token x s parts, 4 layers minus 2 (hidden 256, 4 heads): "gelu" on BLOOM (662.1:
+bigscience's tanh GeLU runs as ~20 eager elementwise ops), "swiglu" on Llama (504.8 eager attention, 496.9 sdpa:
+eager RMSNorm, SiLU x up, rotary). The per-step part is 3-11 KB per layer (negligible). Memory-bound kernels:
+seconds = bytes / HBM bandwidth (roofline, Williams et al., CACM 2009)."""
 
-SCORE_BYTES_PER_ELEMENT = {"gelu": 41.3, "swiglu": 52.4}
-"""HBM bytes per attention-score element (heads x sequence per token per layer) of eager attention, forward and
-backward (scores written, masked, softmax with fp32 upcast, probabilities read by the second matmul, and their
-backward), measured by the same count (BLOOM: baddbmm with ALiBi + fp32 softmax; Llama eager); 0 with flash/sdpa
-attention (the same count with sdpa measures -3.9, i.e. nothing)."""
+SCORE_BYTES_PER_ELEMENT = {"gelu": 49.0, "swiglu": 57.0}
+"""HBM bytes per attention-score element (heads x sequence per token per attention layer) of eager attention,
+forward and backward (scores written, scaled and masked, softmax with its fp32 upcast, probabilities read by the
+second matmul, and their backward), measured by the same count as the second difference over s, 2s, 3s (BLOOM:
+ALiBi baddbmm + fp32 softmax, 49.0; Llama eager 57.0); 0 with flash/sdpa attention (the same count with sdpa
+measures 0.0)."""
 
-LOGIT_BYTES_PER_ELEMENT = {"gelu": 64.8, "swiglu": 52.4}
+LOGIT_BYTES_PER_ELEMENT = {"gelu": 64.0, "swiglu": 52.0}
 """HBM bytes per logit element (tokens x vocabulary) of the causal-LM loss, forward and backward (lm_head output,
-fp32 upcast, log-softmax, NLL and their backward; BLOOM's shifted copy), measured by the same count."""
+fp32 upcast, log-softmax, NLL and their backward; BLOOM's shifted .contiguous() copy), measured by the same count
+(vocabulary 2048 vs 4096: BLOOM 64.0, Llama 52.0)."""
 
 FORWARD_BYTES_SHARE = 0.3
 """Share of those bytes moved in the forward pass (what a recompute repeats), measured by the same count with the
