@@ -5,8 +5,10 @@ counts matmul weights (active experts only) and the second term is attention (T 
 width). LoRA/QLoRA: frozen weights need no weight gradient, so 4N instead of 6N for them (forward 2N + input
 gradients 2N; Hu et al., arXiv 2106.09685). Recomputation adds a forward: full checkpointing 2N + 4·L·H·Q·T,
 selective only the attention core 4·L·H·Q·T (Korthikanti et al., arXiv 2205.05198, Sec. 5). MFU counts model FLOPs
-only; the time uses executed FLOPs at :func:`achieved_fraction` of the dense peak (``Assumptions.mfu`` when the
-user fixes it).
+only; the time uses executed FLOPs at :func:`achieved_fraction` of the dense peak (the GEMMs) plus the
+memory-bound kernels' bytes over HBM bandwidth (:func:`memory_bound_seconds_micro`: per-token bytes counted on
+real transformers models; they scale with tokens, layers x hidden, vocabulary and, for eager attention, tokens x
+sequence, not with FLOPs). With ``Assumptions.mfu`` fixed by the user, that fraction covers the whole compute.
 """
 
 from __future__ import annotations
@@ -115,7 +117,12 @@ def flops_per_token(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndar
 def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """Compute seconds per step and per micro-step (forward / backward), model FLOPs per GPU per step.
 
-    Returns dict of float arrays: "seconds", "fwd_seconds_micro", "bwd_seconds_micro", "model_flops".
+    Per micro-step: tokens x executed FLOPs per token / (peak x :func:`achieved_fraction`) + the memory-bound
+    kernels (:func:`memory_bound_seconds_micro`) + QLoRA dequantisation.
+    Returns dict of float arrays: "seconds", "fwd_seconds_micro", "bwd_seconds_micro", "model_flops",
+    "dequant_seconds_micro", "memory_seconds_micro", "gemm_fraction" (:func:`achieved_fraction`) and
+    "achieved_fraction" (the effective fraction of the peak of GEMMs and memory-bound kernels together: what
+    ``--mfu`` would have to be for the same compute time).
     """
     model, executed, fwd = flops_per_token(ctx, cand)
     tokens_micro = cand.micro_batch.astype(np.float64) * ctx.scenario.sequence_tokens
