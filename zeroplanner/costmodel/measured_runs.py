@@ -133,7 +133,8 @@ def runs() -> list[Run]:
     sc = _scenario(gpt10, catalog.gpu("V100-32GB"), gpus=1, precision="fp16", mb=10, ga=1, seq=1024, ckpt="full",
                    zero={"stage": 2, "offload_optimizer": {"device": "cpu"}}, flash=False)
     out.append(Run("s4-10b", 4, "GPT-2 10B ZeRO-2 + CPU optimizer, 1 V100", sc, 25.765,
-                   assumed="vocabulary 50304 (Megatron's padded GPT-2); host CPU-Adam at the cluster default"))
+                   assumed="vocabulary 50304 (Megatron's padded GPT-2); host CPU-Adam at the cluster default; eager "
+                   "attention (Megatron-LM's GPT-2 of the tutorial predates flash attention)"))
     # -- 5. ml-engineering: Llama-3.1-8B on 8 x H200, ZeRO-3 + CPU optimizer -------------------------------
     llama8 = catalog.model("llama-3.1-8b")
     for seq, tf in ((8192, 141.0), (32768, 324.0)):
