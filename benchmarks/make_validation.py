@@ -311,12 +311,42 @@ def render(engine: list[dict], activations: list[dict], meta: dict, modern: list
     return "\n".join(lines)
 
 
-def render_step_time(loo: bool = True) -> list[str]:
+def measure_cpu_adam(params: int = 20_000_000, repeats: int = 5) -> dict:
+    """DeepSpeedCPUAdam (deepspeed.ops.adam, the op ZeRO-Offload's optimizer step runs) on this machine's CPU: one
+    fp32 tensor of ``params`` elements with a gradient, AdamW mode, median seconds of ``repeats`` steps after a
+    first one (op load, state init); params/s = params / median."""
+    import os
+    import time
+
+    import deepspeed
+    import torch
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    p = torch.nn.Parameter(torch.randn(params))
+    p.grad = torch.randn(params)
+    opt = DeepSpeedCPUAdam([p], lr=1e-4, adamw_mode=True)
+    opt.step()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    median = sorted(times)[len(times) // 2]
+    return {"params": params, "median_seconds": median, "params_per_second": params / median,
+            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "load_average_1min": os.getloadavg()[0], "deepspeed": deepspeed.__version__,
+            "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def render_step_time(loo: bool = True, cpu_adam: dict | None = None) -> list[str]:
     """Section "Step time against measured runs": every row of shared/references/THROUGHPUT.md predicted vs
     measured, the in-section ratios, the fitted constants (and on which rows), and the leave-one-out error."""
+    from zeroplanner import estimate
     from zeroplanner.costmodel import measured_runs as mr
     from zeroplanner.costmodel.steptime_constants import FITTED
 
+    if cpu_adam is None and (STORE / "cpu_adam.json").exists():
+        cpu_adam = json.loads((STORE / "cpu_adam.json").read_text())
     rows, ratios = mr.table()
     refit = mr.fit()
     unit = {"step": "s/step", "tflops": "TFLOP/s per GPU"}
@@ -412,9 +442,30 @@ def render_step_time(loo: bool = True) -> list[str]:
             "save is small: at most the forward all-gathers' latency (BLOOM-560M: 98 x 11.8 us in NCCL's model = "
             "1.2 ms of a 0.12-0.4 s step).",
             "- Not measured here: DeepSpeed's CPU-Adam rate on a GPU host (`ClusterSpec.cpu_adam_params_per_second` "
-            "stays 4e9/s per node); sections 4 and 5 depend on it.",
+            "stays 4e9/s per node); sections 4 and 5 depend on it."]
+    s4 = next(r for r in mr.runs() if r.key == "s4-10b")
+    e4 = estimate(s4.scenario)
+    out += [f"- Section 4's log splits its step: forward + backward {s4.extra['forward_backward_seconds']:.2f} s "
+            f"measured vs {e4.compute_seconds_per_step:.2f} s compute + {e4.offload_seconds_per_step:.2f} s exposed "
+            f"PCIe predicted; optimizer step {s4.extra['optimizer_seconds']:.2f} s measured vs "
+            f"{e4.optimizer_seconds_per_step:.2f} s predicted (10B / 4e9 per s): the row's total is right for a wrong "
+            f"split, the host's CPU-Adam ran at {s4.scenario.parameters / s4.extra['optimizer_seconds']:.2g} "
+            "parameters/s (host CPU not stated)."]
+    if cpu_adam:
+        per_thread = cpu_adam["params_per_second"] / cpu_adam["torch_threads"]
+        host4 = s4.scenario.parameters / s4.extra["optimizer_seconds"]
+        out += [f"- DeepSpeedCPUAdam measured on this machine (`measure_cpu_adam`, DeepSpeed {cpu_adam['deepspeed']}, "
+                f"{cpu_adam['torch_threads']} threads on {cpu_adam['cpu_count']} cores, load average "
+                f"{cpu_adam['load_average_1min']:.1f}, {cpu_adam['measured_at']}): "
+                f"{cpu_adam['params_per_second']:.3g} parameters/s "
+                f"({per_thread:.3g} per thread) on "
+                f"{cpu_adam['params']:,} parameters; the cluster default 4e9/s per node is about "
+                f"{4e9 / per_thread:.0f} such threads, and section 4's host about {host4 / per_thread:.0f}. "
+                "Not put into the model: the rate is host-bound (memory bandwidth, cores) and no row states its host."]
+    out += [
             "", "Regenerate this section alone: `python benchmarks/make_validation.py --from-stored` (no engine "
-            "run; about a minute, most of it the leave-one-out refits)."]
+            "run; about a minute, most of it the leave-one-out refits); `--cpu-adam` measures DeepSpeedCPUAdam "
+            "again first (zeroplanner/_measurements/cpu_adam.json)."]
     out.append("")
     return out
 
@@ -424,10 +475,14 @@ def main(argv=None) -> int:
     parser.add_argument("--from-stored", action="store_true", help="render from zeroplanner/_measurements/*.json")
     parser.add_argument("--only-modern", action="store_true",
                         help="measure only the 2024-26 families' activation census (section 6); the rest from stored")
+    parser.add_argument("--cpu-adam", action="store_true",
+                        help="measure DeepSpeedCPUAdam on this CPU (section 5), then render the rest from stored")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine launch")
     args = parser.parse_args(argv)
     STORE.mkdir(parents=True, exist_ok=True)
-    if args.from_stored:
+    if args.cpu_adam:
+        (STORE / "cpu_adam.json").write_text(json.dumps(measure_cpu_adam(), indent=1))
+    if args.from_stored or args.cpu_adam:
         engine = json.loads((STORE / "engine.json").read_text())
         activations = json.loads((STORE / "activations.json").read_text())
         meta = json.loads((STORE / "meta.json").read_text())
@@ -447,6 +502,7 @@ def main(argv=None) -> int:
         activations = measure_activations()
         modern = measure_modern_activations()
         engine = measure_engine(args.timeout)
+        (STORE / "cpu_adam.json").write_text(json.dumps(measure_cpu_adam(), indent=1))
         meta = {"measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 "machine": f"{platform.machine()} Linux, CPU ranks",
                 "deepspeed": deepspeed.__version__, "torch": torch.__version__,
