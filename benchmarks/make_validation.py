@@ -437,9 +437,11 @@ def render_step_time(loo: bool = True, cpu_adam: dict | None = None) -> list[str
             "- ZeRO-3's all-gathers pay NCCL's latency each (`communication.ring_seconds`, one per fetched module as "
             "counted above); `stage3_prefetch_bucket_size` still does not change the count: with prefetching the "
             "coordinator coalesces upcoming modules into one all-gather per bucket only while "
-            "stage3_max_live_parameters leaves room, a queue the model does not simulate and no engine test "
-            "counts yet (both engine tests run with max_live 0, which disables prefetching). The latency it would "
-            "save is small: at most the forward all-gathers' latency (BLOOM-560M: 98 x 11.8 us in NCCL's model = "
+            "stage3_max_live_parameters leaves room, a queue the model does not simulate (the collective-count "
+            "engine tests run with max_live 0, which disables prefetching). Counted with prefetching on "
+            "(`tests/evidence/test_steptime.py::test_zero3_all_gathers_with_prefetch`, strict xfails: tiny Llama, "
+            "42 all-gathers per step at bucket 0, 5 at 20,000 elements, 1 at 1e6) the model's one-per-module count "
+            "is an upper bound. The latency it would save is small: at most the forward all-gathers' latency (BLOOM-560M: 98 x 11.8 us in NCCL's model = "
             "1.2 ms of a 0.12-0.4 s step).",
             "- Not measured here: DeepSpeed's CPU-Adam rate on a GPU host (`ClusterSpec.cpu_adam_params_per_second` "
             "stays 4e9/s per node); sections 4 and 5 depend on it."]

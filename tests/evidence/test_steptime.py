@@ -274,3 +274,63 @@ def test_module_parameter_shapes_match_the_hf_model(family):
     shapes = module_parameter_shapes(arch)
     ours = sorted(tuple(sorted(numels)) for count, numels in shapes for _ in range(count))
     assert ours == real
+
+
+PREFETCH_BUCKETS = (0, 20_000, 1_000_000)
+
+
+@pytest.fixture(scope="module")
+def prefetch_counts(tmp_path_factory):
+    """All-gathers per step counted by DeepSpeed's comms logger on 2 CPU ranks (gloo) for the tiny Llama of
+    tests/evidence/test_zero3_collective_count.py (threshold 0, max_live 1e6, reuse 0) at three
+    stage3_prefetch_bucket_size values (one launch; measured here: 42, 5 and 1 per step after the first)."""
+    pytest.importorskip("deepspeed")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.evidence import test_zero3_collective_count as z3
+
+    tmp = tmp_path_factory.mktemp("prefetch")
+    runs = [{"key": f"B{b}", "hf_config": z3.MODELS["llama"], "threshold": 0,
+             "zero": {"stage3_prefetch_bucket_size": b, "stage3_max_live_parameters": 1_000_000,
+                      "stage3_max_reuse_distance": 0}} for b in PREFETCH_BUCKETS]
+    plan_path = tmp / "plan.json"
+    plan_path.write_text(json.dumps({"runs": runs, "steps": 3, "seq_len": z3.SEQ_LEN, "out": str(tmp / "out")}))
+    (tmp / "worker.py").write_text(z3.WORKER)
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--no_local_rank",
+           "--master_port", str(z3._free_port()), str(tmp / "worker.py"), str(plan_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads((tmp / "out.rank0").read_text())
+    return {b: [s["all_gather_into_tensor"] for s in out[f"B{b}"][1:]] for b in PREFETCH_BUCKETS}
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(660)
+@pytest.mark.parametrize("bucket", [
+    0,
+    pytest.param(20_000, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="prefetch coalescing "
+                                                 "not modelled: the "
+                                                 "coordinator gathers upcoming modules in one call per bucket")),
+    pytest.param(1_000_000, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="prefetch "
+                                                    "coalescing not modelled: a "
+                                                    "bucket larger than the model gathers it in one call")),
+])
+def test_zero3_all_gathers_with_prefetch(prefetch_counts, bucket):
+    """With prefetching on (stage3_max_live_parameters > 0) DeepSpeed coalesces the upcoming modules' parameters
+    into one all-gather per prefetch bucket; the model still counts one per module (42 here), so its all-gather
+    latency term is an upper bound (docs/validation.md section 5)."""
+    from zeroplanner.costmodel.communication import stage3_collective_counts
+    from zeroplanner.costmodel.context import make_context as mk
+
+    from tests.evidence import test_zero3_collective_count as z3
+
+    sc = z3.scenario("llama", 0)
+    sc = sc.model_copy(update={"zero": sc.zero.model_copy(update={
+        "stage3_prefetch_bucket_size": bucket, "stage3_max_live_parameters": 1_000_000})})
+    c = stage3_collective_counts(mk(sc), Candidates.from_scenario(sc))
+    want = int((c["all_gather_forward"] + c["all_gather_backward"] + c["all_gather_step"]).item())
+    assert prefetch_counts[bucket] == [want, want]
