@@ -85,7 +85,7 @@ def test_efficiency_depends_on_generation_and_size():
     assert effective < a100
 
 
-def _count_non_gemm_bytes(hf: dict, seq: int, attn: str | None) -> float:
+def _count_non_gemm_bytes(hf: dict, seq: int, attn: str | None, forward_only: bool = False) -> float:
     """Bytes read + written by every non-GEMM aten op of one forward+backward of a real transformers model (bf16,
     CPU), counted with a TorchDispatchMode: what compute.memory_bound_seconds_micro prices per token."""
     torch = pytest.importorskip("torch")
@@ -126,7 +126,10 @@ def _count_non_gemm_bytes(hf: dict, seq: int, attn: str | None) -> float:
         prm.grad = None
     Count.total = 0
     with Count():
-        model(input_ids=ids, labels=ids).loss.backward()
+        loss = model(input_ids=ids, labels=ids).loss
+        if forward_only:
+            return Count.total
+        loss.backward()
     return Count.total
 
 
@@ -158,6 +161,23 @@ def test_memory_bound_bytes_are_what_the_real_models_move(kind):
     assert layers == pytest.approx(want_layers, rel=0.05)
     assert vocab_d == pytest.approx(vocab * compute.LOGIT_BYTES_PER_ELEMENT[kind], rel=0.05)
     assert second == pytest.approx(2 * 2 * heads * score * s**2, rel=0.05)
+
+
+@pytest.mark.parametrize("family,attn,share", [("bloom", None, 0.348), ("llama", "eager", 0.380),
+                                               ("llama", "sdpa", 0.331)])
+def test_forward_share_of_the_memory_bound_bytes(family, attn, share):
+    """compute.FORWARD_BYTES_SHARE (0.35, what a recompute repeats) against the measured forward / total shares."""
+    from zeroplanner.costmodel import compute
+
+    if family == "bloom":
+        hf = {"model_type": "bloom", "vocab_size": 2048, "hidden_size": 512, "n_layer": 4, "n_head": 8}
+    else:
+        hf = {"model_type": "llama", "vocab_size": 2048, "hidden_size": 512, "intermediate_size": 1368,
+              "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8}
+    fwd = _count_non_gemm_bytes(hf, 256, attn, forward_only=True)
+    total = _count_non_gemm_bytes(hf, 256, attn)
+    assert fwd / total == pytest.approx(share, abs=0.005)
+    assert abs(compute.FORWARD_BYTES_SHARE - fwd / total) < 0.05
 
 
 def test_eager_attention_costs_its_scores():
