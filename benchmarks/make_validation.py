@@ -12,7 +12,7 @@ Raw measurements go to zeroplanner/_measurements/ (engine.json, activations.json
 read from them (nothing typed by hand), and the cost model is evaluated fresh at render time.
 
 Section 5, "Step time against measured runs", predicts every row of shared/references/THROUGHPUT.md
-(zeroplanner/costmodel/measured_runs.py), refits the five constants of costmodel/steptime_constants.py on all rows
+(zeroplanner/costmodel/measured_runs.py), refits the constants of costmodel/steptime_constants.py on all rows
 (printing which rows carry each) and prints the leave-one-out error; it needs no engine run.
 """
 
@@ -458,12 +458,42 @@ def render(engine: list[dict], activations: list[dict], meta: dict, modern: list
     return "\n".join(lines)
 
 
-def render_step_time(loo: bool = True) -> list[str]:
+def measure_cpu_adam(params: int = 20_000_000, repeats: int = 5) -> dict:
+    """DeepSpeedCPUAdam (deepspeed.ops.adam, the op ZeRO-Offload's optimizer step runs) on this machine's CPU: one
+    fp32 tensor of ``params`` elements with a gradient, AdamW mode, median seconds of ``repeats`` steps after a
+    first one (op load, state init); params/s = params / median."""
+    import os
+    import time
+
+    import deepspeed
+    import torch
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    p = torch.nn.Parameter(torch.randn(params))
+    p.grad = torch.randn(params)
+    opt = DeepSpeedCPUAdam([p], lr=1e-4, adamw_mode=True)
+    opt.step()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    median = sorted(times)[len(times) // 2]
+    return {"params": params, "median_seconds": median, "params_per_second": params / median,
+            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "load_average_1min": os.getloadavg()[0], "deepspeed": deepspeed.__version__,
+            "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def render_step_time(loo: bool = True, cpu_adam: dict | None = None) -> list[str]:
     """Section "Step time against measured runs": every row of shared/references/THROUGHPUT.md predicted vs
     measured, the in-section ratios, the fitted constants (and on which rows), and the leave-one-out error."""
+    from zeroplanner import estimate
     from zeroplanner.costmodel import measured_runs as mr
     from zeroplanner.costmodel.steptime_constants import FITTED
 
+    if cpu_adam is None and (STORE / "cpu_adam.json").exists():
+        cpu_adam = json.loads((STORE / "cpu_adam.json").read_text())
     rows, ratios = mr.table()
     refit = mr.fit()
     unit = {"step": "s/step", "tflops": "TFLOP/s per GPU"}
@@ -492,23 +522,38 @@ def render_step_time(loo: bool = True) -> list[str]:
                    f"{q['error']:.2f} |")
     bad = [q["name"] for q in ratios if max(q["error"], 1 / q["error"]) > 1.25]
     out += ["", f"Ratios outside 1.25x: {', '.join(bad) if bad else 'none'}."]
-    if bad:
-        out += ["", "Why the remaining misses are not fitted away: in section 1 ZeRO-1 at 560M/len 1024 takes 2.13x "
-                "its len-512 step while 1.1B at len 512 takes only 1.42x, i.e. the measured time grows faster with "
-                "tokens than with parameters; no FLOP-based term does that (attention is 4% of the FLOPs at 1024), "
-                "and a per-row constant is not allowed. Every other BLOOM ratio, including the headline ZeRO-3 / "
-                "ZeRO-1 = 3.3x at 560M/512, is within 1.25x."]
+    pr = {r["key"]: r for r in rows}
+
+    def growth(a, b, which):
+        return pr[a][which] / pr[b][which]
+
+    len_p, len_m = (growth("s1-560m-1024-z1", "s1-560m-512-z1", w) for w in ("predicted", "measured"))
+    size_p, size_m = (growth("s1-1b1-512-z1", "s1-560m-512-z1", w) for w in ("predicted", "measured"))
+    out += ["", "What closed the two BLOOM ZeRO-3 / ZeRO-1 misses of the FLOP-only model (len 1024: 1.37, 1.1B: 0.78), "
+            "with no per-row constant: (1) the memory-bound kernels are priced from their bytes, counted on the real "
+            "transformers models (every non-GEMM aten op of a forward+backward, `compute.ELEMENTWISE_BYTES_PER_HIDDEN`"
+            ", `SCORE_BYTES_PER_ELEMENT`, `LOGIT_BYTES_PER_ELEMENT`; re-measured by "
+            "`tests/evidence/test_steptime.py`) over the GPU's HBM bandwidth: BLOOM's eager attention moves 49 bytes "
+            "per score element, so its time grows with tokens x sequence: the predicted ZeRO-1 step grows "
+            f"{len_p:.2f}x from len 512 to 1024 (measured {len_m:.2f}x; 1.52x in the FLOP-only model of commit "
+            "8874c0d); (2) section 1 uses BELLE's own DeepSpeed config (`train/configs/"
+            "deepspeed_config.json`, fp16 version: overlap_comm on, reduce bucket hidden^2) instead of DeepSpeed's "
+            "defaults, so ZeRO-1's gradient all-reduce overlaps backward: the predicted 1.1B step is "
+            f"{size_p:.2f}x the 560M one (measured {size_m:.2f}x; 1.68x in that model). The GEMM M-dimension "
+            "constant (`gemm_tokens_half`) is gone: refitted with "
+            "the memory-bound term it ran to its bound and did nothing."]
     out += ["", "### Fitted constants", "",
-            "Five constants (`zeroplanner/costmodel/steptime_constants.py`), each fitted once for all rows by "
-            "least squares on log(predicted/measured) of every row and every ratio above "
-            "(`measured_runs.fit`); everything else in the step-time model is from a cited source (MAMF "
-            "fractions, FlashAttention-2 and Megatron-LM end-to-end MFU, NCCL latencies, catalog bandwidths).", "",
+            f"{len(mr.FIT_NAMES)} constants (`zeroplanner/costmodel/steptime_constants.py`), each fitted once for "
+            "all rows by least squares on log(predicted/measured) of every row and every ratio above "
+            "(`measured_runs.fit`); everything else in the step-time model is from a cited source or measured here "
+            "(MAMF fractions, FlashAttention-2 and Megatron-LM end-to-end MFU, NCCL latencies, catalog bandwidths, "
+            "memory-bound bytes per token counted on transformers models).", "",
             "| constant | value used | refit now | carried by rows |", "|---|---:|---:|---|"]
     carried = {"gemm_hidden_half": "all (sections 1-5; mostly 1 vs 2-5: hidden 1024-1536 vs 3584-11392)",
-               "gemm_tokens_half": "all (section 1 len 512 vs 1024, section 5 8K vs 32K)",
                "zero3_fetch_seconds": "section 1 ZeRO-3 rows (host-bound); hidden in sections 2, 3, 5",
                "grad_hook_seconds": "section 1 ZeRO-2 vs ZeRO-1 rows",
-               "overlap_loss": "sections 3 (1 x vs 4 x 100 Gb/s) and 5 (ZeRO-3 with overlap_comm)"}
+               "overlap_loss": "sections 1 (overlapped reductions), 3 (1 x vs 4 x 100 Gb/s) and 5 (ZeRO-3 with "
+               "overlap_comm)"}
     for k in mr.FIT_NAMES:
         out.append(f"| {k} | {FITTED[k]:.4g} | {refit[k]:.4g} | {carried[k]} |")
     if loo:
@@ -530,11 +575,46 @@ def render_step_time(loo: bool = True) -> list[str]:
             "inferred, not fitted: the measured ZeRO-1 step (0.118 s) is shorter than its fp16 all-reduce and "
             "all-gather would take over PCIe Gen3, so the two TITAN RTX must be NVLink-bridged "
             "(`measured_runs.TITAN_RTX`).",
+            "- Memory-bound bytes per token (`compute.memory_bound_seconds_micro`): counted with a TorchDispatchMode "
+            "on transformers' BLOOM (eager attention, tanh GeLU: 662 bytes per layer per hidden unit, 49 per score "
+            "element, 64 per logit) and Llama (eager/sdpa: 505/497, 57, 52), priced at the catalog's HBM bandwidth "
+            "(TITAN RTX 672 GB/s, Turing whitepaper). Section 4 (Megatron-LM GPT-2 of 2020) is priced with eager "
+            "attention and the gelu counts too; section 5's Liger-Kernel (fused norms, SwiGLU and cross-entropy) "
+            "moves fewer bytes than the counts say, which is part of its 0.78 at 32K.",
+            "- ZeRO-3's all-gathers pay NCCL's latency each (`communication.ring_seconds`, one per fetched module as "
+            "counted above); `stage3_prefetch_bucket_size` still does not change the count: with prefetching the "
+            "coordinator coalesces upcoming modules into one all-gather per bucket only while "
+            "stage3_max_live_parameters leaves room, a queue the model does not simulate (the collective-count "
+            "engine tests run with max_live 0, which disables prefetching). Counted with prefetching on "
+            "(`tests/evidence/test_steptime.py::test_zero3_all_gathers_with_prefetch`, strict xfails: tiny Llama, "
+            "42 all-gathers per step at bucket 0, 5 at 20,000 elements, 1 at 1e6) the model's one-per-module count "
+            "is an upper bound. The latency it would save is small: at most the forward all-gathers' latency (BLOOM-560M: 98 x 11.8 us in NCCL's model = "
+            "1.2 ms of a 0.12-0.4 s step).",
             "- Not measured here: DeepSpeed's CPU-Adam rate on a GPU host (`ClusterSpec.cpu_adam_params_per_second` "
-            "stays 4e9/s per node); sections 4 and 5 depend on it, and section 4's 0.81 is mostly its optimizer "
-            "step (7.6 s measured).",
+            "stays 4e9/s per node); sections 4 and 5 depend on it."]
+    s4 = next(r for r in mr.runs() if r.key == "s4-10b")
+    e4 = estimate(s4.scenario)
+    out += [f"- Section 4's log splits its step: forward + backward {s4.extra['forward_backward_seconds']:.2f} s "
+            f"measured vs {e4.compute_seconds_per_step:.2f} s compute + {e4.offload_seconds_per_step:.2f} s exposed "
+            f"PCIe predicted; optimizer step {s4.extra['optimizer_seconds']:.2f} s measured vs "
+            f"{e4.optimizer_seconds_per_step:.2f} s predicted (10B / 4e9 per s): the row's total is right for a wrong "
+            f"split, the host's CPU-Adam ran at {s4.scenario.parameters / s4.extra['optimizer_seconds']:.2g} "
+            "parameters/s (host CPU not stated)."]
+    if cpu_adam:
+        per_thread = cpu_adam["params_per_second"] / cpu_adam["torch_threads"]
+        host4 = s4.scenario.parameters / s4.extra["optimizer_seconds"]
+        out += [f"- DeepSpeedCPUAdam measured on this machine (`measure_cpu_adam`, DeepSpeed {cpu_adam['deepspeed']}, "
+                f"{cpu_adam['torch_threads']} threads on {cpu_adam['cpu_count']} cores, load average "
+                f"{cpu_adam['load_average_1min']:.1f}, {cpu_adam['measured_at']}): "
+                f"{cpu_adam['params_per_second']:.3g} parameters/s "
+                f"({per_thread:.3g} per thread) on "
+                f"{cpu_adam['params']:,} parameters; the cluster default 4e9/s per node is about "
+                f"{4e9 / per_thread:.0f} such threads, and section 4's host about {host4 / per_thread:.0f}. "
+                "Not put into the model: the rate is host-bound (memory bandwidth, cores) and no row states its host."]
+    out += [
             "", "Regenerate this section alone: `python benchmarks/make_validation.py --from-stored` (no engine "
-            "run; about a minute, most of it the leave-one-out refits)."]
+            "run; about a minute, most of it the leave-one-out refits); `--cpu-adam` measures DeepSpeedCPUAdam "
+            "again first (zeroplanner/_measurements/cpu_adam.json)."]
     out.append("")
     return out
 
@@ -544,10 +624,14 @@ def main(argv=None) -> int:
     parser.add_argument("--from-stored", action="store_true", help="render from zeroplanner/_measurements/*.json")
     parser.add_argument("--only-modern", action="store_true",
                         help="measure only the 2024-26 families' activation census (section 6); the rest from stored")
+    parser.add_argument("--cpu-adam", action="store_true",
+                        help="measure DeepSpeedCPUAdam on this CPU (section 5), then render the rest from stored")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine launch")
     args = parser.parse_args(argv)
     STORE.mkdir(parents=True, exist_ok=True)
-    if args.from_stored:
+    if args.cpu_adam:
+        (STORE / "cpu_adam.json").write_text(json.dumps(measure_cpu_adam(), indent=1))
+    if args.from_stored or args.cpu_adam:
         engine = json.loads((STORE / "engine.json").read_text())
         activations = json.loads((STORE / "activations.json").read_text())
         meta = json.loads((STORE / "meta.json").read_text())
@@ -567,6 +651,7 @@ def main(argv=None) -> int:
         activations = measure_activations()
         modern = measure_modern_activations()
         engine = measure_engine(args.timeout)
+        (STORE / "cpu_adam.json").write_text(json.dumps(measure_cpu_adam(), indent=1))
         meta = {"measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 "machine": f"{platform.machine()} Linux, CPU ranks",
                 "deepspeed": deepspeed.__version__, "torch": torch.__version__,

@@ -30,18 +30,14 @@ def test_every_measured_row_within_1_5x(table):
         assert 1 / 1.5 <= r["ratio"] <= 1.5, r
 
 
-# BELLE #402's ZeRO-1 step grows 2.13x from len 512 to 1024 but only 1.42x from 560M to 1.1B parameters; no
-# FLOP-based model does that, and a per-row constant is not allowed (docs/validation.md section 5).
-KNOWN_MISSES = {"s1-560m-1024-z3/z1", "s1-1b1-512-z3/z1"}
-
-
 @pytest.mark.parametrize("name", [q[0] for q in mr.RATIOS])
 def test_in_section_ratio_within_1_25x(table, name):
+    """Every in-section ratio of THROUGHPUT.md within 1.25x (issue 19's acceptance). The two BLOOM ZeRO-3 / ZeRO-1
+    misses of the FLOP-only model (len 1024: 1.37; 1.1B: 0.78) close once the memory-bound kernels are priced from
+    their counted bytes (eager attention's s^2 scores carry len 1024) and the rows use BELLE's own DeepSpeed config
+    (overlap_comm hides ZeRO-1's larger 1.1B all-reduce)."""
     _, ratios = table
     q = next(q for q in ratios if q["name"] == name)
-    if name in KNOWN_MISSES:
-        assert not 1 / 1.25 <= q["error"] <= 1.25, "fixed: remove it from KNOWN_MISSES"
-        pytest.xfail(f"{name}: predicted {q['predicted']:.2f}, measured {q['measured']:.2f} (see KNOWN_MISSES)")
     assert 1 / 1.25 <= q["error"] <= 1.25, q
 
 
@@ -73,13 +69,124 @@ def test_mfu_flag_overrides_the_efficiency_model():
 
 
 def test_efficiency_depends_on_generation_and_size():
-    """MAMF table (stas00/ml-engineering): H100 80.3% vs A100 86.9% of peak; small hidden sizes run slower."""
-    a100 = estimate(build_scenario(model="llama-2-7b")).achieved_fraction
-    h100 = estimate(build_scenario(model="llama-2-7b", gpu="H100-80GB")).achieved_fraction
-    small = estimate(build_scenario(model="qwen2.5-0.5b")).achieved_fraction
+    """MAMF table (stas00/ml-engineering): H100 80.3% vs A100 86.9% of peak for the GEMMs; small hidden sizes run
+    slower; the step's effective fraction is below the GEMM fraction by the memory-bound kernels' time."""
+    from zeroplanner.costmodel.compute import achieved_fraction
+
+    def gemm(**kw):
+        sc = build_scenario(**kw)
+        return float(achieved_fraction(make_context(sc), Candidates.from_scenario(sc)).item())
+
+    a100, h100, small = gemm(model="llama-2-7b"), gemm(model="llama-2-7b", gpu="H100-80GB"), gemm(model="qwen2.5-0.5b")
     assert h100 / a100 == pytest.approx(0.803 / 0.869, rel=0.02)
     assert small < 0.8 * a100
     assert a100 <= 0.72 + 1e-9  # FlashAttention-2's 72% on A100 is the ceiling
+    effective = estimate(build_scenario(model="llama-2-7b")).achieved_fraction
+    assert effective < a100
+
+
+def _count_non_gemm_bytes(hf: dict, seq: int, attn: str | None, forward_only: bool = False) -> float:
+    """Bytes read + written by every non-GEMM aten op of one forward+backward of a real transformers model (bf16,
+    CPU), counted with a TorchDispatchMode: what compute.memory_bound_seconds_micro prices per token."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    skip = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_dot_product_flash_attention_for_cpu",
+            "_scaled_dot_product_flash_attention_for_cpu_backward", "view", "_unsafe_view", "t", "transpose",
+            "expand", "slice", "select", "alias", "detach", "as_strided", "split", "split_with_sizes", "unbind",
+            "unsqueeze", "squeeze", "permute", "_reshape_alias", "reshape", "lift_fresh", "empty", "empty_like",
+            "empty_strided", "new_empty", "new_empty_strided", "view_as", "expand_as"}
+
+    def nbytes(x):
+        if isinstance(x, torch.Tensor):
+            return x.numel() * x.element_size()
+        if isinstance(x, (list, tuple)):
+            return sum(nbytes(y) for y in x)
+        return 0
+
+    class Count(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func._overloadpacket.__name__ not in skip:
+                Count.total += nbytes(list(args)) + nbytes(list((kwargs or {}).values())) + nbytes(out)
+            return out
+
+    cfg = dict(hf)
+    mt = cfg.pop("model_type")
+    conf = transformers.AutoConfig.for_model(mt, **cfg)
+    torch.manual_seed(0)
+    kw = {"attn_implementation": attn} if attn else {}
+    model = transformers.AutoModelForCausalLM.from_config(conf, **kw).to(torch.bfloat16).train()
+    ids = torch.randint(0, conf.vocab_size, (1, seq))
+    model(input_ids=ids, labels=ids).loss.backward()  # warm-up (lazy buffers), then count a second pass
+    for prm in model.parameters():
+        prm.grad = None
+    Count.total = 0
+    with Count():
+        loss = model(input_ids=ids, labels=ids).loss
+        if forward_only:
+            return Count.total
+        loss.backward()
+    return Count.total
+
+
+@pytest.mark.parametrize("kind", ["gelu", "swiglu"])
+def test_memory_bound_bytes_are_what_the_real_models_move(kind):
+    """The per-token byte constants of compute.py, re-measured on the real models (bytes per step / tokens): two
+    layers more add 2 x (hidden x ELEMENTWISE_BYTES_PER_HIDDEN + heads x s x SCORE_BYTES_PER_ELEMENT), twice the
+    vocabulary adds vocab x LOGIT_BYTES_PER_ELEMENT (within 5%); the second difference over s, 2s, 3s (which
+    cancels the per-step and per-token parts) is 2 x layers x heads x SCORE_BYTES_PER_ELEMENT x s^2."""
+    from zeroplanner.costmodel import compute
+
+    h, heads, s, vocab = 256, 4, 128, 2048
+
+    def cfg(layers, v):
+        if kind == "gelu":
+            return {"model_type": "bloom", "vocab_size": v, "hidden_size": h, "n_layer": layers, "n_head": heads}
+        return {"model_type": "llama", "vocab_size": v, "hidden_size": h, "intermediate_size": 680,
+                "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": heads,
+                "max_position_embeddings": 1024, "tie_word_embeddings": False}
+
+    attn = None if kind == "gelu" else "eager"
+    base = _count_non_gemm_bytes(cfg(2, vocab), s, attn)
+    layers = (_count_non_gemm_bytes(cfg(4, vocab), s, attn) - base) / s
+    vocab_d = (_count_non_gemm_bytes(cfg(2, 2 * vocab), s, attn) - base) / s
+    second = (_count_non_gemm_bytes(cfg(2, vocab), 3 * s, attn) - 2 * _count_non_gemm_bytes(cfg(2, vocab), 2 * s, attn)
+              + base)
+    score = compute.SCORE_BYTES_PER_ELEMENT[kind]
+    want_layers = 2 * (h * compute.ELEMENTWISE_BYTES_PER_HIDDEN[kind] + heads * s * score)
+    assert layers == pytest.approx(want_layers, rel=0.05)
+    assert vocab_d == pytest.approx(vocab * compute.LOGIT_BYTES_PER_ELEMENT[kind], rel=0.05)
+    assert second == pytest.approx(2 * 2 * heads * score * s**2, rel=0.05)
+
+
+@pytest.mark.parametrize("family,attn,share", [("bloom", None, 0.348), ("llama", "eager", 0.380),
+                                               ("llama", "sdpa", 0.331)])
+def test_forward_share_of_the_memory_bound_bytes(family, attn, share):
+    """compute.FORWARD_BYTES_SHARE (0.35, what a recompute repeats) against the measured forward / total shares."""
+    from zeroplanner.costmodel import compute
+
+    if family == "bloom":
+        hf = {"model_type": "bloom", "vocab_size": 2048, "hidden_size": 512, "n_layer": 4, "n_head": 8}
+    else:
+        hf = {"model_type": "llama", "vocab_size": 2048, "hidden_size": 512, "intermediate_size": 1368,
+              "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8}
+    fwd = _count_non_gemm_bytes(hf, 256, attn, forward_only=True)
+    total = _count_non_gemm_bytes(hf, 256, attn)
+    assert fwd / total == pytest.approx(share, abs=0.005)
+    assert abs(compute.FORWARD_BYTES_SHARE - fwd / total) < 0.05
+
+
+def test_eager_attention_costs_its_scores():
+    """Without flash attention the s^2 scores are written and read through HBM: slower, and more so at 2x length."""
+    def step(seq, flash):
+        return estimate(build_scenario(model="llama-2-7b", seq_len=seq, flash_attention=flash)).step_seconds
+
+    assert step(4096, False) > step(4096, True)
+    assert step(4096, False) - step(4096, True) > 3.0 * (step(2048, False) - step(2048, True))
 
 
 MISTRAL_LORA_4090 = dict(model="mistral-7b", gpu="RTX-4090", gpus_per_node=2, lora_rank=16, seq_len=2048,
@@ -187,3 +294,63 @@ def test_module_parameter_shapes_match_the_hf_model(family):
     shapes = module_parameter_shapes(arch)
     ours = sorted(tuple(sorted(numels)) for count, numels in shapes for _ in range(count))
     assert ours == real
+
+
+PREFETCH_BUCKETS = (0, 20_000, 1_000_000)
+
+
+@pytest.fixture(scope="module")
+def prefetch_counts(tmp_path_factory):
+    """All-gathers per step counted by DeepSpeed's comms logger on 2 CPU ranks (gloo) for the tiny Llama of
+    tests/evidence/test_zero3_collective_count.py (threshold 0, max_live 1e6, reuse 0) at three
+    stage3_prefetch_bucket_size values (one launch; measured here: 42, 5 and 1 per step after the first)."""
+    pytest.importorskip("deepspeed")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.evidence import test_zero3_collective_count as z3
+
+    tmp = tmp_path_factory.mktemp("prefetch")
+    runs = [{"key": f"B{b}", "hf_config": z3.MODELS["llama"], "threshold": 0,
+             "zero": {"stage3_prefetch_bucket_size": b, "stage3_max_live_parameters": 1_000_000,
+                      "stage3_max_reuse_distance": 0}} for b in PREFETCH_BUCKETS]
+    plan_path = tmp / "plan.json"
+    plan_path.write_text(json.dumps({"runs": runs, "steps": 3, "seq_len": z3.SEQ_LEN, "out": str(tmp / "out")}))
+    (tmp / "worker.py").write_text(z3.WORKER)
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--no_local_rank",
+           "--master_port", str(z3._free_port()), str(tmp / "worker.py"), str(plan_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads((tmp / "out.rank0").read_text())
+    return {b: [s["all_gather_into_tensor"] for s in out[f"B{b}"][1:]] for b in PREFETCH_BUCKETS}
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(660)
+@pytest.mark.parametrize("bucket", [
+    0,
+    pytest.param(20_000, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="prefetch coalescing "
+                                                 "not modelled: the "
+                                                 "coordinator gathers upcoming modules in one call per bucket")),
+    pytest.param(1_000_000, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="prefetch "
+                                                    "coalescing not modelled: a "
+                                                    "bucket larger than the model gathers it in one call")),
+])
+def test_zero3_all_gathers_with_prefetch(prefetch_counts, bucket):
+    """With prefetching on (stage3_max_live_parameters > 0) DeepSpeed coalesces the upcoming modules' parameters
+    into one all-gather per prefetch bucket; the model still counts one per module (42 here), so its all-gather
+    latency term is an upper bound (docs/validation.md section 5)."""
+    from zeroplanner.costmodel.communication import stage3_collective_counts
+    from zeroplanner.costmodel.context import make_context as mk
+
+    from tests.evidence import test_zero3_collective_count as z3
+
+    sc = z3.scenario("llama", 0)
+    sc = sc.model_copy(update={"zero": sc.zero.model_copy(update={
+        "stage3_prefetch_bucket_size": bucket, "stage3_max_live_parameters": 1_000_000})})
+    c = stage3_collective_counts(mk(sc), Candidates.from_scenario(sc))
+    want = int((c["all_gather_forward"] + c["all_gather_backward"] + c["all_gather_step"]).item())
+    assert prefetch_counts[bucket] == [want, want]

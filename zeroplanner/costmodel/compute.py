@@ -5,8 +5,10 @@ counts matmul weights (active experts only) and the second term is attention (T 
 width). LoRA/QLoRA: frozen weights need no weight gradient, so 4N instead of 6N for them (forward 2N + input
 gradients 2N; Hu et al., arXiv 2106.09685). Recomputation adds a forward: full checkpointing 2N + 4·L·H·Q·T,
 selective only the attention core 4·L·H·Q·T (Korthikanti et al., arXiv 2205.05198, Sec. 5). MFU counts model FLOPs
-only; the time uses executed FLOPs at :func:`achieved_fraction` of the dense peak (``Assumptions.mfu`` when the
-user fixes it).
+only; the time uses executed FLOPs at :func:`achieved_fraction` of the dense peak (the GEMMs) plus the
+memory-bound kernels' bytes over HBM bandwidth (:func:`memory_bound_seconds_micro`: per-token bytes counted on
+real transformers models; they scale with tokens, layers x hidden, vocabulary and, for eager attention, tokens x
+sequence, not with FLOPs). With ``Assumptions.mfu`` fixed by the user, that fraction covers the whole compute.
 """
 
 from __future__ import annotations
@@ -56,34 +58,30 @@ def gpu_generation(name: str) -> str:
 
 
 def achieved_fraction(ctx: Context, cand: Candidates) -> np.ndarray:
-    """Fraction of the dense peak a training step reaches, per candidate.
+    """Fraction of the dense peak the GEMMs of a training step reach, per candidate (the memory-bound kernels are
+    priced apart, :func:`memory_bound_seconds_micro`).
 
-    ``Assumptions.mfu`` when the user fixed it (not None); else generation x GEMM size:
-    generation: Ampere 0.72 at hidden 2560 (FlashAttention-2), Hopper/CDNA3 scaled by their MAMF fraction against
-    the A100's, Volta/Turing 0.30 at hidden 1536 (Megatron-LM); GEMM size: h / (h + h_half) relative to the
+    ``Assumptions.mfu`` when the user fixed it (not None; then it covers the whole step); else generation x GEMM
+    size: generation: Ampere 0.72 at hidden 2560 (FlashAttention-2), Hopper/CDNA3 scaled by their MAMF fraction
+    against the A100's, Volta/Turing 0.30 at hidden 1536 (Megatron-LM); GEMM size: h / (h + h_half) relative to the
     reference run's, with h the hidden size per tensor-parallel rank and h_half fitted once
-    (:data:`~.steptime_constants.FITTED`) on the measured runs of shared/references/THROUGHPUT.md; and tokens per
-    micro-batch b*s / (b*s + m_half) (the GEMMs' M dimension), m_half fitted likewise; capped at
-    :func:`ceiling_fraction` (no run beats its generation's measured matmul ceiling).
+    (:data:`~.steptime_constants.FITTED`) on the measured runs of shared/references/THROUGHPUT.md; capped at
+    :func:`ceiling_fraction` (no run beats its generation's measured matmul ceiling). Returns a float array shaped
+    like ``cand``.
     """
     a = ctx.scenario.assumptions
     if a.mfu is not None:
         return np.full(cand.shape, a.mfu)
     gen = gpu_generation(ctx.gpu_name)
-    h_half, m_half = FITTED["gemm_hidden_half"], FITTED["gemm_tokens_half"]
+    h_half = FITTED["gemm_hidden_half"]
     if gen in ("volta", "turing"):
-        base, h_ref, m_ref = END_TO_END_FRACTION_VOLTA, REFERENCE_HIDDEN[gen], 8 * 1024
+        base, h_ref = END_TO_END_FRACTION_VOLTA, REFERENCE_HIDDEN[gen]
     else:
         mamf = MAMF_FRACTION.get(gen, MAMF_FRACTION["ampere"])
-        base, h_ref, m_ref = END_TO_END_FRACTION_AMPERE * mamf / MAMF_FRACTION["ampere"], 2560, 8192
+        base, h_ref = END_TO_END_FRACTION_AMPERE * mamf / MAMF_FRACTION["ampere"], 2560
     h = ctx.hidden_size / ctx.tp
-
-    def size(x, half):
-        return x / (x + half)
-
-    tokens = cand.micro_batch.astype(np.float64) * ctx.scenario.sequence_tokens
-    frac = base * size(h, h_half) / size(h_ref, h_half) * size(tokens, m_half) / size(m_ref, m_half)
-    return np.minimum(frac, ceiling_fraction(gen))
+    frac = base * (h / (h + h_half)) / (h_ref / (h_ref + h_half))
+    return np.full(cand.shape, min(frac, ceiling_fraction(gen)))
 
 
 def ceiling_fraction(gen: str) -> float:
@@ -120,13 +118,19 @@ def flops_per_token(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndar
 def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """Compute seconds per step and per micro-step (forward / backward), model FLOPs per GPU per step.
 
-    Returns dict of float arrays: "seconds", "fwd_seconds_micro", "bwd_seconds_micro", "model_flops".
+    Per micro-step: tokens x executed FLOPs per token / (peak x :func:`achieved_fraction`) + the memory-bound
+    kernels (:func:`memory_bound_seconds_micro`) + QLoRA dequantisation.
+    Returns dict of float arrays: "seconds", "fwd_seconds_micro", "bwd_seconds_micro", "model_flops",
+    "dequant_seconds_micro", "memory_seconds_micro", "gemm_fraction" (:func:`achieved_fraction`) and
+    "achieved_fraction" (the effective fraction of the peak of GEMMs and memory-bound kernels together: what
+    ``--mfu`` would have to be for the same compute time).
     """
     model, executed, fwd = flops_per_token(ctx, cand)
     tokens_micro = cand.micro_batch.astype(np.float64) * ctx.scenario.sequence_tokens
     rate = ctx.peak_flops * achieved_fraction(ctx, cand)
-    micro = tokens_micro * executed / rate
-    fwd_micro = tokens_micro * fwd / rate
+    mem_total, mem_fwd = memory_bound_seconds_micro(ctx, cand)
+    micro = tokens_micro * executed / rate + mem_total
+    fwd_micro = tokens_micro * fwd / rate + mem_fwd
     ga = cand.grad_accum.astype(np.float64)
     dq = qlora_dequant_seconds_micro(ctx, cand)
     micro = micro + dq
@@ -136,8 +140,68 @@ def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
         "fwd_seconds_micro": fwd_micro,
         "bwd_seconds_micro": micro - fwd_micro,
         "model_flops": ga * tokens_micro * model,
-        "achieved_fraction": rate / ctx.peak_flops,
+        "achieved_fraction": tokens_micro * executed / (micro - dq) / ctx.peak_flops,
+        "gemm_fraction": rate / ctx.peak_flops,
+        "memory_seconds_micro": mem_total,
     }
+
+
+ELEMENTWISE_BYTES_PER_HIDDEN = {"gelu": 662.0, "swiglu": 505.0}
+"""HBM bytes per token per layer per unit of hidden size that the non-GEMM kernels of one training forward+backward
+move (layer norms, activation function, bias, dropout, residual adds, rotary embedding, head split/merge copies).
+MEASURED here, not fitted: every aten op of a real transformers model's forward and backward (eager PyTorch, bf16,
+CPU) counted with a TorchDispatchMode, its input and output tensor bytes summed, GEMMs, attention kernels and views
+excluded (tests/evidence/test_steptime.py ``_count_non_gemm_bytes``); bytes per step at sequence 128/256/384 solved
+for per-step + per-token + per-token x s parts, 4 layers minus 2 (hidden 256, 4 heads): "gelu" on BLOOM (662.1, FFN 4 x
+hidden: bigscience's tanh GeLU runs as separate eager elementwise ops), "swiglu" on Llama (504.8 eager attention,
+496.9 sdpa, FFN 2.66 x hidden: eager RMSNorm, SiLU x up, rotary); other FFN widths and MoE layers are priced at
+these per-hidden counts. The per-step part is 3-11 KB per layer (negligible). Memory-bound kernels:
+seconds = bytes / HBM bandwidth (roofline, Williams et al., CACM 2009)."""
+
+SCORE_BYTES_PER_ELEMENT = {"gelu": 49.0, "swiglu": 57.0}
+"""HBM bytes per attention-score element (heads x sequence per token per attention layer) of eager attention,
+forward and backward (scores written, scaled and masked, softmax with its fp32 upcast, probabilities read by the
+second matmul, and their backward), measured by the same count as the second difference over s, 2s, 3s (BLOOM:
+ALiBi baddbmm + fp32 softmax, 49.0; Llama eager 57.0); 0 with flash/sdpa attention (the same count with sdpa
+measures 0.0)."""
+
+LOGIT_BYTES_PER_ELEMENT = {"gelu": 64.0, "swiglu": 52.0}
+"""HBM bytes per logit element (tokens x vocabulary) of the causal-LM loss, forward and backward (lm_head output,
+fp32 upcast, log-softmax, NLL and their backward; BLOOM's shifted .contiguous() copy), measured by the same count
+(vocabulary 2048 vs 4096: BLOOM 64.0, Llama 52.0)."""
+
+FORWARD_BYTES_SHARE = 0.35
+"""Share of those bytes moved in the forward pass (what a recompute repeats), measured by the same count with the
+forward counted alone (hidden 512, 4 layers, sequence 256, gradients not accumulated): BLOOM 0.348, Llama eager
+0.380, Llama sdpa 0.331 (tests/evidence/test_steptime.py re-measures them)."""
+
+
+def memory_bound_seconds_micro(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds per micro-step, of which forward) of the memory-bound non-GEMM work: tokens x (layers x hidden x
+    ELEMENTWISE_BYTES_PER_HIDDEN + (eager attention only) attention layers x heads x sequence x
+    SCORE_BYTES_PER_ELEMENT + vocabulary x LOGIT_BYTES_PER_ELEMENT) / HBM bandwidth; full checkpointing repeats
+    the layers' forward share, selective the attention scores' forward share. 0 where ``Assumptions.mfu`` is fixed
+    (the user's fraction covers the whole step)."""
+    sc = ctx.scenario
+    if sc.assumptions.mfu is not None:
+        z = np.zeros(cand.shape)
+        return z, z
+    m, t = sc.model, sc.training
+    kind = "swiglu" if m.ffn_kind == "swiglu" else "gelu"
+    tp = float(ctx.tp)
+    tokens = cand.micro_batch.astype(np.float64) * sc.sequence_tokens
+    layer = m.n_layers * m.hidden_size * ELEMENTWISE_BYTES_PER_HIDDEN[kind] / tp
+    eager = not t.flash_attention or bool(m.attn_logit_softcapping)
+    scores = (m.n_attention_layers * m.n_heads * sc.sequence_tokens * SCORE_BYTES_PER_ELEMENT[kind] / tp
+              if eager else 0.0)
+    logits = m.vocab_size * LOGIT_BYTES_PER_ELEMENT[kind] / tp
+    recompute = np.select([cand.checkpointing == 2, cand.checkpointing == 1],
+                          [FORWARD_BYTES_SHARE * (layer + scores), FORWARD_BYTES_SHARE * scores], 0.0)
+    per_token = layer + scores + logits + recompute
+    bw = ctx.hbm_bytes_per_second
+    total = tokens * per_token / bw
+    fwd = tokens * FORWARD_BYTES_SHARE * (layer + scores + logits) / bw
+    return total, fwd
 
 
 QLORA_DEQUANT_BYTES = 0.5 + 2.0 + 2.0

@@ -55,7 +55,9 @@ def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.
     # gathers (partitioned) or finds its parameters available (persistent or still resident)
     fetch_host = np.where(st == 3, FITTED["zero3_fetch_seconds"] * 2.0 * ctx.hooked_modules, 0.0)
     fetch_exposed = np.maximum(0.0, fetch_host - gpu_micro)
-    hooked = (st >= 2) | ((st == 1) & overlap)
+    # ZeRO-2/3 only: ZeRO-1 with overlap_comm also reduces in backward hooks, but the measured ZeRO-2 / ZeRO-1
+    # ratios of section 1 (BELLE's config: overlap_comm on for both) price what ZeRO-2's partitioned gradients add
+    hooked = st >= 2
     n = data_parallel_degree(ctx, cand)
     hooks = np.where(hooked & (n > 1), FITTED["grad_hook_seconds"] * ctx.param_tensors, 0.0)
     collectives = comm["boundary_seconds"] + ga * (fwd_exposed + bwd_exposed)

@@ -234,7 +234,9 @@ def communication_volume(scenario: Scenario) -> TermValues:
 
 def compute(scenario: Scenario) -> TermValues:
     """Compute seconds per step (evaluate's ``compute_seconds``): GA x tokens per micro-batch x executed FLOPs per
-    token / (peak x MFU); parts: forward and backward (+ recompute), from compute.compute_terms."""
+    token / (peak x MFU), MFU the effective rate of the GEMMs and the memory-bound kernels together
+    (compute.compute_terms' ``achieved_fraction``); parts: forward and backward (+ recompute), from
+    compute.compute_terms."""
     point = _setup(scenario)
     ctx, cand = point.ctx, point.cand
     model, executed, _ = (_one(x) for x in flops_per_token(ctx, cand))

@@ -103,10 +103,13 @@ _INFO = (
              "ZeRO paper (arXiv 1910.02054) Sec. 7: 2Ψ for DP and ZeRO-1/2, 3Ψ for ZeRO-3; what DeepSpeed 0.19.8 "
              "sends (zeroplanner/costmodel/communication.py)"),
     TermInfo("compute", "Compute", "Compute time", r"t_{compute}", "time", "seconds", "#4c78a8",
-             "Executed FLOPs of the step divided by the achieved rate (peak x MFU).",
+             "Executed FLOPs of the step at the GEMM rate plus the memory-bound kernels (norms, activations, "
+             "eager attention scores, logits) at HBM bandwidth; MFU is the effective rate of the two together.",
              "GA x tokens per micro-batch x executed FLOPs per token / (peak x MFU)",
              "PaLM (arXiv 2204.02311) App. B: 6N + 12LHQT FLOPs per token; recompute: Korthikanti et al. "
-             "(arXiv 2205.05198) Sec. 5; MFU assumption (Assumptions.mfu); zeroplanner/costmodel/compute.py"),
+             "(arXiv 2205.05198) Sec. 5; memory-bound bytes per token counted on real transformers models "
+             "(compute.ELEMENTWISE_BYTES_PER_HIDDEN); MFU assumption (Assumptions.mfu); "
+             "zeroplanner/costmodel/compute.py"),
     TermInfo("communication", "Exposed communication", "Exposed communication time", r"t_{comm}", "time", "seconds",
              "#e45756",
              "Collective time that compute does not hide: step-boundary collectives, and with overlap_comm only "
