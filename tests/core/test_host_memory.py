@@ -157,3 +157,19 @@ def test_zero2_reads_an_nvme_optimizer_offload_as_cpu_offload(capsys):
     cpu, _ = run(capsys, "estimate", "--stage", "2", "--offload-optimizer", "cpu")
     assert nvme["host_memory"]["parts_bytes"] == cpu["host_memory"]["parts_bytes"]
     assert nvme["nvme_bytes"] == 0 and nvme["nvme"]["parts_bytes"] == {}
+
+
+def test_nvme_optimizer_below_stage3_is_priced_as_cpu_offload():
+    """ZeRO-1/2 run offload_optimizer nvme as CPU offload (runtime/zero/stage_1_and_2.py cpu_offload; the engine
+    trains such a config without an nvme_path: tests/evidence/test_error_rules.py
+    nvme_optimizer_below_stage3_needs_no_path): same step time and host RAM as cpu; stage 3 swaps to NVMe."""
+    from zeroplanner import build_scenario
+    from zeroplanner.costmodel import estimate
+
+    for stage in (1, 2):
+        nvme = estimate(build_scenario(model="llama-2-7b", stage=stage, offload_optimizer="nvme"))
+        cpu = estimate(build_scenario(model="llama-2-7b", stage=stage, offload_optimizer="cpu"))
+        assert nvme.step_seconds == cpu.step_seconds and nvme.per_node_cpu_bytes == cpu.per_node_cpu_bytes
+    nvme3 = estimate(build_scenario(model="llama-2-7b", stage=3, offload_optimizer="nvme"))
+    cpu3 = estimate(build_scenario(model="llama-2-7b", stage=3, offload_optimizer="cpu"))
+    assert nvme3.offload_seconds_per_step > cpu3.offload_seconds_per_step

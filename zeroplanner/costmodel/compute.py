@@ -226,7 +226,8 @@ def optimizer_and_offload_terms(ctx: Context, cand: Candidates) -> dict[str, np.
     - GPU optimizer: OPTIMIZER_BYTES_TOUCHED per parameter of the local shard / HBM bandwidth.
     - CPU optimizer: the node's ranks share the host: gpus_per_node * Ψ_t/N_d updates at
       ``ClusterSpec.cpu_adam_params_per_second``.
-    - NVMe optimizer: states read and written once per step at the node's NVMe bandwidth.
+    - NVMe optimizer: states read and written once per step at the node's NVMe bandwidth (stage 3 only: ZeRO-1/2
+      run an NVMe optimizer offload as CPU offload).
     - PCIe: gradients to the host every micro-step and updated parameters back once (optimizer offload);
       parameters fetched for forward and backward every micro-step (parameter offload; NVMe adds the same bytes
       through NVMe).
@@ -246,7 +247,9 @@ def optimizer_and_offload_terms(ctx: Context, cand: Candidates) -> dict[str, np.
 
     K = ctx.master_bytes + ctx.optimizer_state_bytes
     nvme_bps = c.nvme_gb_per_s * 1e9
-    nvme_opt = np.where(off_opt == 2, 2.0 * ctx.gpus_per_node * K * T / n / nvme_bps, 0.0)
+    # ZeRO-1/2 treat an NVMe optimizer offload as CPU offload (runtime/zero/stage_1_and_2.py: cpu_offload is any
+    # offload_optimizer device; only stage3.py builds the NVMe swappers), so only stage 3 swaps states
+    nvme_opt = np.where((off_opt == 2) & (st == 3), 2.0 * ctx.gpus_per_node * K * T / n / nvme_bps, 0.0)
     param_part = P * ctx.weight_bytes / n
     nvme_par = np.where(cand.offload_param == 2, 2.0 * ga * ctx.gpus_per_node * param_part / nvme_bps, 0.0)
 
