@@ -256,8 +256,9 @@ def compute(scenario: Scenario) -> TermValues:
 def communication(scenario: Scenario) -> TermValues:
     """Exposed communication seconds per step (evaluate's ``comm_exposed_seconds``). Parts: the collectives at
     the step boundary + per micro-step the part of the forward / backward collectives that compute does not hide
-    (overlap_comm), from communication_terms and compute_terms. The split restates evaluate's step composition
-    (being rewritten in parallel); the test checks the parts add up to evaluate's value."""
+    (overlap_comm), from communication_terms and compute_terms, split by evaluate's own ``step_parts`` (the
+    function evaluate composes the step with, so nothing is re-derived here); a test checks the parts add up to
+    evaluate's value."""
     point = _setup(scenario)
     ctx, cand = point.ctx, point.cand
     comm = communication_terms(ctx, cand)
@@ -282,8 +283,8 @@ def communication(scenario: Scenario) -> TermValues:
 
 def offload(scenario: Scenario) -> TermValues:
     """Exposed offload seconds per step (evaluate's ``offload_seconds``). Parts: PCIe traffic compute does not
-    hide, the boundary upload, NVMe swapping (compute.optimizer_and_offload_terms; the exposure restates
-    evaluate's step composition, checked by the test)."""
+    hide, the boundary upload, NVMe swapping (compute.optimizer_and_offload_terms; the exposure from
+    evaluate's own ``step_parts``, checked by the test)."""
     point = _setup(scenario)
     ctx, cand = point.ctx, point.cand
     opt = optimizer_and_offload_terms(ctx, cand)
@@ -337,4 +338,5 @@ ALL_FUNCTIONS = {**MEMORY_FUNCTIONS, "host_memory": host_memory, "communication_
 
 EXPRESSION_TERMS: tuple[str, ...] = (*MEMORY_FUNCTIONS, "host_memory", "communication_volume")
 """The terms whose parts are expressions (``TermValues.formulas``); explain mode prints those expressions. The
-step-time terms' formulas are still written in :mod:`zeroplanner.explain` (the step-time model is being rewritten)."""
+step-time terms' numbers come from evaluate (``step_parts``); their LaTeX formulas are written in
+:mod:`zeroplanner.explain`."""
