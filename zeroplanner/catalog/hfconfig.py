@@ -251,6 +251,7 @@ def _llama_like(k: _Keys, shared: Mapping[str, Any]) -> dict[str, Any]:
             n_experts=n_experts,
             experts_per_token=k.integer("num_experts_per_tok", default=2),
             fused_experts=True,
+            router_norm_topk=True,  # MixtralTopKRouter.forward always renormalises the top-k weights
         )
     return fields
 
@@ -452,7 +453,7 @@ def _qwen3_moe(k: _Keys) -> dict[str, Any]:
     )
     if experts > 1 and moe:
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=8),
-                 fused_experts=True, moe_layers=moe)
+                 fused_experts=True, moe_layers=moe, router_norm_topk=k.flag("norm_topk_prob", default=False))
     return f
 
 
@@ -486,7 +487,8 @@ def _qwen3_next(k: _Keys) -> dict[str, Any]:
     if experts > 1 and moe:
         shared = k.integer("shared_expert_intermediate_size", default=512, minimum=0)
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=10),
-                 fused_experts=True, moe_layers=moe, shared_expert_ffn_size=shared, shared_expert_gate=shared > 0)
+                 fused_experts=True, moe_layers=moe, shared_expert_ffn_size=shared, shared_expert_gate=shared > 0,
+                 router_norm_topk=k.flag("norm_topk_prob", default=True))
     return f
 
 
@@ -651,7 +653,12 @@ def _deepseek(k: _Keys) -> dict[str, Any]:
     if moe:
         shared = k.integer("n_shared_experts", default=1 if v3 else 2, minimum=0)
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=8 if v3 else _MISSING),
-                 fused_experts=True, moe_layers=moe, shared_expert_ffn_size=shared * f["ffn_size"])
+                 fused_experts=True, moe_layers=moe, shared_expert_ffn_size=shared * f["ffn_size"],
+                 # DeepseekV2TopkRouter never renormalises; DeepseekV3TopkRouter does with norm_topk_prob
+                 router_norm_topk=v3 and k.flag("norm_topk_prob", default=True))
+        if v3:  # DeepseekV3TopkRouter: group-limited top-k (transformers 5.24 config defaults n_group 8, topk_group 4)
+            f.update(router_groups=k.integer("n_group", default=8),
+                     router_top_groups=k.integer("topk_group", default=4))
     return f
 
 
@@ -718,8 +725,17 @@ def _glm4(k: _Keys) -> dict[str, Any]:
     """Glm4ForCausalLM: q, k, v biased by attention_bias (o never), fused gate_up_proj, four norms per layer
     (input, post_self_attn, post_attention, post_mlp), head_dim 128 by default."""
     f = _common(k, tied=False, positions=131072, kv_default=2, head_dim_default=128, vocab_default=151552)
-    f.update(norms_per_layer=4, fused_gate_up=True, qkv_bias=k.flag("attention_bias", default=True))
+    f.update(norms_per_layer=4, fused_gate_up=True, qkv_bias=k.flag("attention_bias", default=True),
+             rotary_fraction=_rotary_fraction(k, 0.5))
     return f
+
+
+def _rotary_fraction(k: _Keys, default: float) -> float:
+    """partial_rotary_factor (top level, as GLM-4 configs spell it; Glm4Config / Glm4MoeConfig default 0.5)."""
+    value = k.probability("partial_rotary_factor", default=default)
+    if value <= 0.0:
+        raise ValueError(f"config.json key 'partial_rotary_factor' must be in (0, 1] (got {value!r})")
+    return value
 
 
 def _glm4_moe(k: _Keys) -> dict[str, Any]:
@@ -730,13 +746,15 @@ def _glm4_moe(k: _Keys) -> dict[str, Any]:
     n = f["n_layers"]
     experts = k.integer("n_routed_experts", default=128)
     first = k.integer("first_k_dense_replace", default=1, minimum=0, maximum=n)
-    f.update(qkv_bias=k.flag("attention_bias", default=False),
+    f.update(qkv_bias=k.flag("attention_bias", default=False), rotary_fraction=_rotary_fraction(k, 0.5),
              qk_norm="head" if k.flag("use_qk_norm", default=False) else "none",
              dense_ffn_size=f["ffn_size"], ffn_size=k.integer("moe_intermediate_size", default=1408))
     if experts > 1 and n > first:
         shared = k.integer("n_shared_experts", default=1, minimum=0)
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=8), fused_experts=True,
-                 moe_layers=n - first, shared_expert_ffn_size=shared * f["ffn_size"])
+                 moe_layers=n - first, shared_expert_ffn_size=shared * f["ffn_size"],
+                 router_groups=k.integer("n_group", default=1), router_top_groups=k.integer("topk_group", default=1),
+                 router_norm_topk=k.flag("norm_topk_prob", default=True))
     return f
 
 

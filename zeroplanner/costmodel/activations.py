@@ -29,9 +29,80 @@ import numpy as np
 from .context import Candidates, Context
 from .terms import TermParts, term
 
-_GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"})
-"""Families whose RMSNorm keeps its normalised output in fp32 ((1 + w) scaling in fp32; transformers 5.24
-Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward)."""
+_GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2"})
+"""Families whose RMSNorm keeps its normalised output in fp32: Gemma's (1 + w) scaling in fp32 (transformers 5.24
+Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward) and OLMo 2's ``(self.weight * hidden_states)
+.to(input_dtype)`` (Olmo2RMSNorm.forward), which multiplies the weight before the cast."""
+
+_FP32_ROTARY_FAMILIES = frozenset({"olmo2"})
+"""Families whose rotary cos/sin tables stay fp32 (Olmo2RotaryEmbedding.forward returns them without the
+``.to(x.dtype)`` of LlamaRotaryEmbedding.forward; measured: 4-byte tables)."""
+
+
+_FP32_ROUTER_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "glm4_moe"})
+"""Routers that compute in fp32 from fp32 copies of their input and weight (``F.linear(hidden.type(float32),
+weight.type(float32))``: transformers 5.24 DeepseekV2TopkRouter / DeepseekV3TopkRouter / Glm4MoeTopkRouter.forward;
+the weight copy is new because DeepSpeed's bf16 mode casts the module, measured)."""
+
+_SIGMOID_GROUP_ROUTER_FAMILIES = frozenset({"deepseek_v3", "glm4_moe"})
+"""Sigmoid scores with group-limited top-k (DeepseekV3TopkRouter / Glm4MoeTopkRouter.forward)."""
+
+_FP32_ROUTING_WEIGHT_FAMILIES = frozenset({"mixtral", "deepseek_v2", "deepseek_v3", "glm4_moe"})
+"""Routers whose top-k weights stay fp32 into the experts (MixtralTopKRouter returns the fp32 softmax values; the
+Qwen routers cast them back with ``.to(router_logits.dtype)``)."""
+
+_ALL_EXPERTS_FAMILIES = frozenset({"llama4", "llama4_text"})
+"""MoE blocks that run every expert on every token, the non-selected ones with a zero score (Llama4TextMoe.forward:
+``hidden_states.repeat(num_experts, 1) * router_scores``; Llama4TextExperts.forward: one bmm over all experts)."""
+
+
+def moe_block_bytes(m, sb, ab: float, inner, width: float, tp: float):
+    """Bytes ONE MoE layer's MLP block saves for backward (the block norm excluded), from what transformers 5.24
+    saves (counted with ``calibrate.measure_activation_bytes``, docs/validation.md section 6).
+
+    ``sb`` tokens (seq x micro-batch, float or array), ``ab`` activation element bytes, ``inner`` one expert's
+    saved intermediate tensors for ``sb`` tokens (``width`` tensors of ffn_size, bytes), ``tp`` tensor-parallel
+    degree. Returns bytes (shaped like ``sb``).
+
+    - Router (``E`` experts, top ``k``): the softmax routers (Qwen3MoeTopKRouter / MixtralTopKRouter.forward)
+      save their bf16 input, the fp32 softmax (4·sb·E, ``softmax(..., dtype=float)``) and the int64 top-k indices
+      (8·sb·k); the fp32 routers (:data:`_FP32_ROUTER_FAMILIES`) an fp32 input copy (4·sb·h) and weight copy
+      (4·h·E) instead of the bf16 input; the sigmoid group routers (:data:`_SIGMOID_GROUP_ROUTER_FAMILIES`) also
+      the int64 indices of the top-2 per group (16·sb·G) and of the top groups (8·sb·G_k) and the bool expert
+      mask (sb·E). Renormalised top-k weights (norm_topk_prob) add the fp32 divisor and dividend, 4·sb·(1 + k).
+    - Experts dispatched by ``transformers.integrations.moe.grouped_mm_experts_forward`` (the default experts
+      implementation of every ``@use_experts_implementation`` class): for the S = k·sb token-expert pairs, the
+      int64 sort permutation, gather index and inverse permutation (24·S), the int32 expert offsets (4·E), the
+      gathered input (a·S·h), each expert's ``inner`` tensors, its output kept for the routing-weight multiply
+      (a·S·h) and the routing weights (a or 4 bytes per pair, :data:`_FP32_ROUTING_WEIGHT_FAMILIES`).
+    - Llama 4 (:data:`_ALL_EXPERTS_FAMILIES`): every expert sees every token, so E copies of the input (the
+      repeat and its product with the scores, 2·a·E·sb·h), E experts' ``inner`` and the bf16 score column
+      (a·sb·E); its router saves the bf16 input, the int64 top-k indices and the fp32 sigmoid (4·sb·E).
+    - The shared expert: ``width`` tensors of shared_expert_ffn_size; its input is the router's bf16 input (one
+      storage, counted once); Qwen3-Next's sigmoid gate keeps the shared output and the gate (a·sb·(h + 1)).
+    """
+    h, e, k = float(m.hidden_size), float(m.n_experts), float(m.experts_per_token)
+    fam = m.family
+    shared = m.shared_expert_ffn_size
+    norm_out = ab * sb * h  # the block norm's output, when a bf16 consumer (router or shared expert) keeps it
+    if fam in _ALL_EXPERTS_FAMILIES:
+        router = norm_out + 8.0 * sb * k + 4.0 * sb * e
+        experts = e * (2.0 * ab * sb * h + inner) + ab * sb * e
+    else:
+        if fam in _FP32_ROUTER_FAMILIES:
+            router = 4.0 * sb * h + 4.0 * h * e + 4.0 * sb * e + 8.0 * sb * k + (norm_out if shared else 0.0)
+            if fam in _SIGMOID_GROUP_ROUTER_FAMILIES:
+                router = router + 16.0 * sb * m.router_groups + 8.0 * sb * m.router_top_groups + sb * e
+        else:
+            router = norm_out + 4.0 * sb * e + 8.0 * sb * k
+        if m.router_norm_topk:
+            router = router + 4.0 * sb * (1.0 + k)
+        weight_bytes = 4.0 if fam in _FP32_ROUTING_WEIGHT_FAMILIES else ab
+        experts = k * (2.0 * ab * sb * h + inner) + k * sb * (24.0 + weight_bytes) + 4.0 * e
+    shared_bytes = width * ab * sb * shared / tp if shared else 0.0
+    if shared and m.shared_expert_gate:
+        shared_bytes = shared_bytes + ab * sb * (h + 1.0)
+    return router + experts + shared_bytes
 
 
 def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing: np.ndarray) -> np.ndarray:
@@ -49,7 +120,6 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     h, hq, hk, f = float(m.hidden_size), float(m.q_size), float(m.kv_size), float(m.ffn_size)
     a = float(m.n_heads)
     drop = 1.0 if m.dropout else 0.0
-    k_experts = float(m.experts_per_token)
     sb = s * b
 
     # Corrections from the saved-tensor measurement of real HF models (zeroplanner.calibrate.measure_activation_bytes,
@@ -81,6 +151,11 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             # and, when the layer is recomputed under checkpointing, for GPT-2 (measured; a view otherwise)
             q_k_v = q_k_v + (ab * sb * (hq + hk) / tp if rotary else 0.0)
             out_copy = np.where(checkpointing == 2, 1.0, 1.0 if rotary else 0.0) + 0.0 * b
+        if m.rotary_fraction < 1.0:
+            # partial rotary (GLM-4): apply_rotary_pos_emb concatenates the rotated and the passed-through halves
+            # into new (b, heads, s, d)-contiguous Q and K, so the kernel output needs a copy before o_proj
+            # (measured: one sbh-wide saved tensor per layer)
+            out_copy = out_copy + 1.0
         core = (ab * sb * hq + 4.0 * a * s * b) / tp  # output + fp32 log-sum-exp per head
         core_s2 = 0.0 * b
         out_in = out_copy * ab * sb * hq / tp
@@ -111,12 +186,9 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
         width = 5.0 if m.family == "gpt2" else 2.0  # gelu_new's composed ops vs exact GELU (input, output)
     inner = width * ab * sb * f / tp
     mlp_drop = drop * sb * h
-    router = ab * sb * m.n_experts if m.n_experts > 1 else 0.0  # router logits
-    # MoE layers: the k routed experts each see the tokens routed to them (k·s·b token-expert pairs in all), plus
-    # the always-active shared expert; dense layers one MLP of dense_ffn_size. Layers of both kinds are averaged
-    # over n_layers (exact for the total; the recomputed layer under full checkpointing is the average layer).
-    shared = (mlp_in + width * ab * sb * m.shared_expert_ffn_size / tp) if m.shared_expert_ffn_size else 0.0
-    moe = k_experts * (mlp_in + inner) + router + shared
+    # MoE layers (moe_block_bytes); dense layers one MLP of dense_ffn_size. Layers of both kinds are averaged over
+    # n_layers (exact for the total; the recomputed layer under full checkpointing is the average layer).
+    moe = moe_block_bytes(m, sb, ab, inner, width, tp) if m.n_moe_layers else 0.0
     dense = mlp_in + width * ab * sb * m.dense_width / tp
     layers = float(m.n_layers)
     mlp = mlp_norm + mlp_drop + (m.n_moe_layers / layers) * moe + (m.n_dense_layers / layers) * dense
@@ -141,7 +213,8 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     - the final norm (as in the layers: RMSNorm's fp32 upcast and rstd, LayerNorm's input and statistics) and
       the lm_head input;
     - int64 input ids and labels (8 bytes each per token) and the rotary cos/sin tables shared by all layers
-      (2·a_b·s·b·head_dim; none with learned positions);
+      (2·r_b·s·b·d_rot: the rotated width head_dim x rotary_fraction, r_b = a_b, 4 for OLMo 2's fp32 tables;
+      none with learned positions);
     - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t.
     Every part was checked against the saved-tensor measurement (docs/validation.md).
     """
@@ -152,7 +225,8 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     full = cand.checkpointing == 2
     x = {"L": float(m.n_layers), "s": float(sc.sequence_tokens), "b": cand.micro_batch.astype(np.float64),
          "h": float(m.hidden_size), "V": float(m.vocab_size), "a_b": 4.0 if t.precision == "fp32" else 2.0,
-         "d_head": float(m.dim_head), "t": float(ctx.tp),
+         "d_rot": float(m.dim_head) * m.rotary_fraction, "t": float(ctx.tp),
+         "r_b": 4.0 if (m.family in _FP32_ROTARY_FAMILIES or t.precision == "fp32") else 2.0,
          "n_b": 4.0 if m.family in _GEMMA_NORM_FAMILIES else (4.0 if t.precision == "fp32" else 2.0),
          "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing)}
     return term("activations", x, [
@@ -161,7 +235,7 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
         ("saved layer activations", "L*layer", ~full),
         ("final norm + lm_head inputs", "(4+n_b)*s*b*h + 4*s*b + a_b*s*b*h", rms),
         ("final norm + lm_head inputs", "a_b*s*b*h + 8*s*b + a_b*s*b*h", not rms),
-        ("token ids, labels, rotary tables", "16*s*b + 2*a_b*s*b*d_head", rotary),
+        ("token ids, labels, rotary tables", "16*s*b + 2*r_b*s*b*d_rot", rotary),
         ("token ids, labels, rotary tables", "16*s*b", not rotary),
         ("logits + fp32 log-softmax", "(a_b+4)*s*b*V/t", True),
     ])
