@@ -182,6 +182,16 @@ class Architecture(_Frozen):
         description="language-model tokens one image becomes (Gemma 4 vision_soft_tokens_per_image; Qwen2-VL "
         "depends on the resolution: (H/28)*(W/28), 256 at 448x448 is the default taken here)",
     )
+    global_head_dim: int | None = Field(
+        default=None, ge=1, le=100_000,
+        description="head width of Gemma 4's full-attention layers (global_head_dim; the layers beyond "
+        "attention_layers); None = head_dim",
+    )
+    global_kv_heads: int | None = Field(
+        default=None, ge=1, le=10_000,
+        description="key/value heads of Gemma 4's full-attention layers (num_global_key_value_heads); None = "
+        "n_kv_heads",
+    )
     sliding_window: int | None = Field(
         default=None, ge=1, le=100_000_000, description="window of the sliding-window attention layers"
     )

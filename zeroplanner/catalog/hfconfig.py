@@ -574,7 +574,8 @@ def _gemma4_text(k: _Keys) -> dict[str, Any]:
     f.update(
         norms_per_layer=4, qk_norm="head", qkv_bias=bias, out_bias=bias, attention_layers=n - full,
         other_mixer_params=full * global_layer, other_mixer_largest_module=max(h * heads * gd, o) if full else 0,
-        sliding_window=window, sliding_window_layers=(n - full) if window else 0,
+        sliding_window=window, sliding_window_layers=(n - full) if window else 0, global_head_dim=gd,
+        global_kv_heads=gkv,
     )
     if k.flag("enable_moe_block", default=False):
         experts = k.integer("num_experts")

@@ -34,6 +34,12 @@ _GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "
 Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward) and OLMo 2's ``(self.weight * hidden_states)
 .to(input_dtype)`` (Olmo2RMSNorm.forward), which multiplies the weight before the cast."""
 
+_GEMMA4_FAMILIES = frozenset({"gemma4", "gemma4_text"})
+"""Gemma4RMSNorm.forward (transformers 5.24): ``hidden * torch.pow(mean_sq, -0.5)`` saves the fp32 upcast, the mean
+square and its power (two fp32 values per row), and ``* self.weight.float()`` a new fp32 copy of the weight (the
+module is bf16 under DeepSpeed's bf16 mode) besides the fp32 normalised tensor; Gemma4TextAttention adds a
+weight-free v_norm."""
+
 _FP32_ROTARY_FAMILIES = frozenset({"olmo2"})
 """Families whose rotary cos/sin tables stay fp32 (Olmo2RotaryEmbedding.forward returns them without the
 ``.to(x.dtype)`` of LlamaRotaryEmbedding.forward; measured: 4-byte tables)."""
@@ -85,7 +91,15 @@ def moe_block_bytes(m, sb, ab: float, inner, width: float, tp: float):
     fam = m.family
     shared = m.shared_expert_ffn_size
     norm_out = ab * sb * h  # the block norm's output, when a bf16 consumer (router or shared expert) keeps it
-    if fam in _ALL_EXPERTS_FAMILIES:
+    if fam in _GEMMA4_FAMILIES:
+        # Gemma4TextRouter.forward: a weight-free norm (fp32 upcast + two fp32 values per token), its output times
+        # the scale vector and the product (the proj input), both bf16, the fp32 softmax, int64 top-k indices, the
+        # renormalisation (fp32 divisor and dividend) and the per-expert scale gathered per pair (bf16) times the
+        # fp32 weights (kept); the experts' input is pre_feedforward_layernorm_2's output (a block norm)
+        router = (4.0 * sb * h + 8.0 * sb + 2.0 * ab * sb * h + 4.0 * sb * e + 8.0 * sb * k + 4.0 * sb * (1.0 + k)
+                  + (ab + 4.0) * sb * k)
+        experts = k * (2.0 * ab * sb * h + inner) + k * sb * (24.0 + 4.0) + 4.0 * e
+    elif fam in _ALL_EXPERTS_FAMILIES:
         router = norm_out + 8.0 * sb * k + 4.0 * sb * e
         experts = e * (2.0 * ab * sb * h + inner) + ab * sb * e
     else:
@@ -138,42 +152,81 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # saved in fp32 (measured: 8 bytes per element with the fp32 upcast), not in the working precision
     nb = 4.0 if m.family in _GEMMA_NORM_FAMILIES else ab
     norm = ((4.0 + nb) * sb * h if rms else ab * sb * h) + stats
+    if m.family in _GEMMA4_FAMILIES:
+        norm = norm + 4.0 * sb + 4.0 * h  # Gemma4RMSNorm: torch.pow(mean_sq, -0.5) output and weight.float() copy
     qkv_in = ab * sb * h  # norm output, input of the Q/K/V projections
     rotary = m.learned_position_embeddings == 0 and m.family not in ("bloom",)
-    # Gemma 2's attention-logit soft-capping is not implemented by flash/sdpa kernels: transformers runs eager
-    # attention for it (Gemma2Config docs; modeling_gemma2.py eager_attention_forward applies the tanh cap)
-    if t.flash_attention and not m.attn_logit_softcapping:
-        q_k_v = ab * sb * (hq + 2 * hk) / tp  # inputs of the attention kernel
-        out_copy = 0.0 * b
-        if m.fused_qkv:
-            # a view of the fused QKV output keeps all of it saved (GPT-2: Q, K, V are views; GPT-NeoX: V is, and
-            # the rotary Q and K are new copies beside it); the output projection's input is a copy for GPT-NeoX
-            # and, when the layer is recomputed under checkpointing, for GPT-2 (measured; a view otherwise)
-            q_k_v = q_k_v + (ab * sb * (hq + hk) / tp if rotary else 0.0)
-            out_copy = np.where(checkpointing == 2, 1.0, 1.0 if rotary else 0.0) + 0.0 * b
-        if m.rotary_fraction < 1.0:
-            # partial rotary (GLM-4): apply_rotary_pos_emb concatenates the rotated and the passed-through halves
-            # into new (b, heads, s, d)-contiguous Q and K, so the kernel output needs a copy before o_proj
-            # (measured: one sbh-wide saved tensor per layer)
-            out_copy = out_copy + 1.0
-        core = (ab * sb * hq + 4.0 * a * s * b) / tp  # output + fp32 log-sum-exp per head
-        core_s2 = 0.0 * b
-        out_in = out_copy * ab * sb * hq / tp
+    def mixer(hq, hk, a, kv, d, repeat_kv):
+        """Q/K/V kernel inputs, the attention core and the output projection's input for one layer shape."""
+        # Gemma 2's attention-logit soft-capping is not implemented by flash/sdpa kernels: transformers runs eager
+        # attention for it (Gemma2Config docs; modeling_gemma2.py eager_attention_forward applies the tanh cap)
+        if t.flash_attention and not m.attn_logit_softcapping:
+            # K/V repeated to n_heads before the kernel when transformers' use_gqa_in_sdpa refuses the kernel's
+            # own GQA (integrations/sdpa_attention.py: a mask is present, or the head width exceeds 256)
+            q_k_v = ab * sb * (hq + 2 * (hq if repeat_kv else hk)) / tp  # inputs of the attention kernel
+            out_copy = 0.0 * b
+            if m.fused_qkv:
+                # a view of the fused QKV output keeps all of it saved (GPT-2: Q, K, V are views; GPT-NeoX: V is,
+                # and the rotary Q and K are new copies beside it); the output projection's input is a copy for
+                # GPT-NeoX and, when the layer is recomputed under checkpointing, for GPT-2 (measured; a view
+                # otherwise)
+                q_k_v = q_k_v + (ab * sb * (hq + hk) / tp if rotary else 0.0)
+                out_copy = np.where(checkpointing == 2, 1.0, 1.0 if rotary else 0.0) + 0.0 * b
+            if m.rotary_fraction < 1.0:
+                # partial rotary (GLM-4): apply_rotary_pos_emb concatenates the rotated and the passed-through
+                # halves into new (b, heads, s, d)-contiguous Q and K, so the kernel output needs a copy before
+                # o_proj (measured: one sbh-wide saved tensor per layer)
+                out_copy = out_copy + 1.0
+            core = (ab * sb * hq + 4.0 * a * s * b) / tp  # output + fp32 log-sum-exp per head
+            core_s2 = 0.0 * b
+            out_in = out_copy * ab * sb * hq / tp
+        else:
+            q_k_v = ab * sb * (hq + 2 * hq) / tp  # eager attention repeats K/V heads to n_heads before matmuls
+            core = 0.0 * b
+            core_s2 = (ab * a * s * s * b + drop * (a * s * s * b + ab * a * s * s * b)) / tp  # softmax (+mask, +out)
+            out_in = ab * sb * hq / tp  # input of the output projection
+        # q/k RMSNorms (Qwen3, Gemma 3/4, OLMo 2, Qwen3-Next): like the block norms, each saves its fp32 upcast
+        # input and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel
+        # input); Llama 4's weight-free L2 norm (Llama4TextL2Norm: x.float() * rsqrt(mean(x^2))) only the upcast
+        # and the rstd
+        if m.qk_norm in ("head", "full"):
+            rows = (a + kv) if m.qk_norm == "head" else 2.0
+            q_k_v = q_k_v + ((4.0 + nb) * sb * (hq + hk) + 4.0 * sb * rows) / tp
+            if gemma4:
+                q_k_v = q_k_v + (4.0 * sb * rows + 8.0 * d) / tp  # Gemma4RMSNorm: pow output, fp32 weight copy
+        elif m.qk_norm == "l2":
+            roped = 1.0 - m.nope_layers / float(m.n_layers)  # Llama 4 NoPE layers have no q/k norm
+            q_k_v = q_k_v + roped * (4.0 * sb * (hq + hk) + 4.0 * sb * (a + kv)) / tp
+        if gemma4:
+            # Gemma4TextAttention.forward: v_norm (Gemma4RMSNorm with_scale=False) on the values: the fp32 upcast,
+            # the mean square and its power per head
+            q_k_v = q_k_v + (4.0 * sb * hk + 8.0 * sb * kv) / tp
+        return q_k_v + core + np.where(checkpointing >= 1, 0.0, core_s2) + out_in
+
+    gemma4 = m.family in _GEMMA4_FAMILIES
+    kv_heads = float(m.kv_heads)
+    # K/V are repeated only for head widths above 256 (no flash kernel takes them); a sliding-window mask makes
+    # transformers' sdpa path repeat them too, which flash_attention_2 does not (it applies the window itself):
+    # the GPU kernel is what is priced
+    if gemma4 and m.n_attention_layers < m.n_layers:
+        # Gemma 4's full-attention layers (Gemma4TextAttention with layer_config.head_dim = global_head_dim,
+        # num_global_key_value_heads); the other attention_layers are the sliding layers
+        n_full = float(m.n_layers - m.n_attention_layers)
+        gd = float(m.global_head_dim or m.dim_head)
+        gkv = float(m.global_kv_heads or m.kv_heads)
+        std = mixer(hq, hk, a, kv_heads, float(m.dim_head), m.dim_head > 256)
+        full_layer = mixer(a * gd, gkv * gd, a, gkv, gd, gd > 256)
+        layers = float(m.n_layers)
+        mixed = ((layers - n_full) * std + n_full * full_layer) / layers
     else:
-        q_k_v = ab * sb * (hq + 2 * hq) / tp  # eager attention repeats K/V heads to n_heads before matmuls
-        core = 0.0 * b
-        core_s2 = (ab * a * s * s * b + drop * (a * s * s * b + ab * a * s * s * b)) / tp  # softmax (+mask, +out)
-        out_in = ab * sb * hq / tp  # input of the output projection
+        mixed = mixer(hq, hk, a, kv_heads, float(m.dim_head), m.dim_head > 256)
     attn_drop = drop * sb * h
-    # q/k RMSNorms (Qwen3, Gemma 3/4, OLMo 2, Qwen3-Next): like the block norms, each saves its fp32 upcast input
-    # and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel input)
-    if m.qk_norm != "none":
-        rows = (a + m.kv_heads) if m.qk_norm == "head" else 2.0
-        q_k_v = q_k_v + ((4.0 + nb) * sb * (hq + hk) + 4.0 * sb * rows) / tp
     # norms beyond the two pre-norms (Gemma's post-attention / post-feedforward, OLMo 2's, GLM-4's sandwich
     # norms, Gemma 4's MoE norms): each as a block norm on a hidden-width tensor
     extra_norms = max(0, m.norms_per_layer - 2) * norm
-    attention = norm + qkv_in + q_k_v + core + np.where(checkpointing >= 1, 0.0, core_s2) + out_in + extra_norms
+    if gemma4:  # Gemma4RMSNorm also saves the (rows, 1) power output and an fp32 copy of its weight
+        extra_norms = extra_norms + max(0, m.norms_per_layer - 2) * (4.0 * sb + 4.0 * h)
+    attention = norm + qkv_in + mixed + extra_norms
     attention = attention + attn_drop
 
     # MLP block (Korthikanti 19sbh for f = 4h, generalised)
@@ -193,6 +246,16 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     layers = float(m.n_layers)
     mlp = mlp_norm + mlp_drop + (m.n_moe_layers / layers) * moe + (m.n_dense_layers / layers) * dense
     return attention + mlp
+
+
+def _rotary_table_width(m) -> float:
+    """Width (elements per token) of the rotary cos/sin tables all layers share: head_dim x rotary_fraction, plus a
+    second table of global_head_dim for Gemma 4's full-attention layers (Gemma4TextRotaryEmbedding builds one
+    table per layer type; measured: (s, global_head_dim) cos and sin saved once)."""
+    width = float(m.dim_head) * m.rotary_fraction
+    if m.family in _GEMMA4_FAMILIES and m.n_attention_layers < m.n_layers:
+        width += float(m.global_head_dim or m.dim_head)
+    return width
 
 
 ACTIVATION_GROUPS = {
@@ -225,7 +288,7 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     full = cand.checkpointing == 2
     x = {"L": float(m.n_layers), "s": float(sc.sequence_tokens), "b": cand.micro_batch.astype(np.float64),
          "h": float(m.hidden_size), "V": float(m.vocab_size), "a_b": 4.0 if t.precision == "fp32" else 2.0,
-         "d_rot": float(m.dim_head) * m.rotary_fraction, "t": float(ctx.tp),
+         "d_rot": _rotary_table_width(m), "t": float(ctx.tp),
          "r_b": 4.0 if (m.family in _FP32_ROTARY_FAMILIES or t.precision == "fp32") else 2.0,
          "n_b": 4.0 if m.family in _GEMMA_NORM_FAMILIES else (4.0 if t.precision == "fp32" else 2.0),
          "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing)}
