@@ -673,7 +673,18 @@ def _llama4_text(k: _Keys) -> dict[str, Any]:
     step = k.integer("interleave_moe_layer_step", default=1)
     layers = k.index_list("moe_layers", n, default=list(range(step - 1, n, step)))
     experts = k.integer("num_local_experts", default=16)
-    f.update(qkv_bias=bias, out_bias=bias, dense_ffn_size=k.integer("intermediate_size_mlp", default=16384))
+    # no_rope_layers: 1 = the layer uses rope (and the L2 q/k norm), 0 = NoPE; default every
+    # no_rope_layer_interval-th layer is NoPE (Llama4TextConfig.__post_init__, transformers 5.24)
+    rope = k.config.get("no_rope_layers")
+    if not rope:  # null or [] take the default, as Llama4TextConfig does
+        interval = k.integer("no_rope_layer_interval", default=4)
+        rope = [int((i + 1) % interval != 0) for i in range(n)]
+    elif not isinstance(rope, list) or len(rope) != n or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v in (0, 1) for v in rope):
+        raise ValueError(f"config.json key 'no_rope_layers' must be a list of {n} entries, each 0 or 1 "
+                         f"(got {_short(rope)})")
+    f.update(qkv_bias=bias, out_bias=bias, dense_ffn_size=k.integer("intermediate_size_mlp", default=16384),
+             qk_norm="l2" if k.flag("use_qk_norm", default=True) else "none", nope_layers=rope.count(0))
     if experts > 1 and layers:
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=1),
                  fused_experts=True, moe_layers=len(set(layers)), shared_expert_ffn_size=f["ffn_size"])

@@ -163,7 +163,8 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
         if t.flash_attention and not m.attn_logit_softcapping:
             # K/V repeated to n_heads before the kernel when transformers' use_gqa_in_sdpa refuses the kernel's
             # own GQA (integrations/sdpa_attention.py: a mask is present, or the head width exceeds 256)
-            q_k_v = ab * sb * (hq + 2 * (hq if repeat_kv else hk)) / tp  # inputs of the attention kernel
+            kk = hq if repeat_kv else hk
+            q_k_v = ab * sb * (hq + kk + (hv_mla or kk)) / tp  # inputs of the attention kernel
             out_copy = 0.0 * b
             if m.fused_qkv:
                 # a view of the fused QKV output keeps all of it saved (GPT-2: Q, K, V are views; GPT-NeoX: V is,
@@ -177,14 +178,20 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
                 # halves into new (b, heads, s, d)-contiguous Q and K, so the kernel output needs a copy before
                 # o_proj (measured: one sbh-wide saved tensor per layer)
                 out_copy = out_copy + 1.0
-            core = (ab * sb * hq + 4.0 * a * s * b) / tp  # output + fp32 log-sum-exp per head
+            if m.mla:
+                # DeepseekV2/V3Attention.forward builds Q and K with torch.cat((pass, rot)) in (b, heads, s, d)
+                # layout, so the output is copied before o_proj as with partial rotary (measured on CPU)
+                out_copy = out_copy + 1.0
+            hout = hv_mla or hq  # the output has the value width
+            core = (ab * sb * hout + 4.0 * a * s * b) / tp  # output + fp32 log-sum-exp per head
             core_s2 = 0.0 * b
-            out_in = out_copy * ab * sb * hq / tp
+            out_in = out_copy * ab * sb * hout / tp
         else:
-            q_k_v = ab * sb * (hq + 2 * hq) / tp  # eager attention repeats K/V heads to n_heads before matmuls
+            # eager attention repeats K/V heads to n_heads before matmuls
+            q_k_v = ab * sb * (2 * hq + (hv_mla or hq)) / tp
             core = 0.0 * b
             core_s2 = (ab * a * s * s * b + drop * (a * s * s * b + ab * a * s * s * b)) / tp  # softmax (+mask, +out)
-            out_in = ab * sb * hq / tp  # input of the output projection
+            out_in = ab * sb * (hv_mla or hq) / tp  # input of the output projection
         # q/k RMSNorms (Qwen3, Gemma 3/4, OLMo 2, Qwen3-Next): like the block norms, each saves its fp32 upcast
         # input and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel
         # input); Llama 4's weight-free L2 norm (Llama4TextL2Norm: x.float() * rsqrt(mean(x^2))) only the upcast
@@ -195,8 +202,10 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             if gemma4:
                 q_k_v = q_k_v + (4.0 * sb * rows + 8.0 * d) / tp  # Gemma4RMSNorm: pow output, fp32 weight copy
         elif m.qk_norm == "l2":
-            roped = 1.0 - m.nope_layers / float(m.n_layers)  # Llama 4 NoPE layers have no q/k norm
-            q_k_v = q_k_v + roped * (4.0 * sb * (hq + hk) + 4.0 * sb * (a + kv)) / tp
+            # Llama 4 NoPE layers have no q/k norm; they scale the queries by an fp32 temperature per position
+            # instead (attn_temperature_tuning, Llama4TextAttention.forward: 4 bytes per token saved)
+            nope = m.nope_layers / float(m.n_layers)
+            q_k_v = q_k_v + (1.0 - nope) * (4.0 * sb * (hq + hk) + 4.0 * sb * (a + kv)) / tp + nope * 4.0 * s
         if gemma4:
             # Gemma4TextAttention.forward: v_norm (Gemma4RMSNorm with_scale=False) on the values: the fp32 upcast,
             # the mean square and its power per head
@@ -205,6 +214,15 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
 
     gemma4 = m.family in _GEMMA4_FAMILIES
     kv_heads = float(m.kv_heads)
+    # MLA (DeepSeek-V2/V3, arXiv 2405.04434 Sec. 2.1; DeepseekV3Attention.forward): the kernel's values are
+    # v_head_dim wide; the low-rank path saves q_a_layernorm and kv_a_layernorm (RMSNorms on the q_lora_rank and
+    # kv_lora_rank latents) and the inputs of q_b_proj and kv_b_proj (the normalised latents)
+    hv_mla = a * float(m.v_head_dim) if m.mla else 0.0
+    mla_proj = 0.0
+    if m.mla:
+        for rank in (m.kv_lora_rank, m.q_lora_rank):
+            if rank:
+                mla_proj = mla_proj + (4.0 + ab) * sb * rank + 4.0 * sb + ab * sb * rank
     # K/V are repeated only for head widths above 256 (no flash kernel takes them); a sliding-window mask makes
     # transformers' sdpa path repeat them too, which flash_attention_2 does not (it applies the window itself):
     # the GPU kernel is what is priced
@@ -226,7 +244,7 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     extra_norms = max(0, m.norms_per_layer - 2) * norm
     if gemma4:  # Gemma4RMSNorm also saves the (rows, 1) power output and an fp32 copy of its weight
         extra_norms = extra_norms + max(0, m.norms_per_layer - 2) * (4.0 * sb + 4.0 * h)
-    attention = norm + qkv_in + mixed + extra_norms
+    attention = norm + qkv_in + mixed + mla_proj + extra_norms
     attention = attention + attn_drop
 
     # MLP block (Korthikanti 19sbh for f = 4h, generalised)
