@@ -276,6 +276,17 @@ def _rotary_table_width(m) -> float:
     return width
 
 
+def rotary_table_bytes(m, tokens: float, precision: str) -> float:
+    """Bytes of the rotary cos/sin tables all layers share for ``tokens`` tokens (seq x micro-batch):
+    2·r_b·tokens·d_rot with d_rot from :func:`_rotary_table_width` and r_b the working precision's element bytes
+    (4 for OLMo 2's fp32 tables, :data:`_FP32_ROTARY_FAMILIES`); 0 with learned positions. The same quantity as
+    :func:`activation_term`'s rotary part."""
+    if m.learned_position_embeddings > 0:
+        return 0.0
+    r_b = 4.0 if (m.family in _FP32_ROTARY_FAMILIES or precision == "fp32") else 2.0
+    return 2.0 * r_b * float(tokens) * _rotary_table_width(m)
+
+
 ACTIVATION_GROUPS = {
     "layers": ("layer inputs + one layer recomputed", "saved layer activations"),
     "final": ("final norm + lm_head inputs",),
