@@ -89,8 +89,9 @@ CENSUS_SEQ_LEN = 128
 
 
 def census_config(label: str) -> dict:
-    """The :data:`SMALL` (or :data:`CENSUS_EXTRA`) config ``label`` as the activation census runs it: vocabulary 512 (as section 2), position
-    limit 1024; for DeepSeek's MLA num_key_value_heads = heads (its forward needs them equal; no parameters)."""
+    """The :data:`SMALL` (or :data:`CENSUS_EXTRA`) config ``label`` as the activation census runs it: vocabulary
+    512 (as section 2), position limit 1024; for DeepSeek's MLA num_key_value_heads = heads (its forward needs them
+    equal; no parameters)."""
     cfg = dict({**SMALL, **CENSUS_EXTRA}[label], vocab_size=512, max_position_embeddings=1024)
     if cfg["model_type"].startswith("deepseek"):
         cfg["num_key_value_heads"] = cfg["num_attention_heads"]
@@ -120,8 +121,8 @@ def _mla_cpu_math_minus_flash_bytes(arch, seq_len: int) -> float:
     (bf16, micro-batch 1; a heads, q/k width d_qk, value width d_v). CPU sdpa takes its math path because the q/k
     and value head widths differ. Math path (measured, deepseek_v3 layer 1: fp32 (a, s, d_qk) Q and (a, d_qk, s)
     K^T, fp32 (a, s, d_v) V, fp32 (1, a, s, s) probabilities: the CPU math fallback computes bf16 inputs in fp32):
-    4·s·a·(2·d_qk + d_v) + 4·a·s². Flash (costmodel/activations.py): bf16 Q, K (a·d_qk each), V and output (a·d_v
-    each) and the fp32 log-sum-exp per head: 2·s·a·(2·d_qk + 2·d_v) + 4·a·s."""
+    4·s·a·(2·d_qk + d_v) + 4·a·s². Flash (costmodel/activations.py): bf16 Q, K (a·d_qk each), V and output
+    (a·d_v each) and the fp32 log-sum-exp per head: 2·s·a·(2·d_qk + 2·d_v) + 4·a·s."""
     s, a, dqk, dv = float(seq_len), arch.n_heads, arch.dim_head, arch.v_head_dim
     return 4.0 * s * a * (2 * dqk + dv) + 4.0 * a * s * s - (2.0 * s * a * (2 * dqk + 2 * dv) + 4.0 * a * s)
 

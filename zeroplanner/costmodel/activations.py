@@ -6,17 +6,20 @@ Follows the accounting of Korthikanti et al., "Reducing Activation Recomputation
 ``4sbh``. Generalised here term by term to grouped-query attention (K and V widths), SwiGLU MLPs (gate, up,
 activation and product saved: 4 tensors of width f instead of 2), no-dropout blocks (no masks), flash attention
 (no s^2 terms; the output and an fp32 log-sum-exp per head are saved instead; Dao et al., arXiv 2205.14135, Alg. 2),
-MoE (MLP activations for each of the k routed experts, the shared expert and the router logits; dense and MoE
-layers weighted by their counts), vision-language models (image tokens added to the sequence) and tensor parallelism (inner terms divided by t;
-Korthikanti Eq. 2).
+MoE (the k routed experts' MLP activations, the router and dispatch tensors transformers saves, the shared expert:
+:func:`moe_block_bytes`; dense and MoE layers weighted by their counts), MLA (latent norms and projections,
+v_head_dim-wide values), Gemma 4's full-attention layers, vision-language models (image tokens added to the
+sequence) and tensor parallelism (inner terms divided by t; Korthikanti Eq. 2). Each family term was checked
+against the saved-tensor census of transformers 5.24 (docs/validation.md sections 2 and 6).
 
 Checkpointing: "selective" recomputes the attention core (drops the s^2 terms; Korthikanti Sec. 4.3); "full" keeps
 only each layer's input (2sbh) plus one layer's activations during its recomputation (Chen et al., arXiv
 1604.06174).
 
 Approximate for the hybrid families: layers whose mixer is not softmax attention (Qwen3-Next Gated DeltaNet,
-Nemotron-H Mamba-2) are priced as the attention layer; MLA as attention with q/k width head_dim; the vision
-encoder's own activations are not included.
+Nemotron-H Mamba-2) are priced as the attention layer; the vision encoder's own activations are not included.
+Attention is priced as the GPU flash kernel saves it (flash_attention_2 semantics): CPU sdpa's sliding-window mask
+and its math path for MLA's unequal head widths are not (docs/validation.md section 6 shows both).
 
 The logits: the 16-bit logits returned by the model (``2sbV``) plus the fp32 log-softmax output saved by the
 cross-entropy loss (``4sbV``; Korthikanti Sec. 4.1 "fp32 logits"), both per tensor-parallel rank.
