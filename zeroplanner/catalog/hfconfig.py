@@ -658,8 +658,9 @@ def _deepseek(k: _Keys) -> dict[str, Any]:
                  # DeepseekV2TopkRouter never renormalises; DeepseekV3TopkRouter does with norm_topk_prob
                  router_norm_topk=v3 and k.flag("norm_topk_prob", default=True))
         if v3:  # DeepseekV3TopkRouter: group-limited top-k (transformers 5.24 config defaults n_group 8, topk_group 4)
-            f.update(router_groups=k.integer("n_group", default=8),
-                     router_top_groups=k.integer("topk_group", default=4))
+            groups = k.integer("n_group", default=8)
+            f.update(router_groups=groups, router_top_groups=k.integer("topk_group", default=min(4, groups),
+                                                                       maximum=groups))
     return f
 
 
@@ -765,8 +766,9 @@ def _glm4_moe(k: _Keys) -> dict[str, Any]:
         shared = k.integer("n_shared_experts", default=1, minimum=0)
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=8), fused_experts=True,
                  moe_layers=n - first, shared_expert_ffn_size=shared * f["ffn_size"],
-                 router_groups=k.integer("n_group", default=1), router_top_groups=k.integer("topk_group", default=1),
                  router_norm_topk=k.flag("norm_topk_prob", default=True))
+        groups = k.integer("n_group", default=1)
+        f.update(router_groups=groups, router_top_groups=k.integer("topk_group", default=1, maximum=groups))
     return f
 
 
