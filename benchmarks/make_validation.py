@@ -83,14 +83,16 @@ def _err(pred: float, meas: float) -> str:
 
 def measure_modern_activations() -> list[dict]:
     """The census of the 2024-26 families (zeroplanner/calibrate/families.py), sequence 128, none and full."""
-    from zeroplanner.calibrate.families import CENSUS_SEQ_LEN, census_config, census_labels
+    from zeroplanner.calibrate.families import CENSUS_SEQ_LEN, census_attention, census_config, census_labels
 
     rows = []
     for label in census_labels():
         cfg = census_config(label)
+        attn = census_attention(label)
         for ck in ("none", "full"):
-            m = measure_activation_bytes(cfg, seq_len=CENSUS_SEQ_LEN, checkpointing=ck)
-            rows.append({"label": label, "checkpointing": ck, "hf_config": cfg, "measured": m})
+            m = measure_activation_bytes(cfg, seq_len=CENSUS_SEQ_LEN, checkpointing=ck, attn_implementation=attn)
+            rows.append({"label": label, "checkpointing": ck, "hf_config": cfg, "measured": m,
+                         "attn_implementation": attn})
     return rows
 
 
@@ -120,9 +122,13 @@ MODERN_NOTES = [
     "mamba_ssm and causal_conv1d are not installed: fp32 per-chunk matrices and scan states); the cost model "
     "prices those mixers as softmax attention. gemma4_text-moe's remaining gap is CPU sdpa's sliding-window mask "
     "and repeated K/V (window 32 < sequence 128), which flash_attention_2 does not save.",
-    "Not run (zeroplanner/calibrate/families.py NOT_CENSUSED): gemma2 and gpt_oss (sdpa refused: eager only; the "
-    "cost model prices gemma2 as eager because of its soft-capping) and the vision-language models (the census "
-    "builds causal LMs only; their text towers are censused).",
+    "Run with eager attention (transformers refuses sdpa for them; `families.CENSUS_EAGER`), predicted with "
+    "flash_attention off: gemma2 (eager_attention_forward's fp32 softmax, its bf16 copy and the soft-cap's tanh "
+    "output, 8·a·s² bytes per layer; the final logits' tanh output) and gpt_oss (the sink column, softmax in "
+    "bf16, top-k-then-softmax router, GptOssExperts' clamped GLU: 7 saved tensors of width f per pair; fp32 "
+    "norm outputs). Full checkpointing now prices the recomputed layer's s² tensors (selective drops them).",
+    "Not run (zeroplanner/calibrate/families.py NOT_CENSUSED): the vision-language models (the census builds "
+    "causal LMs only; their text towers are censused).",
 ]
 
 
@@ -141,11 +147,14 @@ def render_modern_activations(rows: list[dict]) -> list[str]:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        pred = predicted_activation_bytes(r["hf_config"], seq_len=128, checkpointing=r["checkpointing"])
+        attn = r.get("attn_implementation", "sdpa")
+        pred = predicted_activation_bytes(r["hf_config"], seq_len=128, checkpointing=r["checkpointing"],
+                                          flash_attention=attn == "sdpa")
         meas = r["measured"]["total"]
         extra, _ = census_seen_differently_bytes(r["label"], r["checkpointing"])
         seen = f"{_fmt(pred + extra)} | {_err(pred + extra, meas)}" if extra else "- | -"
-        lines.append(f"| {r['label']} | {r['checkpointing']} | {_fmt(pred)} | {_fmt(meas)} | {_err(pred, meas)} | "
+        label = r["label"] + (" (eager)" if attn == "eager" else "")
+        lines.append(f"| {label} | {r['checkpointing']} | {_fmt(pred)} | {_fmt(meas)} | {_err(pred, meas)} | "
                      f"{seen} |")
     notes: list[str] = []
     for note in MODERN_NOTES:  # paragraphs apart; the "- " items of a list together

@@ -205,6 +205,11 @@ class Architecture(_Frozen):
         description="Gemma 2 tanh soft-capping of attention logits: flash/sdpa kernels do not apply it, "
         "transformers uses eager attention (O(s^2) scores saved); priced as flash_attention=False",
     )
+    final_logit_softcapping: bool = Field(
+        default=False,
+        description="tanh soft-capping of the output logits (Gemma 2 / Gemma 4 final_logit_softcapping): the tanh "
+        "output is saved, one more logits-sized tensor; no parameter change",
+    )
     dropout: bool = Field(default=False, description="dropout active in training (saves 1-byte masks)")
     extra_parameters: int = Field(
         default=0, ge=0, description="parameters outside the blocks above, e.g. OPT's project_in/project_out"

@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 from zeroplanner.calibrate import measure_activation_bytes, predicted_activation_bytes  # noqa: E402
 from zeroplanner.calibrate.families import (  # noqa: E402
     CENSUS_SEQ_LEN,
+    census_attention,
     census_config,
     census_seen_differently_bytes,
 )
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.timeout(300)
 SEQ = CENSUS_SEQ_LEN
 
 WITHIN_5 = ["phi3", "phi3-gqa", "qwen3", "qwen3-bias-tied", "glm4", "glm4_moe", "gemma3_text", "gemma4_text-moe",
-            "qwen3_moe", "qwen3_moe-sparse-step-mlp-only", "olmo2", "llama4_text", "mixtral"]
+            "qwen3_moe", "qwen3_moe-sparse-step-mlp-only", "olmo2", "llama4_text", "mixtral", "gemma2", "gpt_oss"]
 """Within 5% with no and with full checkpointing (docs/validation.md section 6)."""
 
 WITHIN_5_WITHOUT_CHECKPOINTING = ["gemma4_text-dense"]
@@ -60,8 +61,11 @@ KNOWN_GAPS = {
 
 def _both(label: str, checkpointing: str) -> tuple[float, float]:
     cfg = census_config(label)
-    measured = measure_activation_bytes(cfg, seq_len=SEQ, checkpointing=checkpointing)["total"]
-    predicted = predicted_activation_bytes(cfg, seq_len=SEQ, checkpointing=checkpointing)
+    attn = census_attention(label)  # eager for the families transformers refuses sdpa for (families.CENSUS_EAGER)
+    measured = measure_activation_bytes(cfg, seq_len=SEQ, checkpointing=checkpointing,
+                                        attn_implementation=attn)["total"]
+    predicted = predicted_activation_bytes(cfg, seq_len=SEQ, checkpointing=checkpointing,
+                                           flash_attention=attn == "sdpa")
     return measured, predicted
 
 

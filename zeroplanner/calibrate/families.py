@@ -98,9 +98,21 @@ def census_config(label: str) -> dict:
     return cfg
 
 
+CENSUS_EAGER = {
+    "gemma2": "transformers refuses sdpa for it (attention-logit soft-capping); the cost model prices it eager",
+    "gpt_oss": "transformers refuses sdpa for it (attention sinks); a GPU runs a sink-aware flash kernel, which the "
+               "cost model prices with flash_attention on, so the census row is predicted with it off",
+}
+"""Model types the census runs with eager attention (predicted with ``flash_attention=False``), and why."""
+
+
+def census_attention(label: str) -> str:
+    """``"eager"`` for the :data:`CENSUS_EAGER` model types, else ``"sdpa"``: the attn_implementation the census
+    builds ``label`` with. Raises KeyError for an unknown label."""
+    return "eager" if census_config(label)["model_type"] in CENSUS_EAGER else "sdpa"
+
+
 NOT_CENSUSED = {
-    "gemma2": "eager attention only (transformers refuses sdpa for it)",
-    "gpt_oss": "eager attention only (transformers refuses sdpa for it)",
     "gemma3": "vision-language: the census builds causal LMs only (gemma3_text is censused)",
     "gemma4": "vision-language: the census builds causal LMs only (gemma4_text is censused)",
     "llama4": "vision-language: the census builds causal LMs only (llama4_text is censused)",

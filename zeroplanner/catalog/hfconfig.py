@@ -501,8 +501,19 @@ def _gemma2(k: _Keys) -> dict[str, Any]:
     bias = k.flag("attention_bias", default=False)
     cap = k.config.get("attn_logit_softcapping", 50.0) if "attn_logit_softcapping" in k.config else 50.0
     f.update(norms_per_layer=4, qkv_bias=bias, out_bias=bias, attn_logit_softcapping=cap is not None,
+             final_logit_softcapping=_final_cap(k, 30.0),
              **_sliding(k, f["n_layers"], lambda i: bool((i + 1) % 2), 4096))
     return f
+
+
+def _final_cap(k: _Keys, default: float | None) -> bool:
+    """final_logit_softcapping set (Gemma2Config default 30.0; Gemma3TextConfig / Gemma4TextConfig None): the
+    CausalLM forward saves tanh's output over the logits (modeling_gemma2/3/4 ...ForCausalLM.forward)."""
+    value = k.config.get("final_logit_softcapping", default) if "final_logit_softcapping" in k.config else default
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise ValueError(f"config.json key 'final_logit_softcapping' must be a positive number or null "
+                         f"(got {_short(value)})")
+    return value is not None
 
 
 def _gemma3_text(k: _Keys) -> dict[str, Any]:
@@ -513,6 +524,7 @@ def _gemma3_text(k: _Keys) -> dict[str, Any]:
     cap = k.config.get("attn_logit_softcapping")
     pattern = k.integer("sliding_window_pattern", default=6)
     f.update(norms_per_layer=4, qk_norm="head", qkv_bias=bias, out_bias=bias, attn_logit_softcapping=cap is not None,
+             final_logit_softcapping=_final_cap(k, None),
              **_sliding(k, f["n_layers"], lambda i: bool((i + 1) % pattern), 4096))
     return f
 
@@ -575,7 +587,7 @@ def _gemma4_text(k: _Keys) -> dict[str, Any]:
         norms_per_layer=4, qk_norm="head", qkv_bias=bias, out_bias=bias, attention_layers=n - full,
         other_mixer_params=full * global_layer, other_mixer_largest_module=max(h * heads * gd, o) if full else 0,
         sliding_window=window, sliding_window_layers=(n - full) if window else 0, global_head_dim=gd,
-        global_kv_heads=gkv,
+        global_kv_heads=gkv, final_logit_softcapping=_final_cap(k, None),
     )
     if k.flag("enable_moe_block", default=False):
         experts = k.integer("num_experts")

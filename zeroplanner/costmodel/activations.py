@@ -32,10 +32,10 @@ import numpy as np
 from .context import Candidates, Context
 from .terms import TermParts, term
 
-_GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2"})
+_GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2", "gpt_oss"})
 """Families whose RMSNorm keeps its normalised output in fp32: Gemma's (1 + w) scaling in fp32 (transformers 5.24
-Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward) and OLMo 2's ``(self.weight * hidden_states)
-.to(input_dtype)`` (Olmo2RMSNorm.forward), which multiplies the weight before the cast."""
+Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward) and OLMo 2's and gpt-oss's ``(self.weight * hidden_states)
+.to(input_dtype)`` (Olmo2RMSNorm / GptOssRMSNorm.forward), which multiply the weight before the cast."""
 
 _GEMMA4_FAMILIES = frozenset({"gemma4", "gemma4_text"})
 """Gemma4RMSNorm.forward (transformers 5.24): ``hidden * torch.pow(mean_sq, -0.5)`` saves the fp32 upcast, the mean
@@ -47,6 +47,18 @@ _FP32_ROTARY_FAMILIES = frozenset({"olmo2"})
 """Families whose rotary cos/sin tables stay fp32 (Olmo2RotaryEmbedding.forward returns them without the
 ``.to(x.dtype)`` of LlamaRotaryEmbedding.forward; measured: 4-byte tables)."""
 
+
+_SINK_FAMILIES = frozenset({"gpt_oss"})
+"""Attention with a learned sink logit per head (GptOssAttention ``sinks``; modeling_gpt_oss.py)."""
+
+_TOPK_SOFTMAX_ROUTER_FAMILIES = frozenset({"gpt_oss"})
+"""Routers that take the top-k logits first and softmax only those, in the working precision (GptOssTopKRouter
+.forward: ``softmax(router_top_value, dim=1, dtype=router_top_value.dtype)``)."""
+
+_EXPERT_SAVED_WIDTHS = {"gpt_oss": 7.0}
+"""Tensors of width moe_intermediate_size each routed pair saves, where not the SwiGLU 4 (gate_up counted 2):
+GptOssExperts._apply_gate reads gate and up as strided views of gate_up (the whole 2f kept) and saves the clamped
+gate, its sigmoid, up + 1, the GLU and the product: 2 + 5 (measured)."""
 
 _FP32_ROUTER_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "glm4_moe"})
 """Routers that compute in fp32 from fp32 copies of their input and weight (``F.linear(hidden.type(float32),
@@ -110,6 +122,8 @@ def moe_block_bytes(m, sb, ab: float, inner, width: float, tp: float):
             router = 4.0 * sb * h + 4.0 * h * e + 4.0 * sb * e + 8.0 * sb * k + (norm_out if shared else 0.0)
             if fam in _SIGMOID_GROUP_ROUTER_FAMILIES:
                 router = router + 16.0 * sb * m.router_groups + 8.0 * sb * m.router_top_groups + sb * e
+        elif fam in _TOPK_SOFTMAX_ROUTER_FAMILIES:
+            router = norm_out + 8.0 * sb * k + ab * sb * k
         else:
             router = norm_out + 4.0 * sb * e + 8.0 * sb * k
         if m.router_norm_topk:
@@ -155,8 +169,11 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # saved in fp32 (measured: 8 bytes per element with the fp32 upcast), not in the working precision
     nb = 4.0 if m.family in _GEMMA_NORM_FAMILIES else ab
     norm = ((4.0 + nb) * sb * h if rms else ab * sb * h) + stats
+    gemma_weight = m.family in _GEMMA_NORM_FAMILIES and m.family.startswith("gemma")
+    if gemma_weight:  # Gemma2/3RMSNorm save the fp32 (1 + weight.float()), Gemma4RMSNorm weight.float(): 4h
+        norm = norm + 4.0 * h
     if m.family in _GEMMA4_FAMILIES:
-        norm = norm + 4.0 * sb + 4.0 * h  # Gemma4RMSNorm: torch.pow(mean_sq, -0.5) output and weight.float() copy
+        norm = norm + 4.0 * sb  # Gemma4RMSNorm: the torch.pow(mean_sq, -0.5) output beside the mean square
     qkv_in = ab * sb * h  # norm output, input of the Q/K/V projections
     rotary = m.learned_position_embeddings == 0 and m.family not in ("bloom",)
     def mixer(hq, hk, a, kv, d, repeat_kv):
@@ -193,7 +210,19 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             # eager attention repeats K/V heads to n_heads before matmuls
             q_k_v = ab * sb * (2 * hq + (hv_mla or hq)) / tp
             core = 0.0 * b
-            core_s2 = (ab * a * s * s * b + drop * (a * s * s * b + ab * a * s * s * b)) / tp  # softmax (+mask, +out)
+            # transformers' eager_attention_forward (llama, gemma2, ...): softmax(..., dtype=float32) saves its
+            # fp32 output and .to(query.dtype) gives the bf16 probabilities the matmul with V saves (with dropout:
+            # its 1-byte mask and output instead); Gemma 2's soft-capping adds tanh's output (measured: 8·a·s²
+            # bytes per layer in bf16 with the cap)
+            cast = ab if (ab < 4.0 or drop) else 0.0  # in fp32 the cast is the softmax output itself
+            cap = ab if m.attn_logit_softcapping else 0.0
+            core_s2 = (4.0 + cast + cap + drop) * a * s * s * b / tp
+            if m.family in _SINK_FAMILIES:
+                # gpt-oss eager_attention_forward: the sink logit concatenated as column s + 1, the int64 argmax
+                # of the max subtraction, softmax in the working precision (its output, s + 1 wide, is what the
+                # matmul with V keeps, through a view)
+                core_s2 = (ab * a * s * (s + 1.0) * b + 8.0 * a * s * b
+                           + drop * (a * s * s * b + ab * a * s * s * b)) / tp
             out_in = ab * sb * (hv_mla or hq) / tp  # input of the output projection
         # q/k RMSNorms (Qwen3, Gemma 3/4, OLMo 2, Qwen3-Next): like the block norms, each saves its fp32 upcast
         # input and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel
@@ -202,8 +231,8 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
         if m.qk_norm in ("head", "full"):
             rows = (a + kv) if m.qk_norm == "head" else 2.0
             q_k_v = q_k_v + ((4.0 + nb) * sb * (hq + hk) + 4.0 * sb * rows) / tp
-            if gemma4:
-                q_k_v = q_k_v + (4.0 * sb * rows + 8.0 * d) / tp  # Gemma4RMSNorm: pow output, fp32 weight copy
+            if gemma_weight:  # the q and k norms' fp32 weight copies (d each), Gemma 4's power outputs
+                q_k_v = q_k_v + (8.0 * d + (4.0 * sb * rows if gemma4 else 0.0)) / tp
         elif m.qk_norm == "l2":
             # Llama 4 NoPE layers have no q/k norm; they scale the queries by an fp32 temperature per position
             # instead (attn_temperature_tuning, Llama4TextAttention.forward: 4 bytes per token saved)
@@ -213,7 +242,8 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             # Gemma4TextAttention.forward: v_norm (Gemma4RMSNorm with_scale=False) on the values: the fp32 upcast,
             # the mean square and its power per head
             q_k_v = q_k_v + (4.0 * sb * hk + 8.0 * sb * kv) / tp
-        return q_k_v + core + np.where(checkpointing >= 1, 0.0, core_s2) + out_in
+        # selective checkpointing drops the s^2 terms; under full checkpointing the recomputed layer saves them
+        return q_k_v + core + np.where(checkpointing == 1, 0.0, core_s2) + out_in
 
     gemma4 = m.family in _GEMMA4_FAMILIES
     kv_heads = float(m.kv_heads)
@@ -245,8 +275,6 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # norms beyond the two pre-norms (Gemma's post-attention / post-feedforward, OLMo 2's, GLM-4's sandwich
     # norms, Gemma 4's MoE norms): each as a block norm on a hidden-width tensor
     extra_norms = max(0, m.norms_per_layer - 2) * norm
-    if gemma4:  # Gemma4RMSNorm also saves the (rows, 1) power output and an fp32 copy of its weight
-        extra_norms = extra_norms + max(0, m.norms_per_layer - 2) * (4.0 * sb + 4.0 * h)
     attention = norm + qkv_in + mixed + mla_proj + extra_norms
     attention = attention + attn_drop
 
@@ -262,7 +290,8 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     mlp_drop = drop * sb * h
     # MoE layers (moe_block_bytes); dense layers one MLP of dense_ffn_size. Layers of both kinds are averaged over
     # n_layers (exact for the total; the recomputed layer under full checkpointing is the average layer).
-    moe = moe_block_bytes(m, sb, ab, inner, width, tp) if m.n_moe_layers else 0.0
+    expert_width = _EXPERT_SAVED_WIDTHS.get(m.family, width)
+    moe = moe_block_bytes(m, sb, ab, expert_width * ab * sb * f / tp, width, tp) if m.n_moe_layers else 0.0
     dense = mlp_in + width * ab * sb * m.dense_width / tp
     layers = float(m.n_layers)
     mlp = mlp_norm + mlp_drop + (m.n_moe_layers / layers) * moe + (m.n_dense_layers / layers) * dense
@@ -294,7 +323,7 @@ ACTIVATION_GROUPS = {
     "layers": ("layer inputs + one layer recomputed", "saved layer activations"),
     "final": ("final norm + lm_head inputs",),
     "inputs": ("token ids, labels, rotary tables",),
-    "logits": ("logits + fp32 log-softmax",),
+    "logits": ("logits + fp32 log-softmax", "soft-capped logits (tanh output)"),
 }
 """The keys of :func:`activation_parts` and the labels of the :func:`activation_term` parts each one sums."""
 
@@ -310,7 +339,9 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     - int64 input ids and labels (8 bytes each per token) and the rotary cos/sin tables shared by all layers
       (2·r_b·s·b·d_rot: the rotated width head_dim x rotary_fraction, r_b = a_b, 4 for OLMo 2's fp32 tables;
       none with learned positions);
-    - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t.
+    - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t, and with
+      final_logit_softcapping (Gemma 2/4) the tanh output over the logits, a_b·s·b·V / t
+      (Gemma2ForCausalLM.forward: ``logits = torch.tanh(logits / cap) * cap``);
     Every part was checked against the saved-tensor measurement (docs/validation.md).
     """
     sc = ctx.scenario
@@ -333,6 +364,7 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
         ("token ids, labels, rotary tables", "16*s*b + 2*r_b*s*b*d_rot", rotary),
         ("token ids, labels, rotary tables", "16*s*b", not rotary),
         ("logits + fp32 log-softmax", "(a_b+4)*s*b*V/t", True),
+        ("soft-capped logits (tanh output)", "a_b*s*b*V/t", m.final_logit_softcapping),
     ])
 
 
