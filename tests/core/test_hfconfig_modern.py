@@ -192,6 +192,8 @@ def test_hostile_family_keys_name_the_key():
         architecture_from_hf_config(dict(SMALL["llama4_text"], no_rope_layers=[1, 0, "x", 1]))
     with pytest.raises(ValueError, match="'no_rope_layers'"):
         architecture_from_hf_config(dict(SMALL["llama4_text"], no_rope_layers=[1, 0]))
+    with pytest.raises(ValueError, match="'final_logit_softcapping'"):
+        architecture_from_hf_config(dict(SMALL["gemma2"], final_logit_softcapping="30"))
 
 
 def test_activation_fields_follow_the_config():
@@ -207,6 +209,12 @@ def test_activation_fields_follow_the_config():
     v3 = architecture_from_hf_config(dict(SMALL["deepseek_v3"], n_group=2, topk_group=1))
     assert (v3.router_groups, v3.router_top_groups, v3.router_norm_topk) == (2, 1, True)
     assert not architecture_from_hf_config(SMALL["deepseek_v2"]).router_norm_topk  # V2's router never renormalises
+    # final_logit_softcapping: Gemma2Config default 30.0, Gemma3TextConfig / Gemma4TextConfig None
+    assert architecture_from_hf_config(SMALL["gemma2"]).final_logit_softcapping
+    assert not architecture_from_hf_config(dict(SMALL["gemma2"], final_logit_softcapping=None)).final_logit_softcapping
+    assert not architecture_from_hf_config(SMALL["gemma3_text"]).final_logit_softcapping
+    assert architecture_from_hf_config(dict(SMALL["gemma4_text-dense"], final_logit_softcapping=30.0)
+                                       ).final_logit_softcapping
 
 
 def test_deeply_nested_and_huge_files_are_refused(tmp_path):
