@@ -95,11 +95,21 @@ class Architecture(_Frozen):
     fused_gate_up: bool = Field(
         default=False, description="gate and up projections are one nn.Linear (Phi-3 gate_up_proj, GLM-4)"
     )
-    qk_norm: Literal["none", "head", "full"] = Field(
+    qk_norm: Literal["none", "head", "full", "l2"] = Field(
         default="none",
         description="RMSNorm weights on queries and keys: 'head' one head_dim vector each (Qwen3 q_norm/k_norm, "
         "Gemma 3, Qwen3-Next); 'full' over the whole q and k widths (OLMo 2 q_norm(n_heads*head_dim), "
-        "k_norm(n_kv_heads*head_dim))",
+        "k_norm(n_kv_heads*head_dim)); 'l2' a weight-free L2 norm per head (Llama 4 Llama4TextL2Norm)",
+    )
+    rotary_fraction: float = Field(
+        default=1.0, gt=0.0, le=1.0,
+        description="fraction of each head's width that is rotated (partial_rotary_factor: GLM-4 0.5); no "
+        "parameter change",
+    )
+    nope_layers: int = Field(
+        default=0, ge=0, le=1000,
+        description="attention layers without rotary embedding and without the q/k norm (Llama 4 no_rope_layers "
+        "entries 0, every no_rope_layer_interval-th layer by default); no parameter change",
     )
     q_lora_rank: int | None = Field(
         default=None, ge=1, le=1_000_000,
@@ -147,6 +157,16 @@ class Architecture(_Frozen):
     )
     shared_expert_gate: bool = Field(default=False, description="sigmoid gate Linear(hidden, 1) on the shared expert")
     router_bias: bool = Field(default=False, description="the router Linear has a bias (gpt-oss)")
+    router_groups: int = Field(
+        default=1, ge=1, le=10_000,
+        description="expert groups of a group-limited router (DeepSeek-V3 / GLM-4.5 n_group; 1 = no grouping)",
+    )
+    router_top_groups: int = Field(
+        default=1, ge=1, le=10_000, description="groups each token may route to (DeepSeek-V3 / GLM-4.5 topk_group)"
+    )
+    router_norm_topk: bool = Field(
+        default=False, description="the top-k routing weights are renormalised to sum to 1 (norm_topk_prob)"
+    )
     layer_extra_params: int = Field(
         default=0, ge=0, le=10**12,
         description="small per-layer parameters not above: gpt-oss attention sinks (n_heads), Gemma 4 router "
@@ -162,6 +182,16 @@ class Architecture(_Frozen):
         description="language-model tokens one image becomes (Gemma 4 vision_soft_tokens_per_image; Qwen2-VL "
         "depends on the resolution: (H/28)*(W/28), 256 at 448x448 is the default taken here)",
     )
+    global_head_dim: int | None = Field(
+        default=None, ge=1, le=100_000,
+        description="head width of Gemma 4's full-attention layers (global_head_dim; the layers beyond "
+        "attention_layers); None = head_dim",
+    )
+    global_kv_heads: int | None = Field(
+        default=None, ge=1, le=10_000,
+        description="key/value heads of Gemma 4's full-attention layers (num_global_key_value_heads); None = "
+        "n_kv_heads",
+    )
     sliding_window: int | None = Field(
         default=None, ge=1, le=100_000_000, description="window of the sliding-window attention layers"
     )
@@ -174,6 +204,11 @@ class Architecture(_Frozen):
         default=False,
         description="Gemma 2 tanh soft-capping of attention logits: flash/sdpa kernels do not apply it, "
         "transformers uses eager attention (O(s^2) scores saved); priced as flash_attention=False",
+    )
+    final_logit_softcapping: bool = Field(
+        default=False,
+        description="tanh soft-capping of the output logits (Gemma 2 / Gemma 4 final_logit_softcapping): the tanh "
+        "output is saved, one more logits-sized tensor; no parameter change",
     )
     dropout: bool = Field(default=False, description="dropout active in training (saves 1-byte masks)")
     extra_parameters: int = Field(
@@ -198,12 +233,14 @@ class Architecture(_Frozen):
             raise ValueError(f"experts_per_token={self.experts_per_token} exceeds n_experts={self.n_experts}")
         if self.head_dim is None and self.hidden_size % self.n_heads:
             raise ValueError(f"hidden_size={self.hidden_size} is not divisible by n_heads={self.n_heads}")
-        for name in ("attention_layers", "moe_layers", "dense_mlp_layers", "sliding_window_layers"):
+        for name in ("attention_layers", "moe_layers", "dense_mlp_layers", "sliding_window_layers", "nope_layers"):
             value = getattr(self, name)
             if value is not None and value > self.n_layers:
                 raise ValueError(f"{name}={value} exceeds n_layers={self.n_layers}")
         if self.n_moe_layers and self.n_experts == 1:
             raise ValueError(f"moe_layers={self.moe_layers} needs n_experts > 1")
+        if self.router_top_groups > self.router_groups:
+            raise ValueError(f"router_top_groups={self.router_top_groups} exceeds router_groups={self.router_groups}")
         if self.kv_lora_rank is None and (self.q_lora_rank is not None or self.v_head_dim is not None):
             raise ValueError("q_lora_rank / v_head_dim are MLA fields and need kv_lora_rank")
         if self.kv_lora_rank is not None and (self.v_head_dim is None or self.qk_rope_head_dim >= self.dim_head):

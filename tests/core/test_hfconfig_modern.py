@@ -179,6 +179,42 @@ def test_hostile_family_keys_name_the_key():
                                                                              hidden_size=-1)))
     with pytest.raises(ValueError, match="'first_k_dense_replace'"):
         architecture_from_hf_config(dict(SMALL["deepseek_v3"], first_k_dense_replace=10**6))
+    # keys the activation model reads (router groups, partial rotary, Llama 4 NoPE layers)
+    with pytest.raises(ValueError, match="'topk_group'"):
+        architecture_from_hf_config(dict(SMALL["deepseek_v3"], n_group=2, topk_group=3))
+    with pytest.raises(ValueError, match="'n_group'"):
+        architecture_from_hf_config(dict(SMALL["glm4_moe"], n_group=-1))
+    with pytest.raises(ValueError, match="'partial_rotary_factor'"):
+        architecture_from_hf_config(dict(SMALL["glm4"], partial_rotary_factor=0))
+    with pytest.raises(ValueError, match="'partial_rotary_factor'"):
+        architecture_from_hf_config(dict(SMALL["glm4_moe"], partial_rotary_factor=1.5))
+    with pytest.raises(ValueError, match="'no_rope_layers'"):
+        architecture_from_hf_config(dict(SMALL["llama4_text"], no_rope_layers=[1, 0, "x", 1]))
+    with pytest.raises(ValueError, match="'no_rope_layers'"):
+        architecture_from_hf_config(dict(SMALL["llama4_text"], no_rope_layers=[1, 0]))
+    with pytest.raises(ValueError, match="'final_logit_softcapping'"):
+        architecture_from_hf_config(dict(SMALL["gemma2"], final_logit_softcapping="30"))
+
+
+def test_activation_fields_follow_the_config():
+    """The fields activations.py reads, as transformers 5.24's configs define them: Llama4TextConfig's NoPE layers
+    (no_rope_layers 0 entries; default every no_rope_layer_interval-th = 4th layer), GLM-4's
+    partial_rotary_factor (default 0.5), DeepSeek-V3's group-limited router (n_group / topk_group)."""
+    llama4 = architecture_from_hf_config(dict(SMALL["llama4_text"], num_hidden_layers=8))
+    assert (llama4.qk_norm, llama4.nope_layers) == ("l2", 2)
+    assert architecture_from_hf_config(dict(SMALL["llama4_text"], no_rope_layers=[1, 1, 0, 0])).nope_layers == 2
+    assert architecture_from_hf_config(dict(SMALL["llama4_text"], use_qk_norm=False)).qk_norm == "none"
+    assert architecture_from_hf_config(SMALL["glm4"]).rotary_fraction == 0.5
+    assert architecture_from_hf_config(dict(SMALL["glm4"], partial_rotary_factor=1.0)).rotary_fraction == 1.0
+    v3 = architecture_from_hf_config(dict(SMALL["deepseek_v3"], n_group=2, topk_group=1))
+    assert (v3.router_groups, v3.router_top_groups, v3.router_norm_topk) == (2, 1, True)
+    assert not architecture_from_hf_config(SMALL["deepseek_v2"]).router_norm_topk  # V2's router never renormalises
+    # final_logit_softcapping: Gemma2Config default 30.0, Gemma3TextConfig / Gemma4TextConfig None
+    assert architecture_from_hf_config(SMALL["gemma2"]).final_logit_softcapping
+    assert not architecture_from_hf_config(dict(SMALL["gemma2"], final_logit_softcapping=None)).final_logit_softcapping
+    assert not architecture_from_hf_config(SMALL["gemma3_text"]).final_logit_softcapping
+    assert architecture_from_hf_config(dict(SMALL["gemma4_text-dense"], final_logit_softcapping=30.0)
+                                       ).final_logit_softcapping
 
 
 def test_deeply_nested_and_huge_files_are_refused(tmp_path):

@@ -251,6 +251,7 @@ def _llama_like(k: _Keys, shared: Mapping[str, Any]) -> dict[str, Any]:
             n_experts=n_experts,
             experts_per_token=k.integer("num_experts_per_tok", default=2),
             fused_experts=True,
+            router_norm_topk=True,  # MixtralTopKRouter.forward always renormalises the top-k weights
         )
     return fields
 
@@ -452,7 +453,7 @@ def _qwen3_moe(k: _Keys) -> dict[str, Any]:
     )
     if experts > 1 and moe:
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=8),
-                 fused_experts=True, moe_layers=moe)
+                 fused_experts=True, moe_layers=moe, router_norm_topk=k.flag("norm_topk_prob", default=False))
     return f
 
 
@@ -486,7 +487,8 @@ def _qwen3_next(k: _Keys) -> dict[str, Any]:
     if experts > 1 and moe:
         shared = k.integer("shared_expert_intermediate_size", default=512, minimum=0)
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=10),
-                 fused_experts=True, moe_layers=moe, shared_expert_ffn_size=shared, shared_expert_gate=shared > 0)
+                 fused_experts=True, moe_layers=moe, shared_expert_ffn_size=shared, shared_expert_gate=shared > 0,
+                 router_norm_topk=k.flag("norm_topk_prob", default=True))
     return f
 
 
@@ -499,8 +501,19 @@ def _gemma2(k: _Keys) -> dict[str, Any]:
     bias = k.flag("attention_bias", default=False)
     cap = k.config.get("attn_logit_softcapping", 50.0) if "attn_logit_softcapping" in k.config else 50.0
     f.update(norms_per_layer=4, qkv_bias=bias, out_bias=bias, attn_logit_softcapping=cap is not None,
+             final_logit_softcapping=_final_cap(k, 30.0),
              **_sliding(k, f["n_layers"], lambda i: bool((i + 1) % 2), 4096))
     return f
+
+
+def _final_cap(k: _Keys, default: float | None) -> bool:
+    """final_logit_softcapping set (Gemma2Config default 30.0; Gemma3TextConfig / Gemma4TextConfig None): the
+    CausalLM forward saves tanh's output over the logits (modeling_gemma2/3/4 ...ForCausalLM.forward)."""
+    value = k.config.get("final_logit_softcapping", default) if "final_logit_softcapping" in k.config else default
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise ValueError(f"config.json key 'final_logit_softcapping' must be a positive number or null "
+                         f"(got {_short(value)})")
+    return value is not None
 
 
 def _gemma3_text(k: _Keys) -> dict[str, Any]:
@@ -511,6 +524,7 @@ def _gemma3_text(k: _Keys) -> dict[str, Any]:
     cap = k.config.get("attn_logit_softcapping")
     pattern = k.integer("sliding_window_pattern", default=6)
     f.update(norms_per_layer=4, qk_norm="head", qkv_bias=bias, out_bias=bias, attn_logit_softcapping=cap is not None,
+             final_logit_softcapping=_final_cap(k, None),
              **_sliding(k, f["n_layers"], lambda i: bool((i + 1) % pattern), 4096))
     return f
 
@@ -572,7 +586,8 @@ def _gemma4_text(k: _Keys) -> dict[str, Any]:
     f.update(
         norms_per_layer=4, qk_norm="head", qkv_bias=bias, out_bias=bias, attention_layers=n - full,
         other_mixer_params=full * global_layer, other_mixer_largest_module=max(h * heads * gd, o) if full else 0,
-        sliding_window=window, sliding_window_layers=(n - full) if window else 0,
+        sliding_window=window, sliding_window_layers=(n - full) if window else 0, global_head_dim=gd,
+        global_kv_heads=gkv, final_logit_softcapping=_final_cap(k, None),
     )
     if k.flag("enable_moe_block", default=False):
         experts = k.integer("num_experts")
@@ -651,7 +666,13 @@ def _deepseek(k: _Keys) -> dict[str, Any]:
     if moe:
         shared = k.integer("n_shared_experts", default=1 if v3 else 2, minimum=0)
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=8 if v3 else _MISSING),
-                 fused_experts=True, moe_layers=moe, shared_expert_ffn_size=shared * f["ffn_size"])
+                 fused_experts=True, moe_layers=moe, shared_expert_ffn_size=shared * f["ffn_size"],
+                 # DeepseekV2TopkRouter never renormalises; DeepseekV3TopkRouter does with norm_topk_prob
+                 router_norm_topk=v3 and k.flag("norm_topk_prob", default=True))
+        if v3:  # DeepseekV3TopkRouter: group-limited top-k (transformers 5.24 config defaults n_group 8, topk_group 4)
+            groups = k.integer("n_group", default=8)
+            f.update(router_groups=groups, router_top_groups=k.integer("topk_group", default=min(4, groups),
+                                                                       maximum=groups))
     return f
 
 
@@ -665,7 +686,18 @@ def _llama4_text(k: _Keys) -> dict[str, Any]:
     step = k.integer("interleave_moe_layer_step", default=1)
     layers = k.index_list("moe_layers", n, default=list(range(step - 1, n, step)))
     experts = k.integer("num_local_experts", default=16)
-    f.update(qkv_bias=bias, out_bias=bias, dense_ffn_size=k.integer("intermediate_size_mlp", default=16384))
+    # no_rope_layers: 1 = the layer uses rope (and the L2 q/k norm), 0 = NoPE; default every
+    # no_rope_layer_interval-th layer is NoPE (Llama4TextConfig.__post_init__, transformers 5.24)
+    rope = k.config.get("no_rope_layers")
+    if not rope:  # null or [] take the default, as Llama4TextConfig does
+        interval = k.integer("no_rope_layer_interval", default=4)
+        rope = [int((i + 1) % interval != 0) for i in range(n)]
+    elif not isinstance(rope, list) or len(rope) != n or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v in (0, 1) for v in rope):
+        raise ValueError(f"config.json key 'no_rope_layers' must be a list of {n} entries, each 0 or 1 "
+                         f"(got {_short(rope)})")
+    f.update(qkv_bias=bias, out_bias=bias, dense_ffn_size=k.integer("intermediate_size_mlp", default=16384),
+             qk_norm="l2" if k.flag("use_qk_norm", default=True) else "none", nope_layers=rope.count(0))
     if experts > 1 and layers:
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=1),
                  fused_experts=True, moe_layers=len(set(layers)), shared_expert_ffn_size=f["ffn_size"])
@@ -718,8 +750,17 @@ def _glm4(k: _Keys) -> dict[str, Any]:
     """Glm4ForCausalLM: q, k, v biased by attention_bias (o never), fused gate_up_proj, four norms per layer
     (input, post_self_attn, post_attention, post_mlp), head_dim 128 by default."""
     f = _common(k, tied=False, positions=131072, kv_default=2, head_dim_default=128, vocab_default=151552)
-    f.update(norms_per_layer=4, fused_gate_up=True, qkv_bias=k.flag("attention_bias", default=True))
+    f.update(norms_per_layer=4, fused_gate_up=True, qkv_bias=k.flag("attention_bias", default=True),
+             rotary_fraction=_rotary_fraction(k, 0.5))
     return f
+
+
+def _rotary_fraction(k: _Keys, default: float) -> float:
+    """partial_rotary_factor (top level, as GLM-4 configs spell it; Glm4Config / Glm4MoeConfig default 0.5)."""
+    value = k.probability("partial_rotary_factor", default=default)
+    if value <= 0.0:
+        raise ValueError(f"config.json key 'partial_rotary_factor' must be in (0, 1] (got {value!r})")
+    return value
 
 
 def _glm4_moe(k: _Keys) -> dict[str, Any]:
@@ -730,13 +771,16 @@ def _glm4_moe(k: _Keys) -> dict[str, Any]:
     n = f["n_layers"]
     experts = k.integer("n_routed_experts", default=128)
     first = k.integer("first_k_dense_replace", default=1, minimum=0, maximum=n)
-    f.update(qkv_bias=k.flag("attention_bias", default=False),
+    f.update(qkv_bias=k.flag("attention_bias", default=False), rotary_fraction=_rotary_fraction(k, 0.5),
              qk_norm="head" if k.flag("use_qk_norm", default=False) else "none",
              dense_ffn_size=f["ffn_size"], ffn_size=k.integer("moe_intermediate_size", default=1408))
     if experts > 1 and n > first:
         shared = k.integer("n_shared_experts", default=1, minimum=0)
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=8), fused_experts=True,
-                 moe_layers=n - first, shared_expert_ffn_size=shared * f["ffn_size"])
+                 moe_layers=n - first, shared_expert_ffn_size=shared * f["ffn_size"],
+                 router_norm_topk=k.flag("norm_topk_prob", default=True))
+        groups = k.integer("n_group", default=1)
+        f.update(router_groups=groups, router_top_groups=k.integer("topk_group", default=1, maximum=groups))
     return f
 
 

@@ -6,17 +6,20 @@ Follows the accounting of Korthikanti et al., "Reducing Activation Recomputation
 ``4sbh``. Generalised here term by term to grouped-query attention (K and V widths), SwiGLU MLPs (gate, up,
 activation and product saved: 4 tensors of width f instead of 2), no-dropout blocks (no masks), flash attention
 (no s^2 terms; the output and an fp32 log-sum-exp per head are saved instead; Dao et al., arXiv 2205.14135, Alg. 2),
-MoE (MLP activations for each of the k routed experts, the shared expert and the router logits; dense and MoE
-layers weighted by their counts), vision-language models (image tokens added to the sequence) and tensor parallelism (inner terms divided by t;
-Korthikanti Eq. 2).
+MoE (the k routed experts' MLP activations, the router and dispatch tensors transformers saves, the shared expert:
+:func:`moe_block_bytes`; dense and MoE layers weighted by their counts), MLA (latent norms and projections,
+v_head_dim-wide values), Gemma 4's full-attention layers, vision-language models (image tokens added to the
+sequence) and tensor parallelism (inner terms divided by t; Korthikanti Eq. 2). Each family term was checked
+against the saved-tensor census of transformers 5.24 (docs/validation.md sections 2 and 6).
 
 Checkpointing: "selective" recomputes the attention core (drops the s^2 terms; Korthikanti Sec. 4.3); "full" keeps
 only each layer's input (2sbh) plus one layer's activations during its recomputation (Chen et al., arXiv
 1604.06174).
 
 Approximate for the hybrid families: layers whose mixer is not softmax attention (Qwen3-Next Gated DeltaNet,
-Nemotron-H Mamba-2) are priced as the attention layer; MLA as attention with q/k width head_dim; the vision
-encoder's own activations are not included.
+Nemotron-H Mamba-2) are priced as the attention layer; the vision encoder's own activations are not included.
+Attention is priced as the GPU flash kernel saves it (flash_attention_2 semantics): CPU sdpa's sliding-window mask
+and its math path for MLA's unequal head widths are not (docs/validation.md section 6 shows both).
 
 The logits: the 16-bit logits returned by the model (``2sbV``) plus the fp32 log-softmax output saved by the
 cross-entropy loss (``4sbV``; Korthikanti Sec. 4.1 "fp32 logits"), both per tensor-parallel rank.
@@ -29,9 +32,108 @@ import numpy as np
 from .context import Candidates, Context
 from .terms import TermParts, term
 
-_GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text"})
-"""Families whose RMSNorm keeps its normalised output in fp32 ((1 + w) scaling in fp32; transformers 5.24
-Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward)."""
+_GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2", "gpt_oss"})
+"""Families whose RMSNorm keeps its normalised output in fp32: Gemma's (1 + w) scaling in fp32 (transformers 5.24
+Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward) and OLMo 2's and gpt-oss's ``(self.weight * hidden_states)
+.to(input_dtype)`` (Olmo2RMSNorm / GptOssRMSNorm.forward), which multiply the weight before the cast."""
+
+_GEMMA4_FAMILIES = frozenset({"gemma4", "gemma4_text"})
+"""Gemma4RMSNorm.forward (transformers 5.24): ``hidden * torch.pow(mean_sq, -0.5)`` saves the fp32 upcast, the mean
+square and its power (two fp32 values per row), and ``* self.weight.float()`` a new fp32 copy of the weight (the
+module is bf16 under DeepSpeed's bf16 mode) besides the fp32 normalised tensor; Gemma4TextAttention adds a
+weight-free v_norm."""
+
+_FP32_ROTARY_FAMILIES = frozenset({"olmo2"})
+"""Families whose rotary cos/sin tables stay fp32 (Olmo2RotaryEmbedding.forward returns them without the
+``.to(x.dtype)`` of LlamaRotaryEmbedding.forward; measured: 4-byte tables)."""
+
+
+_SINK_FAMILIES = frozenset({"gpt_oss"})
+"""Attention with a learned sink logit per head (GptOssAttention ``sinks``; modeling_gpt_oss.py)."""
+
+_TOPK_SOFTMAX_ROUTER_FAMILIES = frozenset({"gpt_oss"})
+"""Routers that take the top-k logits first and softmax only those, in the working precision (GptOssTopKRouter
+.forward: ``softmax(router_top_value, dim=1, dtype=router_top_value.dtype)``)."""
+
+_EXPERT_SAVED_WIDTHS = {"gpt_oss": 7.0}
+"""Tensors of width moe_intermediate_size each routed pair saves, where not the SwiGLU 4 (gate_up counted 2):
+GptOssExperts._apply_gate reads gate and up as strided views of gate_up (the whole 2f kept) and saves the clamped
+gate, its sigmoid, up + 1, the GLU and the product: 2 + 5 (measured)."""
+
+_FP32_ROUTER_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "glm4_moe"})
+"""Routers that compute in fp32 from fp32 copies of their input and weight (``F.linear(hidden.type(float32),
+weight.type(float32))``: transformers 5.24 DeepseekV2TopkRouter / DeepseekV3TopkRouter / Glm4MoeTopkRouter.forward;
+the weight copy is new because DeepSpeed's bf16 mode casts the module, measured)."""
+
+_SIGMOID_GROUP_ROUTER_FAMILIES = frozenset({"deepseek_v3", "glm4_moe"})
+"""Sigmoid scores with group-limited top-k (DeepseekV3TopkRouter / Glm4MoeTopkRouter.forward)."""
+
+_FP32_ROUTING_WEIGHT_FAMILIES = frozenset({"mixtral", "deepseek_v2", "deepseek_v3", "glm4_moe"})
+"""Routers whose top-k weights stay fp32 into the experts (MixtralTopKRouter returns the fp32 softmax values; the
+Qwen routers cast them back with ``.to(router_logits.dtype)``)."""
+
+_ALL_EXPERTS_FAMILIES = frozenset({"llama4", "llama4_text"})
+"""MoE blocks that run every expert on every token, the non-selected ones with a zero score (Llama4TextMoe.forward:
+``hidden_states.repeat(num_experts, 1) * router_scores``; Llama4TextExperts.forward: one bmm over all experts)."""
+
+
+def moe_block_bytes(m, sb, ab: float, inner, width: float, tp: float):
+    """Bytes ONE MoE layer's MLP block saves for backward (the block norm excluded), from what transformers 5.24
+    saves (counted with ``calibrate.measure_activation_bytes``, docs/validation.md section 6).
+
+    ``sb`` tokens (seq x micro-batch, float or array), ``ab`` activation element bytes, ``inner`` one expert's
+    saved intermediate tensors for ``sb`` tokens (``width`` tensors of ffn_size, bytes), ``tp`` tensor-parallel
+    degree. Returns bytes (shaped like ``sb``).
+
+    - Router (``E`` experts, top ``k``): the softmax routers (Qwen3MoeTopKRouter / MixtralTopKRouter.forward)
+      save their bf16 input, the fp32 softmax (4·sb·E, ``softmax(..., dtype=float)``) and the int64 top-k indices
+      (8·sb·k); the fp32 routers (:data:`_FP32_ROUTER_FAMILIES`) an fp32 input copy (4·sb·h) and weight copy
+      (4·h·E) instead of the bf16 input; the sigmoid group routers (:data:`_SIGMOID_GROUP_ROUTER_FAMILIES`) also
+      the int64 indices of the top-2 per group (16·sb·G) and of the top groups (8·sb·G_k) and the bool expert
+      mask (sb·E). Renormalised top-k weights (norm_topk_prob) add the fp32 divisor and dividend, 4·sb·(1 + k).
+    - Experts dispatched by ``transformers.integrations.moe.grouped_mm_experts_forward`` (the default experts
+      implementation of every ``@use_experts_implementation`` class): for the S = k·sb token-expert pairs, the
+      int64 sort permutation, gather index and inverse permutation (24·S), the int32 expert offsets (4·E), the
+      gathered input (a·S·h), each expert's ``inner`` tensors, its output kept for the routing-weight multiply
+      (a·S·h) and the routing weights (a or 4 bytes per pair, :data:`_FP32_ROUTING_WEIGHT_FAMILIES`).
+    - Llama 4 (:data:`_ALL_EXPERTS_FAMILIES`): every expert sees every token, so E copies of the input (the
+      repeat and its product with the scores, 2·a·E·sb·h), E experts' ``inner`` and the bf16 score column
+      (a·sb·E); its router saves the bf16 input, the int64 top-k indices and the fp32 sigmoid (4·sb·E).
+    - The shared expert: ``width`` tensors of shared_expert_ffn_size; its input is the router's bf16 input (one
+      storage, counted once); Qwen3-Next's sigmoid gate keeps the shared output and the gate (a·sb·(h + 1)).
+    """
+    h, e, k = float(m.hidden_size), float(m.n_experts), float(m.experts_per_token)
+    fam = m.family
+    shared = m.shared_expert_ffn_size
+    norm_out = ab * sb * h  # the block norm's output, when a bf16 consumer (router or shared expert) keeps it
+    if fam in _GEMMA4_FAMILIES:
+        # Gemma4TextRouter.forward: a weight-free norm (fp32 upcast + two fp32 values per token), its output times
+        # the scale vector and the product (the proj input), both bf16, the fp32 softmax, int64 top-k indices, the
+        # renormalisation (fp32 divisor and dividend) and the per-expert scale gathered per pair (bf16) times the
+        # fp32 weights (kept); the experts' input is pre_feedforward_layernorm_2's output (a block norm)
+        router = (4.0 * sb * h + 8.0 * sb + 2.0 * ab * sb * h + 4.0 * sb * e + 8.0 * sb * k + 4.0 * sb * (1.0 + k)
+                  + (ab + 4.0) * sb * k)
+        experts = k * (2.0 * ab * sb * h + inner) + k * sb * (24.0 + 4.0) + 4.0 * e
+    elif fam in _ALL_EXPERTS_FAMILIES:
+        router = norm_out + 8.0 * sb * k + 4.0 * sb * e
+        experts = e * (2.0 * ab * sb * h + inner) + ab * sb * e
+    else:
+        if fam in _FP32_ROUTER_FAMILIES:
+            router = 4.0 * sb * h + 4.0 * h * e + 4.0 * sb * e + 8.0 * sb * k + (norm_out if shared else 0.0)
+            if fam in _SIGMOID_GROUP_ROUTER_FAMILIES:
+                router = router + 16.0 * sb * m.router_groups + 8.0 * sb * m.router_top_groups + sb * e
+        elif fam in _TOPK_SOFTMAX_ROUTER_FAMILIES:
+            router = norm_out + 8.0 * sb * k + ab * sb * k
+        else:
+            router = norm_out + 4.0 * sb * e + 8.0 * sb * k
+        if m.router_norm_topk:
+            router = router + 4.0 * sb * (1.0 + k)
+        weight_bytes = 4.0 if fam in _FP32_ROUTING_WEIGHT_FAMILIES else ab
+        experts = k * (2.0 * ab * sb * h + inner) + k * sb * (24.0 + weight_bytes) + 4.0 * e
+    shared_bytes = width * ab * sb * shared / tp if shared else 0.0
+    if shared and m.shared_expert_gate:
+        shared_bytes = shared_bytes + ab * sb * (h + 1.0)
+    return router + experts + shared_bytes
 
 
 def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing: np.ndarray) -> np.ndarray:
@@ -50,7 +152,6 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     h, hq, hk, f = float(m.hidden_size), float(m.q_size), float(m.kv_size), float(m.ffn_size)
     a = float(m.n_heads)
     drop = 1.0 if m.dropout else 0.0
-    k_experts = float(m.experts_per_token)
     sb = s * b
 
     # Corrections from the saved-tensor measurement of real HF models (zeroplanner.calibrate.measure_activation_bytes,
@@ -69,37 +170,113 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # saved in fp32 (measured: 8 bytes per element with the fp32 upcast), not in the working precision
     nb = 4.0 if m.family in _GEMMA_NORM_FAMILIES else ab
     norm = ((4.0 + nb) * sb * h if rms else ab * sb * h) + stats
+    gemma_weight = m.family in _GEMMA_NORM_FAMILIES and m.family.startswith("gemma")
+    if gemma_weight:  # Gemma2/3RMSNorm save the fp32 (1 + weight.float()), Gemma4RMSNorm weight.float(): 4h
+        norm = norm + 4.0 * h
+    if m.family in _GEMMA4_FAMILIES:
+        norm = norm + 4.0 * sb  # Gemma4RMSNorm: the torch.pow(mean_sq, -0.5) output beside the mean square
     qkv_in = ab * sb * h  # norm output, input of the Q/K/V projections
     rotary = m.learned_position_embeddings == 0 and m.family not in ("bloom",)
-    # Gemma 2's attention-logit soft-capping is not implemented by flash/sdpa kernels: transformers runs eager
-    # attention for it (Gemma2Config docs; modeling_gemma2.py eager_attention_forward applies the tanh cap)
-    if t.flash_attention and not m.attn_logit_softcapping:
-        q_k_v = ab * sb * (hq + 2 * hk) * ta  # inputs of the attention kernel
-        out_copy = 0.0 * b
-        if m.fused_qkv:
-            # a view of the fused QKV output keeps all of it saved (GPT-2: Q, K, V are views; GPT-NeoX: V is, and
-            # the rotary Q and K are new copies beside it); the output projection's input is a copy for GPT-NeoX
-            # and, when the layer is recomputed under checkpointing, for GPT-2 (measured; a view otherwise)
-            q_k_v = q_k_v + (ab * sb * (hq + hk) * ta if rotary else 0.0)
-            out_copy = np.where(checkpointing == 2, 1.0, 1.0 if rotary else 0.0) + 0.0 * b
-        core = (ab * sb * hq + 4.0 * a * s * b) * ta  # output + fp32 log-sum-exp per head
-        core_s2 = 0.0 * b
-        out_in = out_copy * ab * sb * hq * ta
+    def mixer(hq, hk, a, kv, d, repeat_kv):
+        """Q/K/V kernel inputs, the attention core and the output projection's input for one layer shape."""
+        # Gemma 2's attention-logit soft-capping is not implemented by flash/sdpa kernels: transformers runs eager
+        # attention for it (Gemma2Config docs; modeling_gemma2.py eager_attention_forward applies the tanh cap)
+        if t.flash_attention and not m.attn_logit_softcapping:
+            # K/V repeated to n_heads before the kernel when transformers' use_gqa_in_sdpa refuses the kernel's
+            # own GQA (integrations/sdpa_attention.py: a mask is present, or the head width exceeds 256)
+            kk = hq if repeat_kv else hk
+            q_k_v = ab * sb * (hq + kk + (hv_mla or kk)) * ta  # inputs of the attention kernel
+            out_copy = 0.0 * b
+            if m.fused_qkv:
+                # a view of the fused QKV output keeps all of it saved (GPT-2: Q, K, V are views; GPT-NeoX: V is,
+                # and the rotary Q and K are new copies beside it); the output projection's input is a copy for
+                # GPT-NeoX and, when the layer is recomputed under checkpointing, for GPT-2 (measured; a view
+                # otherwise)
+                q_k_v = q_k_v + (ab * sb * (hq + hk) * ta if rotary else 0.0)
+                out_copy = np.where(checkpointing == 2, 1.0, 1.0 if rotary else 0.0) + 0.0 * b
+            if m.rotary_fraction < 1.0:
+                # partial rotary (GLM-4): apply_rotary_pos_emb concatenates the rotated and the passed-through
+                # halves into new (b, heads, s, d)-contiguous Q and K, so the kernel output needs a copy before
+                # o_proj (measured: one sbh-wide saved tensor per layer)
+                out_copy = out_copy + 1.0
+            if m.mla:
+                # DeepseekV2/V3Attention.forward builds Q and K with torch.cat((pass, rot)) in (b, heads, s, d)
+                # layout, so the output is copied before o_proj as with partial rotary (measured on CPU)
+                out_copy = out_copy + 1.0
+            hout = hv_mla or hq  # the output has the value width
+            core = (ab * sb * hout + 4.0 * a * s * b) * ta  # output + fp32 log-sum-exp per head
+            core_s2 = 0.0 * b
+            out_in = out_copy * ab * sb * hout * ta
+        else:
+            # eager attention repeats K/V heads to n_heads before matmuls
+            q_k_v = ab * sb * (2 * hq + (hv_mla or hq)) * ta
+            core = 0.0 * b
+            # transformers' eager_attention_forward (llama, gemma2, ...): softmax(..., dtype=float32) saves its
+            # fp32 output and .to(query.dtype) gives the bf16 probabilities the matmul with V saves (with dropout:
+            # its 1-byte mask and output instead); Gemma 2's soft-capping adds tanh's output (measured: 8·a·s²
+            # bytes per layer in bf16 with the cap)
+            cast = ab if (ab < 4.0 or drop) else 0.0  # in fp32 the cast is the softmax output itself
+            cap = ab if m.attn_logit_softcapping else 0.0
+            core_s2 = (4.0 + cast + cap + drop) * a * s * s * b * ta
+            if m.family in _SINK_FAMILIES:
+                # gpt-oss eager_attention_forward: the sink logit concatenated as column s + 1, the int64 argmax
+                # of the max subtraction, softmax in the working precision (its output, s + 1 wide, is what the
+                # matmul with V keeps, through a view)
+                core_s2 = (ab * a * s * (s + 1.0) * b + 8.0 * a * s * b
+                           + drop * (a * s * s * b + ab * a * s * s * b)) * ta
+            out_in = ab * sb * (hv_mla or hq) * ta  # input of the output projection
+        # q/k RMSNorms (Qwen3, Gemma 3/4, OLMo 2, Qwen3-Next): like the block norms, each saves its fp32 upcast
+        # input and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel
+        # input); Llama 4's weight-free L2 norm (Llama4TextL2Norm: x.float() * rsqrt(mean(x^2))) only the upcast
+        # and the rstd
+        if m.qk_norm in ("head", "full"):
+            rows = (a + kv) if m.qk_norm == "head" else 2.0
+            q_k_v = q_k_v + ((4.0 + nb) * sb * (hq + hk) + 4.0 * sb * rows) * ta
+            if gemma_weight:  # the q and k norms' fp32 weight copies (d each), Gemma 4's power outputs
+                q_k_v = q_k_v + (8.0 * d + (4.0 * sb * rows if gemma4 else 0.0)) * ta
+        elif m.qk_norm == "l2":
+            # Llama 4 NoPE layers have no q/k norm; they scale the queries by an fp32 temperature per position
+            # instead (attn_temperature_tuning, Llama4TextAttention.forward: 4 bytes per token saved)
+            nope = m.nope_layers / float(m.n_layers)
+            q_k_v = q_k_v + (1.0 - nope) * (4.0 * sb * (hq + hk) + 4.0 * sb * (a + kv)) * ta + nope * 4.0 * s
+        if gemma4:
+            # Gemma4TextAttention.forward: v_norm (Gemma4RMSNorm with_scale=False) on the values: the fp32 upcast,
+            # the mean square and its power per head
+            q_k_v = q_k_v + (4.0 * sb * hk + 8.0 * sb * kv) * ta
+        # selective checkpointing drops the s^2 terms; under full checkpointing the recomputed layer saves them
+        return q_k_v + core + np.where(checkpointing == 1, 0.0, core_s2) + out_in
+
+    gemma4 = m.family in _GEMMA4_FAMILIES
+    kv_heads = float(m.kv_heads)
+    # MLA (DeepSeek-V2/V3, arXiv 2405.04434 Sec. 2.1; DeepseekV3Attention.forward): the kernel's values are
+    # v_head_dim wide; the low-rank path saves q_a_layernorm and kv_a_layernorm (RMSNorms on the q_lora_rank and
+    # kv_lora_rank latents) and the inputs of q_b_proj and kv_b_proj (the normalised latents)
+    hv_mla = a * float(m.v_head_dim) if m.mla else 0.0
+    mla_proj = 0.0
+    if m.mla:
+        for rank in (m.kv_lora_rank, m.q_lora_rank):
+            if rank:
+                mla_proj = mla_proj + (4.0 + ab) * sb * rank + 4.0 * sb + ab * sb * rank
+    # K/V are repeated only for head widths above 256 (no flash kernel takes them); a sliding-window mask makes
+    # transformers' sdpa path repeat them too, which flash_attention_2 does not (it applies the window itself):
+    # the GPU kernel is what is priced
+    if gemma4 and m.n_attention_layers < m.n_layers:
+        # Gemma 4's full-attention layers (Gemma4TextAttention with layer_config.head_dim = global_head_dim,
+        # num_global_key_value_heads); the other attention_layers are the sliding layers
+        n_full = float(m.n_layers - m.n_attention_layers)
+        gd = float(m.global_head_dim or m.dim_head)
+        gkv = float(m.global_kv_heads or m.kv_heads)
+        std = mixer(hq, hk, a, kv_heads, float(m.dim_head), m.dim_head > 256)
+        full_layer = mixer(a * gd, gkv * gd, a, gkv, gd, gd > 256)
+        layers = float(m.n_layers)
+        mixed = ((layers - n_full) * std + n_full * full_layer) / layers
     else:
-        q_k_v = ab * sb * (hq + 2 * hq) * ta  # eager attention repeats K/V heads to n_heads before matmuls
-        core = 0.0 * b
-        core_s2 = (ab * a * s * s * b + drop * (a * s * s * b + ab * a * s * s * b)) * ta  # softmax (+mask, +out)
-        out_in = ab * sb * hq * ta  # input of the output projection
+        mixed = mixer(hq, hk, a, kv_heads, float(m.dim_head), m.dim_head > 256)
     attn_drop = drop * sb * h
-    # q/k RMSNorms (Qwen3, Gemma 3/4, OLMo 2, Qwen3-Next): like the block norms, each saves its fp32 upcast input
-    # and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel input)
-    if m.qk_norm != "none":
-        rows = (a + m.kv_heads) if m.qk_norm == "head" else 2.0
-        q_k_v = q_k_v + ((4.0 + nb) * sb * (hq + hk) + 4.0 * sb * rows) * ta
     # norms beyond the two pre-norms (Gemma's post-attention / post-feedforward, OLMo 2's, GLM-4's sandwich
     # norms, Gemma 4's MoE norms): each as a block norm on a hidden-width tensor
     extra_norms = max(0, m.norms_per_layer - 2) * norm
-    attention = norm + qkv_in + q_k_v + core + np.where(checkpointing >= 1, 0.0, core_s2) + out_in + extra_norms
+    attention = norm + qkv_in + mixed + mla_proj + extra_norms
     attention = attention + attn_drop
 
     # MLP block (Korthikanti 19sbh for f = 4h, generalised)
@@ -112,23 +289,42 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
         width = 5.0 if m.family == "gpt2" else 2.0  # gelu_new's composed ops vs exact GELU (input, output)
     inner = width * ab * sb * f / tp
     mlp_drop = drop * sb * h
-    router = ab * sb * m.n_experts if m.n_experts > 1 else 0.0  # router logits
-    # MoE layers: the k routed experts each see the tokens routed to them (k·s·b token-expert pairs in all), plus
-    # the always-active shared expert; dense layers one MLP of dense_ffn_size. Layers of both kinds are averaged
-    # over n_layers (exact for the total; the recomputed layer under full checkpointing is the average layer).
-    shared = (mlp_in + width * ab * sb * m.shared_expert_ffn_size / tp) if m.shared_expert_ffn_size else 0.0
-    moe = k_experts * (mlp_in + inner) + router + shared
+    # MoE layers (moe_block_bytes); dense layers one MLP of dense_ffn_size. Layers of both kinds are averaged over
+    # n_layers (exact for the total; the recomputed layer under full checkpointing is the average layer).
+    expert_width = _EXPERT_SAVED_WIDTHS.get(m.family, width)
+    moe = moe_block_bytes(m, sb, ab, expert_width * ab * sb * f / tp, width, tp) if m.n_moe_layers else 0.0
     dense = mlp_in + width * ab * sb * m.dense_width / tp
     layers = float(m.n_layers)
     mlp = mlp_norm + mlp_drop + (m.n_moe_layers / layers) * moe + (m.n_dense_layers / layers) * dense
     return attention + mlp
 
 
+def _rotary_table_width(m) -> float:
+    """Width (elements per token) of the rotary cos/sin tables all layers share: head_dim x rotary_fraction, plus a
+    second table of global_head_dim for Gemma 4's full-attention layers (Gemma4TextRotaryEmbedding builds one
+    table per layer type; measured: (s, global_head_dim) cos and sin saved once)."""
+    width = float(m.dim_head) * m.rotary_fraction
+    if m.family in _GEMMA4_FAMILIES and m.n_attention_layers < m.n_layers:
+        width += float(m.global_head_dim or m.dim_head)
+    return width
+
+
+def rotary_table_bytes(m, tokens: float, precision: str) -> float:
+    """Bytes of the rotary cos/sin tables all layers share for ``tokens`` tokens (seq x micro-batch):
+    2·r_b·tokens·d_rot with d_rot from :func:`_rotary_table_width` and r_b the working precision's element bytes
+    (4 for OLMo 2's fp32 tables, :data:`_FP32_ROTARY_FAMILIES`); 0 with learned positions. The same quantity as
+    :func:`activation_term`'s rotary part."""
+    if m.learned_position_embeddings > 0:
+        return 0.0
+    r_b = 4.0 if (m.family in _FP32_ROTARY_FAMILIES or precision == "fp32") else 2.0
+    return 2.0 * r_b * float(tokens) * _rotary_table_width(m)
+
+
 ACTIVATION_GROUPS = {
     "layers": ("layer inputs + one layer recomputed", "saved layer activations"),
     "final": ("final norm + lm_head inputs",),
     "inputs": ("token ids, labels, rotary tables",),
-    "logits": ("logits + fp32 log-softmax",),
+    "logits": ("logits + fp32 log-softmax", "soft-capped logits (tanh output)"),
 }
 """The keys of :func:`activation_parts` and the labels of the :func:`activation_term` parts each one sums."""
 
@@ -142,8 +338,11 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     - the final norm (as in the layers: RMSNorm's fp32 upcast and rstd, LayerNorm's input and statistics) and
       the lm_head input;
     - int64 input ids and labels (8 bytes each per token) and the rotary cos/sin tables shared by all layers
-      (2·a_b·s·b·head_dim; none with learned positions);
-    - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t.
+      (2·r_b·s·b·d_rot: the rotated width head_dim x rotary_fraction, r_b = a_b, 4 for OLMo 2's fp32 tables;
+      none with learned positions);
+    - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t, and with
+      final_logit_softcapping (Gemma 2/4) the tanh output over the logits, a_b·s·b·V / t
+      (Gemma2ForCausalLM.forward: ``logits = torch.tanh(logits / cap) * cap``);
     Every part was checked against the saved-tensor measurement (docs/validation.md).
     """
     sc = ctx.scenario
@@ -153,7 +352,8 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     full = cand.checkpointing == 2
     x = {"L": float(m.n_layers), "s": float(sc.sequence_tokens), "b": cand.micro_batch.astype(np.float64),
          "h": float(m.hidden_size), "V": float(m.vocab_size), "a_b": 4.0 if t.precision == "fp32" else 2.0,
-         "d_head": float(m.dim_head), "t": float(ctx.tp),
+         "d_rot": _rotary_table_width(m), "t": float(ctx.tp),
+         "r_b": 4.0 if (m.family in _FP32_ROTARY_FAMILIES or t.precision == "fp32") else 2.0,
          "n_b": 4.0 if m.family in _GEMMA_NORM_FAMILIES else (4.0 if t.precision == "fp32" else 2.0),
          "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing)}
     return term("activations", x, [
@@ -162,9 +362,10 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
         ("saved layer activations", "L*layer", ~full),
         ("final norm + lm_head inputs", "(4+n_b)*s*b*h + 4*s*b + a_b*s*b*h", rms),
         ("final norm + lm_head inputs", "a_b*s*b*h + 8*s*b + a_b*s*b*h", not rms),
-        ("token ids, labels, rotary tables", "16*s*b + 2*a_b*s*b*d_head", rotary),
+        ("token ids, labels, rotary tables", "16*s*b + 2*r_b*s*b*d_rot", rotary),
         ("token ids, labels, rotary tables", "16*s*b", not rotary),
         ("logits + fp32 log-softmax", "(a_b+4)*s*b*V/t", True),
+        ("soft-capped logits (tanh output)", "a_b*s*b*V/t", m.final_logit_softcapping),
     ])
 
 

@@ -224,6 +224,10 @@ SYMBOLS: dict[str, Symbol] = {
     "a_b": Symbol(r"a", "bytes/element", "bytes per activation element"),
     "n_b": Symbol(r"a_n", "bytes/element", "bytes per element of the final norm's output (4: Gemma keeps it in fp32)"),
     "d_head": Symbol(r"d_{head}", "elements", "attention head dimension"),
+    "d_rot": Symbol(r"d_{rot}", "elements",
+                    "rotated width of the rotary tables (head dim x partial_rotary_factor; + Gemma 4's global "
+                    "head dim)"),
+    "r_b": Symbol(r"a_r", "bytes/element", "bytes per element of the rotary cos/sin tables (4: OLMo 2 keeps fp32)"),
     "layer": Symbol(r"A_{layer}", "bytes", "bytes one layer saves for backward (activations.layer_activation_bytes)"),
     "t": Symbol(r"t", "GPUs", "tensor-parallel degree"),
     "B": Symbol(r"B", "elements", "reduce bucket, elements (reduce_bucket_size)"),
