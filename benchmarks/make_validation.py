@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from zeroplanner.costmodel.memory import MEASURED_HOST_TENSORS as MEASURED_TO_MODEL  # noqa: E402
+from zeroplanner.costmodel.memory import MEASURED_NVME_FILES as NVME_FILES_TO_MODEL  # noqa: E402
 from zeroplanner.calibrate import (  # noqa: E402
     ACTIVATION_CONFIGS,
     VALIDATION_CONFIGS,
@@ -165,20 +167,6 @@ def render_modern_activations(rows: list[dict]) -> list[str]:
         notes.append(note)
     return lines + [""] + notes + [""]
 
-
-MEASURED_TO_MODEL = {
-    "optimizer swap buffers (pinned)": "pinned NVMe swap buffers (optimizer)",
-    "parameter swap buffers (pinned)": "pinned NVMe swap buffers (parameters)",
-    "16-bit swap-out buffer (pinned)": "pinned NVMe swap-out buffer (parameters)",
-    "gradient partition (grad_partitions_flat_buffer)": "16-bit host copies",
-    "fp32 gradients": "fp32 gradients",
-    "fp32 master weights": "optimizer states + fp32 master",
-    "optimizer states": "optimizer states + fp32 master",
-}
-"""benchmarks/measure_nvme_host.py's census parts -> memory.host_parts labels ("16-bit parameters in host RAM" is
-"parameter partition" under CPU and "parameters kept in host RAM (max_in_cpu)" under NVMe parameter offload)."""
-NVME_FILES_TO_MODEL = {"optimizer": "optimizer states + fp32 master", "optimizer gradients": "fp32 gradients",
-                       "parameters": "parameter partition"}
 
 DERIVATION = [
     ("pinned NVMe swap buffers (optimizer)", "swap_tensor/optimizer_utils.py `OptimizerSwapper.__init__`",

@@ -17,22 +17,18 @@ import pytest
 
 from zeroplanner import build_scenario
 from zeroplanner.costmodel import Candidates, make_context
-from zeroplanner.costmodel.memory import OffloadBuffers, host_parts, nvme_parts
+from zeroplanner.costmodel.memory import (
+    MEASURED_HOST_TENSORS,
+    MEASURED_NVME_FILES,
+    OffloadBuffers,
+    host_parts,
+    nvme_parts,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 STORED = ROOT / "zeroplanner" / "_measurements" / "nvme_host.json"
 
-CENSUS_TO_PART = {
-    "optimizer swap buffers (pinned)": "pinned NVMe swap buffers (optimizer)",
-    "parameter swap buffers (pinned)": "pinned NVMe swap buffers (parameters)",
-    "16-bit swap-out buffer (pinned)": "pinned NVMe swap-out buffer (parameters)",
-    "gradient partition (grad_partitions_flat_buffer)": "16-bit host copies",
-    "fp32 gradients": "fp32 gradients",
-    "fp32 master weights": "optimizer states + fp32 master",
-    "optimizer states": "optimizer states + fp32 master",
-}
-FILES_TO_PART = {"optimizer": "optimizer states + fp32 master", "optimizer gradients": "fp32 gradients",
-                 "parameters": "parameter partition"}
+CENSUS_TO_PART, FILES_TO_PART = MEASURED_HOST_TENSORS, MEASURED_NVME_FILES
 TOLERANCE = 2e-4  # measured parameter swap buffers are buffer_size aligned to 1024 bytes (3,000,320 for 3e6)
 
 

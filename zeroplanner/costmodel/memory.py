@@ -225,6 +225,24 @@ def _optimizer_on_cpu(cand: Candidates) -> np.ndarray:
     return (cand.offload_optimizer == 1) | ((cand.offload_optimizer == 2) & (cand.stage <= 2))
 
 
+MEASURED_HOST_TENSORS: dict[str, str] = {
+    "optimizer swap buffers (pinned)": "pinned NVMe swap buffers (optimizer)",
+    "parameter swap buffers (pinned)": "pinned NVMe swap buffers (parameters)",
+    "16-bit swap-out buffer (pinned)": "pinned NVMe swap-out buffer (parameters)",
+    "gradient partition (grad_partitions_flat_buffer)": "16-bit host copies",
+    "fp32 gradients": "fp32 gradients",
+    "fp32 master weights": "optimizer states + fp32 master",
+    "optimizer states": "optimizer states + fp32 master",
+}
+"""The host tensors benchmarks/measure_nvme_host.py counts in a DeepSpeed run -> the :func:`host_parts` label they
+are priced by ("16-bit parameters in host RAM" is "parameter partition" under CPU and "parameters kept in host RAM
+(max_in_cpu)" under NVMe parameter offload). Used by docs/validation.md section 7 and its test."""
+
+MEASURED_NVME_FILES: dict[str, str] = {"optimizer": "optimizer states + fp32 master",
+                                       "optimizer gradients": "fp32 gradients", "parameters": "parameter partition"}
+"""The swap files DeepSpeed writes (by kind) -> the :func:`nvme_parts` label they are priced by."""
+
+
 def host_parts(ctx: Context, cand: Candidates, buffers: OffloadBuffers = DEEPSPEED_OFFLOAD_BUFFERS) -> TermParts:
     """Host RAM per node for offloaded states, bytes, by part: GPUs per node x what each rank keeps there (the
     safety factor ``Assumptions.host_buffer_factor`` is applied by the fit, not here).
