@@ -24,3 +24,27 @@ def make_scenario(params: float = 7.5e9, *, dp: int = 8, stage: int = 0, account
                       offload_param=OffloadSpec(device=offload_param), **zero),
         assumptions=Assumptions(accounting=accounting),
     )
+
+
+def hf_args(s: Scenario):
+    """A TrainingArguments stand-in with transformers' own defaults for everything the DeepSpeed glue
+    (transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig) reads, and the scenario's values where
+    zeroplanner.deepspeed.hf_training_arguments sets them; ``world_size`` is the data-parallel degree."""
+    import dataclasses
+    import types
+
+    from transformers import TrainingArguments
+
+    from zeroplanner.deepspeed import hf_training_arguments
+
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+    kwargs = hf_training_arguments(s)
+    ns = types.SimpleNamespace(**{k: defaults[k] for k in (
+        "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm",
+        "save_on_each_node", "fp16_full_eval", "bf16_full_eval")})
+    ns.world_size = s.cluster.data_parallel_degree
+    ns.per_device_train_batch_size = kwargs["per_device_train_batch_size"]
+    ns.gradient_accumulation_steps = kwargs["gradient_accumulation_steps"]
+    ns.bf16, ns.fp16 = kwargs["bf16"], kwargs["fp16"]
+    ns.get_warmup_steps = lambda n: 0
+    return ns

@@ -13,7 +13,6 @@ Every generated config is handed to DeepSpeed's own ``DeepSpeedConfig`` (and, fo
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import types
 
@@ -24,6 +23,8 @@ from zeroplanner.deepspeed import hf_training_arguments, to_deepspeed_config
 from zeroplanner.planner import candidate_grid, plan
 from zeroplanner.scenarios import build_scenario
 from zeroplanner.units import GIB
+
+from ..helpers import hf_args  # noqa: E402
 
 DeepSpeedConfig = pytest.importorskip("deepspeed.runtime.config").DeepSpeedConfig
 
@@ -54,19 +55,9 @@ def run_json(cli_main, capsys, argv: list[str]) -> dict:
 def trainer_fill(config: dict, s) -> dict:
     """transformers' own HfTrainerDeepSpeedConfig fill of ``config`` with the TrainingArguments zeroplanner prints
     (hf_training_arguments) and transformers' defaults for the rest; a mismatch raises ValueError."""
-    from transformers import TrainingArguments
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
 
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
-    kwargs = hf_training_arguments(s)
-    args = types.SimpleNamespace(**{k: defaults[k] for k in (
-        "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm",
-        "save_on_each_node", "fp16_full_eval", "bf16_full_eval")})
-    args.world_size = s.cluster.world_size
-    args.per_device_train_batch_size = kwargs["per_device_train_batch_size"]
-    args.gradient_accumulation_steps = kwargs["gradient_accumulation_steps"]
-    args.bf16, args.fp16 = kwargs["bf16"], kwargs["fp16"]
-    args.get_warmup_steps = lambda n: 0
+    args = hf_args(s)
     hf = HfTrainerDeepSpeedConfig(json.loads(json.dumps(config)))
     try:
         hf.trainer_config_process(args)

@@ -4,7 +4,6 @@ gives findings or a one-line ConfigError (never a traceback, never code executio
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import os
@@ -42,6 +41,8 @@ from zeroplanner.specs import ClusterSpec, NetworkSpec, OffloadSpec, Scenario, T
 deepspeed = pytest.importorskip("deepspeed")
 from deepspeed.runtime.config import DeepSpeedConfig  # noqa: E402
 from deepspeed.runtime.zero.config import DeepSpeedZeroConfig  # noqa: E402
+
+from ..helpers import hf_args  # noqa: E402
 
 ETHERNET_25 = NetworkSpec(name="25GbE-test", kind="ethernet", link_gbps=25.0)
 
@@ -162,22 +163,7 @@ def test_generated_config_accepted_by_deepspeed_and_round_trips(idx, ds_world):
     assert from_deepspeed_config(json.dumps(config), base=s)[0] == s
 
 
-def _hf_args(s: Scenario):
-    """A TrainingArguments stand-in with transformers' own defaults for everything the DeepSpeed glue reads, and
-    the scenario's values where hf_training_arguments sets them."""
-    from transformers import TrainingArguments
-
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
-    kwargs = hf_training_arguments(s)
-    ns = types.SimpleNamespace(**{k: defaults[k] for k in (
-        "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm",
-        "save_on_each_node", "fp16_full_eval", "bf16_full_eval")})
-    ns.world_size = s.cluster.data_parallel_degree
-    ns.per_device_train_batch_size = kwargs["per_device_train_batch_size"]
-    ns.gradient_accumulation_steps = kwargs["gradient_accumulation_steps"]
-    ns.bf16, ns.fp16 = kwargs["bf16"], kwargs["fp16"]
-    ns.get_warmup_steps = lambda n: 0
-    return ns
+_hf_args = hf_args
 
 
 HF_SWEEP = [s for s in SWEEP if s.training.optimizer in ("adamw", "adam8bit", "sgd")]

@@ -287,7 +287,6 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
         width = 4.0  # gate, up, act(gate), product
     else:
         width = 5.0 if m.family == "gpt2" else 2.0  # gelu_new's composed ops vs exact GELU (input, output)
-    inner = width * ab * sb * f / tp
     mlp_drop = drop * sb * h
     # MoE layers (moe_block_bytes); dense layers one MLP of dense_ffn_size. Layers of both kinds are averaged over
     # n_layers (exact for the total; the recomputed layer under full checkpointing is the average layer).

@@ -412,7 +412,7 @@ def to_accelerate_config(scenario: Any, deepspeed_config_file: str = "ds_config.
     ]
     if nodes > 1:
         lines += [
-            f"# machine_rank: 0 on node 0 (main_process_ip), "
+            "# machine_rank: 0 on node 0 (main_process_ip), "
             + ("1 on the other node" if nodes == 2 else f"1 .. {nodes - 1} on the other nodes")
             + ": set it in each node's copy, or pass accelerate launch --machine_rank I",
             "machine_rank: 0",
