@@ -377,6 +377,49 @@ def test_a_bad_link_opens_the_default_with_a_message(monkeypatch):
     assert app.state.scenario == build_scenario()
 
 
+def test_a_preheated_kernel_builds_the_page_before_the_request_and_then_opens_the_link(monkeypatch):
+    """In a pre-heated Voilà kernel (VOILA_PREHEAT=True, no QUERY_STRING yet) the page is built at once on the
+    default scenario, without blocking on the request; when the request info arrives (Voilà's request-info
+    websocket, replaced here by a wait that sets the environment) the link's scenario is applied with one
+    recompute and the share link names the page's own URL."""
+    from zeroplanner import share
+    from zeroplanner.share import scenario_from_query
+
+    query = "model=llama-2-13b&nodes=2&network=ib-hdr"
+    arrived = asyncio.Event()
+    monkeypatch.setenv("VOILA_PREHEAT", "True")
+    monkeypatch.delenv("QUERY_STRING", raising=False)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        gate = __import__("threading").Event()
+
+        def wait_for_request():  # what Voila's request-info websocket delivers (voila/utils.py wait_for_request)
+            gate.wait(10)
+            for key, value in {"QUERY_STRING": query, "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8866",
+                               "SCRIPT_NAME": "/"}.items():
+                monkeypatch.setenv(key, value)
+            loop.call_soon_threadsafe(arrived.set)
+
+        monkeypatch.setattr(share, "wait_for_voila_request", wait_for_request)
+        app = PlannerApp()
+        assert app.state.scenario == build_scenario()  # built before any request, on the default
+        assert app.recomputes == 1
+        gate.set()
+        await asyncio.wait_for(arrived.wait(), 10)
+        for _ in range(50):  # _voila_request_arrived runs on this loop right after the thread's callback
+            await asyncio.sleep(0.01)
+            if app.recomputes == 2:
+                break
+        return app
+
+    app = asyncio.run(main())
+    assert app.state.scenario == scenario_from_query(query)
+    assert app.recomputes == 2
+    assert app.controls.widgets["nodes"].value == 2
+    assert "http://127.0.0.1:8866/?" in app.share_link.value
+
+
 def test_report_button_offers_an_html_download():
     app = PlannerApp()
     text = app.build_report()
