@@ -382,7 +382,6 @@ def test_a_preheated_kernel_builds_the_page_before_the_request_and_then_opens_th
     default scenario, without blocking on the request; when the request info arrives (Voilà's request-info
     websocket, replaced here by a wait that sets the environment) the link's scenario is applied with one
     recompute and the share link names the page's own URL."""
-    from zeroplanner import share
     from zeroplanner.share import scenario_from_query
 
     query = "model=llama-2-13b&nodes=2&network=ib-hdr"
@@ -401,7 +400,7 @@ def test_a_preheated_kernel_builds_the_page_before_the_request_and_then_opens_th
                 monkeypatch.setenv(key, value)
             loop.call_soon_threadsafe(arrived.set)
 
-        monkeypatch.setattr(share, "wait_for_voila_request", wait_for_request)
+        monkeypatch.setattr(app_module, "receive_voila_request", wait_for_request)
         app = PlannerApp()
         assert app.state.scenario == build_scenario()  # built before any request, on the default
         assert app.recomputes == 1
@@ -418,6 +417,67 @@ def test_a_preheated_kernel_builds_the_page_before_the_request_and_then_opens_th
     assert app.recomputes == 2
     assert app.controls.widgets["nodes"].value == 2
     assert "http://127.0.0.1:8866/?" in app.share_link.value
+
+
+def test_a_request_without_a_link_keeps_what_the_page_shows(monkeypatch):
+    """The request info of a page opened without a link (empty QUERY_STRING) never resets the page, even when it
+    arrives after the visitor's first change."""
+    monkeypatch.setenv("VOILA_PREHEAT", "True")
+    monkeypatch.delenv("QUERY_STRING", raising=False)
+
+    async def main():
+        gate = __import__("threading").Event()
+        monkeypatch.setattr(app_module, "receive_voila_request", lambda: (gate.wait(10),
+                                                                         monkeypatch.setenv("QUERY_STRING", "")))
+        app = PlannerApp()
+        app.controls.widgets["nodes"].value = 3
+        await asyncio.sleep(0.1)
+        gate.set()
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if "QUERY_STRING" in __import__("os").environ:
+                break
+        await asyncio.sleep(0.05)
+        return app
+
+    app = asyncio.run(main())
+    assert app.state.scenario.cluster.nodes == 3
+    assert app.controls.widgets["nodes"].value == 3
+
+
+def test_receive_voila_request_reads_voilas_request_info_websocket(monkeypatch):
+    """``receive_voila_request`` connects where Voilà's ``wait_for_request`` does (voila/utils.py, Voilà 0.5.13:
+    ws://VOILA_APP_IP:VOILA_APP_PORT/VOILA_SERVER_URL voila/query/KERNEL_ID) and puts the one JSON message it
+    receives into os.environ; a real websocket server on loopback stands in for Voilà's RequestInfoSocketHandler."""
+    import threading
+
+    from websockets.sync.server import serve
+
+    paths = []
+
+    def handler(ws):
+        paths.append(ws.request.path)
+        ws.send(json.dumps({"QUERY_STRING": "nodes=4", "SERVER_NAME": "127.0.0.1", "SCRIPT_NAME": "/"}))
+
+    with serve(handler, "127.0.0.1", 0) as server:
+        port = server.socket.getsockname()[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        for key, value in {"VOILA_PREHEAT": "True", "VOILA_APP_PORT": str(port), "VOILA_SERVER_URL": "/",
+                           "VOILA_KERNEL_ID": "k-123"}.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("QUERY_STRING", raising=False)
+        monkeypatch.delenv("VOILA_WS_BASE_URL", raising=False)
+        monkeypatch.delenv("VOILA_APP_IP", raising=False)
+        monkeypatch.setenv("SERVER_NAME", "old")  # replaced by the message
+        app_module.receive_voila_request()
+        server.shutdown()
+    import os
+
+    assert paths == ["/voila/query/k-123"]
+    assert os.environ["QUERY_STRING"] == "nodes=4" and os.environ["SERVER_NAME"] == "127.0.0.1"
+    monkeypatch.delenv("QUERY_STRING")
+    monkeypatch.delenv("VOILA_PREHEAT")
+    app_module.receive_voila_request()  # outside a pre-heated kernel: returns at once
 
 
 def test_report_button_offers_an_html_download():

@@ -134,6 +134,39 @@ def awaiting_voila_request() -> bool:
     return os.environ.get("VOILA_PREHEAT", "False") == "True" and "QUERY_STRING" not in os.environ
 
 
+def receive_voila_request() -> None:
+    """Block until Voilà sends this pre-heated kernel its page request's info, and put it in ``os.environ``
+    (``QUERY_STRING``, ``SERVER_NAME``, ``SERVER_PORT``, ``SCRIPT_NAME``, ...). Returns at once outside a
+    pre-heated kernel (:func:`awaiting_voila_request`).
+
+    What ``voila.utils.wait_for_request`` does (Voilà 0.5.13: the URL from the same environment variables, one
+    message on ``voila/query/<kernel id>``), with the ``websockets`` package's synchronous client. Voilà's own
+    version (an asyncio loop in a second thread) returned about 4.5 s after the page request in the one loaded
+    run where it was timed, after the visitor's first change; this one returned 0.1 s after it (connected,
+    received and closed, timed twice in the planner's kernel on the 2-core build machine). Raises what ``websockets`` raises when the server cannot be reached (``OSError``,
+    ``TimeoutError``: no connection within 5 s, Voilà's ``open_timeout``) or ``ValueError`` for a malformed
+    message."""
+    if not awaiting_voila_request():
+        return
+    try:
+        from websockets.sync.client import connect
+    except ImportError:  # pragma: no cover - websockets is a Voila dependency; Voila's own wait then
+        from ..share import wait_for_voila_request
+
+        wait_for_voila_request()
+        return
+    env = os.environ
+    base = env.get("VOILA_WS_BASE_URL", env.get("VOILA_SERVER_URL", "/"))
+    url = (f"{env.get('VOILA_WS_PROTOCOL', 'ws')}://{env.get('VOILA_APP_IP', '127.0.0.1')}:"
+           f"{env.get('VOILA_APP_PORT', '8866')}{base}voila/query/{env.get('VOILA_KERNEL_ID', '')}")
+    with connect(url, open_timeout=5) as websocket:
+        info = json.loads(websocket.recv())
+    if not isinstance(info, dict):
+        raise ValueError(f"Voila's request info is not a JSON object: {type(info).__name__}")
+    for key, value in info.items():
+        os.environ[str(key)] = str(value)
+
+
 def _no_constant(name: str) -> float:
     raise ValueError(f"non-standard JSON constant {name} is not allowed")
 
@@ -265,31 +298,33 @@ class PlannerApp(w.VBox):
 
     # -- a pre-heated Voilà kernel: the visitor's request ------------------------------------------------------
     def _wait_for_voila_request(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait for the page request in a daemon thread (``zeroplanner.share.wait_for_voila_request`` blocks on
-        Voilà's request-info websocket), then hand over to the kernel's event loop."""
-        from .. import share
+        """Wait for the page request in a daemon thread (:func:`receive_voila_request` blocks on Voilà's
+        request-info websocket), then hand over to the kernel's event loop."""
+        built_at = self.recomputes
 
         def wait() -> None:
             try:
-                share.wait_for_voila_request()
+                receive_voila_request()
             except Exception:  # a failed wait leaves the default scenario on the page; never a traceback
                 _log.debug("waiting for the Voila request failed", exc_info=True)
             try:
-                loop.call_soon_threadsafe(self._voila_request_arrived)
+                loop.call_soon_threadsafe(self._voila_request_arrived, built_at)
             except RuntimeError:  # the kernel's loop is closed: the kernel is shutting down
                 pass
 
         threading.Thread(target=wait, name="zeroplanner-voila-request", daemon=True).start()
 
-    def _voila_request_arrived(self) -> None:
+    def _voila_request_arrived(self, built_at: int) -> None:
         """The request info is in ``os.environ`` (or waiting failed): open the link's scenario when it names one
-        (one recompute), and draw the share link now that the page's URL is known."""
+        and nothing was changed on the page yet (one recompute), and draw the share link now that the page's URL
+        is known. A page opened without a link keeps what it shows."""
         state, problem = initial_state(dict(os.environ))
-        if state.scenario != self.state.scenario:
+        untouched = self.recomputes == built_at
+        if untouched and state.scenario != self.state.scenario and os.environ.get("QUERY_STRING"):
             self._replace_scenario(state.scenario)
         else:
             self._render_share()
-        if problem:
+        if problem and untouched:
             self.message.value = f"<div class='zp-error'>{html.escape(problem)}</div>"
 
     # -- views in tabs ------------------------------------------------------------------------------------------
