@@ -462,21 +462,14 @@ def test_receive_voila_request_reads_voilas_request_info_websocket(monkeypatch):
     with serve(handler, "127.0.0.1", 0) as server:
         port = server.socket.getsockname()[1]
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        for key, value in {"VOILA_PREHEAT": "True", "VOILA_APP_PORT": str(port), "VOILA_SERVER_URL": "/",
-                           "VOILA_KERNEL_ID": "k-123"}.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.delenv("QUERY_STRING", raising=False)
-        monkeypatch.delenv("VOILA_WS_BASE_URL", raising=False)
-        monkeypatch.delenv("VOILA_APP_IP", raising=False)
-        monkeypatch.setenv("SERVER_NAME", "old")  # replaced by the message
+        environ = {"VOILA_PREHEAT": "True", "VOILA_APP_PORT": str(port), "VOILA_SERVER_URL": "/",
+                   "VOILA_KERNEL_ID": "k-123", "SERVER_NAME": "old"}  # SERVER_NAME is replaced by the message
+        monkeypatch.setattr(app_module.os, "environ", environ)  # the whole environment, restored afterwards
         app_module.receive_voila_request()
         server.shutdown()
-    import os
-
     assert paths == ["/voila/query/k-123"]
-    assert os.environ["QUERY_STRING"] == "nodes=4" and os.environ["SERVER_NAME"] == "127.0.0.1"
-    monkeypatch.delenv("QUERY_STRING")
-    monkeypatch.delenv("VOILA_PREHEAT")
+    assert environ["QUERY_STRING"] == "nodes=4" and environ["SERVER_NAME"] == "127.0.0.1"
+    del environ["QUERY_STRING"], environ["VOILA_PREHEAT"]
     app_module.receive_voila_request()  # outside a pre-heated kernel: returns at once
 
 
@@ -505,7 +498,8 @@ def test_largest_model_panel_matches_the_planner_and_goes_stale():
 
 def test_about_lists_the_pinned_versions():
     app = PlannerApp()
-    about = app.children[-1].children[0].value
+    app.about.selected_index = 0  # its panel is placed when first opened (controls.lazy_accordion)
+    about = app.children[-1].children[0].children[0].value
     for name, version in [("voila", "0.5.13"), ("ipywidgets", "8.1.9"), ("jupyterlab_widgets", "3.0.17"),
                           ("bqplot", "0.13.1")]:
         assert f"<td>{name}</td><td><code>{version}</code></td>" in about

@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from ..deepspeed import MAX_CONFIG_BYTES
 from .charts import HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
-from .controls import Controls
+from .controls import Controls, lazy_accordion
 from .state import (
     RECOMMENDED,
     AppState,
@@ -272,8 +272,7 @@ class PlannerApp(w.VBox):
         self.memory_chart.on_select(lambda variant, term: self._explain_clicked("memory", variant, term))
 
         self.extras = self._build_extras()
-        about = w.Accordion(children=[html_widget(self._about_html())], selected_index=None)
-        about.set_title(0, "About")
+        about = lazy_accordion([("About", html_widget(self._about_html()))], layout=self.controls.shared.plain)
         self.about = about
 
         self.controls.extra.children = self.extras
@@ -715,9 +714,8 @@ class PlannerApp(w.VBox):
         self.hf_message.add_class("zp-hf-message")
         hf = w.VBox([self.hf_upload, self.hf_area, self.hf_button, self.hf_message])
         self._uploaded_model = None  # (file name, Architecture) of a model read from a config.json
-        acc = w.Accordion(children=[hf, paste], selected_index=None)
-        acc.set_title(0, "Your model: HF config.json")
-        acc.set_title(1, "Paste your DeepSpeed config")
+        acc = lazy_accordion([("Your model: HF config.json", hf), ("Paste your DeepSpeed config", paste)],
+                             layout=self.controls.shared.plain)
         self.paste_findings = self.findings
         return [html_widget("<b>Your setup</b>"), self.probe_button, self.probe_message, acc]
 
