@@ -143,9 +143,9 @@ def receive_voila_request() -> None:
     message on ``voila/query/<kernel id>``), with the ``websockets`` package's synchronous client. Voilà's own
     version (an asyncio loop in a second thread) returned about 4.5 s after the page request in the one loaded
     run where it was timed, after the visitor's first change; this one returned 0.1 s after it (connected,
-    received and closed, timed twice in the planner's kernel on the 2-core build machine). Raises what ``websockets`` raises when the server cannot be reached (``OSError``,
-    ``TimeoutError``: no connection within 5 s, Voilà's ``open_timeout``) or ``ValueError`` for a malformed
-    message."""
+    received and closed, timed twice in the planner's kernel on the 2-core build machine). Raises what
+    ``websockets`` raises when the server cannot be reached (``OSError``, ``TimeoutError``: no connection within
+    5 s, Voilà's ``open_timeout``) or ``ValueError`` for a malformed message."""
     if not awaiting_voila_request():
         return
     try:
