@@ -222,7 +222,12 @@ def test_pasted_config_is_read_and_linted(page):
     page.locator(".zp-app textarea[placeholder^='Paste a DeepSpeed config']").fill(json.dumps(config))
     page.get_by_role("button", name="Load config").click()
     page.get_by_text("This config as written:").wait_for(timeout=20_000)
-    assert widget(page, "widget-text", "Micro-batch / GPU").locator("input").input_value() == "2"
+    page.get_by_text("Advanced", exact=True).click()  # its controls are placed when it is first opened
+    micro_batch = widget(page, "widget-text", "Micro-batch / GPU").locator("input")
+    micro_batch.wait_for(timeout=20_000)
+    assert micro_batch.input_value() == "2"
+    page.get_by_text("Advanced", exact=True).click()  # closed again, as the next tests expect
+    micro_batch.wait_for(state="hidden", timeout=20_000)
     findings = page.locator(".zp-app li", has_text="bf16").all_inner_texts()
     assert any("error" in f for f in findings), findings  # fp16 and bf16 both enabled
 

@@ -377,6 +377,102 @@ def test_a_bad_link_opens_the_default_with_a_message(monkeypatch):
     assert app.state.scenario == build_scenario()
 
 
+def test_a_preheated_kernel_builds_the_page_before_the_request_and_then_opens_the_link(monkeypatch):
+    """In a pre-heated Voilà kernel (VOILA_PREHEAT=True, no QUERY_STRING yet) the page is built at once on the
+    default scenario, without blocking on the request; when the request info arrives (Voilà's request-info
+    websocket, replaced here by a wait that sets the environment) the link's scenario is applied with one
+    recompute and the share link names the page's own URL."""
+    from zeroplanner.share import scenario_from_query
+
+    query = "model=llama-2-13b&nodes=2&network=ib-hdr"
+    arrived = asyncio.Event()
+    monkeypatch.setenv("VOILA_PREHEAT", "True")
+    monkeypatch.delenv("QUERY_STRING", raising=False)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        gate = __import__("threading").Event()
+
+        def wait_for_request():  # what Voila's request-info websocket delivers (voila/utils.py wait_for_request)
+            gate.wait(10)
+            for key, value in {"QUERY_STRING": query, "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8866",
+                               "SCRIPT_NAME": "/"}.items():
+                monkeypatch.setenv(key, value)
+            loop.call_soon_threadsafe(arrived.set)
+
+        monkeypatch.setattr(app_module, "receive_voila_request", wait_for_request)
+        app = PlannerApp()
+        assert app.state.scenario == build_scenario()  # built before any request, on the default
+        assert app.recomputes == 1
+        gate.set()
+        await asyncio.wait_for(arrived.wait(), 10)
+        for _ in range(50):  # _voila_request_arrived runs on this loop right after the thread's callback
+            await asyncio.sleep(0.01)
+            if app.recomputes == 2:
+                break
+        return app
+
+    app = asyncio.run(main())
+    assert app.state.scenario == scenario_from_query(query)
+    assert app.recomputes == 2
+    assert app.controls.widgets["nodes"].value == 2
+    assert "http://127.0.0.1:8866/?" in app.share_link.value
+
+
+def test_a_request_without_a_link_keeps_what_the_page_shows(monkeypatch):
+    """The request info of a page opened without a link (empty QUERY_STRING) never resets the page, even when it
+    arrives after the visitor's first change."""
+    monkeypatch.setenv("VOILA_PREHEAT", "True")
+    monkeypatch.delenv("QUERY_STRING", raising=False)
+
+    async def main():
+        gate = __import__("threading").Event()
+        monkeypatch.setattr(app_module, "receive_voila_request", lambda: (gate.wait(10),
+                                                                         monkeypatch.setenv("QUERY_STRING", "")))
+        app = PlannerApp()
+        app.controls.widgets["nodes"].value = 3
+        await asyncio.sleep(0.1)
+        gate.set()
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if "QUERY_STRING" in __import__("os").environ:
+                break
+        await asyncio.sleep(0.05)
+        return app
+
+    app = asyncio.run(main())
+    assert app.state.scenario.cluster.nodes == 3
+    assert app.controls.widgets["nodes"].value == 3
+
+
+def test_receive_voila_request_reads_voilas_request_info_websocket(monkeypatch):
+    """``receive_voila_request`` connects where Voilà's ``wait_for_request`` does (voila/utils.py, Voilà 0.5.13:
+    ws://VOILA_APP_IP:VOILA_APP_PORT/VOILA_SERVER_URL voila/query/KERNEL_ID) and puts the one JSON message it
+    receives into os.environ; a real websocket server on loopback stands in for Voilà's RequestInfoSocketHandler."""
+    import threading
+
+    from websockets.sync.server import serve
+
+    paths = []
+
+    def handler(ws):
+        paths.append(ws.request.path)
+        ws.send(json.dumps({"QUERY_STRING": "nodes=4", "SERVER_NAME": "127.0.0.1", "SCRIPT_NAME": "/"}))
+
+    with serve(handler, "127.0.0.1", 0) as server:
+        port = server.socket.getsockname()[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        environ = {"VOILA_PREHEAT": "True", "VOILA_APP_PORT": str(port), "VOILA_SERVER_URL": "/",
+                   "VOILA_KERNEL_ID": "k-123", "SERVER_NAME": "old"}  # SERVER_NAME is replaced by the message
+        monkeypatch.setattr(app_module.os, "environ", environ)  # the whole environment, restored afterwards
+        app_module.receive_voila_request()
+        server.shutdown()
+    assert paths == ["/voila/query/k-123"]
+    assert environ["QUERY_STRING"] == "nodes=4" and environ["SERVER_NAME"] == "127.0.0.1"
+    del environ["QUERY_STRING"], environ["VOILA_PREHEAT"]
+    app_module.receive_voila_request()  # outside a pre-heated kernel: returns at once
+
+
 def test_report_button_offers_an_html_download():
     app = PlannerApp()
     text = app.build_report()
@@ -402,7 +498,8 @@ def test_largest_model_panel_matches_the_planner_and_goes_stale():
 
 def test_about_lists_the_pinned_versions():
     app = PlannerApp()
-    about = app.children[-1].children[0].value
+    app.about.selected_index = 0  # its panel is placed when first opened (controls.lazy_accordion)
+    about = app.children[-1].children[0].children[0].value
     for name, version in [("voila", "0.5.13"), ("ipywidgets", "8.1.9"), ("jupyterlab_widgets", "3.0.17"),
                           ("bqplot", "0.13.1")]:
         assert f"<td>{name}</td><td><code>{version}</code></td>" in about

@@ -21,6 +21,8 @@ import asyncio
 import html
 import json
 import logging
+import os
+import threading
 import time
 from importlib import metadata
 from typing import Any
@@ -30,7 +32,7 @@ from pydantic import ValidationError
 
 from ..deepspeed import MAX_CONFIG_BYTES
 from .charts import HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
-from .controls import Controls
+from .controls import Controls, lazy_accordion
 from .state import (
     RECOMMENDED,
     AppState,
@@ -78,6 +80,14 @@ WEBSOCKET_LIMIT_MIB = 10
 (tornado/websocket.py, ``_default_max_message_size = 10 * 1024 * 1024``), which jupyter_server and Voilà keep. A
 longer paste closes the page's kernel connection and never reaches :meth:`PlannerApp.load_config`."""
 
+FOLLOW_UP_DELAY_SECONDS = 0.005
+"""Delay, seconds, between a change's chart/verdict/config update and its follow-up (other controls, share link,
+detail panel, timing; :meth:`PlannerApp._follow_up`). The kernel hands its messages to ipykernel's IOPub thread,
+which needs the GIL to send them; while the main thread computes, it gets the GIL only at the interpreter's switch
+interval (``sys.getswitchinterval()``, 5 ms by default). Returning to the event loop for this long first lets the
+visible updates leave before the follow-up's few milliseconds of work (the share query alone was a quarter of a
+node-slider change, cProfile)."""
+
 ABOUT_PACKAGES = ("zeroplanner", "voila", "ipywidgets", "jupyterlab_widgets", "bqplot", "deepspeed")
 """Packages whose installed versions the About section lists."""
 
@@ -93,14 +103,16 @@ def installed_versions(packages: tuple[str, ...] = ABOUT_PACKAGES) -> dict[str, 
     return out
 
 
-def initial_state() -> tuple[AppState, str]:
+def initial_state(environ: dict[str, str] | None = None) -> tuple[AppState, str]:
     """The opening state: the page's query string when it names a scenario (``zeroplanner.share``: Voilà puts the
     request's query string in the kernel's environment), else :func:`default_state`. Returns (state, message); the
-    message says why a link's scenario was refused (the default opens instead)."""
+    message says why a link's scenario was refused (the default opens instead). ``environ`` (a mapping) replaces
+    ``os.environ`` and then nothing waits; without it a pre-heated Voilà kernel first waits for its page request
+    (``zeroplanner.share.wait_for_voila_request``)."""
     from ..share import scenario_from_environment
 
     try:
-        scenario = scenario_from_environment()
+        scenario = scenario_from_environment(environ)
     except ValueError as exc:  # ShareError is a ValueError naming the key
         return default_state(), f"The link's scenario was not used: {error_message(exc)}"
     if scenario is None:
@@ -113,6 +125,46 @@ TABS: tuple[tuple[str, str], ...] = (
     ("explain", "Explain"), ("compare", "Compare"), ("largest", "Largest model"),
 )
 """The views beside the main chart (key, tab title), in tab order. Only the open tab is drawn and updated."""
+
+
+def awaiting_voila_request() -> bool:
+    """True in a pre-heated Voilà kernel that no page has taken yet: ``VOILA_PREHEAT=True`` and no
+    ``QUERY_STRING`` in the environment (the condition of ``zeroplanner.share.wait_for_voila_request``, from Voilà
+    0.5.13's ``voila/utils.py`` ``wait_for_request`` and ``voila/voila_kernel_manager.py`` ``fill_if_needed``)."""
+    return os.environ.get("VOILA_PREHEAT", "False") == "True" and "QUERY_STRING" not in os.environ
+
+
+def receive_voila_request() -> None:
+    """Block until Voilà sends this pre-heated kernel its page request's info, and put it in ``os.environ``
+    (``QUERY_STRING``, ``SERVER_NAME``, ``SERVER_PORT``, ``SCRIPT_NAME``, ...). Returns at once outside a
+    pre-heated kernel (:func:`awaiting_voila_request`).
+
+    What ``voila.utils.wait_for_request`` does (Voilà 0.5.13: the URL from the same environment variables, one
+    message on ``voila/query/<kernel id>``), with the ``websockets`` package's synchronous client. Voilà's own
+    version (an asyncio loop in a second thread) returned about 4.5 s after the page request in the one loaded
+    run where it was timed, after the visitor's first change; this one returned 0.1 s after it (connected,
+    received and closed, timed twice in the planner's kernel on the 2-core build machine). Raises what
+    ``websockets`` raises when the server cannot be reached (``OSError``, ``TimeoutError``: no connection within
+    5 s, Voilà's ``open_timeout``) or ``ValueError`` for a malformed message."""
+    if not awaiting_voila_request():
+        return
+    try:
+        from websockets.sync.client import connect
+    except ImportError:  # pragma: no cover - websockets is a Voila dependency; Voila's own wait then
+        from ..share import wait_for_voila_request
+
+        wait_for_voila_request()
+        return
+    env = os.environ
+    base = env.get("VOILA_WS_BASE_URL", env.get("VOILA_SERVER_URL", "/"))
+    url = (f"{env.get('VOILA_WS_PROTOCOL', 'ws')}://{env.get('VOILA_APP_IP', '127.0.0.1')}:"
+           f"{env.get('VOILA_APP_PORT', '8866')}{base}voila/query/{env.get('VOILA_KERNEL_ID', '')}")
+    with connect(url, open_timeout=5) as websocket:
+        info = json.loads(websocket.recv())
+    if not isinstance(info, dict):
+        raise ValueError(f"Voila's request info is not a JSON object: {type(info).__name__}")
+    for key, value in info.items():
+        os.environ[str(key)] = str(value)
 
 
 def _no_constant(name: str) -> float:
@@ -149,7 +201,15 @@ class PlannerApp(w.VBox):
     def __init__(self, state: AppState | None = None, debounce_seconds: float = 0.05) -> None:
         self.debounce_seconds = float(debounce_seconds)
         link_problem = ""
-        if state is None:
+        loop = _running_loop()
+        waiting = state is None and loop is not None and awaiting_voila_request()
+        if waiting:
+            # A pre-heated Voilà kernel runs the notebook before any visitor arrives. Build the page now, on the
+            # default scenario, so that Voilà has it rendered when the request comes; the link's scenario (if
+            # any) is applied the moment the request info arrives (_voila_request_arrived), about a second
+            # before the visitor's browser has loaded the widget code and asks for the widgets' state.
+            state = default_state()
+        elif state is None:
             state, link_problem = initial_state()
         self.state = state
         self.view: View | None = None
@@ -158,6 +218,8 @@ class PlannerApp(w.VBox):
         self._pending: dict[str, Any] = {}
         self._rejected: dict[str, Any] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._follow_up_timer: asyncio.TimerHandle | None = None
+        self._built = False  # the first plan is drawn completely before the page is shown
 
         self.controls = Controls(self.state, self._queue)
         html_widget = self.controls.shared.html  # one HTMLStyle and one Layout for every text widget
@@ -210,8 +272,7 @@ class PlannerApp(w.VBox):
         self.memory_chart.on_select(lambda variant, term: self._explain_clicked("memory", variant, term))
 
         self.extras = self._build_extras()
-        about = w.Accordion(children=[html_widget(self._about_html())], selected_index=None)
-        about.set_title(0, "About")
+        about = lazy_accordion([("About", html_widget(self._about_html()))], layout=self.controls.shared.plain)
         self.about = about
 
         self.controls.extra.children = self.extras
@@ -228,8 +289,42 @@ class PlannerApp(w.VBox):
         super().__init__([html_widget(_CSS), self.grid, about], layout=w.Layout(width="100%"))
         self.add_class("zp-app")
         self.flush()
+        self._built = True
         if link_problem:
             self.message.value = f"<div class='zp-error'>{html.escape(link_problem)}</div>"
+        if waiting:
+            self._wait_for_voila_request(loop)
+
+    # -- a pre-heated Voilà kernel: the visitor's request ------------------------------------------------------
+    def _wait_for_voila_request(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for the page request in a daemon thread (:func:`receive_voila_request` blocks on Voilà's
+        request-info websocket), then hand over to the kernel's event loop."""
+        built_at = self.recomputes
+
+        def wait() -> None:
+            try:
+                receive_voila_request()
+            except Exception:  # a failed wait leaves the default scenario on the page; never a traceback
+                _log.debug("waiting for the Voila request failed", exc_info=True)
+            try:
+                loop.call_soon_threadsafe(self._voila_request_arrived, built_at)
+            except RuntimeError:  # the kernel's loop is closed: the kernel is shutting down
+                pass
+
+        threading.Thread(target=wait, name="zeroplanner-voila-request", daemon=True).start()
+
+    def _voila_request_arrived(self, built_at: int) -> None:
+        """The request info is in ``os.environ`` (or waiting failed): open the link's scenario when it names one
+        and nothing was changed on the page yet (one recompute), and draw the share link now that the page's URL
+        is known. A page opened without a link keeps what it shows."""
+        state, problem = initial_state(dict(os.environ))
+        untouched = self.recomputes == built_at
+        if untouched and state.scenario != self.state.scenario and os.environ.get("QUERY_STRING"):
+            self._replace_scenario(state.scenario)
+        else:
+            self._render_share()
+        if problem and untouched:
+            self.message.value = f"<div class='zp-error'>{html.escape(problem)}</div>"
 
     # -- views in tabs ------------------------------------------------------------------------------------------
     def tab_index(self, name: str) -> int:
@@ -348,7 +443,7 @@ class PlannerApp(w.VBox):
         widgets show the result."""
         self._pending.update(changes)
         self.flush()
-        self.controls.show(self.state)
+        self._follow_up()  # at once, not after FOLLOW_UP_DELAY_SECONDS: a script reads the result next
 
     def flush(self) -> None:
         """Apply queued changes and recompute once (no-op when nothing is queued and a view exists)."""
@@ -385,14 +480,33 @@ class PlannerApp(w.VBox):
         self.view = view
         self.message.value = ""
         self._render(view)
-        self.controls.show(new_state)  # presets move other widgets (model -> size, GPU -> memory, ...)
-        self._update_details()
         self.last_recompute_seconds = time.perf_counter() - started
+        loop = _running_loop()
+        if loop is None or self.debounce_seconds <= 0 or not self._built:
+            self._follow_up()
+        elif self._follow_up_timer is None:
+            self._follow_up_timer = loop.call_later(FOLLOW_UP_DELAY_SECONDS, self._follow_up)
+
+    def _follow_up(self) -> None:
+        """What a change updates besides the charts, the verdict and the config preview: the other controls
+        (presets move them: model -> size, GPU -> memory, ...), the share link, the open detail panel and the
+        timing line. In a running kernel this runs :data:`FOLLOW_UP_DELAY_SECONDS` after :meth:`flush`, so the
+        chart and verdict messages leave the kernel first; once the share link shows a change, everything else on
+        the page shows it too."""
+        if self._follow_up_timer is not None:
+            self._follow_up_timer.cancel()
+            self._follow_up_timer = None
+        if self.view is None:
+            return
+        view = self.view
+        self.controls.show(self.state)
+        self._update_details()
         self.timing.value = (f"<span class='zp-muted'>Planned {len(view.memory.labels)} ZeRO variants in "
                              f"{1e3 * self.last_recompute_seconds:.0f} ms. Columns: <i>Recommended</i> is the "
                              "planner's pick, which may also change micro-batch, activation checkpointing, "
                              "overlap_comm or ZeRO++; every other column is one ZeRO stage with the settings as "
                              "the controls give them.</span>")
+        self._render_share()  # last
 
     # -- rendering ------------------------------------------------------------------------------------------
     def _update_details(self) -> None:
@@ -523,8 +637,8 @@ class PlannerApp(w.VBox):
 
     def _update_chart(self, name: str, view: View) -> None:
         chart = self._charts[name]
-        chart.update({"memory": view.memory, "host": view.memory, "time": view.time,
-                      "scaling": view.scaling}[name])
+        # view.scaling is computed when first read: only when the scaling chart is drawn
+        chart.update(view.scaling if name == "scaling" else view.time if name == "time" else view.memory)
 
     def _render(self, view: View) -> None:
         visible = self._visible()
@@ -556,7 +670,6 @@ class PlannerApp(w.VBox):
                 note = (f"<div class='zp-error'>{html.escape(picked)} does not fit this cluster (GPU memory or host "
                         "RAM); this config would run out of memory.</div>")
             self.config_actions.value = note + self._config_actions_html(view)
-        self._render_share()  # last: once the link shows a change, everything else on the page shows it too
 
     @staticmethod
     def _config_actions_html(view: View) -> str:
@@ -601,9 +714,8 @@ class PlannerApp(w.VBox):
         self.hf_message.add_class("zp-hf-message")
         hf = w.VBox([self.hf_upload, self.hf_area, self.hf_button, self.hf_message])
         self._uploaded_model = None  # (file name, Architecture) of a model read from a config.json
-        acc = w.Accordion(children=[hf, paste], selected_index=None)
-        acc.set_title(0, "Your model: HF config.json")
-        acc.set_title(1, "Paste your DeepSpeed config")
+        acc = lazy_accordion([("Your model: HF config.json", hf), ("Paste your DeepSpeed config", paste)],
+                             layout=self.controls.shared.plain)
         self.paste_findings = self.findings
         return [html_widget("<b>Your setup</b>"), self.probe_button, self.probe_message, acc]
 
@@ -669,7 +781,7 @@ class PlannerApp(w.VBox):
         self._rejected = {}
         self.message.value = ""
         self._render(view)
-        self.controls.show(new_state)
+        self._follow_up()
 
     def use_this_machine(self, timeout_seconds: float = 60.0) -> dict:
         """Run ``zeroplanner.probe`` in a subprocess (no CUDA context in this kernel) and apply what it found to

@@ -112,6 +112,28 @@ def make_widget(inp: Input, value: Any, *, style: Any = _DESC, layout: w.Layout 
     raise AssertionError(f"unknown widget kind {kind!r} of input {inp.key}")  # pragma: no cover
 
 
+def lazy_accordion(panels: list[tuple[str, w.Widget]], layout: w.Layout | None = None) -> w.Accordion:
+    """A collapsed ``Accordion`` whose panels are placed in it the first time each is opened.
+
+    Until then each panel is an empty ``VBox``: its widgets exist (their models are on the page, their values
+    are set and read as usual) but the page builds no views for them, and a page opens faster. Measured with
+    ``benchmarks/bench_app.py``: the Advanced section holds most of the planner's controls. ``layout`` (a shared,
+    never mutated ``Layout``) is given to the holders and the accordion so they add no Layout models."""
+    kw = {} if layout is None else {"layout": layout}
+    holders = [w.VBox([], **kw) for _ in panels]
+    accordion = w.Accordion(children=holders, selected_index=None, **kw)
+    for i, (title, _) in enumerate(panels):
+        accordion.set_title(i, title)
+
+    def opened(change: dict) -> None:
+        index = change["new"]
+        if index is not None and 0 <= index < len(panels) and not holders[index].children:
+            holders[index].children = [panels[index][1]]
+
+    accordion.observe(opened, names="selected_index")
+    return accordion
+
+
 def shown_values(state: AppState) -> dict[str, Any]:
     """Control key -> the value its widget shows for ``state`` (catalog dropdowns show the state's selection)."""
     values = {key: inp.shown(state.scenario) for key, inp in BY_CONTROL.items()}
@@ -158,8 +180,7 @@ class Controls(w.VBox):
                     box]
 
         self.advanced = w.VBox([x for name, title in SECTIONS.items() for x in section(title, w.VBox(boxes[name]))])
-        self.outer = w.Accordion(children=[self.advanced], selected_index=None)
-        self.outer.set_title(0, "Advanced")
+        self.outer = lazy_accordion([("Advanced", self.advanced)], layout=shared.plain)
         self.extra = w.VBox([])
         super().__init__([shared.html("<b>Model and cluster</b>"), main, self.outer, self.extra],
                          layout=w.Layout(width="380px", min_width="340px", flex="0 0 auto"))

@@ -16,8 +16,9 @@ import html
 import json
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Literal, Mapping
+from functools import cached_property, lru_cache
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -179,9 +180,20 @@ def error_message(exc: BaseException) -> str:
 # Derived view
 # --------------------------------------------------------------------------------------------------------------
 def _attr(obj: Any, name: str, default: Any = None) -> Any:
+    # Called ~500 times per change. isinstance against typing.Mapping goes through typing's __instancecheck__
+    # (18% of a node-slider change in the app, cProfile, 99 changes) and against collections.abc.Mapping through
+    # abc's (still 5%), so plain dicts and objects (the planner's results) are tried first.
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    value = getattr(obj, name, _MISSING)
+    if value is not _MISSING:
+        return value
     if isinstance(obj, Mapping):
         return obj.get(name, default)
-    return getattr(obj, name, default)
+    return default
+
+
+_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -198,8 +210,19 @@ class MemoryView:
     host_gib: np.ndarray
     host_capacity_gib: float
     fits_cpu: tuple[bool, ...]
-    term_formulas: tuple[tuple[str, ...], ...]
-    """``term_formulas[t][v]``: names and formulas of the cost-model terms summed into segment (t, v)."""
+    estimates: tuple = field(default=(), repr=False, compare=False)
+    """The cost-model ``Estimate`` of each variant (what :attr:`term_formulas` is read from)."""
+
+    @cached_property
+    def term_formulas(self) -> tuple[tuple[str, ...], ...]:
+        """``term_formulas[t][v]``: names and formulas of the cost-model terms summed into segment (t, v).
+        Built when first read (a bar's tooltip), not per change: it was 8% of a node-slider change (cProfile)."""
+        formulas = [[""] * len(self.estimates) for _ in MEMORY_TERMS]
+        for v, est in enumerate(self.estimates):
+            terms = _term_text(est)
+            for t, (key, _) in enumerate(MEMORY_TERMS):
+                formulas[t][v] = "<br>".join(terms.get(key, []))
+        return tuple(tuple(row) for row in formulas)
 
 
 @dataclass(frozen=True)
@@ -231,7 +254,6 @@ class View:
     plan: Any
     memory: MemoryView
     time: TimeView
-    scaling: ScalingView
     banner_html: str
     config_text: str
     config_filename: str
@@ -240,6 +262,14 @@ class View:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     variant_scenarios: tuple = ()
     """Scenario of each chart bar, in :attr:`MemoryView.labels` order."""
+
+    @cached_property
+    def scaling(self) -> ScalingView:
+        """Tokens/s of every variant against node count (:func:`scaling_view`), computed the first time it is read:
+        only the scaling chart reads it, and the app draws that chart only while its tab is open. Profiled on
+        the default scenario (30 node-slider changes, cProfile), it was about a quarter of :func:`derive`'s time
+        per change (one vectorised evaluation of the recommended variant's row), spent for a chart nobody saw."""
+        return scaling_view(self.plan, self.state.scenario)
 
 
 def _variants(plan: Any) -> list[tuple[str, Scenario, Any]]:
@@ -308,15 +338,12 @@ def memory_view(plan: Any) -> MemoryView:
     n = len(variants)
     gib = np.zeros((len(MEMORY_TERMS), n))
     host = np.zeros(n)
-    formulas: list[list[str]] = [[""] * n for _ in MEMORY_TERMS]
     fits_gpu, fits_cpu, fits = [], [], []
     capacity = usable = host_cap = 0.0
     for v, (_, scenario, est) in enumerate(variants):
         per_gpu = _attr(est, "per_gpu_bytes")
-        terms = _term_text(est)
         for t, (key, _) in enumerate(MEMORY_TERMS):
             gib[t, v] = float(_attr(per_gpu, key, 0.0) or 0.0) / GIB
-            formulas[t][v] = "<br>".join(terms.get(key, []))
         host[v] = float(_attr(est, "per_node_cpu_bytes", 0.0) or 0.0) / GIB
         fits_gpu.append(bool(_attr(est, "fits_gpu", True)))
         fits_cpu.append(bool(_attr(est, "fits_cpu", True)))
@@ -336,7 +363,7 @@ def memory_view(plan: Any) -> MemoryView:
         host_gib=host,
         host_capacity_gib=host_cap,
         fits_cpu=tuple(fits_cpu),
-        term_formulas=tuple(tuple(row) for row in formulas),
+        estimates=tuple(est for _, _, est in variants),
     )
 
 
@@ -546,7 +573,6 @@ def derive(state: AppState) -> View:
         plan=plan,
         memory=memory_view(plan),
         time=time_view(plan),
-        scaling=scaling_view(plan, state.scenario),
         banner_html=banner_html(plan),
         config_text=text,
         config_filename=filename,
