@@ -57,7 +57,7 @@ def assert_shows(app: PlannerApp, scenario) -> None:
     np.testing.assert_allclose(np.asarray(app.memory_chart.capacity.y, dtype=float), cap, rtol=1e-9)
     np.testing.assert_allclose(np.asarray(app.time_chart.bars.y)[:, :n], _step_parts(plan), rtol=1e-9)
     np.testing.assert_allclose(np.asarray(app.host_chart.bars.y)[:n],
-                               [e.per_node_cpu_bytes / GIB for _, _, e in bars], rtol=1e-9)
+                               [e.host_required_bytes / GIB for _, _, e in bars], rtol=1e-9)  # what the verdict compares
     # fits / OOM markings over the memory bars
     n_oom = sum(not e.fits_gpu for _, _, e in bars)
     assert len(app.memory_chart.oom_labels.text) == n_oom

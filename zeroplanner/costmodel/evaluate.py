@@ -173,6 +173,8 @@ class Estimate(Output):
     per_gpu_bytes: MemoryBreakdown
     gpu_memory_bytes: int
     per_node_cpu_bytes: int
+    host_required_bytes: int = 0  # per_node_cpu_bytes x Assumptions.host_buffer_factor: what fits_cpu compares
+    cpu_memory_bytes: int = 0  # host RAM per node (ClusterSpec.cpu_memory_bytes)
     nvme_bytes: int
     fits_gpu: bool
     fits_cpu: bool
@@ -196,14 +198,20 @@ class Estimate(Output):
     deepspeed_version: str = "0.19.8"
 
     def summary(self) -> str:
-        """Two lines for humans (GiB, s, tokens/s)."""
+        """Two lines for humans (GiB, s, tokens/s). Host RAM is the figure the verdict compares with the node's
+        RAM: what is held there times ``Assumptions.host_buffer_factor`` (DeepSpeed's estimators' 1.5)."""
         m = self.per_gpu_bytes
         short = [name for name, ok in (("GPU memory", self.fits_gpu), ("host RAM", self.fits_cpu)) if not ok]
         verdict = "fits" if self.fits else "does NOT fit: " + (", ".join(short) or "NVMe capacity")
         host = self.fetch_overhead_seconds_per_step + self.hook_seconds_per_step
+        if self.per_node_cpu_bytes and self.cpu_memory_bytes:
+            ram = (f"host RAM {gib(self.host_required_bytes):.1f} GiB/node needed of "
+                   f"{gib(self.cpu_memory_bytes):.0f} ({gib(self.per_node_cpu_bytes):.1f} GiB held x "
+                   f"{self.host_required_bytes / self.per_node_cpu_bytes:.2g} headroom)")
+        else:
+            ram = f"host {gib(self.per_node_cpu_bytes):.1f} GiB/node"
         return (
-            f"{gib(m.total):.1f} GiB per GPU of {gib(self.gpu_memory_bytes):.1f} GiB ({verdict}); "
-            f"host {gib(self.per_node_cpu_bytes):.1f} GiB/node\n"
+            f"{gib(m.total):.1f} GiB per GPU of {gib(self.gpu_memory_bytes):.1f} GiB ({verdict}); {ram}\n"
             f"step {self.step_seconds:.3f} s (compute {self.compute_seconds_per_step:.3f} s, exposed comm "
             f"{self.communication.exposed_seconds_per_step - host:.3f} s"
             + (f" + ZeRO host hooks {host:.3f} s" if host > 0 else "")
@@ -272,6 +280,8 @@ def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], inde
         per_gpu_bytes=mem,
         gpu_memory_bytes=scenario.cluster.memory_per_gpu_bytes,
         per_node_cpu_bytes=int(round(v["host_per_node"])),
+        host_required_bytes=int(round(v["host_per_node"] * scenario.assumptions.host_buffer_factor)),
+        cpu_memory_bytes=int(scenario.cluster.cpu_memory_bytes),
         nvme_bytes=int(round(v["nvme_per_node"])),
         fits_gpu=bool(v["fits_gpu"]),
         fits_cpu=bool(v["fits_cpu"]),

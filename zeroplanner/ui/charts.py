@@ -302,7 +302,7 @@ class HostMemoryChart(bq.Figure):
         assign(self.bars, x=ticks, y=view.host_gib)
         assign(self.capacity, x=ticks, y=[cap] * len(ticks), labels=[f"Host RAM per node ({cap:.0f} GiB)"])
         assign(self.capacity_label, x=ticks[-1:], y=[cap], text=[f"node {cap:.0f} GiB"])
-        legend = legend_html([("box", HOST_COLOR, "Host RAM used per node"),
+        legend = legend_html([("box", HOST_COLOR, "Host RAM needed per node (held + headroom)"),
                               ("dash", OOM_COLOR, f"Host RAM per node ({cap:.0f} GiB)")],
                              ticks_key_html(view.labels))
         if self.legend.value != legend:

@@ -344,7 +344,8 @@ def memory_view(plan: Any) -> MemoryView:
         per_gpu = _attr(est, "per_gpu_bytes")
         for t, (key, _) in enumerate(MEMORY_TERMS):
             gib[t, v] = float(_attr(per_gpu, key, 0.0) or 0.0) / GIB
-        host[v] = float(_attr(est, "per_node_cpu_bytes", 0.0) or 0.0) / GIB
+        # what the verdict compares with the node's RAM: held bytes x host_buffer_factor (Estimate.summary)
+        host[v] = float(_attr(est, "host_required_bytes", 0.0) or _attr(est, "per_node_cpu_bytes", 0.0) or 0.0) / GIB
         fits_gpu.append(bool(_attr(est, "fits_gpu", True)))
         fits_cpu.append(bool(_attr(est, "fits_cpu", True)))
         fits.append(bool(_attr(est, "fits", True)))
