@@ -144,9 +144,10 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
     stage = z.stage
     if hardware_precision(scenario) != t.precision:
         _add(out, "bf16_unsupported", "warning", "fp16",
-             f"{c.gpu.name} has no bf16 (bf16 needs Ampere, sm_80, or newer): the run is priced, and the config "
-             "written, as fp16 with dynamic loss scaling (loss_scale 0, DeepSpeed's defaults) instead of bf16; "
-             "memory is the same (2 bytes per value), compute uses the GPU's fp16 peak.",
+             f"{c.gpu.name} has no bf16 (bf16 needs Ampere, sm_80, or newer): priced as fp16 with dynamic loss "
+             "scaling (loss_scale 0, DeepSpeed's defaults), which is what `zeroplanner config` writes for this GPU; "
+             "memory is the same (2 bytes per value), compute uses the GPU's fp16 peak. A config with bf16 "
+             "enabled asks this GPU for a precision it has no tensor cores for.",
              "Keep fp16 (and TrainingArguments(fp16=True) under the HF Trainer), or plan an Ampere or newer GPU "
              "for bf16.")
     if stage >= 1 and n == 1:
@@ -171,7 +172,8 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
         large = n >= LARGE_RUN_GPUS and gbps < LARGE_RUN_MIN_GBPS
         if slow or large:
             why = (f"ZeRO-3 with data-parallel degree {n} across {c.nodes} nodes on {gbps:g} Gb/s per node "
-                   f"({c.network.name}): it all-gathers every parameter twice a step over that link and gets slower "
+                   f"({c.network.name}): it all-gathers every parameter in the forward and again in the backward of every micro-step over "
+                   "that link and gets slower "
                    "with more nodes (DeepSpeed #5770); maintainers say ZeRO-3 at 64+ GPUs needs 200-400 Gb/s "
                    "between nodes (DeepSpeed #2928)")
             fix = ("Prefer ZeRO-2 where it fits (one all-reduce volume per step), or keep ZeRO-3 with "

@@ -375,7 +375,7 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
             r.append(f"ZeRO-{st} without offload does not fit: at least {gib(need):.1f} GiB per GPU.")
     if best.offload_optimizer != "none" or best.offload_param != "none":
         f = scenario.assumptions.host_buffer_factor
-        r.append(f"Offload is needed; host RAM per node {gib(est.per_node_cpu_bytes * f):.0f} GiB "
+        r.append(f"With offload, host RAM per node {gib(est.per_node_cpu_bytes * f):.0f} GiB "
                  f"({gib(est.per_node_cpu_bytes):.0f} GiB of offloaded states and pinned buffers x {f} safety "
                  f"factor) of {gib(scenario.cluster.cpu_memory_bytes):.0f} GiB.")
     if best.stage == 3 and best.offload_optimizer == "none":

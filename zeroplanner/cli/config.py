@@ -258,7 +258,8 @@ def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
         "model": scenario.model.name, "model_from": model_from, "parameters": scenario.parameters,
         "seq_len": t.seq_len, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes,
         "network": c.network.name, "tensor_parallel_size": c.tensor_parallel_size,
-        "data_parallel_degree": c.data_parallel_degree,
+        "data_parallel_degree": c.data_parallel_degree, "checkpointing": t.checkpointing,
+        "checkpointing_from": "--checkpointing" if getattr(args, "checkpointing", None) else "default",
     }
     notes = []
     if model_from == "default":
@@ -451,7 +452,9 @@ def run_check(args) -> int:
         lines.append(
             f"Priced for: {priced['model']} ({origin}), "
             f"sequence length {priced['seq_len']}, {priced['nodes']} x {priced['gpus_per_node']} {priced['gpu']}, "
-            f"{priced['network']}"
+            f"{priced['network']}, activation checkpointing {priced['checkpointing']}"
+            + (" (default: a DeepSpeed config does not say; --checkpointing)"
+               if priced["checkpointing_from"] == "default" else "")
         )
         summary = est.summary() if hasattr(est, "summary") else ""
         lines.append(summary)
