@@ -381,3 +381,22 @@ def test_zero3_all_gathers_with_prefetch(prefetch_counts, key):
     ranks, every step after the first."""
     want = _predicted_all_gathers(key)
     assert prefetch_counts[key] == [want] * 4
+
+
+@pytest.mark.parametrize("name", ["llama-2-7b", "qwen2.5-0.5b", "gpt2", "mixtral-8x7b", "bloom-176b", "gemma-2-9b"])
+def test_zero3_trace_fetches_the_modules_that_own_parameters(name):
+    """The replayed trace's parameter-owning modules are module_parameter_shapes' (the modules checked against HF
+    above), each once in forward; with prefetching off and nothing kept every one is gathered in forward and, but
+    for frozen embeddings, again in backward."""
+    from zeroplanner.costmodel.context import module_parameter_shapes, stage3_fetch_schedule, stage3_module_trace
+
+    m = build_scenario(model=name).model
+    trace, numels, n_fwd = stage3_module_trace(m)
+    ours = sorted(tuple(sorted(numels[p] for p in ps)) for ps in trace[:n_fwd] if ps)
+    want = sorted(tuple(sorted(n)) for count, n in module_parameter_shapes(m) for _ in range(count))
+    assert ours == want
+    f, f_elems, b, _ = stage3_fetch_schedule(m, 0, 0, 0, 0)
+    assert f == len(want) and f_elems == sum(sum(n) for n in want)
+    assert b == len(want)
+    _, _, b_frozen, _ = stage3_fetch_schedule(m, 0, 0, 0, 0, True)
+    assert b_frozen == len(want) - (2 if m.learned_position_embeddings else 1)  # the embedding(s) not fetched

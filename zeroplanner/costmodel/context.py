@@ -170,6 +170,8 @@ def module_parameter_shapes(m) -> list[tuple[int, tuple[int, ...]]]:
 
 
 _Node = tuple  # (parameter ids, children, in_backward)
+ALIBI_FAMILIES = ("bloom",)
+"""Families without a rotary-embedding module (transformers modeling_bloom.py builds ALiBi with a function)."""
 
 
 @lru_cache(maxsize=256)
@@ -224,7 +226,7 @@ def stage3_module_trace(m, frozen_embeddings: bool = False) -> tuple[tuple[tuple
     base = [(embed, (), not frozen_embeddings)]
     if m.learned_position_embeddings:
         base.append((new(m.learned_position_embeddings * h), (), not frozen_embeddings))
-    else:
+    elif m.family not in ALIBI_FAMILIES:
         base.append(((), (), False))  # rotary embedding: no parameter, output needs no gradient
     if m.embedding_norm:
         base.append((new(*norm), (), True))
