@@ -186,9 +186,13 @@ def stage3_module_trace(m, frozen_embeddings: bool = False) -> tuple[tuple[tuple
     before its children, the children in reverse; modules whose output needs no gradient, the rotary embedding
     and frozen embeddings, are not fetched in backward). Layout of HF's modeling_llama.py (root, model, embed,
     rotary, per layer [norm, attention(q, k, v, o), norm, mlp(gate, act, up, down)], final norm, lm_head),
-    measured on 2 CPU ranks (tests/evidence/test_steptime.py ``prefetch_counts``: the coordinator's calls, in
-    order, on the tiny Llama); the parameter-owning modules are those of :func:`module_parameter_shapes`
-    (a tied lm_head owns the embedding's parameter id).
+    measured on 2 CPU ranks (the coordinator's calls, in order, on the tiny Llama of
+    tests/evidence/test_zero3_collective_count.py, 2026-12-01); the parameter-owning modules are those of
+    :func:`module_parameter_shapes` (a tied lm_head owns the embedding's parameter id), so sizes are whole-model
+    elements (not per tensor-parallel rank). Approximations, for the count only: other families' parameter-less
+    modules (GPT-2's dropouts) are not in the trace (the tiny GPT-2's count still matched at bucket 20,000); MoE
+    layers list every expert, as if each received tokens; LoRA adapters are left out. ``m`` must be hashable
+    (the frozen :class:`~zeroplanner.specs.Architecture`); raises nothing.
     """
     h, f, q, kv, L, E = m.hidden_size, m.ffn_size, m.q_size, m.kv_size, m.n_layers, m.n_experts
     numels: list[int] = []
@@ -197,8 +201,8 @@ def stage3_module_trace(m, frozen_embeddings: bool = False) -> tuple[tuple[tuple
         numels.extend(sizes)
         return tuple(range(len(numels) - len(sizes), len(numels)))
 
-    def leaf(n_in, n_out, bias, bwd=True) -> _Node:
-        return (new(n_in * n_out, n_out) if bias else new(n_in * n_out), (), bwd)
+    def leaf(n_in, n_out, bias) -> _Node:
+        return (new(n_in * n_out, n_out) if bias else new(n_in * n_out), (), True)
 
     norm = (h, h) if m.norm_kind == "layernorm" else (h,)
     mats = [(h, f), (h, f), (f, h)] if m.ffn_kind == "swiglu" else [(h, f), (f, h)]
@@ -273,6 +277,11 @@ def stage3_fetch_schedule(m, threshold: int, prefetch_bucket: int, max_live: int
     gathered). Counted exactly by DeepSpeed's comms logger on 2 CPU ranks (tests/evidence/test_steptime.py,
     tests/evidence/test_zero3_collective_count.py). Not modelled: qwZ's second gather (scales), hpZ's split into
     two groups, activation-checkpoint recompute in the trace.
+
+    Arguments are elements (threshold = stage3_param_persistence_threshold, prefetch_bucket =
+    stage3_prefetch_bucket_size, max_live = stage3_max_live_parameters, reuse_distance =
+    stage3_max_reuse_distance); returns ints; raises nothing. Cached: a scalar loop over the trace (about 1 ms
+    for Llama-2-7B's 907 calls on this machine, once per scenario).
     """
     trace, numels, n_fwd = stage3_module_trace(m, frozen_embeddings)
     persistent = [n <= threshold for n in numels]
