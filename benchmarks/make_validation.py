@@ -46,6 +46,20 @@ STORE = ROOT / "zeroplanner" / "_measurements"
 DOC = ROOT / "docs" / "validation.md"
 
 
+def _zero3_fetch_sentence() -> str:
+    """Section 5: the rows' ZeRO-3 all-gathers per micro-step from the schedule vs one per fetched module."""
+    from zeroplanner.costmodel import make_context
+    from zeroplanner.costmodel import measured_runs as mr
+
+    parts = []
+    for r in mr.runs():
+        if r.scenario.zero.stage == 3 and r.key.endswith(("512-z3", "s2-z3", "1x100", "8k")):
+            c = make_context(r.scenario)
+            f, _, b, _ = c.stage3_fetch_schedule
+            parts.append(f"{r.key} {f} + {b} (without prefetch or reuse: {c.fetch_modules} + {c.fetch_modules})")
+    return ("At the rows' settings (bucket 5e7, max_live 1e9) forward + backward all-gathers per micro-step: "
+            + "; ".join(parts) + ".")
+
 def measure_engine(timeout: float) -> list[dict]:
     """Run every engine configuration; returns [{ranks, name, per_rank raw..., report}] with the raw per-rank JSON
     (so the comparison can be recomputed against a changed cost model without running the engine again)."""
@@ -602,15 +616,16 @@ def render_step_time(loo: bool = True, cpu_adam: dict | None = None) -> list[str
             "(TITAN RTX 672 GB/s, Turing whitepaper). Section 4 (Megatron-LM GPT-2 of 2020) is priced with eager "
             "attention and the gelu counts too; section 5's Liger-Kernel (fused norms, SwiGLU and cross-entropy) "
             "moves fewer bytes than the counts say, which is part of its 0.78 at 32K.",
-            "- ZeRO-3's all-gathers pay NCCL's latency each (`communication.ring_seconds`, one per fetched module as "
-            "counted above); `stage3_prefetch_bucket_size` still does not change the count: with prefetching the "
-            "coordinator coalesces upcoming modules into one all-gather per bucket only while "
-            "stage3_max_live_parameters leaves room, a queue the model does not simulate (the collective-count "
-            "engine tests run with max_live 0, which disables prefetching). Counted with prefetching on "
-            "(`tests/evidence/test_steptime.py::test_zero3_all_gathers_with_prefetch`, strict xfails: tiny Llama, "
-            "42 all-gathers per step at bucket 0, 5 at 20,000 elements, 1 at 1e6) the model's one-per-module count "
-            "is an upper bound. The latency it would save is small: at most the forward all-gathers' latency (BLOOM-560M: 98 x 11.8 us in NCCL's model = "
-            "1.2 ms of a 0.12-0.4 s step).",
+            "- ZeRO-3's all-gathers pay NCCL's latency each (`communication.ring_seconds`). Their number is "
+            "DeepSpeed's fetch-and-prefetch schedule replayed over the module trace "
+            "(`context.stage3_fetch_schedule`): one call per fetch that finds a parameter not gathered and one per "
+            "prefetch, which coalesces upcoming parameters up to `stage3_prefetch_bucket_size` (within "
+            "`stage3_max_live_parameters`), and parameters a later use already prefetched stay gathered. Exact "
+            "against the comms logger on 2 CPU ranks (`tests/evidence/test_steptime.py::"
+            "test_zero3_all_gathers_with_prefetch`): tiny Llama 42 / 5 / 1 all-gathers per step at bucket 0 / "
+            "20,000 / 1e6 elements, 23 at bucket 5,000 with max_live 30,000 and reuse 20,000, 1 at DeepSpeed's "
+            "defaults; tiny GPT-2 at threshold 300, 24. "
+            + _zero3_fetch_sentence(),
             "- Not measured here: DeepSpeed's CPU-Adam rate on a GPU host (`ClusterSpec.cpu_adam_params_per_second` "
             "stays 4e9/s per node); sections 4 and 5 depend on it."]
     s4 = next(r for r in mr.runs() if r.key == "s4-10b")

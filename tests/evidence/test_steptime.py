@@ -296,14 +296,38 @@ def test_module_parameter_shapes_match_the_hf_model(family):
     assert ours == real
 
 
-PREFETCH_BUCKETS = (0, 20_000, 1_000_000)
+PREFETCH_RUNS = {
+    # key: (tiny model of test_zero3_collective_count, persistence threshold, zero_optimization settings)
+    "B0": ("llama", 0, {"stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": 1_000_000,
+                        "stage3_max_reuse_distance": 0}),
+    "B20000": ("llama", 0, {"stage3_prefetch_bucket_size": 20_000, "stage3_max_live_parameters": 1_000_000,
+                            "stage3_max_reuse_distance": 0}),
+    "B1000000": ("llama", 0, {"stage3_prefetch_bucket_size": 1_000_000, "stage3_max_live_parameters": 1_000_000,
+                              "stage3_max_reuse_distance": 0}),
+    # points not looked at while writing the replay's rules: a bucket smaller than most modules with max_live
+    # capping the prefetch and a reuse distance keeping some modules; DeepSpeed's defaults; the second model
+    # (GPT-2: fused c_attn with biases, LayerNorm, learned positions, tied lm_head) at the second threshold
+    "B5000-live30000-reuse20000": ("llama", 0, {"stage3_prefetch_bucket_size": 5_000,
+                                                "stage3_max_live_parameters": 30_000,
+                                                "stage3_max_reuse_distance": 20_000}),
+    "defaults": ("llama", 0, {"stage3_prefetch_bucket_size": 50_000_000,
+                              "stage3_max_live_parameters": 1_000_000_000,
+                              "stage3_max_reuse_distance": 1_000_000_000}),
+    "gpt2-300-B20000": ("gpt2", 300, {"stage3_prefetch_bucket_size": 20_000,
+                                      "stage3_max_live_parameters": 1_000_000, "stage3_max_reuse_distance": 0}),
+}
+PREFETCH_MEASURED = {"B0": 42, "B20000": 5, "B1000000": 1, "B5000-live30000-reuse20000": 23, "defaults": 1,
+                     "gpt2-300-B20000": 24}
+"""All-gathers per step (steps 2 and 3) counted by the comms logger on 2 CPU ranks, 2026-12-01 (DeepSpeed 0.19.8,
+torch 2.13.0 CPU, gloo). gpt2-300-B20000: 6 from the fetch/prefetch schedule + 18 persistent tensors after the
+step."""
 
 
 @pytest.fixture(scope="module")
 def prefetch_counts(tmp_path_factory):
-    """All-gathers per step counted by DeepSpeed's comms logger on 2 CPU ranks (gloo) for the tiny Llama of
-    tests/evidence/test_zero3_collective_count.py (threshold 0, max_live 1e6, reuse 0) at three
-    stage3_prefetch_bucket_size values (one launch; measured here: 42, 5 and 1 per step after the first)."""
+    """All-gathers per step counted by DeepSpeed's comms logger on 2 CPU ranks (gloo) for the tiny models of
+    tests/evidence/test_zero3_collective_count.py at the PREFETCH_RUNS settings (one launch, 3 steps each; the
+    first records the module trace and is not counted)."""
     pytest.importorskip("deepspeed")
     import json
     import os
@@ -313,9 +337,8 @@ def prefetch_counts(tmp_path_factory):
     from tests.evidence import test_zero3_collective_count as z3
 
     tmp = tmp_path_factory.mktemp("prefetch")
-    runs = [{"key": f"B{b}", "hf_config": z3.MODELS["llama"], "threshold": 0,
-             "zero": {"stage3_prefetch_bucket_size": b, "stage3_max_live_parameters": 1_000_000,
-                      "stage3_max_reuse_distance": 0}} for b in PREFETCH_BUCKETS]
+    runs = [{"key": k, "hf_config": z3.MODELS[name], "threshold": t, "zero": zero}
+            for k, (name, t, zero) in PREFETCH_RUNS.items()]
     plan_path = tmp / "plan.json"
     plan_path.write_text(json.dumps({"runs": runs, "steps": 3, "seq_len": z3.SEQ_LEN, "out": str(tmp / "out")}))
     (tmp / "worker.py").write_text(z3.WORKER)
@@ -324,33 +347,56 @@ def prefetch_counts(tmp_path_factory):
            "--master_port", str(z3._free_port()), str(tmp / "worker.py"), str(plan_path)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = json.loads((tmp / "out.rank0").read_text())
-    return {b: [s["all_gather_into_tensor"] for s in out[f"B{b}"][1:]] for b in PREFETCH_BUCKETS}
+    outs = [json.loads((tmp / f"out.rank{r}").read_text()) for r in range(2)]
+    return {k: [s["all_gather_into_tensor"] for out in outs for s in out[k][1:]] for k in PREFETCH_RUNS}
 
 
-@pytest.mark.engine
-@pytest.mark.timeout(660)
-@pytest.mark.parametrize("bucket", [
-    0,
-    pytest.param(20_000, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="prefetch coalescing "
-                                                 "not modelled: the "
-                                                 "coordinator gathers upcoming modules in one call per bucket")),
-    pytest.param(1_000_000, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="prefetch "
-                                                    "coalescing not modelled: a "
-                                                    "bucket larger than the model gathers it in one call")),
-])
-def test_zero3_all_gathers_with_prefetch(prefetch_counts, bucket):
-    """With prefetching on (stage3_max_live_parameters > 0) DeepSpeed coalesces the upcoming modules' parameters
-    into one all-gather per prefetch bucket; the model still counts one per module (42 here), so its all-gather
-    latency term is an upper bound (docs/validation.md section 5)."""
+def _predicted_all_gathers(key: str) -> int:
     from zeroplanner.costmodel.communication import stage3_collective_counts
     from zeroplanner.costmodel.context import make_context as mk
 
     from tests.evidence import test_zero3_collective_count as z3
 
-    sc = z3.scenario("llama", 0)
-    sc = sc.model_copy(update={"zero": sc.zero.model_copy(update={
-        "stage3_prefetch_bucket_size": bucket, "stage3_max_live_parameters": 1_000_000})})
+    name, threshold, zero = PREFETCH_RUNS[key]
+    sc = z3.scenario(name, threshold)
+    sc = sc.model_copy(update={"zero": sc.zero.model_copy(update=zero)})
     c = stage3_collective_counts(mk(sc), Candidates.from_scenario(sc))
-    want = int((c["all_gather_forward"] + c["all_gather_backward"] + c["all_gather_step"]).item())
-    assert prefetch_counts[bucket] == [want, want]
+    return int((c["all_gather_forward"] + c["all_gather_backward"] + c["all_gather_step"]).item())
+
+
+@pytest.mark.parametrize("key", sorted(PREFETCH_RUNS))
+def test_zero3_all_gathers_match_the_stored_measurement(key):
+    """The replay of DeepSpeed's prefetch schedule (context.stage3_fetch_schedule) gives the counts measured
+    (PREFETCH_MEASURED) without launching DeepSpeed."""
+    assert _predicted_all_gathers(key) == PREFETCH_MEASURED[key]
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(660)
+@pytest.mark.parametrize("key", sorted(PREFETCH_RUNS))
+def test_zero3_all_gathers_with_prefetch(prefetch_counts, key):
+    """With prefetching on (stage3_prefetch_bucket_size and stage3_max_live_parameters > 0) DeepSpeed coalesces the
+    upcoming modules' parameters into one all-gather per prefetch and keeps what a later use needs; the model
+    replays that schedule over the module trace and must count exactly what the comms logger counts, on both
+    ranks, every step after the first."""
+    want = _predicted_all_gathers(key)
+    assert prefetch_counts[key] == [want] * 4
+
+
+@pytest.mark.parametrize("name", ["llama-2-7b", "qwen2.5-0.5b", "gpt2", "mixtral-8x7b", "bloom-176b", "gemma-2-9b"])
+def test_zero3_trace_fetches_the_modules_that_own_parameters(name):
+    """The replayed trace's parameter-owning modules are module_parameter_shapes' (the modules checked against HF
+    above), each once in forward; with prefetching off and nothing kept every one is gathered in forward and, but
+    for frozen embeddings, again in backward."""
+    from zeroplanner.costmodel.context import module_parameter_shapes, stage3_fetch_schedule, stage3_module_trace
+
+    m = build_scenario(model=name).model
+    trace, numels, n_fwd = stage3_module_trace(m)
+    ours = sorted(tuple(sorted(numels[p] for p in ps)) for ps in trace[:n_fwd] if ps)
+    want = sorted(tuple(sorted(n)) for count, n in module_parameter_shapes(m) for _ in range(count))
+    assert ours == want
+    f, f_elems, b, _ = stage3_fetch_schedule(m, 0, 0, 0, 0)
+    assert f == len(want) and f_elems == sum(sum(n) for n in want)
+    assert b == len(want)
+    _, _, b_frozen, _ = stage3_fetch_schedule(m, 0, 0, 0, 0, True)
+    assert b_frozen == len(want) - (2 if m.learned_position_embeddings else 1)  # the embedding(s) not fetched

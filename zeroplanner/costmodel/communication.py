@@ -78,36 +78,33 @@ def ring_seconds(
 
 
 def stage3_collective_counts(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
-    """ZeRO-3 collectives (float arrays): per micro-step "all_gather_forward", "all_gather_backward",
-    "reduce_scatter"; per optimizer step "all_gather_step".
+    """ZeRO-3 collectives (float arrays of the candidates' shape): per micro-step "all_gather_forward",
+    "all_gather_backward", "reduce_scatter"; per optimizer step "all_gather_step".
 
-    Forward: one all-gather per module that owns a partitioned parameter (``fetch_sub_module`` gathers a module's
-    parameters in one ``all_gather_coalesced`` call; prefetching gathers upcoming modules' parameters ahead but, as
-    ``stage3_prefetch_bucket_size`` is consumed module by module, still about one call per module; a module larger
-    than the bucket is one call). Backward (incl. the recompute forward of checkpointed layers): the same modules
-    again, less the input embedding (its output needs no input gradient, so no backward pre-hook fetches it) and
-    less the modules still resident at the turn (up to min(stage3_max_live_parameters, stage3_max_reuse_distance)
-    elements, taken in whole average-size modules). Reduce-scatter: one per reduce bucket of gradients. After the
+    All-gathers in forward and backward: DeepSpeed's fetch-and-prefetch schedule replayed over the module trace
+    (:func:`~zeroplanner.costmodel.context.stage3_fetch_schedule`, a scenario scalar in ``ctx``): one call per
+    module fetch that finds a parameter not gathered, plus one per prefetch, which coalesces the upcoming
+    parameters up to ``stage3_prefetch_bucket_size`` elements (and ``stage3_max_live_parameters``) into one
+    ``all_gather_coalesced``; parameters still resident (a later use already prefetched, or within
+    ``stage3_max_reuse_distance``) are not gathered again. The backward includes the input embedding when it
+    trains (its output needs a gradient, so its backward pre-hook fetches it: the one all-gather per step that an
+    earlier version of this model could not place). Reduce-scatter: one per reduce bucket of gradients. After the
     optimizer step: one all-gather per persistent trainable tensor (its updated value; bytes measured to match the
-    norms' size exactly, docs/validation.md section 1) plus one more whose bytes are too small to show in the
-    measured totals (counted on 2 CPU ranks for two models and two thresholds,
-    tests/evidence/test_zero3_collective_count.py; origin not identified).
+    norms' size exactly, docs/validation.md section 1). Counted by DeepSpeed's comms logger on 2 CPU ranks:
+    tests/evidence/test_zero3_collective_count.py (two models, two thresholds, no prefetch) and
+    tests/evidence/test_steptime.py (prefetch buckets on the tiny Llama).
     """
-    z = ctx.scenario.zero
-    mods = float(ctx.fetch_modules)
     if ctx.scenario.training.qlora:
-        mods = 0.0  # NF4 base weights are not partitioned (scenario_warnings); LoRA weights are below threshold
-    avg = ctx.fetch_module_params / mods if mods else 0.0
-    kept_elems = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance)
-    if ctx.scenario.assumptions.accounting == "paper":
-        kept_elems = 0
-    kept = min(np.floor(kept_elems / avg), mods) if avg else 0.0
-    bwd = max(mods - 1.0 - kept, 0.0)
-    fwd = mods
+        # NF4 base weights are not partitioned (scenario_warnings); LoRA weights are below threshold
+        fwd = bwd = step = 0.0
+    else:
+        f_calls, _, b_calls, _ = ctx.stage3_fetch_schedule
+        fwd, bwd = float(f_calls), float(b_calls)
+        step = float(ctx.persistent_trainable_tensors) if ctx.fetch_modules else 0.0
     zero = np.zeros(cand.shape)
     return {"all_gather_forward": zero + fwd, "all_gather_backward": zero + bwd,
             "reduce_scatter": zero + np.ceil(ctx.trainable / cand.reduce_bucket),
-            "all_gather_step": zero + (ctx.persistent_trainable_tensors + 1.0 if mods else 0.0)}
+            "all_gather_step": zero + step}
 
 
 def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:

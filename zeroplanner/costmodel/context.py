@@ -7,7 +7,10 @@ candidate configuration) and returns arrays of the same shape. A single estimate
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from collections import deque
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 import numpy as np
 
@@ -122,6 +125,8 @@ class Context:
     param_tensors: int = 0  # trainable parameter tensors (one backward gradient hook each in ZeRO-2/3)
     hidden_size: int = 1
     gpu_name: str = ""
+    # stage 3, one micro-step (stage3_fetch_schedule): all-gather calls and elements, forward and backward
+    stage3_fetch_schedule: tuple[int, int, int, int] = (0, 0, 0, 0)
 
 
 def module_parameter_shapes(m) -> list[tuple[int, tuple[int, ...]]]:
@@ -162,6 +167,180 @@ def module_parameter_shapes(m) -> list[tuple[int, tuple[int, ...]]]:
         out.append((1, norm))
     out.append((1, (m.vocab_size * m.embed_width,)))  # lm_head (tied or not, it runs and fetches)
     return out
+
+
+_Node = tuple  # (parameter ids, children, in_backward)
+ALIBI_FAMILIES = ("bloom",)
+"""Families without a rotary-embedding module (transformers modeling_bloom.py builds ALiBi with a function)."""
+
+
+@lru_cache(maxsize=256)
+def stage3_module_trace(m, frozen_embeddings: bool = False) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], int]:
+    """The module trace ZeRO-3 records in the first step: (trace, numels, n_forward).
+
+    trace: one tuple of parameter ids per ``fetch_sub_module`` call of one forward + backward, in order, the
+    modules that own no parameter included (their fetch still runs the prefetch loop); numels: elements per
+    parameter id; n_forward: how many of the calls are the forward pass. Every nn.Module gets DeepSpeed's hooks
+    (``_register_deepspeed_module`` in deepspeed/runtime/zero/parameter_offload.py): forward in call order (a
+    container before its children), backward when the gradient of the module's output arrives (a container
+    before its children, the children in reverse; modules whose output needs no gradient, the rotary embedding
+    and frozen embeddings, are not fetched in backward). Layout of HF's modeling_llama.py (root, model, embed,
+    rotary, per layer [norm, attention(q, k, v, o), norm, mlp(gate, act, up, down)], final norm, lm_head),
+    measured on 2 CPU ranks (the coordinator's calls, in order, on the tiny Llama of
+    tests/evidence/test_zero3_collective_count.py, 2026-12-01); the parameter-owning modules are those of
+    :func:`module_parameter_shapes` (a tied lm_head owns the embedding's parameter id), so sizes are whole-model
+    elements (not per tensor-parallel rank). Approximations, for the count only: other families' parameter-less
+    modules (GPT-2's dropouts) are not in the trace (the tiny GPT-2's count still matched at bucket 20,000); MoE
+    layers list every expert, as if each received tokens; LoRA adapters are left out. ``m`` must be hashable
+    (the frozen :class:`~zeroplanner.specs.Architecture`); raises nothing.
+    """
+    h, f, q, kv, L, E = m.hidden_size, m.ffn_size, m.q_size, m.kv_size, m.n_layers, m.n_experts
+    numels: list[int] = []
+
+    def new(*sizes) -> tuple[int, ...]:
+        numels.extend(sizes)
+        return tuple(range(len(numels) - len(sizes), len(numels)))
+
+    def leaf(n_in, n_out, bias) -> _Node:
+        return (new(n_in * n_out, n_out) if bias else new(n_in * n_out), (), True)
+
+    norm = (h, h) if m.norm_kind == "layernorm" else (h,)
+    mats = [(h, f), (h, f), (f, h)] if m.ffn_kind == "swiglu" else [(h, f), (f, h)]
+    act: _Node = ((), (), True)
+
+    def mlp() -> _Node:
+        kids = [leaf(a, b, m.mlp_bias) for a, b in mats]
+        return ((), tuple(kids[:1] + [act] + kids[1:]), True)
+
+    layers = []
+    for _ in range(L):
+        attn = ([leaf(h, q + 2 * kv, m.qkv_bias)] if m.fused_qkv
+                else [leaf(h, q, m.qkv_bias), leaf(h, kv, m.qkv_bias), leaf(h, kv, m.qkv_bias)])
+        attn.append(leaf(q, h, m.out_bias))
+        if m.fused_experts and E > 1:
+            ffn = [(new(*(a * b * E for a, b in mats)), (), True)]
+        else:
+            ffn = [mlp() for _ in range(E)]
+        if E > 1:
+            ffn.insert(0, (new(h * E), (), True))
+        norms = [(new(*norm), (), True) for _ in range(m.norms_per_layer)]
+        kids = norms[:1] + [((), tuple(attn), True)] + norms[1:2] + [((), tuple(ffn), True)] + norms[2:]
+        layers.append(((), tuple(kids), True))
+    embed = new(m.vocab_size * m.embed_width)
+    base = [(embed, (), not frozen_embeddings)]
+    if m.learned_position_embeddings:
+        base.append((new(m.learned_position_embeddings * h), (), not frozen_embeddings))
+    elif m.family not in ALIBI_FAMILIES:
+        base.append(((), (), False))  # rotary embedding: no parameter, output needs no gradient
+    if m.embedding_norm:
+        base.append((new(*norm), (), True))
+    base.extend(layers)
+    if m.final_norm:
+        base.append((new(*norm), (), True))
+    head = (embed if m.tied_embeddings else new(m.vocab_size * m.embed_width), (), True)
+    root: _Node = ((), (((), tuple(base), True), head), True)
+
+    def fwd(node, out):
+        out.append(node[0])
+        for c in node[1]:
+            fwd(c, out)
+
+    def bwd(node, out):
+        if node[2]:
+            out.append(node[0])
+            for c in reversed(node[1]):
+                bwd(c, out)
+
+    forward: list[tuple[int, ...]] = []
+    backward: list[tuple[int, ...]] = []
+    fwd(root, forward)
+    bwd(root, backward)
+    return tuple(forward + backward), tuple(numels), len(forward)
+
+
+@lru_cache(maxsize=1024)
+def stage3_fetch_schedule(m, threshold: int, prefetch_bucket: int, max_live: int, reuse_distance: int,
+                          frozen_embeddings: bool = False) -> tuple[int, int, int, int]:
+    """(forward all-gathers, elements they gather, backward all-gathers, elements) of one ZeRO-3 micro-step.
+
+    A replay of DeepSpeed 0.19.8's PartitionedParameterCoordinator (deepspeed/runtime/zero/
+    partitioned_param_coordinator.py) over :func:`stage3_module_trace` once the trace is complete:
+    ``_fetch_sub_module_impl`` gathers the module's parameters that are NOT_AVAILABLE in one
+    ``__all_gather_params`` call, pops them off the parameter queue, then (bucket > 0) pops queue entries while
+    the numel taken is below ``min(stage3_max_live_parameters - available, stage3_prefetch_bucket_size)``
+    (the entry that crosses the bucket is still taken), skipping parameters already available but recording their
+    later use, and gathers what it took in one more call; ``release_sub_module`` releases a parameter unless a
+    popped use lies later (``__params_to_release``) or it is used within ``stage3_max_reuse_distance`` elements of
+    upcoming modules. Each call is one ``all_gather_into_tensor`` (``all_gather_coalesced`` in
+    partition_parameters.py: one flat gather per dtype, one dtype here; a single parameter goes through
+    ``_all_gather_sequential``, also one call). Parameters with ``numel <= threshold`` are persistent (never
+    gathered). Counted exactly by DeepSpeed's comms logger on 2 CPU ranks (tests/evidence/test_steptime.py,
+    tests/evidence/test_zero3_collective_count.py). Not modelled: qwZ's second gather (scales), hpZ's split into
+    two groups, activation-checkpoint recompute in the trace.
+
+    Arguments are elements (threshold = stage3_param_persistence_threshold, prefetch_bucket =
+    stage3_prefetch_bucket_size, max_live = stage3_max_live_parameters, reuse_distance =
+    stage3_max_reuse_distance); returns ints; raises nothing. Cached: a scalar loop over the trace (about 1 ms
+    for Llama-2-7B's 907 calls on this machine, once per scenario).
+    """
+    trace, numels, n_fwd = stage3_module_trace(m, frozen_embeddings)
+    persistent = [n <= threshold for n in numels]
+    avail = list(persistent)
+    recent = [-(10 ** 10)] * len(numels)
+    queue = deque((p, s) for s, ps in enumerate(trace) for p in ps)
+    uses: list[list[int]] = [[] for _ in numels]
+    cum = [0]
+    for s, ps in enumerate(trace):
+        for p in ps:
+            uses[p].append(s)
+        cum.append(cum[-1] + sum(numels[p] for p in ps))
+    n_avail = 0
+    calls = [0, 0]
+    elems = [0, 0]
+    for s, ps in enumerate(trace):
+        phase = 0 if s < n_fwd else 1
+        need = [p for p in ps if not avail[p]]
+        if need:
+            calls[phase] += 1
+            for p in need:
+                avail[p] = True
+                n_avail += numels[p]
+                elems[phase] += numels[p]
+        todo = len({p for p in ps if recent[p] < s})
+        seen: set[int] = set()
+        while queue and len(seen) < todo:
+            p, at = queue.popleft()
+            recent[p] = at
+            seen.add(p)
+        if prefetch_bucket > 0:
+            room = min(max_live - n_avail, prefetch_bucket)
+            took, taken = 0, []
+            while queue and took < room:
+                p, at = queue.popleft()
+                if not avail[p] and p not in taken:
+                    taken.append(p)
+                    took += numels[p]
+                recent[p] = max(recent[p], at)
+            if took:
+                calls[phase] += 1
+                elems[phase] += took
+                n_avail += took
+                for p in taken:
+                    avail[p] = True
+        # release after the module ran (step id s + 1): kept if a popped use lies later, or if it is used again by
+        # the modules DeepSpeed walks from s + 1 until their elements reach the reuse distance (bisect on the
+        # running sum instead of the walk: same modules)
+        end = bisect_left(cum, cum[s + 1] + reuse_distance, lo=s + 1)
+        for p in ps:
+            if persistent[p] or recent[p] > s + 1 or not avail[p]:
+                continue
+            u = uses[p]
+            i = bisect_right(u, s)
+            if i < len(u) and u[i] < end:
+                continue
+            avail[p] = False
+            n_avail -= numels[p]
+    return calls[0], elems[0], calls[1], elems[1]
 
 
 def stage3_fetch_modules(m, threshold: int) -> tuple[int, float]:
@@ -243,6 +422,11 @@ def make_context(scenario: Scenario) -> Context:
     )
     gpu = c.gpu
     fetch_modules, fetch_elements = stage3_fetch_modules(m, threshold)
+    z = scenario.zero
+    paper = scenario.assumptions.accounting == "paper"  # the paper's 3Ψ: every module gathered, fwd and bwd
+    schedule = stage3_fetch_schedule(
+        m, threshold, 0 if paper else z.stage3_prefetch_bucket_size, z.stage3_max_live_parameters,
+        0 if paper else z.stage3_max_reuse_distance, bool(t.lora_rank) or t.qlora)
     shapes = module_parameter_shapes(m)
     if t.lora_rank:
         # two LoRA matrices per targeted linear per layer (Hu et al., arXiv 2106.09685)
@@ -285,6 +469,7 @@ def make_context(scenario: Scenario) -> Context:
         persistent_trainable_tensors=persistent_trainable,
         hidden_size=int(m.hidden_size),
         gpu_name=gpu.name,
+        stage3_fetch_schedule=schedule,
     )
 
 
