@@ -103,6 +103,8 @@ RULES: dict[str, Rule] = {
     "hpz_not_dividing": Rule(checked_by="engine", source="utils/groups.py _create_zero_param_parallel_group "
                              "(_ensure_divisibility over the world); across nodes: runs, slow"),
     "zero_at_dp1": Rule(checked_by="runtime", source="DeepSpeed #4953"),
+    "vision_input_text_model": Rule(checked_by="runtime", source="Architecture.vision_params and "
+                                    "vision_tokens_per_image are 0 for a text-only model"),
     "bf16_unsupported": Rule(checked_by="runtime", source="GPUSpec.supports_bf16: bf16 needs sm_80 or newer "
                              "(torch.cuda.is_bf16_supported); specs.hardware_precision prices fp16 instead"),
     "qlora_stage3": Rule(checked_by="runtime", source="DeepSpeed #5819, peft #2016"),
@@ -142,12 +144,21 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
     out: list[Pitfall] = []
     n = c.data_parallel_degree
     stage = z.stage
+    if (t.freeze_vision and not scenario.model.vision_params) or (
+            t.images_per_sample and not scenario.model.vision_tokens_per_image):
+        what = " and ".join(x for x, on in (("freeze_vision", t.freeze_vision and not scenario.model.vision_params),
+                                             ("images_per_sample", t.images_per_sample
+                                              and not scenario.model.vision_tokens_per_image)) if on)
+        _add(out, "vision_input_text_model", "warning", "",
+             f"{what} set, but {scenario.model.name} has no vision tower (no vision parameters or image tokens): "
+             "the setting changes nothing in this estimate",
+             "Pick a vision-language model (e.g. a Qwen2.5-VL entry of `zeroplanner models`) or drop the option.")
     if hardware_precision(scenario) != t.precision:
         _add(out, "bf16_unsupported", "warning", "fp16",
              f"{c.gpu.name} has no bf16 (bf16 needs Ampere, sm_80, or newer): priced as fp16 with dynamic loss "
              "scaling (loss_scale 0, DeepSpeed's defaults), which is what `zeroplanner config` writes for this GPU; "
              "memory is the same (2 bytes per value), compute uses the GPU's fp16 peak. A config with bf16 "
-             "enabled asks this GPU for a precision it has no tensor cores for.",
+             "enabled asks this GPU for a precision it has no tensor cores for",
              "Keep fp16 (and TrainingArguments(fp16=True) under the HF Trainer), or plan an Ampere or newer GPU "
              "for bf16.")
     if stage >= 1 and n == 1:

@@ -21,7 +21,7 @@ def resolve_model(model: str | None = None, hf_config: str | Path | dict | None 
     """
     given = [x is not None for x in (model, hf_config, params)]
     if sum(given) > 1:
-        raise ValueError("give only one of model, hf_config, params")
+        raise ValueError("give only one of --model, --hf-config, --params (model=, hf_config=, params=)")
     if hf_config is not None:
         from .catalog.hfconfig import architecture_from_hf_config
 

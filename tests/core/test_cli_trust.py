@@ -308,3 +308,10 @@ def test_check_prints_no_accelerator_detection_warning(tmp_path):
     assert run.returncode in (0, 1), run.stderr
     assert "Setting accelerator" not in run.stderr + run.stdout
     assert "Priced for: llama-2-7b" in run.stdout
+
+
+def test_two_model_options_name_the_options(cli_main, capsys):
+    """A new user's try-out: `--model X --params Y` answered with the Python names (model, hf_config, params)."""
+    assert cli_main(["estimate", "--model", "llama-2-7b", "--params", "7e9"]) == 2
+    err = capsys.readouterr().err
+    assert "--model, --hf-config, --params" in err and err.count("\n") == 1

@@ -74,6 +74,7 @@ def test_estimate_on_v100_says_it_priced_fp16(cli_main, capsys):
     code = cli_main(["estimate", "--gpu", "V100-32GB", "--json"])
     obj = json.loads(capsys.readouterr().out)
     assert code == (0 if obj["fits"] else 1)  # README's exit statuses: 0 fits, 1 does not fit
+    assert obj["inputs"]["resolved"]["precision"] == "bf16" and obj["inputs"]["priced_precision"] == "fp16"
     assert any("bf16_unsupported" in w or "has no bf16" in w for w in map(str, obj["warnings"])), obj["warnings"]
 
 

@@ -74,3 +74,19 @@ def test_every_pitfall_rule_is_declared():
         seen |= {p.rule for p in scenario_pitfalls(s)}
     assert seen and seen <= set(RULES)
     assert {f.rule for f in lint({"zero_optimization": {"stage": 7}})} <= set(RULES) | {"costmodel_unavailable"}
+
+
+def test_vision_inputs_on_a_text_model_are_said_to_do_nothing(cli_main, capsys):
+    """A new user's try-out: --freeze-vision on llama-2-7b was accepted silently; the model has no vision
+    parameters (Architecture.vision_params 0) and no image tokens, so the estimate says the option changes
+    nothing, and the same numbers come out."""
+    import json
+
+    for option in (["--freeze-vision"], ["--images-per-sample", "2"]):
+        code = cli_main(["estimate", *option, "--json"])
+        with_it = json.loads(capsys.readouterr().out)
+        assert code == 0 and any("has no vision tower" in w for w in with_it["warnings"]), option
+        cli_main(["estimate", "--json"])
+        without = json.loads(capsys.readouterr().out)
+        assert with_it["per_gpu_bytes"] == without["per_gpu_bytes"]
+        assert with_it["step_seconds"] == without["step_seconds"]

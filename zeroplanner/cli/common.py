@@ -223,9 +223,14 @@ def inputs_json(args: argparse.Namespace, scenario: Scenario) -> dict:
     """The resolved inputs a command used (JSON ``inputs``): ``resolved`` every input of the table read back from
     ``scenario`` in the input's unit (None: not set, e.g. no GPU-memory override), ``given`` the options typed on
     the command line as parsed (a hub id stays as typed; ``resolved.model`` is the catalog name), ``model`` and
-    ``parameters`` the model priced and ``model_from`` where it came from, ``cluster_from`` the probe file."""
+    ``parameters`` the model priced and ``model_from`` where it came from, ``cluster_from`` the probe file,
+    ``priced_precision`` the precision the run is priced in (fp16 for bf16 on a GPU without bf16:
+    :func:`zeroplanner.specs.hardware_precision`)."""
+    from ..specs import hardware_precision
+
     return {
         "resolved": {i.key: i.read(scenario) for i in INPUTS},
+        "priced_precision": hardware_precision(scenario),
         "given": given_inputs(args),
         "model": scenario.model.name,
         "parameters": scenario.parameters,
