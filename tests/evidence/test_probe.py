@@ -643,3 +643,17 @@ def test_gpu_calibration_peak_memory_next_to_the_prediction(capsys):
               f"measured, fitted MFU {result['mfu']:.3g} (tiny model)")
     assert peak > 0
     assert 0.25 < predicted / peak < 4, "prediction and measurement of a tiny model's peak differ by over 4x"
+
+
+def test_a_probe_without_gpus_says_the_gpus_are_kept():
+    """A new user's try-out: `--cluster-from` a CPU-only probe planned 8 x A100-80GB without a word; the GPUs are
+    kept as given (nothing was measured about them) and the notes now say so."""
+    from zeroplanner.probe.cluster import cluster_changes
+    from zeroplanner.scenarios import default_scenario
+
+    base = default_scenario().cluster
+    probe_result = {"cuda_available": False, "message": "no CUDA device: test", "gpus": [],
+                    "host": {"ram_available_bytes": 64 * 2**30}}
+    changes, notes = cluster_changes(probe_result, base)
+    assert "gpu" not in changes and changes["cpu_memory_bytes"] == 64 * 2**30
+    assert any("found no GPU" in n and f"{base.gpus_per_node} x {base.gpu.name}" in n for n in notes), notes

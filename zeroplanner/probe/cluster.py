@@ -104,6 +104,9 @@ def cluster_changes(probe: dict, base: Any) -> tuple[dict[str, Any], list[str]]:
     gpu = base.gpu
     gpus = probe.get("gpus") or []
     bench = probe.get("benchmarks") or {}
+    if not (probe.get("cuda_available") and gpus):
+        notes.append(f"the probe found no GPU ({probe.get('message') or 'cuda_available false'}): GPUs kept as "
+                     f"given, {base.gpus_per_node} x {base.gpu.name} per node")
     if probe.get("cuda_available") and gpus:
         if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
             raise ValueError("probe field gpus: expected a list of objects")
