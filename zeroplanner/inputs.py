@@ -507,6 +507,11 @@ INPUTS: tuple[Input, ...] = (
           "NVMe capacity per node for offload_* device nvme, GiB (default 4096: see ClusterSpec.nvme_bytes; "
           "`zeroplanner probe` measures the free space)", path="cluster.nvme_bytes", scale=GIB,
           widget=Widget("float_text", "NVMe/node GiB", section="offload", round_digits=0)),
+    Input("cpu_adam_params_per_second", "CPU-Adam updates per second per node", "float", "cluster",
+          "DeepSpeedCPUAdam parameter updates per second on one node's host, for offload_optimizer (default 4e9: an "
+          "assumption, see ClusterSpec.cpu_adam_params_per_second; measure yours with DeepSpeed's cpu_adam)",
+          path="cluster.cpu_adam_params_per_second",
+          widget=Widget("float_text", "CPU-Adam params/s/node", section="offload", round_digits=0)),
 )
 """Every scenario input, in the order share links write them (new inputs go at the end)."""
 

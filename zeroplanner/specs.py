@@ -602,7 +602,12 @@ class ClusterSpec(_Frozen):
     )
     nvme_gb_per_s: float = Field(default=6.0, gt=0, le=1000, description="NVMe read/write GB/s per node")
     cpu_adam_params_per_second: float = Field(
-        default=4.0e9, gt=0, le=1e13, description="DeepSpeed CPU-Adam parameter updates per second per node"
+        default=4.0e9, ge=1e6, le=1e13,
+        description="DeepSpeed CPU-Adam parameter updates per second per node. The default is an assumption, not a "
+        "measurement of a GPU host: about 30 threads at the 1.32e8 updates/s per thread measured for "
+        "DeepSpeedCPUAdam on the build machine (docs/validation.md section 5, _measurements/cpu_adam.json); "
+        "section 4's published run implies 1.4e9/s on its (unstated) host. Set it for your host "
+        "(--cpu-adam-params-per-second)",
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
 

@@ -59,6 +59,7 @@ EXAMPLES: dict[str, tuple[object, dict]] = {
     "images_per_sample": (2, {"model": "qwen2.5-vl-7b"}),
     "allow_lossy_communication": (True, {}),
     "nvme_capacity_gib": (2048.0, {"stage": 3, "offload_optimizer": "nvme"}),
+    "cpu_adam_params_per_second": (1.4e9, {"stage": 2, "offload_optimizer": "cpu"}),
 }
 NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param"}
 """The app compares every stage and offload choice side by side (and the planner picks one), so it has no control
