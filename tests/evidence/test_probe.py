@@ -269,6 +269,8 @@ def test_gloo_fit_is_accepted_by_the_planner(gloo_run):
     where = "intra_node" if ranks == 4 else "world"
     fit = result["fits"][where]["all_reduce"]
     n = fit["ranks"]
+    if not fit["ok"]:  # noise hid the bandwidth on shared cores (test_gloo_alpha_beta_fit): the catalog's is kept
+        pytest.skip(f"{where} all-reduce not identifiable in this run: {fit['message']}")
     assert cluster.gpu.intra_node_busbw_gb_per_s == pytest.approx(fit["busbw_gb_per_s"])
     if fit["alpha_seconds"] > 0:
         assert cluster.gpu.intra_node_latency_seconds == pytest.approx(fit["alpha_seconds"] / (2 * (n - 1)))
@@ -278,10 +280,13 @@ def test_gloo_fit_is_accepted_by_the_planner(gloo_run):
         # raised to the measured one, so the node busbw the planner prices is the measured busbw either way
         # (a fast loopback on another host measured 479 GB/s, well above the catalog's 25 GB/s network)
         wfit = result["fits"]["world"]["all_reduce"]
-        nominal = scenario.cluster.network.link_gbps * 1e9 / 8 * scenario.cluster.network.nics_per_node
-        measured = wfit["busbw_gb_per_s"] * 1e9
-        assert cluster.network.node_busbw_bytes_per_second == pytest.approx(measured)
-        assert cluster.network.efficiency == pytest.approx(min(1.0, measured / nominal))
+        if not wfit["ok"]:  # noise hid the world bandwidth (test_gloo_alpha_beta_fit reports it): network kept
+            assert cluster.network == scenario.cluster.network
+        else:
+            nominal = scenario.cluster.network.link_gbps * 1e9 / 8 * scenario.cluster.network.nics_per_node
+            measured = wfit["busbw_gb_per_s"] * 1e9
+            assert cluster.network.node_busbw_bytes_per_second == pytest.approx(measured)
+            assert cluster.network.efficiency == pytest.approx(min(1.0, measured / nominal))
     calibrated = estimate(replace(scenario, cluster=cluster))
     catalog_estimate = estimate(scenario)
     assert math.isfinite(calibrated.step_seconds) and calibrated.step_seconds > 0

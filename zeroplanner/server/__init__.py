@@ -88,7 +88,6 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
         "multi_kernel_manager_class": KERNEL_MANAGER_CLASS,
     },
     "ZeroplannerKernelManager": {"max_kernels": DEFAULT_MAX_KERNELS},
-    "VoilaKernelManager": {"fill_delay": 0},
     "KernelManager": {"transport": "ipc"},
     "VoilaExecutor": {"iopub_timeout": IOPUB_TIMEOUT_SECONDS},
 }
@@ -96,10 +95,9 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
 use the offline-clean template and ignore a ``?template=`` argument (a visitor cannot switch the page to another
 installed template), and keep one pre-heated kernel (the notebook already executed) ready so a page
 opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``; Voilà
-does not cull its pooled kernels, ``voila_kernel_manager.py``) and start its replacement as soon as a visitor takes
-it (``VoilaKernelManager.fill_delay=0``; Voilà's default waits 1 s first, and the planner's kernel needs about 2-3 s
-to start, import and build the page on the 2-core build machine, so a second visitor arriving within ~4 s waited
-for it: ``benchmarks/bench_app.py``'s back-to-back cold loads), and cap the kernel count
+does not cull its pooled kernels, ``voila_kernel_manager.py``; its replacement starts after Voilà's default
+``fill_delay`` of 1 s: with 0, visitors arriving together at a cap equal to their number lost a slot to the
+refill and one got the "full" page, tests/browser/test_browser_reliability.py), and cap the kernel count
 (:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.server.voila_app`). Kernels talk to the server over Unix
 sockets in Voilà's private connection folder (``KernelManager.transport = "ipc"``), not TCP ports on 127.0.0.1:
 no other local user can connect to a kernel, and 30 kernels starting at once cannot race for the same free port
