@@ -70,6 +70,22 @@ class CalibrationError(RuntimeError):
 # ------------------------------------------------------------------------------------------------------------------
 # The scaled-down model
 # ------------------------------------------------------------------------------------------------------------------
+
+def rank_results(out_dir: Path, stem: str, ranks: int, error_key: str) -> tuple[list[dict], list[tuple[int, Any]]]:
+    """The per-rank JSON results ``<stem>.rank<r>.json`` the workers wrote in ``out_dir`` (rank order), and for each
+    rank without one ``(rank, message)``: the ``error_key`` field of its ``<stem>.rank<r>.error.json``, or None when
+    the rank wrote neither. Shared by the engine runs here and :mod:`zeroplanner.calibrate.ulysses`."""
+    results: list[dict] = []
+    failed: list[tuple[int, Any]] = []
+    for r in range(ranks):
+        f = out_dir / f"{stem}.rank{r}.json"
+        e = out_dir / f"{stem}.rank{r}.error.json"
+        if f.exists():
+            results.append(json.loads(f.read_text()))
+        else:
+            failed.append((r, json.loads(e.read_text())[error_key] if e.exists() else None))
+    return results, failed
+
 def tiny_hf_config(
     arch: Architecture,
     *,
@@ -280,14 +296,8 @@ def launch_worker(plan: dict[str, Any], ranks: int, out_dir: Path, timeout_secon
     results: dict[str, Any] = {"_wall_seconds": time.perf_counter() - started}
     errors = []
     for run in plan["runs"]:
-        per_rank = []
-        for r in range(ranks):
-            f = out_dir / f"{run['name']}.rank{r}.json"
-            e = out_dir / f"{run['name']}.rank{r}.error.json"
-            if f.exists():
-                per_rank.append(json.loads(f.read_text()))
-            elif e.exists():
-                errors.append(json.loads(e.read_text())["error"])
+        per_rank, failed = rank_results(out_dir, run["name"], ranks, "error")
+        errors += [message for _rank, message in failed if message is not None]
         results[run["name"]] = per_rank
         if len(per_rank) != ranks:
             errors.append(f"run {run['name']}: {len(per_rank)} of {ranks} ranks reported")

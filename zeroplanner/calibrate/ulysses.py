@@ -64,6 +64,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import rank_results
+
 TINY_ULYSSES_LLAMA: dict[str, Any] = {
     "model_type": "llama", "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 1024,
@@ -350,17 +352,10 @@ def run_ulysses(
                 proc.kill()
                 proc.wait()
             log.close()
-    results, errors = [], []
-    for rank in range(sp_size):
-        f = out / f"ulysses_sp{sp_size}.rank{rank}.json"
-        e = out / f"ulysses_sp{sp_size}.rank{rank}.error.json"
-        if f.exists():
-            results.append(json.loads(f.read_text()))
-        elif e.exists():
-            errors.append(f"rank {rank}: " + json.loads(e.read_text())["traceback"][-2000:])
-        else:
-            errors.append(f"rank {rank}: no result; log tail:\n"
-                          + (out / f"sp{sp_size}.rank{rank}.log").read_text()[-2000:])
+    results, failed = rank_results(out, f"ulysses_sp{sp_size}", sp_size, "traceback")
+    errors = [f"rank {rank}: " + str(message)[-2000:] if message is not None else
+              f"rank {rank}: no result; log tail:\n" + (out / f"sp{sp_size}.rank{rank}.log").read_text()[-2000:]
+              for rank, message in failed]
     if timed_out or errors:
         why = f"timed out after {timeout_seconds:.0f} s; " if timed_out else ""
         raise UlyssesRunError(f"Ulysses run sp_size={sp_size} failed: {why}" + "\n".join(errors[:2]))
