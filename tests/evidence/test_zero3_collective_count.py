@@ -78,7 +78,10 @@ for run in plan["runs"]:
     out[run["key"]] = steps
     engine.destroy()
     dist.barrier()
-json.dump(out, open(plan["out"] + ".rank" + str(rank), "w"))
+with open(plan["out"] + ".rank" + str(rank), "w") as fh:
+    json.dump(out, fh)
+from zeroplanner.calibrate import end_rank
+end_rank(0)
 '''
 
 

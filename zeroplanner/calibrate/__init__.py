@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..specs import Architecture, ClusterSpec, Output, Scenario, replace
+from ._worker import end_rank
 
 __all__ = [
     "ACTIVATION_CONFIGS",
@@ -47,6 +48,7 @@ __all__ = [
     "ComparisonRow",
     "calibration_scenario",
     "compare",
+    "end_rank",
     "engine_config",
     "measure_activation_bytes",
     "predicted_activation_bytes",

@@ -1,6 +1,6 @@
 """Worker the calibration launcher runs on every rank: real DeepSpeed, real HF model, measured per rank.
 
-Not imported by the package; ``python -m`` / the ``deepspeed`` launcher run it as a script::
+The package imports only :func:`end_rank` from it (the other engine workers end with it too); ``python -m`` / the ``deepspeed`` launcher run it as a script::
 
     deepspeed --num_gpus N --no_local_rank zeroplanner/calibrate/_worker.py --plan plan.json --out DIR
 
@@ -434,5 +434,27 @@ def main(argv=None):
     return 1 if failures else 0
 
 
+def end_rank(status: int = 0) -> None:
+    """End an engine worker rank: flush stdout/stderr, wait for the other ranks when ``status`` is 0 (a
+    ``torch.distributed`` barrier, when a process group is up), then ``os._exit(status)``.
+
+    Skipping the interpreter's teardown is the point: a ZeRO-3 rank on gloo once aborted after its last step with
+    "terminate called without an active exception" (exit -6, SIGABRT; one of 4 launches in a CI run, tests/evidence/
+    test_ds_real_run.py), the message libstdc++ prints when a joinable ``std::thread`` is destroyed, which happens
+    when process-group threads meet the C++ static destructors at exit. A failed rank skips the barrier (its peers
+    may never reach one; the launcher's timeout ends them). Never returns.
+    """
+    try:
+        if status == 0:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist.barrier()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    end_rank(main())

@@ -64,7 +64,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import rank_results
+from . import end_rank, rank_results
 
 TINY_ULYSSES_LLAMA: dict[str, Any] = {
     "model_type": "llama", "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
@@ -363,4 +363,4 @@ def run_ulysses(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_rank(main())
