@@ -512,6 +512,21 @@ INPUTS: tuple[Input, ...] = (
           "assumption, see ClusterSpec.cpu_adam_params_per_second; measure yours with DeepSpeed's cpu_adam)",
           path="cluster.cpu_adam_params_per_second",
           widget=Widget("float_text", "CPU-Adam params/s/node", section="offload", round_digits=0)),
+    # -- long context: Ulysses sequence parallelism and ALST (costmodel/ulysses.py) --
+    Input("sequence_parallel_size", "Ulysses sequence-parallel degree (GPUs)", "int", "cluster",
+          "Ulysses sequence-parallel degree: each sample's sequence split over this many GPUs (1 = none; must "
+          "divide the heads and the world size)", path="cluster.sequence_parallel_size",
+          deepspeed=("sequence_parallel_size",),
+          widget=Widget("dropdown", "Sequence parallel", section="training",
+                        labels=tuple((str(n), n) for n in (1, 2, 4, 8, 16, 32)))),
+    Input("tiled_mlp", "TiledMLP", "bool", "training", "ALST TiledMLP: MLP computed over sequence tiles",
+          path="training.tiled_mlp"),
+    Input("tiled_loss", "Tiled loss", "bool", "training",
+          "logits and loss computed in sequence chunks (no full [tokens, vocab] logits)",
+          path="training.tiled_loss"),
+    Input("checkpoint_offload", "Checkpoint offload to host", "bool", "training",
+          "activation checkpoints kept in host RAM between forward and backward (needs checkpointing)",
+          path="training.checkpoint_offload"),
 )
 """Every scenario input, in the order share links write them (new inputs go at the end)."""
 

@@ -610,12 +610,22 @@ class ClusterSpec(_Frozen):
         "(--cpu-adam-params-per-second)",
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    sequence_parallel_size: int = Field(
+        default=1, ge=1, le=1024,
+        description="Ulysses sequence-parallel degree (DeepSpeed ALST; DeepSpeed's sequence_parallel_size, HF/"
+        "accelerate ParallelismConfig sp_size): each sample's sequence is split over this many GPUs; 1 = none",
+    )
 
     @model_validator(mode="after")
     def _check_tp(self) -> ClusterSpec:
         if self.gpus_per_node % self.tensor_parallel_size:
             raise ValueError(
                 f"tensor_parallel_size={self.tensor_parallel_size} must divide gpus_per_node={self.gpus_per_node}"
+            )
+        if self.world_size % (self.tensor_parallel_size * self.sequence_parallel_size):
+            raise ValueError(
+                f"sequence_parallel_size={self.sequence_parallel_size} (x tensor_parallel_size="
+                f"{self.tensor_parallel_size}) must divide the world size {self.world_size} (gpus_per_node x nodes)"
             )
         return self
 
@@ -659,6 +669,21 @@ class TrainingSpec(_Frozen):
         default=0, ge=0, le=10_000,
         description="images in one training sample; each adds the model's vision_tokens_per_image tokens to the "
         "language model's sequence (activations)",
+    )
+    tiled_mlp: bool = Field(
+        default=False,
+        description="ALST TiledMLP (arXiv 2506.13996 Sec. 3.2): the MLP runs over sequence tiles, so its "
+        "intermediate activations exist for one tile at a time",
+    )
+    tiled_loss: bool = Field(
+        default=False,
+        description="logits and loss computed in sequence chunks (ALST's tiled loss / Liger fused cross-entropy): "
+        "the full [tokens, vocab] logits are never held",
+    )
+    checkpoint_offload: bool = Field(
+        default=False,
+        description="activation-checkpoint offload to host RAM (ALST Sec. 3.3): the per-layer checkpointed inputs "
+        "live in host memory between forward and backward; needs activation checkpointing",
     )
     allow_lossy_communication: bool = Field(
         default=False,

@@ -60,10 +60,14 @@ EXAMPLES: dict[str, tuple[object, dict]] = {
     "allow_lossy_communication": (True, {}),
     "nvme_capacity_gib": (2048.0, {"stage": 3, "offload_optimizer": "nvme"}),
     "cpu_adam_params_per_second": (1.4e9, {"stage": 2, "offload_optimizer": "cpu"}),
+    "sequence_parallel_size": (2, {}),
+    "tiled_mlp": (True, {}),
+    "tiled_loss": (True, {}),
+    "checkpoint_offload": (True, {"checkpointing": "full"}),
 }
-NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param"}
+NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param", "tiled_mlp", "tiled_loss", "checkpoint_offload"}
 """The app compares every stage and offload choice side by side (and the planner picks one), so it has no control
-for them; it takes them from a link (checked below)."""
+for them; it takes them from a link (checked below). The ALST memory switches are CLI and link inputs."""
 
 
 def cli_argv(values: dict) -> list[str]:
