@@ -458,9 +458,10 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     if cand.stage.size == 0:
         raise ValueError(f"held {sorted(held)}: no candidate configuration has these values together")
     held_values = {k: _held_value(scenario, k) for k in SEARCH_INPUTS if k in held}
-    values = evaluate(ctx, cand)
+    vlabels, vcand = _variant_candidates(scenario, np.array([scenario.cluster.nodes]))
+    values, vvalues = _split_values(evaluate(ctx, Candidates.concat(cand, vcand)), cand.shape, vcand.shape)
     ranked = rank_candidates(values, cand, tolerance, ctx.gpu_memory_bytes)
-    variants = variant_options(scenario, ctx)
+    variants = _variant_options_from(scenario, vvalues)
     if ranked.size == 0:
         est = estimate(scenario)
         smallest = int(np.argmin(values["total"]))
@@ -565,12 +566,29 @@ def nearest_fit(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE) -> 
                   why_not="; ".join(changes))
 
 
+def _split_values(values: dict[str, np.ndarray], *shapes: tuple[int, ...]) -> list[dict[str, np.ndarray]]:
+    """Cut the :func:`evaluate` result of ``Candidates.concat`` of candidate sets back into one result per set
+    (shapes in concatenation order); entries that are not per candidate (scalars) are shared."""
+    total = sum(int(np.prod(sh)) for sh in shapes)
+    out, start = [], 0
+    for sh in shapes:
+        n = int(np.prod(sh))
+        out.append({k: (a.reshape(-1)[start:start + n].reshape(sh) if np.size(a) == total and np.ndim(a) else a)
+                    for k, a in values.items()})
+        start += n
+    return out
+
+
 def variant_options(scenario: Scenario, ctx=None) -> list[Option]:
     """The chart variants (:data:`VARIANTS`) evaluated with the scenario's other settings, in one vectorised call."""
-    t = scenario.training
     ctx = ctx or make_context(scenario)
     labels, cand = _variant_candidates(scenario, np.array([scenario.cluster.nodes]))
-    values = evaluate(ctx, cand)
+    return _variant_options_from(scenario, evaluate(ctx, cand))
+
+
+def _variant_options_from(scenario: Scenario, values: dict[str, np.ndarray]) -> list[Option]:
+    """:func:`variant_options` from the variants' :func:`evaluate` values (shape ``(len(VARIANTS), 1)``)."""
+    t = scenario.training
     out = []
     for i, (label, stage, oo, op) in enumerate(VARIANTS):
         ch = Choice(stage=stage, offload_optimizer=_OFFLOAD_NAMES[oo], offload_param=_OFFLOAD_NAMES[op],

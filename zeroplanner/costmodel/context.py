@@ -89,6 +89,14 @@ class Candidates:
     def take(self, index) -> Candidates:
         return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
+    @classmethod
+    def concat(cls, *parts: Candidates) -> Candidates:
+        """One flat (1-D) set of the candidates of ``parts``, in order: evaluating it once costs about what
+        evaluating one of them does (the cost of :func:`~zeroplanner.costmodel.evaluate.evaluate` is per call,
+        not per candidate, at these sizes)."""
+        return cls(**{f.name: np.concatenate([getattr(p, f.name).reshape(-1) for p in parts])
+                      for f in fields(cls)})
+
 
 @dataclass(frozen=True)
 class Context:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, reduce
+from functools import cache, cached_property, reduce
 from typing import Literal
 
 import numpy as np
@@ -50,7 +50,7 @@ class TermInfo:
     formula: str
     source: str
 
-    @property
+    @cached_property
     def name(self) -> str:
         """The lower-case name of ``Estimate.terms`` ("optimizer states")."""
         return self.label.lower()
@@ -350,11 +350,17 @@ def evaluate_expr(expr: str, inputs: Mapping[str, object]) -> np.ndarray:
     return _evaluator(expr)(inputs)
 
 
+_ALL = np.asarray(True)
+
+
 def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str, object]]) -> TermParts:
     """Build a :class:`TermParts` from (label, expression, condition) rows; ``condition`` is a bool (array) or
     True. Each part is 0 where its condition is False."""
     out = []
     for label, expr, when in parts:
+        if when is True:  # applies to every candidate: np.where(True, x, 0.0) is x as float64, without the select
+            out.append(PartValue(label, expr, _ALL, np.asarray(evaluate_expr(expr, inputs), dtype=np.float64)))
+            continue
         applies = np.asarray(when, dtype=bool)
         out.append(PartValue(label, expr, applies, np.where(applies, evaluate_expr(expr, inputs), 0.0)))
     return TermParts(key, dict(inputs), tuple(out))
