@@ -494,29 +494,17 @@ def render(engine: list[dict], activations: list[dict], meta: dict, modern: list
 
 
 def measure_cpu_adam(params: int = 20_000_000, repeats: int = 5) -> dict:
-    """DeepSpeedCPUAdam (deepspeed.ops.adam, the op ZeRO-Offload's optimizer step runs) on this machine's CPU: one
-    fp32 tensor of ``params`` elements with a gradient, AdamW mode, median seconds of ``repeats`` steps after a
-    first one (op load, state init); params/s = params / median."""
-    import os
-    import time
+    """DeepSpeedCPUAdam (deepspeed.ops.adam, the op ZeRO-Offload's optimizer step runs) on this machine's CPU with
+    one thread and with every core (:func:`zeroplanner.probe.benchmark_cpu_adam`, the same measurement
+    ``zeroplanner probe --benchmarks`` makes on a user's host); params/s = params / median step seconds."""
+    from zeroplanner.probe import benchmark_cpu_adam
 
-    import deepspeed
-    import torch
-    from deepspeed.ops.adam import DeepSpeedCPUAdam
-
-    p = torch.nn.Parameter(torch.randn(params))
-    p.grad = torch.randn(params)
-    opt = DeepSpeedCPUAdam([p], lr=1e-4, adamw_mode=True)
-    opt.step()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    median = sorted(times)[len(times) // 2]
-    return {"params": params, "median_seconds": median, "params_per_second": params / median,
-            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "load_average_1min": os.getloadavg()[0], "deepspeed": deepspeed.__version__,
+    one = benchmark_cpu_adam(params, repeats, threads=1, timeout_seconds=900)
+    full = benchmark_cpu_adam(params, repeats, timeout_seconds=900)
+    for r in (one, full):
+        if not r["ok"]:
+            raise RuntimeError(r["message"])
+    return {**full, "torch_threads": full["threads"], "one_thread_params_per_second": one["params_per_second"],
             "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
@@ -637,16 +625,23 @@ def render_step_time(loo: bool = True, cpu_adam: dict | None = None) -> list[str
             f"split, the host's CPU-Adam ran at {s4.scenario.parameters / s4.extra['optimizer_seconds']:.2g} "
             "parameters/s (host CPU not stated)."]
     if cpu_adam:
-        per_thread = cpu_adam["params_per_second"] / cpu_adam["torch_threads"]
+        per_thread = cpu_adam.get("one_thread_params_per_second",
+                                  cpu_adam["params_per_second"] / cpu_adam["torch_threads"])
         host4 = s4.scenario.parameters / s4.extra["optimizer_seconds"]
         out += [f"- DeepSpeedCPUAdam measured on this machine (`measure_cpu_adam`, DeepSpeed {cpu_adam['deepspeed']}, "
                 f"{cpu_adam['torch_threads']} threads on {cpu_adam['cpu_count']} cores, load average "
                 f"{cpu_adam['load_average_1min']:.1f}, {cpu_adam['measured_at']}): "
                 f"{cpu_adam['params_per_second']:.3g} parameters/s "
-                f"({per_thread:.3g} per thread) on "
+                f"({per_thread:.3g} with one thread) on "
                 f"{cpu_adam['params']:,} parameters; the cluster default 4e9/s per node is about "
-                f"{4e9 / per_thread:.0f} such threads, and section 4's host about {host4 / per_thread:.0f}. "
-                "Not put into the model: the rate is host-bound (memory bandwidth, cores) and no row states its host."]
+                f"{4e9 / per_thread:.0f} such threads, and section 4's host about {host4 / per_thread:.0f}"
+                + (f"; {cpu_adam['torch_threads']} threads ran "
+                   f"{cpu_adam['params_per_second'] / cpu_adam['one_thread_params_per_second']:.2f}x one (the cores "
+                   "were shared with other jobs at this load, so the all-core figure is a floor)"
+                   if "one_thread_params_per_second" in cpu_adam else "")
+                + ". Not put into the model's default: the rate is host-bound (cores, memory bandwidth) and no row "
+                "states its host; `zeroplanner probe --benchmarks` measures it on the user's host (every core) and "
+                "`--cluster-from` applies it (`ClusterSpec.cpu_adam_params_per_second`)."]
     out += [
             "", "Regenerate this section alone: `python benchmarks/make_validation.py --from-stored` (no engine "
             "run; about a minute, most of it the leave-one-out refits); `--cpu-adam` measures DeepSpeedCPUAdam "

@@ -604,10 +604,11 @@ class ClusterSpec(_Frozen):
     cpu_adam_params_per_second: float = Field(
         default=4.0e9, ge=1e6, le=1e13,
         description="DeepSpeed CPU-Adam parameter updates per second per node. The default is an assumption, not a "
-        "measurement of a GPU host: about 30 threads at the 1.32e8 updates/s per thread measured for "
-        "DeepSpeedCPUAdam on the build machine (docs/validation.md section 5, _measurements/cpu_adam.json); "
-        "section 4's published run implies 1.4e9/s on its (unstated) host. Set it for your host "
-        "(--cpu-adam-params-per-second)",
+        "measurement of a GPU host: DeepSpeedCPUAdam did 1.16e9 updates/s on one thread of the 2-core build "
+        "machine (best of 9 steps, docs/validation.md section 5, _measurements/cpu_adam.json), so 4e9 is a few "
+        "such threads' worth; section 4's published run implies 1.4e9/s on its (unstated) host. Measure your "
+        "host with `zeroplanner probe --benchmarks` (applied by --cluster-from) or set "
+        "--cpu-adam-params-per-second",
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
     sequence_parallel_size: int = Field(
