@@ -108,3 +108,13 @@ def test_bad_hf_config_content(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "estimate", "--hf-config", str(big)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "limit" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["-7e9", "-7B", "-7", "-0.5"])
+def test_a_negative_number_gets_the_options_range_message(capsys, value):
+    # argparse alone reads "-7e9" as an option and says "expected one argument" (its matcher knows -7 and -.7)
+    with pytest.raises(SystemExit) as exc:
+        main(["estimate", "--params", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--params must be an integer in [1000000, 1000000000000000] (got '{value}')" in err

@@ -4,6 +4,7 @@ table (:mod:`zeroplanner.inputs`) and reading them back into a Scenario, JSON ou
 from __future__ import annotations
 
 import argparse
+import re
 import difflib
 import json
 import math
@@ -36,6 +37,14 @@ def fail(option: str, message: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
+    # argparse takes "-7e9" or "-7B" for an option (its matcher knows only -7 and -.7), so "--params -7e9" said
+    # "expected one argument"; with these matched as negative numbers the option's own range message says why
+    _NEGATIVE = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[kKmMbBgGtT]?$")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = self._NEGATIVE
+
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         self.exit(2, f"zeroplanner: error: {message}\n")
 
