@@ -997,15 +997,23 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"non-standard JSON constant {name} is not allowed")
 
 
+def name_from_path(path: str | os.PathLike[str]) -> str:
+    """The model name a config file's path gives: the folder of a ``config.json`` (a hub snapshot or a
+    ``save_pretrained`` folder names the model), otherwise the file's stem (``deepseek-v3.json`` ->
+    ``deepseek-v3``); at most 200 characters, "" when the path names nothing."""
+    p = pathlib.Path(path)
+    if p.is_dir() or p.name == "config.json":
+        folder = p if p.is_dir() else p.parent
+        return folder.resolve().name[:200]
+    return p.stem[:200]
+
+
 def _default_name(config: Mapping[str, Any], path: pathlib.Path | None, model_type: str) -> str:
     candidate = config.get("_name_or_path")
     if isinstance(candidate, str) and candidate.strip():
         return candidate.strip()[:200]
     if path is not None:
-        p = path if path.is_dir() else path.parent
-        if p.name:
-            return p.name[:200]
-        return path.stem[:200] or model_type
+        return name_from_path(path) or model_type
     return f"{model_type}-custom"
 
 

@@ -159,6 +159,11 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         hf = _read_json_file("--hf-config", args.hf_config)
         if not isinstance(hf, dict):
             fail("--hf-config", "must be a JSON object")
+        from ..catalog.hfconfig import name_from_path
+
+        named = hf.get("_name_or_path")
+        if not (isinstance(named, str) and named.strip()) and name_from_path(args.hf_config):
+            hf = {**hf, "_name_or_path": name_from_path(args.hf_config)}  # the model is named after its file
     for name, option in ((i.key, i.cli_flag) for i in INPUTS if i.kind in CATALOG_KINDS):
         value = getattr(args, name)
         names = {"model": catalog.model_names, "gpu": catalog.gpu_names, "network": catalog.network_names}[name]()
