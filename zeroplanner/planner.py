@@ -470,6 +470,8 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
             remedies.insert(2, "use LoRA/QLoRA")
         elif not t.qlora:
             remedies.insert(2, "use QLoRA (4-bit base weights)")
+        elif t.bnb_4bit_quant_storage == "uint8":
+            remedies.insert(2, "set bnb_4bit_quant_storage to the training dtype so ZeRO-3 shards the 4-bit base")
         if scenario.cluster.cpu_memory_bytes < 4 * 2**40:
             remedies.append("add host RAM for offload")
         within = f" with the options held ({_held_text(scenario, held)})" if held else ""
