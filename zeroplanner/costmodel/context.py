@@ -51,8 +51,8 @@ def qlora_quantized_params(m) -> int:
     ``replace_with_bnb_linear``: ``type(module) is nn.Linear``) except the output embedding and tied weights
     (quantizers/base.py ``get_keys_to_not_convert``). What stays in the load dtype, subtracted here: embeddings
     (``nn.Embedding``), lm_head, norm weights (per layer, final, q/k norms, MLA's low-rank norms), the Linear4bit
-    biases (kept as ordinary parameters), per-layer extra tensors, and fused expert tensors (3-D ``nn.Parameter``,
-    not ``nn.Linear``). Other mixers (linear attention, Mamba) and the vision tower count as 4-bit: their few
+    biases (kept as ordinary parameters), per-layer extra tensors, MoE routers and fused expert tensors
+    (``nn.Parameter`` of transformers 5's ``*TopKRouter`` / ``*Experts`` modules, not ``nn.Linear``). Other mixers (linear attention, Mamba) and the vision tower count as 4-bit: their few
     non-linear tensors (convolutions, A_log) are not separated. Scaled like the parameter count when
     ``parameter_count_override`` is set.
     """
@@ -66,7 +66,7 @@ def qlora_quantized_params(m) -> int:
     mlp_bias = (m.mlp_params - m._mlp(m.ffn_size, False))
     dense_bias = (m.dense_mlp_params - m._mlp(m.dense_width, False))
     kept = (m.embedding_params + m.lm_head_params + norms + m.n_attention_layers * attn_kept
-            + m.n_dense_layers * dense_bias + m.n_moe_layers * m.n_experts * mlp_bias)
+            + m.n_dense_layers * dense_bias + m.n_moe_layers * (m.n_experts * mlp_bias + m.router_params))
     if m.fused_experts and m.n_experts > 1:
         kept += m.n_moe_layers * m.n_experts * m._mlp(m.ffn_size, False)
     quantized = max(m.derived_parameter_count - m.extra_parameters - kept, 0)
