@@ -520,7 +520,8 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                            "parameters (every forward and backward fetches them over PCIe), which the planner uses "
                            "only when nothing fits without it.")
     warnings = list(est.warnings)
-    if scenario.training.qlora:
+    if scenario.training.qlora and np.any(values["fits"] & (cand.stage < 3)):
+        # not when only ZeRO-3 fits (a base sharded with bnb_4bit_quant_storage = the training dtype)
         warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds communication for little gain (seed article).")
     return Plan(
         fits=True, choice=best, scenario=chosen, estimate=est,

@@ -188,3 +188,14 @@ def test_float_storage_other_than_the_training_dtype_is_refused():
     with pytest.raises(ValidationError, match="bnb_4bit_quant_storage"):
         TrainingSpec(lora_rank=8, qlora=True, bnb_4bit_quant_storage="float32")
     TrainingSpec(lora_rank=8, qlora=True, precision="fp16", bnb_4bit_quant_storage="float16")
+
+
+def test_planner_picks_zero3_with_bf16_storage_and_names_the_setting_with_uint8():
+    from zeroplanner.planner import plan
+
+    sharded = plan(peft_scenario("bfloat16"))
+    assert sharded.fits and sharded.choice.stage == 3  # ZeRO-1/2 keep the 34 GB base whole on a 40 GB GPU
+    assert not any("ZeRO-1 or 2 is enough" in w for w in sharded.warnings)
+    whole = plan(peft_scenario("uint8"))
+    assert not whole.fits
+    assert any("set bnb_4bit_quant_storage to the training dtype" in w for w in whole.warnings)

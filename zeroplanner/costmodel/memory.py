@@ -84,12 +84,14 @@ def parameter_parts(ctx: Context, cand: Candidates) -> TermParts:
     ``wΨ/N_d``. zero_hpz_partition_size > 1 adds ZeRO++'s secondary partition ``wΨ/hpz``.
 
     QLoRA: the frozen base is Ψ_q 4-bit weights (w_f = 0.5 B each, :data:`~.context.NF4_CODE_BYTES`) plus what
-    bitsandbytes leaves in the load dtype (Ψ_f - Ψ_q: embeddings, lm_head, norms, biases;
+    bitsandbytes leaves in the load dtype (Ψ_f - Ψ_q: embeddings, lm_head, norms, biases, MoE routers and fused
+    experts;
     :func:`~.context.qlora_quantized_params`), and the quantisation constants c_q Ψ_q
     (:data:`~.context.NF4_CONSTANT_BYTES`, whole on every GPU: they are not Parameters). At stage 3 the base is
     partitioned over N_d (and moved to the host by offload_param) only when ``bnb_4bit_quant_storage`` is the
     training dtype (:func:`~.context.qlora_base_shardable`); with uint8 storage it stays whole on every GPU
-    (DeepSpeed #5819, peft #2016), is not offloaded, and only the LoRA weights are partitioned.
+    (DeepSpeed #5819, peft #2016), is not offloaded, and only the LoRA weights are partitioned; the hpZ secondary
+    copy then holds what ZeRO-3 partitions (Ψ_s, :attr:`~.context.Context.stage3_partitioned_elements`).
     """
     st = cand.stage
     paper = ctx.scenario.assumptions.accounting == "paper"
@@ -111,7 +113,8 @@ def parameter_parts(ctx: Context, cand: Candidates) -> TermParts:
             ("4-bit quantisation constants", "c_q*Psi_q", True),
         ]
         # the persistent norms belong to the base, already counted whole when it is not partitioned
-        persist3 = stage3 & (sharded | (not qlora))
+        persist3 = sharded
+        x["Psi_s"] = ctx.stage3_partitioned_elements
     else:
         frozen = [("frozen base", "w_f*Psi_f", st < 3), ("frozen base", "w_f*Psi_f/N_d", stage3 & ~off_par)]
         persist3 = stage3
@@ -122,7 +125,7 @@ def parameter_parts(ctx: Context, cand: Candidates) -> TermParts:
         ("persistent", "w*Psi_persist", persist3 & off_par),
         ("persistent", "w*Psi_persist*(1-1/N_d)", persist3 & ~off_par),
         ("partition", "w*Psi/N_d", (st == 3) & paper),
-        ("hpZ secondary copy", "w*Psi/hpz", (st == 3) & (cand.hpz > 1)),
+        ("hpZ secondary copy", "w*Psi_s/hpz" if qlora else "w*Psi/hpz", (st == 3) & (cand.hpz > 1)),
     ])
 
 
