@@ -199,3 +199,27 @@ def test_planner_picks_zero3_with_bf16_storage_and_names_the_setting_with_uint8(
     whole = plan(peft_scenario("uint8"))
     assert not whole.fits
     assert any("set bnb_4bit_quant_storage to the training dtype" in w for w in whole.warnings)
+
+
+@pytest.mark.parametrize("model", ["llama-2-7b", "qwen2.5-7b", "mixtral-8x7b", "deepseek-v2-lite", "gpt2"])
+@pytest.mark.parametrize("gpus", [2, 8])
+def test_offload_param_moves_exactly_what_zero3_partitions(model, gpus):
+    """GPU bytes that offload_param removes = host bytes it adds per GPU (less the persistent tensors' share,
+    which stay whole on the GPU), for both storages and several layouts (biases, fused experts, MLA, tied)."""
+    def run(storage, offload):
+        s = build_scenario(model=model, gpus_per_node=gpus, stage=3, lora_rank=8, qlora=True,
+                           bnb_4bit_quant_storage=storage, offload_param=offload)
+        return parts(s)
+
+    for storage in ("uint8", "bfloat16"):
+        ctx, on_gpu = run(storage, "none")
+        _, off = run(storage, "cpu")
+        host_per_gpu = part(off["host_memory"], "parameter partition") / gpus
+        moved = total(on_gpu["parameters"]) - total(off["parameters"])
+        persistent_share = 2.0 * ctx.persistent_params / gpus if storage == "bfloat16" else 0.0
+        assert host_per_gpu == pytest.approx(moved + persistent_share, rel=1e-9)
+        if storage == "uint8":  # only the LoRA partition moves; the 4-bit base stays whole on the GPU
+            assert host_per_gpu == pytest.approx(2.0 * ctx.trainable / gpus, rel=1e-12)
+        else:  # sharded: never more GPU parameter bytes than the whole base
+            _, whole = run("uint8", "none")
+            assert total(on_gpu["parameters"]) < total(whole["parameters"])
