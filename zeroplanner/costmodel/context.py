@@ -106,8 +106,12 @@ def qlora_base_shardable(training) -> bool:
     _is_quantized``), quantised on the CPU so that DeepSpeed shards it when the engine starts (transformers #29587,
     which added the quant_storage option "required for FSDP+QLoRA" and this path for ZeRO-3); PEFT's guide sets the
     storage and torch_dtype to bfloat16 for ZeRO-3. With bitsandbytes' uint8 default users report ZeRO-3 keeping
-    a full copy per GPU (DeepSpeed #5819, peft #2016): priced whole. False without QLoRA; the stage is the
-    candidate's (memory.py applies this at stage 3 only)."""
+    a full copy per GPU (DeepSpeed #5819, peft #2016): priced whole. DeepSpeed's own code treats integer
+    parameters apart: it casts only floating-point tensors to the training dtype (partition_parameters.py
+    ``zero_wrapper_for_fp_tensor_constructor``: ``tensor.is_floating_point()``; engine.py CASTABLE_DTYPES) and its
+    all-reduce fetch path needs one dtype per coalesced gather (``get_only_unique_item(p.ds_tensor.dtype ...)``);
+    0.19.8's all-gather path groups by dtype, so whether it now shards uint8 storage is not measured here.
+    False without QLoRA; the stage is the candidate's (memory.py applies this at stage 3 only)."""
     return bool(training.qlora and training.bnb_4bit_quant_storage != "uint8")
 
 
