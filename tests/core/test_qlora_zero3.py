@@ -16,8 +16,14 @@ import pytest
 from pydantic import ValidationError
 
 from zeroplanner.costmodel.communication import communication_terms
-from zeroplanner.costmodel.context import (NF4_CODE_BYTES, NF4_CONSTANT_BYTES, Candidates, largest_quantized_linear,
-                                           make_context, qlora_quantized_params)
+from zeroplanner.costmodel.context import (
+    NF4_CODE_BYTES,
+    NF4_CONSTANT_BYTES,
+    Candidates,
+    largest_quantized_linear,
+    make_context,
+    qlora_quantized_params,
+)
 from zeroplanner.costmodel.evaluate import estimate
 from zeroplanner.costmodel.memory import memory_term_parts
 from zeroplanner.pitfalls import scenario_pitfalls
