@@ -471,6 +471,8 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
             remedies.insert(2, "use LoRA/QLoRA")
         elif not t.qlora:
             remedies.insert(2, "use QLoRA (4-bit base weights)")
+        elif t.bnb_4bit_quant_storage == "uint8":
+            remedies.insert(2, "set bnb_4bit_quant_storage to the training dtype so ZeRO-3 shards the 4-bit base")
         if scenario.cluster.cpu_memory_bytes < 4 * 2**40:
             remedies.append("add host RAM for offload")
         within = f" with the options held ({_held_text(scenario, held)})" if held else ""
@@ -519,7 +521,8 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                            "parameters (every forward and backward fetches them over PCIe), which the planner uses "
                            "only when nothing fits without it.")
     warnings = list(est.warnings)
-    if scenario.training.qlora:
+    if scenario.training.qlora and np.any(values["fits"] & (cand.stage < 3)):
+        # not when only ZeRO-3 fits (a base sharded with bnb_4bit_quant_storage = the training dtype)
         warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds communication for little gain (seed article).")
     return Plan(
         fits=True, choice=best, scenario=chosen, estimate=est,

@@ -23,6 +23,10 @@ OptimizerName = Literal["adamw", "adam", "sgd", "adam8bit"]
 Checkpointing = Literal["none", "selective", "full"]
 OffloadDevice = Literal["none", "cpu", "nvme"]
 Accounting = Literal["deepspeed", "paper"]
+QuantStorage = Literal["uint8", "bfloat16", "float16"]
+QUANT_STORAGE_PRECISION: dict[str, str] = {"bfloat16": "bf16", "float16": "fp16"}
+"""bnb_4bit_quant_storage values (transformers BitsAndBytesConfig spelling; float32 is left out: QLoRA here trains
+in bf16 or fp16 and DeepSpeed would cast fp32 storage) -> the training precision they must equal."""
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 """Canonical names of the linear layers LoRA can target (HF names: q_proj, k_proj, ..., down_proj)."""
@@ -692,6 +696,15 @@ class TrainingSpec(_Frozen):
         "int8 weight all-gather; zero_quantized_gradients: int4 gradient reduce-scatter), which change the numerics "
         "(ZeRO++, arXiv 2306.10209)? Off: it never picks them unless the scenario sets them itself",
     )
+    bnb_4bit_quant_storage: QuantStorage = Field(
+        default="uint8",
+        description="QLoRA: the dtype bitsandbytes packs the 4-bit base weights into (transformers "
+        "BitsAndBytesConfig(bnb_4bit_quant_storage=...), set in the training script, not in the DeepSpeed config; "
+        "default uint8). ZeRO-3 shards the 4-bit base only when it is the training dtype ('bfloat16' for bf16, "
+        "'float16' for fp16) and the model is loaded with that torch_dtype, as PEFT's DeepSpeed guide does "
+        "(docs/source/accelerate/deepspeed.md, 'Use PEFT QLoRA and DeepSpeed with ZeRO3'); with uint8 the base "
+        "is priced whole on every GPU. No effect without qlora",
+    )
 
     @field_validator("lora_targets")
     @classmethod
@@ -707,6 +720,16 @@ class TrainingSpec(_Frozen):
             raise ValueError("qlora=True needs lora_rank >= 1")
         if self.qlora and self.precision == "fp32":
             raise ValueError("qlora needs precision bf16 or fp16 (compute dtype of the 4-bit base)")
+        storage = self.bnb_4bit_quant_storage
+        if self.qlora and storage != "uint8" and QUANT_STORAGE_PRECISION[storage] != self.precision:
+            # DeepSpeed casts every floating-point parameter that is not the training dtype to it
+            # (runtime/engine.py _cast_module_mixed_precision: ``p.data.to(param_dtype)`` for CASTABLE_DTYPES),
+            # which converts the packed 4-bit codes as if they were numbers
+            allowed = [k for k, v in QUANT_STORAGE_PRECISION.items() if v == self.precision]
+            raise ValueError(
+                f"bnb_4bit_quant_storage={storage!r} with precision {self.precision}: allowed 'uint8' or the "
+                f"training dtype {allowed[0]!r} (DeepSpeed casts float parameters to the training dtype, which "
+                "would corrupt the packed 4-bit weights)")
         return self
 
 

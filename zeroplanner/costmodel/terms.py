@@ -60,8 +60,9 @@ _INFO = (
     TermInfo("parameters", "Parameters", "Parameters", r"M_{params}", "memory", "bytes", "#4c78a8",
              "Working copy of the weights each GPU holds: all of them below ZeRO-3, its 1/N_d partition "
              "(+ small persistent tensors) at ZeRO-3.",
-             "16-bit weights: Ψ·2 (stages 0-2), Ψ·2/N_d + persistent small tensors (stage 3); NF4 0.516 B/param for "
-             "a QLoRA base", "ZeRO paper Sec. 5; deepspeed/runtime/zero/stage3.py"),
+             "16-bit weights: Ψ·2 (stages 0-2), Ψ·2/N_d + persistent small tensors (stage 3); a QLoRA base: 0.5 B "
+             "per 4-bit weight (/N_d at stage 3 only with bnb_4bit_quant_storage = the training dtype) + 0.016 B "
+             "of constants", "ZeRO paper Sec. 5; deepspeed/runtime/zero/stage3.py; QLoRA arXiv 2305.14314 Sec. 3"),
     TermInfo("gradients", "Gradients", "Gradients", r"M_{grads}", "memory", "bytes", "#f58518",
              "Gradients each GPU holds at the step's gradient peak: working precision, plus the fp32 copy DeepSpeed "
              "hands to the optimizer; partitioned over N_d from ZeRO-2 (ZeRO-1 as measured).",
@@ -211,7 +212,14 @@ SYMBOLS: dict[str, Symbol] = {
     "Psi_max": Symbol(r"\Psi_{max}", "parameters", "parameters of the largest module"),
     "N_d": Symbol(r"N_d", "GPUs", "data-parallel degree (GPUs that share the ZeRO partitions)"),
     "w": Symbol(r"w", "bytes/parameter", "bytes per working-precision element"),
-    "w_f": Symbol(r"w_f", "bytes/parameter", "bytes per frozen-base element (NF4 for QLoRA)"),
+    "w_f": Symbol(r"w_f", "bytes/parameter", "bytes per frozen-base element (QLoRA: one 4-bit code, 0.5)"),
+    "Psi_q": Symbol(r"\Psi_q", "parameters", "QLoRA base weights stored in 4 bits (the nn.Linear weights)"),
+    "c_q": Symbol(r"c_q", "bytes/parameter",
+                  "QLoRA quantisation constants per 4-bit weight (absmax per 64, double quantisation: 0.127 bits)"),
+    "Psi_s": Symbol(r"\Psi_s", "elements",
+                    "elements ZeRO-3 partitions, in working-dtype elements (QLoRA: LoRA weights, plus the packed "
+                    "4-bit base when bnb_4bit_quant_storage is the training dtype)"),
+    "Psi_dq": Symbol(r"\Psi_{dq}", "parameters", "largest 4-bit weight, dequantised to 16 bits for its matmul"),
     "m": Symbol(r"m", "bytes/parameter", "bytes per parameter of fp32 master weights"),
     "k": Symbol(r"k", "bytes/parameter", "bytes per parameter of optimizer states"),
     "K": Symbol(r"K", "bytes/parameter", "bytes per parameter of fp32 master weights + optimizer states"),
