@@ -1,0 +1,132 @@
+"""The vision encoder's own activations: what a Qwen2-VL / Qwen2.5-VL vision tower saves for backward.
+
+The tower is a ViT over the patches of every image (transformers 5.24 ``Qwen2VisionTransformerPretrainedModel``,
+``Qwen2_5_VisionTransformerPretrainedModel``): a Conv3d patch embedding, ``layers`` blocks of pre-norm attention
+(one fused qkv Linear, 2D rotary, no causal mask) and MLP, and a merger that normalises the patches, groups
+``merge_size``^2 of them and projects them to the language model's width. The terms follow Korthikanti et al.
+(arXiv 2205.05198, Sec. 4.1) generalised as :mod:`zeroplanner.costmodel.activations` does for a text layer, each
+one a tensor transformers saves, found and checked with the saved-tensor census of tiny copies on CPU
+(``calibrate.families.measure_vision_activation_bytes``; docs/validation.md section 6). ``P`` patches of width
+``e``, ``a`` heads of width ``d = e/a``, MLP width ``f``, ``a_b`` activation element bytes (2 in bf16/fp16, 4 in
+fp32), ``m`` the spatial merge size:
+
+- norms: RMSNorm (Qwen2.5-VL ``Qwen2_5_VLRMSNorm``) saves its fp32 upcast, fp32 rstd and the normalised tensor
+  in the working precision, (4 + a_b)·P·e + 4·P; LayerNorm (Qwen2-VL) its input and fp32 mean and rstd,
+  a_b·P·e + 8·P; each norm's output is the next Linear's input, a_b·P·e;
+- attention: the fused qkv output is kept whole (V is a view of it), 3·a_b·P·e; the rotated Q and K
+  (``apply_rotary_pos_emb_vision`` returns them in the working precision), 2·a_b·P·e; with a flash kernel its
+  output and fp32 log-sum-exp per head, a_b·P·e + 4·a·P (Dao et al., arXiv 2205.14135, Alg. 2), the output being
+  the proj input (flash_attention_2's varlen path returns it (s, heads, d): a view); without one (eager) the fp32
+  softmax and its working-precision copy per window, (4 + a_b)·a·(full·P² + windowed·P·W) for ``W`` patches per
+  window, and the proj input a_b·P·e;
+- MLP: SwiGLU (Qwen2.5-VL ``Qwen2_5_VLMLP``) gate, up, act(gate) and product, 4·a_b·P·f; Qwen2-VL's quick_gelu
+  MLP (``x * sigmoid(1.702 x)``) the fc1 output, the sigmoid and the product, 3·a_b·P·f;
+- once per tower: the patch embedding's input in the working precision (Conv3d keeps it for its weight
+  gradient), a_b·P·(channels·temporal·p²); the fp32 rotary cos and sin tables, 2·4·P·d; Qwen2.5-VL's int64
+  window permutation and its inverse, 2·8·P/m²; the merger's norm, its output, and the GELU's input and output
+  (P/m² rows of m²·e), 2·a_b·P·e.
+
+Full checkpointing (the vision blocks are ``GradientCheckpointingLayer``\\ s, checkpointed with the language model's
+layers): each block keeps its input, a_b·P·e, and one block is recomputed in backward; the LayerNorm of the
+recomputed block reads the stored input (no new storage). Selective checkpointing drops the s² terms (eager only).
+The recomputed tower block and the language model's recomputed layer are added: an upper bound by one block (the
+tower is recomputed after the language model's backward has freed its layers).
+
+Frozen tower (``freeze_vision``, or LoRA / QLoRA, which train adapters of the language model only): no tower
+parameter requires a gradient and pixel values do not either, so autograd records nothing in the tower and it
+saves nothing for backward (measured: 0 bytes; transformers needs no ``torch.no_grad`` for it). A trainable
+projector with a frozen tower (ms-swift ``freeze_aligner=False``) is not an input here.
+
+Not priced: the tower under tensor or sequence parallelism (it runs whole on every rank), videos, images of other
+sizes than the Architecture's ``patches_per_image``. Shapes: ``images`` and ``checkpointing`` are numpy arrays of one
+shape (or scalars); every result has that shape. Pure numpy; no torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..specs import VisionTower
+
+_FULL, _SELECTIVE = 2, 1  # costmodel.context checkpointing codes (0 none, 1 selective, 2 full)
+
+
+def vision_block_bytes(v: VisionTower, images, activation_bytes: float, flash_attention: bool,
+                       drop_s2=False) -> np.ndarray:
+    """Bytes ONE vision block of ``v`` saves for backward for ``images`` images (float or array), averaged over
+    the full-attention and windowed blocks (they differ only in the eager s² term). ``activation_bytes`` is a_b
+    (2 or 4); ``drop_s2`` (bool or array) drops the eager s² term (selective checkpointing). Formulas: module
+    docstring. Returns bytes (shaped like ``images``)."""
+    ab = float(activation_bytes)
+    n = np.asarray(images, dtype=np.float64)
+    p = n * v.patches_per_image  # patches in the micro-batch
+    e, f, a = float(v.hidden_size), float(v.ffn_size), float(v.heads)
+    if v.family == "qwen2_5_vl":
+        norm = (4.0 + ab) * p * e + 4.0 * p  # Qwen2_5_VLRMSNorm: fp32 upcast, rstd, normalised (working precision)
+        mlp = 4.0 * ab * p * f  # SwiGLU: gate, up, act(gate), product
+    else:
+        norm = ab * p * e + 8.0 * p  # LayerNorm: input, fp32 mean and rstd
+        mlp = 3.0 * ab * p * f  # quick_gelu: fc1 output, sigmoid(1.702 x), product
+    norms = 2.0 * (norm + ab * p * e)  # norm1, norm2 and their outputs (the qkv and MLP inputs)
+    qkv = 3.0 * ab * p * e + 2.0 * ab * p * e  # fused qkv output kept whole (V a view), rotated Q and K
+    if flash_attention:
+        core = ab * p * e + 4.0 * a * p  # kernel output (= the proj input) + fp32 log-sum-exp per head
+    else:
+        layers = float(v.layers)
+        windowed = (layers - v.full_attention_layers) / layers
+        pp = float(v.patches_per_image)
+        s2 = (4.0 + ab) * a * n * pp * (v.full_attention_layers / layers * pp + windowed * v.window_patches)
+        core = ab * p * e + np.where(drop_s2, 0.0, s2)  # proj input + fp32 softmax and its copy per window
+    return norms + qkv + core + mlp
+
+
+def vision_activation_parts(v: VisionTower, images, *, activation_bytes: float, checkpointing,
+                            flash_attention: bool = True) -> dict[str, np.ndarray]:
+    """The tower's saved bytes for ``images`` images of ``patches_per_image`` patches (per micro-batch: images per
+    sample x micro-batch), by part: ``blocks`` (all blocks' saved tensors, or under full checkpointing the stored
+    block inputs plus one block recomputed), ``patch embedding`` (its working-precision input), ``rotary and
+    window indices`` (fp32 cos/sin; Qwen2.5-VL's int64 window permutation and inverse) and ``merger``.
+    ``checkpointing``: int array or scalar (0 none, 1 selective, 2 full). Returns bytes, each shaped like the
+    broadcast of ``images`` and ``checkpointing``. Formulas and sources: module docstring."""
+    ab = float(activation_bytes)
+    n = np.asarray(images, dtype=np.float64)
+    ck = np.asarray(checkpointing)
+    p = n * v.patches_per_image
+    e, d = float(v.hidden_size), float(v.hidden_size // v.heads)
+    block = vision_block_bytes(v, n, ab, flash_attention, drop_s2=ck == _SELECTIVE)
+    inputs = ab * p * e  # one block's stored input under full checkpointing
+    # the recomputed block's LayerNorm reads the stored input itself (no new storage); RMSNorm saves an fp32 upcast
+    recomputed = block - (inputs if v.family == "qwen2_vl" else 0.0)
+    blocks = np.where(ck == _FULL, v.layers * inputs + recomputed, v.layers * block)
+    window = 2.0 * 8.0 * p / v.merge_size ** 2 if v.family == "qwen2_5_vl" else 0.0 * p
+    norm = (4.0 + ab) * p * e + 4.0 * p if v.family == "qwen2_5_vl" else ab * p * e + 8.0 * p
+    parts = {
+        "blocks": blocks,
+        "patch embedding": ab * p * v.patch_input_size,
+        "rotary and window indices": 2.0 * 4.0 * p * d + window,
+        "merger": norm + ab * p * e + 2.0 * ab * p * e,
+    }
+    shape = np.broadcast(n, ck).shape
+    return {k: np.broadcast_to(np.asarray(x, dtype=np.float64), shape) for k, x in parts.items()}
+
+
+def vision_activation_bytes(v: VisionTower | None, images, *, activation_bytes: float, checkpointing,
+                            flash_attention: bool = True, trainable: bool = True) -> np.ndarray:
+    """Bytes the vision tower saves for backward for ``images`` images per micro-batch: the sum of
+    :func:`vision_activation_parts`; 0 for a frozen tower (``trainable=False``: freeze_vision, LoRA, QLoRA) or
+    a model without one (``v`` None). Shaped like the broadcast of ``images`` and ``checkpointing``.
+
+    >>> from zeroplanner.specs import VisionTower
+    >>> v = VisionTower(family="qwen2_5_vl", layers=2, hidden_size=32, heads=4, ffn_size=48, patch_input_size=1176,
+    ...                 patches_per_image=1024, merge_size=2, full_attention_layers=1, window_patches=64)
+    >>> int(vision_activation_bytes(v, 1, activation_bytes=2, checkpointing=0))  # census, docs/validation.md s. 6
+    5545984
+    >>> int(vision_activation_bytes(v, 1, activation_bytes=2, checkpointing=0, trainable=False))
+    0
+    """
+    if v is None or not trainable:
+        return np.broadcast_to(0.0 * np.asarray(images, dtype=np.float64) * np.asarray(checkpointing),
+                               np.broadcast(np.asarray(images), np.asarray(checkpointing)).shape).astype(np.float64)
+    parts = vision_activation_parts(v, images, activation_bytes=activation_bytes, checkpointing=checkpointing,
+                                    flash_attention=flash_attention)
+    return sum(parts.values())
