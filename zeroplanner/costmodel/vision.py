@@ -33,9 +33,14 @@ The recomputed tower block and the language model's recomputed layer are added: 
 tower is recomputed after the language model's backward has freed its layers).
 
 Frozen tower (``freeze_vision``, or LoRA / QLoRA, which train adapters of the language model only): no tower
-parameter requires a gradient and pixel values do not either, so autograd records nothing in the tower and it
-saves nothing for backward (measured: 0 bytes; transformers needs no ``torch.no_grad`` for it). A trainable
-projector with a frozen tower (ms-swift ``freeze_aligner=False``) is not an input here.
+parameter requires a gradient and pixel values do not either, so without checkpointing autograd records nothing
+in the tower and it saves nothing (measured: 0 bytes; transformers needs no ``torch.no_grad`` for it). With full
+checkpointing it does save: transformers 5.24 ``PreTrainedModel.gradient_checkpointing_enable`` calls
+``enable_input_require_grads``, which hooks every sub-model's input embedding, the tower's patch embedding
+included (``_input_embed_layer = "patch_embed"``), to return a tensor that requires grad; the checkpointed blocks
+then keep their inputs and are recomputed in backward, saving what the gradient of their input needs (no Linear
+inputs, no normalised tensor for a norm weight, no MLP product; measured to the byte). A trainable projector with
+a frozen tower (ms-swift ``freeze_aligner=False``) is not an input here.
 
 Not priced: the tower under tensor or sequence parallelism (it runs whole on every rank), videos, images of other
 sizes than the Architecture's ``patches_per_image``. Shapes: ``images`` and ``checkpointing`` are numpy arrays of one
@@ -51,23 +56,33 @@ from ..specs import VisionTower
 _FULL, _SELECTIVE = 2, 1  # costmodel.context checkpointing codes (0 none, 1 selective, 2 full)
 
 
+def _norm_bytes(v: VisionTower, p, ab: float, trainable: bool):
+    """One norm over ``p`` patches: RMSNorm (Qwen2.5-VL) fp32 upcast + fp32 rstd, and the normalised tensor the
+    weight multiplies when the weight is trained; LayerNorm (Qwen2-VL) its input and fp32 mean and rstd
+    (CUDA layer_norm_cuda allocates them in the accumulate type; aten/src/ATen/native/cuda/layer_norm_kernel.cu)."""
+    e = float(v.hidden_size)
+    if v.family == "qwen2_5_vl":
+        return (4.0 + (ab if trainable else 0.0)) * p * e + 4.0 * p
+    return ab * p * e + 8.0 * p
+
+
 def vision_block_bytes(v: VisionTower, images, activation_bytes: float, flash_attention: bool,
-                       drop_s2=False) -> np.ndarray:
+                       drop_s2=False, trainable: bool = True) -> np.ndarray:
     """Bytes ONE vision block of ``v`` saves for backward for ``images`` images (float or array), averaged over
     the full-attention and windowed blocks (they differ only in the eager s² term). ``activation_bytes`` is a_b
-    (2 or 4); ``drop_s2`` (bool or array) drops the eager s² term (selective checkpointing). Formulas: module
-    docstring. Returns bytes (shaped like ``images``)."""
+    (2 or 4); ``drop_s2`` (bool or array) drops the eager s² term (selective checkpointing); ``trainable=False``
+    keeps only what the gradient of the block's input needs (frozen weights: the Linears' inputs, the normalised
+    tensor the RMSNorm weight multiplies, the MLP product are not saved). Formulas: module docstring. Returns
+    bytes (shaped like ``images``)."""
     ab = float(activation_bytes)
     n = np.asarray(images, dtype=np.float64)
     p = n * v.patches_per_image  # patches in the micro-batch
     e, f, a = float(v.hidden_size), float(v.ffn_size), float(v.heads)
-    if v.family == "qwen2_5_vl":
-        norm = (4.0 + ab) * p * e + 4.0 * p  # Qwen2_5_VLRMSNorm: fp32 upcast, rstd, normalised (working precision)
-        mlp = 4.0 * ab * p * f  # SwiGLU: gate, up, act(gate), product
-    else:
-        norm = ab * p * e + 8.0 * p  # LayerNorm: input, fp32 mean and rstd
-        mlp = 3.0 * ab * p * f  # quick_gelu: fc1 output, sigmoid(1.702 x), product
-    norms = 2.0 * (norm + ab * p * e)  # norm1, norm2 and their outputs (the qkv and MLP inputs)
+    linear_in = ab * p * e if trainable else 0.0 * p  # a Linear keeps its input only for its weight gradient
+    # SwiGLU: gate, up, act(gate) (+ the product, down_proj's input); quick_gelu: fc1 output, sigmoid(1.702 x)
+    # (+ the product, fc2's input)
+    widths = (4.0 if v.family == "qwen2_5_vl" else 3.0) - (0.0 if trainable else 1.0)
+    norms = 2.0 * (_norm_bytes(v, p, ab, trainable) + linear_in)  # norm1, norm2 and the qkv / MLP inputs
     qkv = 3.0 * ab * p * e + 2.0 * ab * p * e  # fused qkv output kept whole (V a view), rotated Q and K
     if flash_attention:
         core = ab * p * e + 4.0 * a * p  # kernel output (= the proj input) + fp32 log-sum-exp per head
@@ -76,45 +91,50 @@ def vision_block_bytes(v: VisionTower, images, activation_bytes: float, flash_at
         windowed = (layers - v.full_attention_layers) / layers
         pp = float(v.patches_per_image)
         s2 = (4.0 + ab) * a * n * pp * (v.full_attention_layers / layers * pp + windowed * v.window_patches)
-        core = ab * p * e + np.where(drop_s2, 0.0, s2)  # proj input + fp32 softmax and its copy per window
-    return norms + qkv + core + mlp
+        core = linear_in + np.where(drop_s2, 0.0, s2)  # proj input + fp32 softmax and its copy per window
+    return norms + qkv + core + widths * ab * p * f
 
 
 def vision_activation_parts(v: VisionTower, images, *, activation_bytes: float, checkpointing,
-                            flash_attention: bool = True) -> dict[str, np.ndarray]:
+                            flash_attention: bool = True, trainable: bool = True) -> dict[str, np.ndarray]:
     """The tower's saved bytes for ``images`` images of ``patches_per_image`` patches (per micro-batch: images per
     sample x micro-batch), by part: ``blocks`` (all blocks' saved tensors, or under full checkpointing the stored
     block inputs plus one block recomputed), ``patch embedding`` (its working-precision input), ``rotary and
     window indices`` (fp32 cos/sin; Qwen2.5-VL's int64 window permutation and inverse) and ``merger``.
+    ``trainable=False``: the frozen tower under full checkpointing (module docstring; all parts 0 otherwise).
     ``checkpointing``: int array or scalar (0 none, 1 selective, 2 full). Returns bytes, each shaped like the
     broadcast of ``images`` and ``checkpointing``. Formulas and sources: module docstring."""
     ab = float(activation_bytes)
     n = np.asarray(images, dtype=np.float64)
     ck = np.asarray(checkpointing)
+    full = ck == _FULL
     p = n * v.patches_per_image
     e, d = float(v.hidden_size), float(v.hidden_size // v.heads)
-    block = vision_block_bytes(v, n, ab, flash_attention, drop_s2=ck == _SELECTIVE)
+    block = vision_block_bytes(v, n, ab, flash_attention, drop_s2=ck == _SELECTIVE, trainable=trainable)
     inputs = ab * p * e  # one block's stored input under full checkpointing
     # the recomputed block's LayerNorm reads the stored input itself (no new storage); RMSNorm saves an fp32 upcast
     recomputed = block - (inputs if v.family == "qwen2_vl" else 0.0)
-    blocks = np.where(ck == _FULL, v.layers * inputs + recomputed, v.layers * block)
+    blocks = np.where(full, v.layers * inputs + recomputed, v.layers * block)
     window = 2.0 * 8.0 * p / v.merge_size ** 2 if v.family == "qwen2_5_vl" else 0.0 * p
-    norm = (4.0 + ab) * p * e + 4.0 * p if v.family == "qwen2_5_vl" else ab * p * e + 8.0 * p
+    linear_in = ab * p * e if trainable else 0.0
     parts = {
         "blocks": blocks,
-        "patch embedding": ab * p * v.patch_input_size,
+        "patch embedding": ab * p * v.patch_input_size if trainable else 0.0 * p,
         "rotary and window indices": 2.0 * 4.0 * p * d + window,
-        "merger": norm + ab * p * e + 2.0 * ab * p * e,
+        # ln_q, its output (the first Linear's input), the GELU's input (P/m² rows of m²·e) and output
+        "merger": _norm_bytes(v, p, ab, trainable) + linear_in + ab * p * e + linear_in,
     }
     shape = np.broadcast(n, ck).shape
-    return {k: np.broadcast_to(np.asarray(x, dtype=np.float64), shape) for k, x in parts.items()}
+    on = np.ones(shape) if trainable else full.astype(np.float64) * np.ones(shape)
+    return {k: np.broadcast_to(np.asarray(x, dtype=np.float64), shape) * on for k, x in parts.items()}
 
 
 def vision_activation_bytes(v: VisionTower | None, images, *, activation_bytes: float, checkpointing,
                             flash_attention: bool = True, trainable: bool = True) -> np.ndarray:
     """Bytes the vision tower saves for backward for ``images`` images per micro-batch: the sum of
-    :func:`vision_activation_parts`; 0 for a frozen tower (``trainable=False``: freeze_vision, LoRA, QLoRA) or
-    a model without one (``v`` None). Shaped like the broadcast of ``images`` and ``checkpointing``.
+    :func:`vision_activation_parts`; for a frozen tower (``trainable=False``: freeze_vision, LoRA, QLoRA) 0
+    without full checkpointing and the frozen blocks' recomputation with it; 0 for a model without a priced tower
+    (``v`` None). Shaped like the broadcast of ``images`` and ``checkpointing``.
 
     >>> from zeroplanner.specs import VisionTower
     >>> v = VisionTower(family="qwen2_5_vl", layers=2, hidden_size=32, heads=4, ffn_size=48, patch_input_size=1176,
@@ -124,9 +144,9 @@ def vision_activation_bytes(v: VisionTower | None, images, *, activation_bytes: 
     >>> int(vision_activation_bytes(v, 1, activation_bytes=2, checkpointing=0, trainable=False))
     0
     """
-    if v is None or not trainable:
-        return np.broadcast_to(0.0 * np.asarray(images, dtype=np.float64) * np.asarray(checkpointing),
-                               np.broadcast(np.asarray(images), np.asarray(checkpointing)).shape).astype(np.float64)
+    if v is None:
+        shape = np.broadcast(np.asarray(images), np.asarray(checkpointing)).shape
+        return np.zeros(shape)
     parts = vision_activation_parts(v, images, activation_bytes=activation_bytes, checkpointing=checkpointing,
-                                    flash_attention=flash_attention)
+                                    flash_attention=flash_attention, trainable=trainable)
     return sum(parts.values())
