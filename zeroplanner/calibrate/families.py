@@ -314,7 +314,7 @@ def vision_census_seen_differently_bytes(label: str, *, checkpointing: str = "no
     shapes and was matched to the byte by the census (docs/validation.md section 6):
 
     - sdpa on CPU, trainable tower: transformers runs the non-flash_attention_2 path per window (per image for
-      Qwen2-VL) and ``torch.cat``\ s the outputs, a new a_b·P·e tensor that the proj Linear keeps, in every
+      Qwen2-VL) and joins the outputs (``torch.cat``), a new a_b·P·e tensor that the proj Linear keeps, in every
       recorded block; flash_attention_2's varlen kernel (what is priced) returns the output the proj reads;
     - LayerNorm (Qwen2-VL): CPU ``layer_norm`` keeps mean and rstd in the input's dtype (bf16, 2 bytes each per
       row), CUDA in fp32 (priced): (2·a_b - 8)·P per recorded norm (two per block, one in the merger);

@@ -359,7 +359,10 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
          "r_b": 4.0 if (m.family in _FP32_ROTARY_FAMILIES or t.precision == "fp32") else 2.0,
          "n_b": 4.0 if m.family in _GEMMA_NORM_FAMILIES else (4.0 if t.precision == "fp32" else 2.0),
          "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing),
-         "vision": vision_activation_bytes(m.vision, t.images_per_sample * cand.micro_batch, activation_bytes=4.0 if t.precision == "fp32" else 2.0, checkpointing=cand.checkpointing, flash_attention=t.flash_attention, trainable=not (t.freeze_vision or t.lora_rank))}
+         "vision": vision_activation_bytes(  # the trainable tower's saved tensors (costmodel/vision.py)
+             m.vision, t.images_per_sample * cand.micro_batch, activation_bytes=4.0 if t.precision == "fp32" else 2.0,
+             checkpointing=cand.checkpointing, flash_attention=t.flash_attention,
+             trainable=not (t.freeze_vision or t.lora_rank))}
     return term("activations", x, [
         ("layer inputs + one layer recomputed", "L*a_b*s*b*h + layer", full & rms),
         ("layer inputs + one layer recomputed", "L*a_b*s*b*h + layer - a_b*s*b*h", full & (not rms)),

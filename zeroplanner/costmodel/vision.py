@@ -26,7 +26,7 @@ fp32), ``m`` the spatial merge size:
   window permutation and its inverse, 2·8·P/m²; the merger's norm, its output, and the GELU's input and output
   (P/m² rows of m²·e), 2·a_b·P·e.
 
-Full checkpointing (the vision blocks are ``GradientCheckpointingLayer``\\ s, checkpointed with the language model's
+Full checkpointing (the vision blocks are ``GradientCheckpointingLayer`` modules, checkpointed with the language model's
 layers): each block keeps its input, a_b·P·e, and one block is recomputed in backward; the LayerNorm of the
 recomputed block reads the stored input (no new storage). Selective checkpointing drops the s² terms (eager only).
 The recomputed tower block and the language model's recomputed layer are added: an upper bound by one block (the
