@@ -94,6 +94,10 @@ def _qwen25_vl_small(**vision):
     (dict(num_heads=5), "vision_config.num_heads"),
     (dict(depth=-1), "depth"),
     (dict(patch_size=500), "patch_size"),
+    (dict(spatial_merge_size=64), "spatial_merge_size"),
+    (dict(hidden_size=2_000_000, num_heads=4), "tower width"),
+    (dict(in_chans=100_000), "in_channels x temporal_patch_size"),
+    (dict(intermediate_size=10 ** 8), "intermediate_size"),
 ])
 def test_bad_vision_config_is_refused_naming_the_key(vision, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):

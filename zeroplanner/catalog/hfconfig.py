@@ -829,6 +829,10 @@ def _qwen_vl_tower(k: _Keys, width_key: str, width_default: int, out_key: str):
     if side < 1:
         raise ValueError(f"config.json keys 'vision_config.patch_size' x 'spatial_merge_size' ({p} x {m}) exceed "
                          f"the {_QWEN_VL_IMAGE_PIXELS}-pixel image assumed")
+    for what, value, limit in (("the tower width", e, 1_000_000), ("in_channels x temporal_patch_size x "
+                                                                   "patch_size^2", ch * t * p * p, 10_000_000)):
+        if value > limit:
+            raise ValueError(f"config.json 'vision_config' gives {what} = {value}; at most {limit} is accepted")
     shape = dict(layers=depth, hidden_size=e, heads=heads, patch_input_size=ch * t * p * p,
                  patches_per_image=(side * m) ** 2, merge_size=m)
     f["vision_tokens_per_image"] = side * side
@@ -842,7 +846,7 @@ def _qwen2_vl(k: _Keys) -> dict[str, Any]:
     with biases, m = spatial_merge_size). Every block attends over the whole image. Image tokens: (H/28)*(W/28);
     256 (a 448x448 image) assumed."""
     f, v, e, depth, patch, m, out, shape = _qwen_vl_tower(k, "embed_dim", 1280, "hidden_size")
-    fm = v.integer("mlp_ratio", default=4) * e
+    fm = v.integer("mlp_ratio", default=4, maximum=1000) * e
     block = 4 * e + 3 * e * e + 3 * e + e * e + e + 2 * e * fm + fm + e
     merger = 2 * e + (m * m * e) ** 2 + m * m * e + m * m * e * out + out
     vision = VisionTower(family="qwen2_vl", ffn_size=fm, full_attention_layers=depth,
@@ -858,7 +862,7 @@ def _qwen2_5_vl(k: _Keys) -> dict[str, Any]:
     the others within windows of window_size pixels (default 112: (112/14)^2 = 64 patches; transformers 5.24
     vision_utils.get_vision_window_index). Image tokens as Qwen2-VL (256 assumed)."""
     f, v, e, depth, patch, m, out, shape = _qwen_vl_tower(k, "hidden_size", 3584, "out_hidden_size")
-    fv = v.integer("intermediate_size", default=3420)
+    fv = v.integer("intermediate_size", default=3420, maximum=10_000_000)
     block = 2 * e + 3 * e * e + 3 * e + e * e + e + 3 * e * fv + 2 * fv + e
     merger = e + (m * m * e) ** 2 + m * m * e + m * m * e * out + out
     p = v.integer("patch_size", default=14)
