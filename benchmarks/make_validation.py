@@ -145,9 +145,9 @@ MODERN_NOTES = [
     "output, 8·a·s² bytes per layer; the final logits' tanh output) and gpt_oss (the sink column, softmax in "
     "bf16, top-k-then-softmax router, GptOssExperts' clamped GLU: 7 saved tensors of width f per pair; fp32 "
     "norm outputs). Full checkpointing now prices the recomputed layer's s² tensors (selective drops them).",
-    "Not run (zeroplanner/calibrate/families.py NOT_CENSUSED): gemma3, gemma4 and llama4 with their vision "
-    "towers, whose activations the cost model does not price (their text models are censused). Qwen2-VL and "
-    "Qwen2.5-VL are censused with an image below.",
+    "Not run (zeroplanner/calibrate/families.py NOT_CENSUSED): gemma4 and llama4 with their vision towers, whose "
+    "activations the cost model does not price (their text models are censused). Qwen2-VL, Qwen2.5-VL and "
+    "Gemma 3 are censused with an image below.",
 ]
 
 
@@ -220,25 +220,38 @@ VISION_NOTES = [
     "attention outputs into a new proj input (flash_attention_2's varlen kernel does not); CPU layer_norm keeps "
     "mean and rstd in bf16 (CUDA: fp32; Qwen2-VL); under full checkpointing the rotary tables are saved tensors "
     "only inside each recomputed block (1/L of them). With those the tower matches to the byte in every row.",
+    "Gemma 3's SigLIP tower: separate q, k, v projections without rotary, gelu_pytorch_tanh (2 saved tensors of "
+    "width f), learned positions, post_layernorm, and Gemma3MultiModalProjector's average pool (its contiguous "
+    "input) and Gemma3RMSNorm over the pooled tokens. Its language model is the one gap: with sdpa and no "
+    "checkpointing it saves what the cost model does not price, because the image tokens attend to each other "
+    "bidirectionally (Gemma3Model's token_type_ids mask): every layer hands sdpa an explicit (1, 1, s, s) mask, "
+    "which it keeps, and transformers repeats K and V to n_heads when a mask is given (use_gqa_in_sdpa). "
+    "'With the named gap' adds those bytes (`calibrate/families.py` vision_census_language_gap_bytes). The cost "
+    "model prices the flash kernel; eager attention and full checkpointing rows are within 5%.",
 ]
 
 
 def render_vision_activations(rows: list[dict]) -> list[str]:
     """Subsection of section 6: the vision-language census rows (tower and language model) from stored rows."""
-    from zeroplanner.calibrate.families import predicted_vision_activation_bytes, vision_census_seen_differently_bytes
+    from zeroplanner.calibrate.families import (
+        predicted_vision_activation_bytes,
+        vision_census_language_gap_bytes,
+        vision_census_seen_differently_bytes,
+    )
 
     lines = [
         "### Vision-language models: the vision tower and the language model with the image's tokens",
         "",
-        "`calibrate/families.py` measure_vision_activation_bytes: the small qwen2_5_vl and qwen2_vl configs "
-        "(towers of 2 blocks, width 32, 4 heads; Qwen2.5-VL: one full-attention block, 64-patch windows) built "
-        "with `AutoModelForImageTextToText` on CPU in bf16, one 448x448 image (1024 patches, 256 tokens) after "
-        "128 text tokens, micro-batch 1. Bytes saved while the tower runs (and recomputed after the gradient "
-        "reaches it) are the tower's, the rest the language model's.",
+        "`calibrate/families.py` measure_vision_activation_bytes: the small qwen2_5_vl, qwen2_vl and gemma3 "
+        "configs (towers of 2 blocks, width 32, 4 heads; Qwen2.5-VL: one full-attention block, 64-patch windows) "
+        "built with `AutoModelForImageTextToText` on CPU in bf16, one image after 128 text tokens, micro-batch 1: "
+        "Qwen 448x448 (1024 patches, 256 tokens), Gemma 3 224x224 (256 SigLIP patches pooled 4 x 4 into 16 "
+        "tokens). Bytes saved while the tower (and Gemma 3's projector) runs, and recomputed after the gradient "
+        "reaches it, are the tower's; the rest the language model's.",
         "",
         "| small config | checkpointing | tower | attention | tower predicted | tower measured | error | "
-        "as the census sees it | language predicted | language measured | error |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "as the census sees it | language predicted | language measured | error | with the named gap |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         ck, freeze, attn = r["checkpointing"], r["freeze_vision"], r["attn_implementation"]
@@ -248,10 +261,12 @@ def render_vision_activations(rows: list[dict]) -> list[str]:
         extra, _ = vision_census_seen_differently_bytes(r["label"], checkpointing=ck, freeze_vision=freeze,
                                                         attn_implementation=attn)
         seen = _fmt(pred["tower"] + extra) if extra else "-"
+        gap, _ = vision_census_language_gap_bytes(r["label"], checkpointing=ck, attn_implementation=attn)
+        with_gap = f"{_fmt(pred['language'] + gap)} ({_err(pred['language'] + gap, meas['language'])})" if gap else "-"
         lines.append(f"| {r['label']} | {ck} | {'frozen' if freeze else 'trainable'} | {attn} | "
                      f"{_fmt(pred['tower'])} | {_fmt(meas['tower'])} | {_err(pred['tower'], meas['tower'])} | "
                      f"{seen} | {_fmt(pred['language'])} | {_fmt(meas['language'])} | "
-                     f"{_err(pred['language'], meas['language'])} |")
+                     f"{_err(pred['language'], meas['language'])} | {with_gap} |")
     notes: list[str] = []
     for note in VISION_NOTES:
         notes += ["", note]

@@ -47,9 +47,13 @@ class VisionTower(_Frozen):
     """The vision encoder's shape, for its own activations (:mod:`zeroplanner.costmodel.vision`): a ViT over the
     patches of each image, then a merger that turns ``merge_size``^2 neighbouring patches into one language-model
     token. Read from ``vision_config`` by :mod:`zeroplanner.catalog.hfconfig` (Qwen2-VL / Qwen2.5-VL:
-    transformers 5.24 Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel)."""
+    transformers 5.24 Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel; Gemma 3:
+    SiglipVisionModel and Gemma3MultiModalProjector's average pool, merge_size = its kernel, one crop per image:
+    pan-and-scan crops are not priced)."""
 
-    family: Literal["qwen2_vl", "qwen2_5_vl"] = Field(description="the tower's layout (HF model_type of the model)")
+    family: Literal["qwen2_vl", "qwen2_5_vl", "gemma3"] = Field(
+        description="the tower's layout (HF model_type of the model; gemma3: SigLIP + Gemma3MultiModalProjector)"
+    )
     layers: int = Field(ge=1, le=1000, description="vision blocks (vision_config.depth)")
     hidden_size: int = Field(ge=1, le=1_000_000, description="tower width (Qwen2.5-VL hidden_size, Qwen2-VL embed_dim)")
     heads: int = Field(ge=1, le=10_000, description="attention heads of every block (vision_config.num_heads)")
@@ -238,9 +242,9 @@ class Architecture(_Frozen):
     )
     vision: VisionTower | None = Field(
         default=None,
-        description="the vision encoder's shape for its own activations (Qwen2-VL / Qwen2.5-VL); None = not "
-        "priced (text-only models, and the other vision-language families: their towers' parameters are counted, "
-        "their activations are not)",
+        description="the vision encoder's shape for its own activations (Qwen2-VL / Qwen2.5-VL / Gemma 3); "
+        "None = not priced (text-only models, and the other vision-language families: their towers' parameters "
+        "are counted, their activations are not)",
     )
     global_head_dim: int | None = Field(
         default=None, ge=1, le=100_000,

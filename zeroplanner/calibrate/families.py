@@ -6,6 +6,8 @@ bytes the census sees differently from a GPU run (:func:`census_seen_differently
 
 from __future__ import annotations
 
+import json
+
 BASE: dict = dict(  # the widths every small config starts from
     hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
     vocab_size=1000, pad_token_id=0, bos_token_id=1, eos_token_id=1)
@@ -113,13 +115,12 @@ def census_attention(label: str) -> str:
 
 
 NOT_CENSUSED = {
-    "gemma3": "vision-language: its SigLIP tower's activations are not priced (gemma3_text is censused)",
     "gemma4": "vision-language: its tower's activations are not priced (gemma4_text is censused)",
     "llama4": "vision-language: its tower's activations are not priced (llama4_text is censused)",
 }
 """Small configs the activation census does not run, and why."""
 
-VISION_CENSUS = ("qwen2_5_vl", "qwen2_vl")
+VISION_CENSUS = ("qwen2_5_vl", "qwen2_vl", "gemma3")
 """Vision-language small configs the census runs with an image (:func:`measure_vision_activation_bytes`): the
 towers costmodel/vision.py prices."""
 
@@ -134,9 +135,15 @@ def census_labels() -> list[str]:
 def vision_census_config(label: str) -> dict:
     """The :data:`VISION_CENSUS` config ``label`` as the census runs it: :func:`census_config` plus a multimodal
     rotary section that fits the small head width (mrope_section sums to head_dim / 2 = 8; the released files'
-    [16, 24, 24] is for 128-wide heads). Raises KeyError for a label not in :data:`VISION_CENSUS`."""
+    [16, 24, 24] is for 128-wide heads); for gemma3 the nested configs at vocabulary 512 with a 224-pixel image
+    (16 x 16 patches of 14 pooled into 16 tokens). Raises KeyError for a label not in :data:`VISION_CENSUS`."""
     if label not in VISION_CENSUS:
         raise KeyError(label)
+    if label == "gemma3":  # nested text_config; a 224-pixel image of 256 patches pooled 4 x 4 into 16 tokens
+        cfg = json.loads(json.dumps(SMALL[label]))
+        cfg["text_config"].update(vocab_size=512, max_position_embeddings=1024)
+        cfg["vision_config"].update(image_size=224, vision_use_head=False)
+        return dict(cfg, mm_tokens_per_image=16, image_token_index=5, boi_token_index=6, eoi_token_index=7)
     return dict(census_config(label), rope_parameters=dict(rope_type="default", rope_theta=1_000_000.0,
                                                           mrope_section=[2, 3, 3]))
 
@@ -178,9 +185,10 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
     model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation)
     model = model.to(torch.bfloat16)
     model.train()
-    tower = model.model.visual
+    gemma = model_type == "gemma3"
+    towers = [model.model.vision_tower, model.model.multi_modal_projector] if gemma else [model.model.visual]
     if freeze_vision:
-        for p in tower.parameters():
+        for p in (p for t in towers for p in t.parameters()):
             p.requires_grad_(False)
     if checkpointing == "full":
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
@@ -208,26 +216,31 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
 
     def leave(_module, _args, output):
         state["in_tower"] -= 1
-        out = output.pooler_output
+        out = output if isinstance(output, torch.Tensor) else output.pooler_output
         if out.requires_grad:
             out.register_hook(lambda grad: state.update(tower_backward=True))
 
-    tower.register_forward_pre_hook(enter)
-    tower.register_forward_hook(leave)
+    for t in towers:
+        t.register_forward_pre_hook(enter)
+    towers[-1].register_forward_hook(leave)
+    for t in towers[:-1]:
+        t.register_forward_hook(lambda *_: state.update(in_tower=state["in_tower"] - 1))
 
     side = int(round(vision.patches_per_image ** 0.5))
     tokens = vision.tokens_per_image
     gen = torch.Generator().manual_seed(seed + 1)
-    pixels = torch.randn(vision.patches_per_image, vision.patch_input_size, generator=gen)
-    grid = torch.tensor([[1, side, side]])
-    special = {config.image_token_id, config.video_token_id, config.vision_start_token_id}
-    ids = torch.randint(len(special) + 8, config.text_config.vocab_size, (1, seq_len + tokens), generator=gen)
-    ids[0, 4] = config.vision_start_token_id
+    ids = torch.randint(16, config.text_config.vocab_size, (1, seq_len + tokens), generator=gen)
     ids[0, 5:5 + tokens] = config.image_token_id
     kinds = (ids == config.image_token_id).int()
+    if gemma:  # SiglipVisionModel reads (images, channels, H, W); Gemma3Model needs token_type_ids in training
+        p = int(round((vision.patch_input_size // 3) ** 0.5))
+        inputs = dict(pixel_values=torch.randn(1, 3, side * p, side * p, generator=gen), token_type_ids=kinds.long())
+    else:  # Qwen: flattened patches with their (t, h, w) grid after a vision-start marker
+        ids[0, 4] = config.vision_start_token_id
+        inputs = dict(pixel_values=torch.randn(vision.patches_per_image, vision.patch_input_size, generator=gen),
+                      image_grid_thw=torch.tensor([[1, side, side]]), mm_token_type_ids=kinds)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = model(input_ids=ids, labels=ids, pixel_values=pixels, image_grid_thw=grid, mm_token_type_ids=kinds,
-                    use_cache=False)
+        out = model(input_ids=ids, labels=ids, use_cache=False, **inputs)
         state["phase"] = "backward"
         logits_ptr = out.logits.untyped_storage().data_ptr()
         logits = 0 if logits_ptr in saved["language"] else out.logits.untyped_storage().nbytes()
@@ -313,11 +326,13 @@ def vision_census_seen_differently_bytes(label: str, *, checkpointing: str = "no
     that is not a pricing error, and the reasons (``(0.0, "")`` when they agree). Every term is derived from the
     shapes and was matched to the byte by the census (docs/validation.md section 6):
 
-    - sdpa on CPU, trainable tower: transformers runs the non-flash_attention_2 path per window (per image for
-      Qwen2-VL) and joins the outputs (``torch.cat``), a new a_b·P·e tensor that the proj Linear keeps, in every
-      recorded block; flash_attention_2's varlen kernel (what is priced) returns the output the proj reads;
-    - LayerNorm (Qwen2-VL): CPU ``layer_norm`` keeps mean and rstd in the input's dtype (bf16, 2 bytes each per
-      row), CUDA in fp32 (priced): (2·a_b - 8)·P per recorded norm (two per block, one in the merger);
+    - sdpa on CPU, trainable Qwen tower: transformers runs the non-flash_attention_2 path per window (per image
+      for Qwen2-VL) and joins the outputs (``torch.cat``), a new a_b·P·e tensor that the proj Linear keeps, in
+      every recorded block; flash_attention_2's varlen kernel (what is priced) returns the output the proj reads
+      (SigLIP has no such join: CPU sdpa's output is already laid out (b, s, heads, d));
+    - LayerNorm (Qwen2-VL, SigLIP): CPU ``layer_norm`` keeps mean and rstd in the input's dtype (bf16, 2 bytes
+      each per row), CUDA in fp32 (priced): (2·a_b - 8)·P per recorded norm (two per block, one in the merger or
+      SigLIP's post_layernorm);
     - full checkpointing: the fp32 rotary cos/sin tables stay alive as keyword arguments of the checkpointed
       blocks but are saved tensors only inside each recomputed block, which the census divides by the block count:
       it sees 1/L of them.
@@ -331,14 +346,34 @@ def vision_census_seen_differently_bytes(label: str, *, checkpointing: str = "no
     p, e, ab = float(v.patches_per_image), float(v.hidden_size), 2.0
     recorded = 1 if full else v.layers  # blocks whose tensors the census counts (one recomputed under full)
     extra, reasons = 0.0, []
-    if attn_implementation == "sdpa" and not freeze_vision:
+    if attn_implementation == "sdpa" and not freeze_vision and v.family != "gemma3":
         extra += recorded * ab * p * e
         reasons.append("CPU sdpa's per-window path concatenates the attention outputs into a new proj input")
-    if v.family == "qwen2_vl":
+    if v.family in ("qwen2_vl", "gemma3"):
         extra += (2 * recorded + 1) * (2.0 * ab - 8.0) * p
         reasons.append("CPU layer_norm keeps mean and rstd in bf16 (CUDA: fp32)")
-    if full:
+    if full and v.family != "gemma3":  # SigLIP has learned positions, no rotary tables
         tables = 2.0 * 4.0 * p * (v.hidden_size // v.heads)
         extra -= tables * (1.0 - 1.0 / v.layers)
         reasons.append("rotary tables held by the checkpointed blocks' keyword arguments, seen in 1/L of them")
     return extra, "; ".join(reasons)
+
+
+def vision_census_language_gap_bytes(label: str, *, checkpointing: str = "none",
+                                     attn_implementation: str = "sdpa") -> tuple[float, str]:
+    """Bytes the census of ``label``'s language model saves beyond the cost model's prediction, with their
+    measured cause, where the cost model does not price them (``(0.0, "")`` elsewhere). Gemma 3 with sdpa and no
+    checkpointing: the image tokens attend to each other bidirectionally (Gemma3Model builds the mask from
+    ``token_type_ids``), so every layer hands sdpa an explicit (1, 1, s, s) bf16 mask, which it saves, and
+    transformers' ``use_gqa_in_sdpa`` refuses the kernel's own GQA with a mask, so K and V are repeated to
+    n_heads: L·(a_b·s² + 2·a_b·s·(h_q - h_kv)) (measured per tensor: 4 x 41,472 + 4 x 36,864 bytes at s = 144).
+    The cost model prices the flash kernel (causal, GQA inside). Needs no torch."""
+    from ..catalog.hfconfig import architecture_from_hf_config
+
+    if label != "gemma3" or attn_implementation != "sdpa" or checkpointing != "none":
+        return 0.0, ""
+    arch = architecture_from_hf_config(vision_census_config(label))
+    s = float(CENSUS_SEQ_LEN + arch.vision_tokens_per_image)
+    gap = arch.n_layers * (2.0 * s * s + 2.0 * 2.0 * s * (arch.q_size - arch.kv_size))
+    return gap, ("the image tokens' bidirectional mask: an explicit (1, 1, s, s) mask saved per layer and K/V "
+                 "repeated to n_heads (use_gqa_in_sdpa refuses GQA with a mask)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import pathlib
 from collections.abc import Callable, Mapping
@@ -552,9 +553,36 @@ def _gemma3(k: _Keys) -> dict[str, Any]:
     f = _gemma3_text(text)
     f["tied_embeddings"] = k.flag("tie_word_embeddings", default=f["tied_embeddings"])
     hv = vision.integer("hidden_size", default=768)
-    f.update(vision_params=_siglip_vision(vision) + hv + hv * f["hidden_size"],
-             vision_tokens_per_image=k.integer("mm_tokens_per_image", default=256))
+    tokens = k.integer("mm_tokens_per_image", default=256)
+    f.update(vision_params=_siglip_vision(vision) + hv + hv * f["hidden_size"], vision_tokens_per_image=tokens,
+             vision=_siglip_tower(vision, tokens))
     return f
+
+
+def _siglip_tower(v: _Keys, tokens: int) -> VisionTower:
+    """The activation shape of Gemma 3's SigLIP tower: (image_size / patch_size)^2 patches, average-pooled by
+    Gemma3MultiModalProjector (kernel = patches per side / tokens per side) into ``tokens`` tokens; every block
+    attends over the whole image. transformers refuses a pooled count that is not mm_tokens_per_image, so an
+    mm_tokens_per_image that is not a square dividing the patch grid is refused here."""
+    hv, heads = v.integer("hidden_size", default=768), v.integer("num_attention_heads", default=12)
+    side = v.integer("image_size", default=224) // v.integer("patch_size", default=16)
+    per_side = math.isqrt(tokens)
+    if side < 1 or per_side * per_side != tokens or side % per_side:
+        raise ValueError(f"config.json key 'mm_tokens_per_image' ({tokens}) must be a square whose side divides the "
+                         f"patch grid side image_size / patch_size = {side}")
+    if hv % heads:
+        raise ValueError(f"config.json key 'vision_config.num_attention_heads' ({heads}) must divide the tower "
+                         f"width {hv}")
+    patch_input = v.integer("num_channels", default=3) * v.integer("patch_size", default=16) ** 2
+    if hv > 1_000_000 or patch_input > 10_000_000:
+        raise ValueError("config.json 'vision_config' gives a tower width above 1000000 or num_channels x "
+                         "patch_size^2 above 10000000")
+    return VisionTower(family="gemma3", layers=v.integer("num_hidden_layers", default=12, maximum=1000),
+                       hidden_size=hv, heads=heads, ffn_size=v.integer("intermediate_size", default=3072,
+                                                                      maximum=10_000_000),
+                       patch_input_size=patch_input, patches_per_image=side * side, merge_size=side // per_side,
+                       full_attention_layers=v.integer("num_hidden_layers", default=12, maximum=1000),
+                       window_patches=side * side)
 
 
 def _gemma4_text(k: _Keys) -> dict[str, Any]:

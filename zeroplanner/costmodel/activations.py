@@ -18,7 +18,7 @@ only each layer's input (2sbh) plus one layer's activations during its recomputa
 
 Approximate for the hybrid families: layers whose mixer is not softmax attention (Qwen3-Next Gated DeltaNet,
 Nemotron-H Mamba-2) are priced as the attention layer. The vision encoder's own activations (Qwen2-VL /
-Qwen2.5-VL towers, trainable) are :mod:`zeroplanner.costmodel.vision`'s, added as one part; the other
+Qwen2.5-VL / Gemma 3 towers) are :mod:`zeroplanner.costmodel.vision`'s, added as one part; the other
 vision-language families' towers are not priced.
 Attention is priced as the GPU flash kernel saves it (flash_attention_2 semantics): CPU sdpa's sliding-window mask
 and its math path for MLA's unequal head widths are not (docs/validation.md section 6 shows both).

@@ -77,8 +77,8 @@ _INFO = (
              "Tensors saved for backward for one micro-batch, from the architecture; with full checkpointing only "
              "each layer's input plus one layer being recomputed.",
              "saved-for-backward tensors per layer s·b·h·(…) by block, times layers (or layer inputs only with full "
-             "checkpointing), plus 16-bit logits and fp32 log-softmax 6·s·b·V, plus a trainable Qwen-VL vision "
-             "tower's blocks over its images' patches",
+             "checkpointing), plus 16-bit logits and fp32 log-softmax 6·s·b·V, plus the vision tower's blocks "
+             "over its images' patches (Qwen-VL, Gemma 3)",
              "Korthikanti et al. arXiv 2205.05198 Eq. 1-2, generalised (zeroplanner/costmodel/activations.py, "
              "vision.py)"),
     TermInfo("buffers", "Buffers", "Buffers", r"M_{buf}", "memory", "bytes", "#54a24b",
