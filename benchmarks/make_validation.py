@@ -216,10 +216,11 @@ VISION_NOTES = [
     "tower's patch embedding return a tensor that requires grad, so the checkpointed blocks keep their inputs and "
     "are recomputed in backward, saving what the input gradient needs; the cost model prices that.",
     "'As the census sees it' adds to the tower's prediction what the CPU census counts differently from a GPU run "
-    "(`calibrate/families.py` vision_census_seen_differently_bytes): CPU sdpa's per-window path concatenates the "
-    "attention outputs into a new proj input (flash_attention_2's varlen kernel does not); CPU layer_norm keeps "
-    "mean and rstd in bf16 (CUDA: fp32; Qwen2-VL); under full checkpointing the rotary tables are saved tensors "
-    "only inside each recomputed block (1/L of them). With those the tower matches to the byte in every row.",
+    "(`calibrate/families.py` vision_census_seen_differently_bytes): the Qwen towers' CPU sdpa path per window "
+    "(per image) concatenates the attention outputs into a new proj input (flash_attention_2's varlen kernel "
+    "does not); CPU layer_norm keeps mean and rstd in bf16 (CUDA: fp32; Qwen2-VL, SigLIP); under full "
+    "checkpointing the Qwen rotary tables are saved tensors only inside each recomputed block (1/L of them). "
+    "With those the tower matches to the byte in every row.",
     "Gemma 3's SigLIP tower: separate q, k, v projections without rotary, gelu_pytorch_tanh (2 saved tensors of "
     "width f), learned positions, post_layernorm, and Gemma3MultiModalProjector's average pool (its contiguous "
     "input) and Gemma3RMSNorm over the pooled tokens. Its language model is the one gap: with sdpa and no "

@@ -2,11 +2,13 @@
 files spell them) at widths of 64, so transformers builds them in milliseconds on the meta device and runs them on
 CPU. Used by the reader tests (exact counts against the meta build) and by the activation census of
 ``benchmarks/make_validation.py`` (docs/validation.md, "Activation census: 2024-26 families"). Data, and the
-bytes the census sees differently from a GPU run (:func:`census_seen_differently_bytes`)."""
+bytes the census sees differently from a GPU run (:func:`census_seen_differently_bytes`); for the
+vision-language models the census with one image (:func:`measure_vision_activation_bytes`, torch imported
+inside it), the matching prediction and the named CPU-vs-GPU differences."""
 
 from __future__ import annotations
 
-import json
+import copy
 
 BASE: dict = dict(  # the widths every small config starts from
     hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -140,7 +142,7 @@ def vision_census_config(label: str) -> dict:
     if label not in VISION_CENSUS:
         raise KeyError(label)
     if label == "gemma3":  # nested text_config; a 224-pixel image of 256 patches pooled 4 x 4 into 16 tokens
-        cfg = json.loads(json.dumps(SMALL[label]))
+        cfg = copy.deepcopy(SMALL[label])
         cfg["text_config"].update(vocab_size=512, max_position_embeddings=1024)
         cfg["vision_config"].update(image_size=224, vision_use_head=False)
         return dict(cfg, mm_tokens_per_image=16, image_token_index=5, boi_token_index=6, eoi_token_index=7)
@@ -158,14 +160,15 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
     saves counted once by storage, parameters and buffers excluded; full checkpointing = HF's
     ``activation_checkpointing_enable`` with ``use_reentrant=True``, which checkpoints the vision blocks too) for
     ``AutoModelForImageTextToText`` built from :func:`vision_census_config`, with one image of the tower's
-    ``patches_per_image`` patches (a square grid; random pixel values, ``image_grid_thw`` = (1, g, g)) whose
-    tokens stand in the sequence after ``seq_len`` text tokens' vision-start marker: ``seq_len`` text tokens +
-    the image's tokens. ``freeze_vision``: the tower's parameters get ``requires_grad=False`` (as ms-swift
+    ``patches_per_image`` patches (a square grid, random pixel values: Qwen's flattened patches with
+    ``image_grid_thw`` = (1, g, g) after a vision-start marker; Gemma 3's (1, 3, H, W) image with
+    ``token_type_ids``) whose tokens stand in the sequence: ``seq_len`` text tokens + the image's tokens.
+    ``freeze_vision``: the tower's (and projector's) parameters get ``requires_grad=False`` (as ms-swift
     ``freeze_vit`` / LLaMA-Factory ``freeze_vision_tower`` do).
 
-    Attribution: a tensor saved while the tower's forward runs is the tower's; in backward everything recomputed
-    after the gradient reaches the tower's output is the tower's (the tower runs first, so its blocks are
-    recomputed last), the rest the language model's. Recomputed bytes are divided by the block (layer) count as
+    Attribution: a tensor saved while the tower's forward runs (Gemma 3: and its projector's) is the tower's; in
+    backward everything recomputed after the gradient reaches the tower's output is the tower's (the tower runs
+    first, so its blocks are recomputed last), the rest the language model's. Recomputed bytes are divided by the block (layer) count as
     in ``measure_activation_bytes``.
 
     Returns bytes: ``tower`` (saved + one block recomputed), ``language`` (saved + the logits when not saved +
@@ -188,8 +191,8 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
     gemma = model_type == "gemma3"
     towers = [model.model.vision_tower, model.model.multi_modal_projector] if gemma else [model.model.visual]
     if freeze_vision:
-        for p in (p for t in towers for p in t.parameters()):
-            p.requires_grad_(False)
+        for param in (param for t in towers for param in t.parameters()):
+            param.requires_grad_(False)
     if checkpointing == "full":
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
     excluded = {t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())}
@@ -233,8 +236,9 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
     ids[0, 5:5 + tokens] = config.image_token_id
     kinds = (ids == config.image_token_id).int()
     if gemma:  # SiglipVisionModel reads (images, channels, H, W); Gemma3Model needs token_type_ids in training
-        p = int(round((vision.patch_input_size // 3) ** 0.5))
-        inputs = dict(pixel_values=torch.randn(1, 3, side * p, side * p, generator=gen), token_type_ids=kinds.long())
+        patch = int(round((vision.patch_input_size // 3) ** 0.5))  # 3 channels x patch_size^2
+        inputs = dict(pixel_values=torch.randn(1, 3, side * patch, side * patch, generator=gen),
+                      token_type_ids=kinds.long())
     else:  # Qwen: flattened patches with their (t, h, w) grid after a vision-start marker
         ids[0, 4] = config.vision_start_token_id
         inputs = dict(pixel_values=torch.randn(vision.patches_per_image, vision.patch_input_size, generator=gen),

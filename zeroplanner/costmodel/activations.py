@@ -327,7 +327,7 @@ ACTIVATION_GROUPS = {
     "final": ("final norm + lm_head inputs",),
     "inputs": ("token ids, labels, rotary tables",),
     "logits": ("logits + fp32 log-softmax", "soft-capped logits (tanh output)"),
-    "vision": ("vision tower (trainable)",),
+    "vision": ("vision tower",),
 }
 """The keys of :func:`activation_parts` and the labels of the :func:`activation_term` parts each one sums."""
 
@@ -346,6 +346,9 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t, and with
       final_logit_softcapping (Gemma 2/4) the tanh output over the logits, a_b·s·b·V / t
       (Gemma2ForCausalLM.forward: ``logits = torch.tanh(logits / cap) * cap``);
+    - the vision tower's saved tensors for images_per_sample x micro-batch images (Qwen2-VL / Qwen2.5-VL /
+      Gemma 3; :func:`zeroplanner.costmodel.vision.vision_activation_bytes`: trainable, or frozen under full
+      checkpointing, where transformers still records the checkpointed blocks);
     Every part was checked against the saved-tensor measurement (docs/validation.md).
     """
     sc = ctx.scenario
@@ -373,7 +376,7 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
         ("token ids, labels, rotary tables", "16*s*b", not rotary),
         ("logits + fp32 log-softmax", "(a_b+4)*s*b*V/t", True),
         ("soft-capped logits (tanh output)", "a_b*s*b*V/t", m.final_logit_softcapping),
-        ("vision tower (trainable)", "vision", m.vision is not None and t.images_per_sample > 0),
+        ("vision tower", "vision", m.vision is not None and t.images_per_sample > 0),
     ])
 
 

@@ -231,8 +231,8 @@ SYMBOLS: dict[str, Symbol] = {
                     "head dim)"),
     "r_b": Symbol(r"a_r", "bytes/element", "bytes per element of the rotary cos/sin tables (4: OLMo 2 keeps fp32)"),
     "layer": Symbol(r"A_{layer}", "bytes", "bytes one layer saves for backward (activations.layer_activation_bytes)"),
-    "vision": Symbol(r"A_{vision}", "bytes", "bytes the trainable vision tower saves for backward for the "
-                     "micro-batch's images (costmodel/vision.py vision_activation_bytes)"),
+    "vision": Symbol(r"A_{vision}", "bytes", "bytes the vision tower saves for backward for the micro-batch's "
+                     "images (costmodel/vision.py vision_activation_bytes)"),
     "t": Symbol(r"t", "GPUs", "tensor-parallel degree"),
     "B": Symbol(r"B", "elements", "reduce bucket, elements (reduce_bucket_size)"),
     "B_ar": Symbol(r"B_{ar}", "elements", "stage-0 all-reduce bucket (DeepSpeed MEMORY_OPT_ALLREDUCE_SIZE)"),
