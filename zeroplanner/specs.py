@@ -47,6 +47,64 @@ class Output(BaseModel):
 # ----------------------------------------------------------------------------------------------------------------
 # Model architecture
 # ----------------------------------------------------------------------------------------------------------------
+class VisionTower(_Frozen):
+    """The vision encoder's shape, for its own activations (:mod:`zeroplanner.costmodel.vision`): a ViT over the
+    patches of each image, then a merger that turns ``merge_size``^2 neighbouring patches into one language-model
+    token. Read from ``vision_config`` by :mod:`zeroplanner.catalog.hfconfig` (Qwen2-VL / Qwen2.5-VL:
+    transformers 5.24 Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel; Gemma 3:
+    SiglipVisionModel and Gemma3MultiModalProjector's average pool, merge_size = its kernel, one crop per image:
+    pan-and-scan crops are not priced)."""
+
+    family: Literal["qwen2_vl", "qwen2_5_vl", "gemma3"] = Field(
+        description="the tower's layout (HF model_type of the model; gemma3: SigLIP + Gemma3MultiModalProjector)"
+    )
+    layers: int = Field(ge=1, le=1000, description="vision blocks (vision_config.depth)")
+    hidden_size: int = Field(ge=1, le=1_000_000, description="tower width (Qwen2.5-VL hidden_size, Qwen2-VL embed_dim)")
+    heads: int = Field(ge=1, le=10_000, description="attention heads of every block (vision_config.num_heads)")
+    ffn_size: int = Field(
+        ge=1, le=10_000_000, description="MLP width (Qwen2.5-VL intermediate_size; Qwen2-VL mlp_ratio x embed_dim)"
+    )
+    patch_input_size: int = Field(
+        ge=1, le=10_000_000,
+        description="elements the patch embedding reads per patch: in_channels x temporal_patch_size x patch_size^2 "
+        "(3 x 2 x 14 x 14 = 1176)",
+    )
+    patches_per_image: int = Field(
+        ge=1, le=100_000_000,
+        description="patches of one image: (H/patch_size) x (W/patch_size); 1024 for the 448x448 image "
+        "Architecture.vision_tokens_per_image assumes",
+    )
+    merge_size: int = Field(
+        ge=1, le=64, description="spatial_merge_size m: m x m patches become one language-model token"
+    )
+    full_attention_layers: int = Field(
+        ge=0, le=1000,
+        description="blocks with attention over the whole image (Qwen2.5-VL fullatt_block_indexes; Qwen2-VL: all); "
+        "the others attend within windows of window_patches patches",
+    )
+    window_patches: int = Field(
+        ge=1, le=100_000_000,
+        description="patches in one attention window (Qwen2.5-VL (window_size / patch_size)^2 = 64; Qwen2-VL: "
+        "the whole image)",
+    )
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> VisionTower:
+        if self.hidden_size % self.heads:
+            raise ValueError(f"vision hidden_size={self.hidden_size} is not divisible by heads={self.heads}")
+        if self.patches_per_image % (self.merge_size ** 2):
+            raise ValueError(f"vision patches_per_image={self.patches_per_image} is not a multiple of "
+                             f"merge_size^2={self.merge_size ** 2}")
+        if self.full_attention_layers > self.layers:
+            raise ValueError(f"vision full_attention_layers={self.full_attention_layers} exceeds layers={self.layers}")
+        return self
+
+    @property
+    def tokens_per_image(self) -> int:
+        """Language-model tokens one image becomes: patches_per_image / merge_size^2."""
+        return self.patches_per_image // self.merge_size ** 2
+
+
 class Architecture(_Frozen):
     """A decoder-only transformer, described the way HF ``config.json`` files describe it.
 
@@ -186,6 +244,12 @@ class Architecture(_Frozen):
         description="language-model tokens one image becomes (Gemma 4 vision_soft_tokens_per_image; Qwen2-VL "
         "depends on the resolution: (H/28)*(W/28), 256 at 448x448 is the default taken here)",
     )
+    vision: VisionTower | None = Field(
+        default=None,
+        description="the vision encoder's shape for its own activations (Qwen2-VL / Qwen2.5-VL / Gemma 3); "
+        "None = not priced (text-only models, and the other vision-language families: their towers' parameters "
+        "are counted, their activations are not)",
+    )
     global_head_dim: int | None = Field(
         default=None, ge=1, le=100_000,
         description="head width of Gemma 4's full-attention layers (global_head_dim; the layers beyond "
@@ -243,6 +307,9 @@ class Architecture(_Frozen):
                 raise ValueError(f"{name}={value} exceeds n_layers={self.n_layers}")
         if self.n_moe_layers and self.n_experts == 1:
             raise ValueError(f"moe_layers={self.moe_layers} needs n_experts > 1")
+        if self.vision is not None and self.vision.tokens_per_image != self.vision_tokens_per_image:
+            raise ValueError(f"vision_tokens_per_image={self.vision_tokens_per_image} must equal the tower's "
+                             f"patches_per_image / merge_size^2 = {self.vision.tokens_per_image}")
         if self.router_top_groups > self.router_groups:
             raise ValueError(f"router_top_groups={self.router_top_groups} exceeds router_groups={self.router_groups}")
         if self.kv_lora_rank is None and (self.q_lora_rank is not None or self.v_head_dim is not None):

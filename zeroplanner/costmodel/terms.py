@@ -78,8 +78,10 @@ _INFO = (
              "Tensors saved for backward for one micro-batch, from the architecture; with full checkpointing only "
              "each layer's input plus one layer being recomputed.",
              "saved-for-backward tensors per layer s·b·h·(…) by block, times layers (or layer inputs only with full "
-             "checkpointing), plus 16-bit logits and fp32 log-softmax 6·s·b·V",
-             "Korthikanti et al. arXiv 2205.05198 Eq. 1-2, generalised (zeroplanner/costmodel/activations.py)"),
+             "checkpointing), plus 16-bit logits and fp32 log-softmax 6·s·b·V, plus the vision tower's blocks "
+             "over its images' patches (Qwen-VL, Gemma 3)",
+             "Korthikanti et al. arXiv 2205.05198 Eq. 1-2, generalised (zeroplanner/costmodel/activations.py, "
+             "vision.py)"),
     TermInfo("buffers", "Buffers", "Buffers", r"M_{buf}", "memory", "bytes", "#54a24b",
              "Communication buckets and the ZeRO-3 working set of gathered parameters.",
              "reduce bucket (x2 with overlap_comm); stage 3: gathered live parameters min(max_live, largest module "
@@ -237,6 +239,8 @@ SYMBOLS: dict[str, Symbol] = {
                     "head dim)"),
     "r_b": Symbol(r"a_r", "bytes/element", "bytes per element of the rotary cos/sin tables (4: OLMo 2 keeps fp32)"),
     "layer": Symbol(r"A_{layer}", "bytes", "bytes one layer saves for backward (activations.layer_activation_bytes)"),
+    "vision": Symbol(r"A_{vision}", "bytes", "bytes the vision tower saves for backward for the micro-batch's "
+                     "images (costmodel/vision.py vision_activation_bytes)"),
     "t": Symbol(r"t", "GPUs", "tensor-parallel degree"),
     "B": Symbol(r"B", "elements", "reduce bucket, elements (reduce_bucket_size)"),
     "B_ar": Symbol(r"B_{ar}", "elements", "stage-0 all-reduce bucket (DeepSpeed MEMORY_OPT_ALLREDUCE_SIZE)"),
