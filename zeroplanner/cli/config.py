@@ -27,6 +27,11 @@ their own validation (:mod:`zeroplanner.deepspeed.library`; ``--no-library-check
 "from_config": {option: {"config": v, "command_line": v}}, "validated_by": [...] | null, "scenario": {"training": ..., "zero": ...}, "estimate": {...}}`` (estimate as in
 ``zeroplanner estimate --json``).
 
+With a Ulysses degree > 1 (``--sequence-parallel-size``) the DeepSpeed JSON carries ``sequence_parallel_size`` and
+``train_batch_size`` = micro x accumulation x world / sp; ``--hf-trainer`` leaves both to accelerate instead and
+prints the ``ParallelismConfig`` snippet (``parallelism_config`` in the JSON), and ``--accelerate`` writes the YAML's
+``parallelism_config`` block (:func:`zeroplanner.deepspeed.parallelism_config_kwargs`).
+
 ``config`` states the verdict of the config it writes (``verdict`` in the JSON: fits, GPU memory per GPU, host RAM
 per node) and, when it does not fit, the nearest configuration that does (:func:`zeroplanner.planner.nearest_fit`:
 fewest settings changed; ``nearest_fit`` in the JSON, null when nothing fits this cluster). With ``--recommend``
@@ -51,6 +56,8 @@ from ..deepspeed import (
     from_deepspeed_config,
     generation_notes,
     load_config_text,
+    parallelism_config_kwargs,
+    parallelism_config_snippet,
     to_accelerate_config,
     to_deepspeed_config,
 )
@@ -176,9 +183,17 @@ def run_config(args) -> int:
         return _error("--hf-auto: needs --hf-trainer ('auto' is resolved only by the HF Trainer / accelerate)")
     try:
         yaml_text = to_accelerate_config(scenario, str(args.output), args.main_process_ip) if args.accelerate else ""
-    except ValueError as exc:  # the message names the value: main_process_ip or deepspeed_config_file (-o)
-        return _error(f"{'--main-process-ip' if 'main_process_ip' in str(exc) else '-o'}: {exc}")
+    except ValueError as exc:  # the message names the value: main_process_ip, deepspeed_config_file (-o) or sp
+        option = next((o for k, o in (("main_process_ip", "--main-process-ip"),
+                                      ("sequence_parallel_size", "--sequence-parallel-size")) if k in str(exc)), "-o")
+        return _error(f"{option}: {exc}")
     config = to_deepspeed_config(scenario, mode=mode, total_num_steps=args.total_steps, hf_auto=args.hf_auto)
+    parallelism = None
+    if mode == "hf_trainer" and scenario.cluster.sequence_parallel_size > 1:
+        try:
+            parallelism = parallelism_config_kwargs(scenario)
+        except ValueError as exc:  # Ulysses with a tensor-parallel degree: not written
+            return _error(f"--sequence-parallel-size: {exc}")
     notes = generation_notes(scenario, mode, hf_auto=args.hf_auto, accelerate=args.accelerate,
                              main_process_ip=args.main_process_ip)
     findings = lint(config, scenario, mode)
@@ -208,7 +223,8 @@ def run_config(args) -> int:
     if args.json:
         obj = {"inputs": inputs, "fits": est.fits, "verdict": verdict, "nearest_fit": _option_json(nearest),
                "nothing_fits": short,
-               "config": config, "mode": mode, "notes": [n.model_dump() for n in notes],
+               "config": config, "mode": mode, "parallelism_config": parallelism,
+               "notes": [n.model_dump() for n in notes],
                "findings": [f.model_dump() for f in findings], "files": files}
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
         return status
@@ -223,6 +239,9 @@ def run_config(args) -> int:
 
         kwargs = ", ".join(f"{k}={v!r}" for k, v in hf_training_arguments(scenario, files[0] if files else
                                                                           "ds_config.json").items())
+        if parallelism is not None:  # Ulysses: accelerate's ParallelismConfig, handed over by TrainingArguments
+            sys.stderr.write(parallelism_config_snippet(scenario))
+            kwargs += ", parallelism_config=parallelism_config"
         sys.stderr.write(f"TrainingArguments({kwargs})\n")
     sys.stderr.write(f"verdict: {scenario.model.name}, ZeRO-{scenario.zero.stage}: {est.summary().splitlines()[0]}"
                      "\n")
@@ -258,6 +277,7 @@ def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
         "model": scenario.model.name, "model_from": model_from, "parameters": scenario.parameters,
         "seq_len": t.seq_len, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes,
         "network": c.network.name, "tensor_parallel_size": c.tensor_parallel_size,
+        "sequence_parallel_size": c.sequence_parallel_size,
         "data_parallel_degree": c.data_parallel_degree, "checkpointing": t.checkpointing,
         "checkpointing_from": "--checkpointing" if getattr(args, "checkpointing", None) else "default",
     }
@@ -280,6 +300,8 @@ _FROM_CONFIG = (
     ("--reduce-bucket-size", lambda s: s.zero.reduce_bucket_size),
     ("--allgather-bucket-size", lambda s: s.zero.allgather_bucket_size),
     ("tensor-parallel degree", lambda s: s.cluster.tensor_parallel_size),
+    ("--sequence-parallel-size", lambda s: s.cluster.sequence_parallel_size),
+    ("--tiled-mlp", lambda s: s.training.tiled_mlp), ("--tiled-loss", lambda s: s.training.tiled_loss),
 )
 
 
@@ -439,14 +461,16 @@ def run_check(args) -> int:
         }
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
     else:
-        z, t = scenario.zero, scenario.training
+        z, t, c = scenario.zero, scenario.training, scenario.cluster
         lines = [_finding_line(f) for f in findings]
+        sp = c.sequence_parallel_size
         lines.append(
             f"Read as: ZeRO-{z.stage}, offload_optimizer={z.offload_optimizer.device}, "
             f"offload_param={z.offload_param.device}, {t.precision}, {t.optimizer}, micro-batch {t.micro_batch} x "
-            f"gradient accumulation {t.grad_accum} x data-parallel degree {scenario.cluster.data_parallel_degree}"
-            + (f" (tensor-parallel {scenario.cluster.tensor_parallel_size})"
-               if scenario.cluster.tensor_parallel_size > 1 else "")
+            f"gradient accumulation {t.grad_accum} x data-parallel degree "
+            f"{c.world_size // c.tensor_parallel_size // sp}"
+            + (f" (tensor-parallel {c.tensor_parallel_size})" if c.tensor_parallel_size > 1 else "")
+            + (f" (Ulysses sequence-parallel {sp}: {sp} GPUs per sample)" if sp > 1 else "")
         )
         origin = "default, no model named" if priced["model_from"] == "default" else priced["model_from"]
         lines.append(
@@ -455,6 +479,9 @@ def run_check(args) -> int:
             f"{priced['network']}, activation checkpointing {priced['checkpointing']}"
             + (" (default: a DeepSpeed config does not say; --checkpointing)"
                if priced["checkpointing_from"] == "default" else "")
+            + (f", Ulysses degree {sp}" if sp > 1 else "")
+            + ("".join(f", {name}" for name, on in (("tiled MLP", t.tiled_mlp), ("tiled loss", t.tiled_loss),
+                                                    ("checkpoint offload", t.checkpoint_offload)) if on))
         )
         summary = est.summary() if hasattr(est, "summary") else ""
         lines.append(summary)
