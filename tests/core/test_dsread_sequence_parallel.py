@@ -250,3 +250,21 @@ def test_cli_config_hf_trainer_prints_the_parallelism_config(cli_main, capsys, t
     cli_main(["config", "--sequence-parallel-size", "4", "--hf-trainer", "--json"])
     obj = json.loads(capsys.readouterr().out)
     assert obj["parallelism_config"]["sp_size"] == 4 and obj["config"]["train_batch_size"] == "auto"
+
+
+def test_cli_check_takes_the_degree_from_the_accelerate_yaml(cli_main, capsys, tmp_path):
+    """The pair `config --hf-trainer --accelerate` writes, checked the way it is launched: the Ulysses degree comes
+    from the YAML's parallelism_config block (the JSON carries none), and the pair has no error."""
+    out = tmp_path / "ds.json"
+    cli_main(["config", "--model", "llama-3.1-8b", "--sequence-parallel-size", "4", "--hf-trainer", "--accelerate",
+              "-o", str(out)])
+    capsys.readouterr()
+    code = cli_main(["check", str(out), "--model", "llama-3.1-8b", "--hf-trainer", "--accelerate-config",
+                     str(tmp_path / "ds.accelerate.yaml"), "--json"])
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["priced"]["sequence_parallel_size"] == 4 and obj["errors"] == 0 and code == 0
+    assert obj["from_accelerate_config"]["--sequence-parallel-size"] == {"accelerate_config": 4, "command_line": 1}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("num_machines: 1\nnum_processes: 8\nparallelism_config:\n  parallelism_config_sp_size: two\n")
+    assert cli_main(["check", str(out), "--hf-trainer", "--accelerate-config", str(bad)]) == 2
+    assert "--accelerate-config: parallelism_config_sp_size must be an integer" in capsys.readouterr().err

@@ -18,8 +18,9 @@ DeepSpeed alone (default) uses hjson (comments and trailing commas accepted, a d
 ``--hf-trainer`` means the HF Trainer / accelerate, which use ``json.load`` (strict JSON; a duplicate key silently
 keeps the last value) and fill ``"auto"``. It builds the scenario from the scenario options (model, cluster,
 sequence length, ...) overridden by what the config says (stage, offload, buckets, batch, precision, optimizer,
-``tensor_parallel.autotp_size``; ``--accelerate-config``: nodes and GPUs per node from accelerate's
-``num_machines`` / ``num_processes``), and prints the findings (reading + lint, the run-level rules shared with
+``tensor_parallel.autotp_size``, the Ulysses degree from ``sequence_parallel_size`` or LLaMA-Factory's
+``sequence_parallel`` block; ``--accelerate-config``: nodes and GPUs per node from accelerate's
+``num_machines`` / ``num_processes``, the Ulysses degree from its ``parallelism_config`` block), and prints the findings (reading + lint, the run-level rules shared with
 ``estimate``) and the estimate of that scenario, saying which model and shape it priced (a warning when no model
 was named). Where DeepSpeed (and, for ``--hf-trainer``, transformers) is installed the config is also handed to
 their own validation (:mod:`zeroplanner.deepspeed.library`; ``--no-library-check`` skips it). With ``--json``: one object
@@ -339,10 +340,11 @@ def _merge_library(table: list[Finding], library: list[Finding]) -> list[Finding
 
 
 def _accelerate_shape(path: str) -> dict[str, int]:
-    """``{"nodes": n, "gpus_per_node": g}`` from an accelerate config YAML (``yaml.safe_load``: plain data, no tags
-    executed; at most MAX_CONFIG_BYTES). accelerate's keys (accelerate ``commands/config/config_args.py``
-    ClusterConfig): ``num_machines`` nodes, ``num_processes`` processes in all, one per GPU. Raises UsageError
-    naming ``--accelerate-config``."""
+    """``{"nodes": n, "gpus_per_node": g, "sequence_parallel_size": sp}`` from an accelerate config YAML
+    (``yaml.safe_load``: plain data, no tags executed; at most MAX_CONFIG_BYTES). accelerate's keys (accelerate
+    ``commands/config/config_args.py`` ClusterConfig): ``num_machines`` nodes, ``num_processes`` processes in all,
+    one per GPU, and, when there is a ``parallelism_config`` block, its ``parallelism_config_sp_size`` (the Ulysses
+    degree accelerate sets up, ``sp_backend`` deepspeed). Raises UsageError naming ``--accelerate-config``."""
     import yaml
 
     from .common import fail
@@ -370,6 +372,18 @@ def _accelerate_shape(path: str) -> dict[str, int]:
         if processes % machines:
             fail(option, f"num_processes {processes} is not a multiple of num_machines {machines}")
         out["gpus_per_node"] = processes // machines
+    pc = cfg.get("parallelism_config")
+    if pc is not None:  # accelerate's launcher copies parallelism_config_* into its arguments (_validate_launch_command)
+        if not isinstance(pc, dict):
+            fail(option, "parallelism_config must be a mapping of parallelism_config_* keys")
+        sp = pc.get("parallelism_config_sp_size", 1)
+        if isinstance(sp, bool) or not isinstance(sp, int) or not 1 <= sp <= 1024:
+            fail(option, f"parallelism_config_sp_size must be an integer in [1, 1024] (got {sp!r})")
+        backend = pc.get("parallelism_config_sp_backend", "deepspeed")
+        if sp > 1 and backend != "deepspeed":
+            fail(option, f"parallelism_config_sp_backend {backend!r}: accelerate allows only 'deepspeed' "
+                 "(parallelism_config.py)")
+        out["sequence_parallel_size"] = sp
     return out
 
 
