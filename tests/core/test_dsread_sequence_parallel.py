@@ -214,7 +214,7 @@ def test_cli_check_alst_config_priced_for_ulysses_degree_4(cli_main, capsys):
     assert code == 1  # the file's own errors ("auto" with raw DeepSpeed, the bf16 block), as before
     cli_main(["check", str(CONFIGS_DIR / "lf_z3_alst.json"), "--gpus-per-node", "8", "--json", "--no-library-check"])
     obj = json.loads(capsys.readouterr().out)
-    assert obj["priced"]["sequence_parallel_size"] == 4
+    assert (obj["priced"]["sequence_parallel_size"], obj["priced"]["batch_data_parallel_degree"]) == (4, 2)
     assert obj["from_config"]["--sequence-parallel-size"] == {"config": 4, "command_line": 1}
 
 

@@ -279,7 +279,10 @@ def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
         "seq_len": t.seq_len, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes,
         "network": c.network.name, "tensor_parallel_size": c.tensor_parallel_size,
         "sequence_parallel_size": c.sequence_parallel_size,
-        "data_parallel_degree": c.data_parallel_degree, "checkpointing": t.checkpointing,
+        "data_parallel_degree": c.data_parallel_degree,
+        # sample streams of the batch arithmetic: world / (tp x sp) (zeroplanner.deepspeed.deepspeed_batch_world_size)
+        "batch_data_parallel_degree": c.world_size // c.tensor_parallel_size // c.sequence_parallel_size,
+        "checkpointing": t.checkpointing,
         "checkpointing_from": "--checkpointing" if getattr(args, "checkpointing", None) else "default",
     }
     notes = []

@@ -173,9 +173,9 @@ def _scheduler_block(mode: Mode, total_num_steps: int | None) -> dict[str, Any]:
 def deepspeed_batch_world_size(scenario: Any) -> int:
     """Ranks of DeepSpeed's batch arithmetic for a generated config: world / (tensor-parallel degree x Ulysses
     degree). DeepSpeedConfig (runtime/config.py ``__init__``) takes the world size over tensor parallelism from the
-    mpu, and with Ulysses divides it by ``sequence_parallel_size`` (or the Ulysses mpu's degree): ZeRO still shards
-    over all of those ranks (the sequence-data-parallel group, :func:`zeroplanner.costmodel.ulysses.zero_shard_degree`),
-    but each group of sp ranks consumes one sample stream."""
+    mpu, and with Ulysses divides it by ``sequence_parallel_size`` (or the Ulysses mpu's degree): each group of sp
+    ranks consumes one sample stream, while ZeRO still shards over all world / tp ranks (the sequence-data-parallel
+    group, :func:`zeroplanner.costmodel.ulysses.zero_shard_degree`)."""
     c = _scenario_of(scenario).cluster
     return c.world_size // c.tensor_parallel_size // c.sequence_parallel_size
 
