@@ -11,6 +11,11 @@ DeepSpeedConfig takes its world size from ``deepspeed.comm`` (the stand-in of ze
   ``sequence_parallel_size``;
 - an mpu without ``get_data_parallel_world_size`` -- the Ulysses mpu, ``parallel_state_sp`` returned by
   ``UlyssesSPAttentionHF.register_with_transformers`` -- : world / ``mpu.get_sequence_parallel_world_size()``.
+
+The engine test (marker ``engine``) runs the HF variant for real: 4 CPU ranks (gloo), the Trainer's fill,
+accelerate's ``Accelerator(parallelism_config=..., deepspeed_plugin=...)`` and ``prepare`` (which registers Ulysses,
+builds the mpu and wraps the DataLoader), one forward/backward/step of a tiny Llama. Measured on the shared 2-core
+machine: 32-36 s per launch.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -150,3 +156,136 @@ def test_printed_snippet_runs_and_training_arguments_take_it(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-4:] == ["4", "deepspeed", "2", "2"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The HF variant on the real engine: 4 CPU ranks, accelerate + DeepSpeed Ulysses
+# ----------------------------------------------------------------------------------------------------------------
+WORKER = r'''
+import json, os, sys, types, dataclasses
+plan = json.load(open(sys.argv[1]))
+out_dir = sys.argv[2]
+rank = int(os.environ["RANK"])
+result = {"rank": rank}
+try:
+    import torch
+    torch.set_num_threads(1)
+    from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+    world = int(os.environ["WORLD_SIZE"])
+    config = plan["config"]
+    d = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+    args = types.SimpleNamespace(**{k: d[k] for k in ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon",
+                                   "weight_decay", "max_grad_norm", "save_on_each_node", "fp16_full_eval", "bf16_full_eval")})
+    args.world_size, args.per_device_train_batch_size, args.gradient_accumulation_steps = world, plan["micro"], plan["accum"]
+    args.bf16, args.fp16 = True, False
+    args.get_warmup_steps = lambda n: 0
+    hf = HfTrainerDeepSpeedConfig(config)
+    hf.trainer_config_process(args)
+    hf.trainer_config_finalize(args, types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=plan["llama"]["hidden_size"])), 10)
+    config = hf.config
+    result["trainer_filled_train_batch_size"] = config["train_batch_size"]
+    config["optimizer"]["params"]["torch_adam"] = True  # torch's AdamW: FusedAdam is JIT-compiled on CPU
+    from accelerate import Accelerator, ParallelismConfig
+    from accelerate.utils import DeepSpeedPlugin, DeepSpeedSequenceParallelConfig, DummyOptim, DummyScheduler
+    pk = plan["parallelism"]
+    pc = ParallelismConfig(**{**pk, "sp_handler": DeepSpeedSequenceParallelConfig(**pk["sp_handler"])})
+    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config), parallelism_config=pc)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**plan["llama"], attn_implementation="sdpa"))
+    s = plan["seq_len"]
+    ids = torch.randint(0, plan["llama"]["vocab_size"], (1, s), generator=torch.Generator().manual_seed(7))
+    data = [{"input_ids": ids[0], "labels": ids[0].clone(), "position_ids": torch.arange(s)}] * 4
+    dl = torch.utils.data.DataLoader(data, batch_size=plan["micro"])
+    opt = DummyOptim(model.parameters())
+    sched = DummyScheduler(opt)
+    engine, opt, dl, sched = acc.prepare(model, opt, dl, sched)
+    result["engine_train_batch_size"] = engine.train_batch_size()
+    result["engine_micro"] = engine.train_micro_batch_size_per_gpu()
+    result["engine_accum"] = engine.gradient_accumulation_steps()
+    result["engine_sequence_parallel_size"] = int(getattr(engine, "sequence_parallel_size", 0))
+    result["config_world_size"] = float(engine._config.world_size)
+    batch = next(iter(dl))
+    batch = {k: (v.clone(memory_format=torch.contiguous_format) if torch.is_tensor(v) else v) for k, v in batch.items()}
+    result["local_input_shape"] = list(batch["input_ids"].shape)
+    out = engine(**batch, use_cache=False)
+    loss = engine.module.loss_function(logits=out.logits, labels=None, shift_labels=batch["shift_labels"],
+                                       vocab_size=plan["llama"]["vocab_size"])
+    acc.backward(loss)
+    opt.step()
+    result["loss_finite"] = bool(torch.isfinite(loss).item())
+    result["ok"] = True
+except Exception as exc:
+    import traceback
+    result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:500], tb=traceback.format_exc()[-3000:])
+json.dump(result, open(os.path.join(out_dir, f"rank{rank}.json"), "w"))
+sys.stdout.flush()
+os._exit(0)
+'''
+
+
+def _launch(tmp_path, plan: dict, ranks: int, timeout_seconds: float = 300.0) -> list[dict]:
+    """Run WORKER on ``ranks`` CPU ranks (gloo; env:// rendezvous as torchrun sets it) and return each rank's
+    result (``ok``, the engine's batch numbers, the local input shape)."""
+    from zeroplanner.calibrate.ulysses import _free_port
+
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    (tmp_path / "worker.py").write_text(WORKER)
+    port = _free_port()
+    procs = []
+    for rank in range(ranks):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks),
+                   LOCAL_WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+                   CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore", PYTHONPATH=str(ROOT))
+        log = open(tmp_path / f"rank{rank}.log", "w")  # noqa: SIM115 - closed below
+        procs.append((subprocess.Popen([sys.executable, str(tmp_path / "worker.py"), str(tmp_path / "plan.json"),
+                                        str(tmp_path)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True), log))
+    deadline = time.monotonic() + timeout_seconds
+    try:
+        for proc, _ in procs:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for proc, log in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+    results = []
+    for rank in range(ranks):
+        path = tmp_path / f"rank{rank}.json"
+        assert path.exists(), (tmp_path / f"rank{rank}.log").read_text()[-3000:]
+        results.append(json.loads(path.read_text()))
+    return results
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(700)
+def test_hf_variant_trains_under_accelerate_ulysses_on_4_cpu_ranks(tmp_path):
+    """Ulysses degree 2 on 4 ranks (data-parallel 2), micro-batch 1 x accumulation 2: the Trainer fills
+    train_batch_size 1 x 2 x 4 = 8, accelerate replaces it by 1 x 2 x data_parallel_size 2 = 4, and DeepSpeed's
+    engine (world 4 / 2 through the Ulysses mpu) accepts it: 4 = deepspeed_train_batch_size, what the raw-DeepSpeed
+    JSON says. Each rank holds 32 of the 64 tokens. With dp_shard_size 1 instead of world / sp the same run fails
+    DeepSpeed's batch assertion (2 != 1 x 2 x 2), which is why parallelism_config_kwargs writes world / sp."""
+    from zeroplanner.calibrate.ulysses import TINY_ULYSSES_LLAMA
+
+    s = build_scenario(model="llama-3.1-8b", gpus_per_node=4, sequence_parallel_size=2, micro_batch=1, grad_accum=2)
+    llama = {k: v for k, v in TINY_ULYSSES_LLAMA.items() if k != "model_type"}
+    plan = {"config": to_deepspeed_config(s, mode="hf_trainer"), "parallelism": parallelism_config_kwargs(s),
+            "micro": 1, "accum": 2, "seq_len": 64, "llama": llama}
+    assert plan["parallelism"]["dp_shard_size"] == 2 and to_deepspeed_config(s)["train_batch_size"] == 4
+    (tmp_path / "good").mkdir()
+    results = _launch(tmp_path / "good", plan, 4)
+    for r in results:
+        assert r["ok"], r.get("tb", r)
+        assert (r["trainer_filled_train_batch_size"], r["engine_train_batch_size"]) == (8, 4)
+        assert (r["engine_micro"], r["engine_accum"], r["engine_sequence_parallel_size"]) == (1, 2, 2)
+        assert r["config_world_size"] == 2.0 and r["local_input_shape"] == [1, 32] and r["loss_finite"]
+    assert results[0]["engine_train_batch_size"] == deepspeed_train_batch_size(s)
+    bad = copy.deepcopy(plan)
+    bad["parallelism"]["dp_shard_size"] = 1
+    (tmp_path / "bad").mkdir()
+    for r in _launch(tmp_path / "bad", bad, 4):
+        assert not r["ok"] and "train_batch_size is not equal" in r["error"] and "2 != 1 * 2 * 2" in r["error"]
