@@ -14,8 +14,10 @@ DeepSpeedConfig takes its world size from ``deepspeed.comm`` (the stand-in of ze
 
 The engine test (marker ``engine``) runs the HF variant for real: 4 CPU ranks (gloo), the Trainer's fill,
 accelerate's ``Accelerator(parallelism_config=..., deepspeed_plugin=...)`` and ``prepare`` (which registers Ulysses,
-builds the mpu and wraps the DataLoader), one forward/backward/step of a tiny Llama. Measured on the shared 2-core
-machine: 32-36 s per launch.
+builds the mpu and wraps the DataLoader), one forward/backward/step of a tiny Llama; and the raw-DeepSpeed JSON
+through deepspeed.initialize with the Ulysses mpu. Measured on the shared 2-core
+machine: 32-55 s per launch when it is not overloaded (a launch
+stalled past 300 s at load average 145, hence the 600 s limit).
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ def test_printed_snippet_runs_and_training_arguments_take_it(tmp_path):
 # The HF variant on the real engine: 4 CPU ranks, accelerate + DeepSpeed Ulysses
 # ----------------------------------------------------------------------------------------------------------------
 WORKER = r'''
-import json, os, sys, types, dataclasses
+import dataclasses, json, os, sys, types
 plan = json.load(open(sys.argv[1]))
 out_dir = sys.argv[2]
 rank = int(os.environ["RANK"])
@@ -170,49 +172,69 @@ result = {"rank": rank}
 try:
     import torch
     torch.set_num_threads(1)
-    from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
-    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+    from transformers import LlamaConfig, LlamaForCausalLM
     world = int(os.environ["WORLD_SIZE"])
     config = plan["config"]
-    d = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
-    args = types.SimpleNamespace(**{k: d[k] for k in ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon",
-                                   "weight_decay", "max_grad_norm", "save_on_each_node", "fp16_full_eval", "bf16_full_eval")})
-    args.world_size, args.per_device_train_batch_size, args.gradient_accumulation_steps = world, plan["micro"], plan["accum"]
-    args.bf16, args.fp16 = True, False
-    args.get_warmup_steps = lambda n: 0
-    hf = HfTrainerDeepSpeedConfig(config)
-    hf.trainer_config_process(args)
-    hf.trainer_config_finalize(args, types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=plan["llama"]["hidden_size"])), 10)
-    config = hf.config
-    result["trainer_filled_train_batch_size"] = config["train_batch_size"]
-    config["optimizer"]["params"]["torch_adam"] = True  # torch's AdamW: FusedAdam is JIT-compiled on CPU
-    from accelerate import Accelerator, ParallelismConfig
-    from accelerate.utils import DeepSpeedPlugin, DeepSpeedSequenceParallelConfig, DummyOptim, DummyScheduler
-    pk = plan["parallelism"]
-    pc = ParallelismConfig(**{**pk, "sp_handler": DeepSpeedSequenceParallelConfig(**pk["sp_handler"])})
-    acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config), parallelism_config=pc)
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**plan["llama"], attn_implementation="sdpa"))
-    s = plan["seq_len"]
-    ids = torch.randint(0, plan["llama"]["vocab_size"], (1, s), generator=torch.Generator().manual_seed(7))
+    s, vocab = plan["seq_len"], plan["llama"]["vocab_size"]
+    ids = torch.randint(0, vocab, (1, s), generator=torch.Generator().manual_seed(7))
     data = [{"input_ids": ids[0], "labels": ids[0].clone(), "position_ids": torch.arange(s)}] * 4
     dl = torch.utils.data.DataLoader(data, batch_size=plan["micro"])
-    opt = DummyOptim(model.parameters())
-    sched = DummyScheduler(opt)
-    engine, opt, dl, sched = acc.prepare(model, opt, dl, sched)
+    if plan["client"] == "hf_trainer":
+        # the Trainer's fill (TrainingArguments defaults for the optimizer values), then accelerate's prepare
+        from transformers import TrainingArguments
+        from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+        d = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+        args = types.SimpleNamespace(**{k: d[k] for k in (
+            "learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm",
+            "save_on_each_node", "fp16_full_eval", "bf16_full_eval")})
+        args.world_size, args.per_device_train_batch_size = world, plan["micro"]
+        args.gradient_accumulation_steps, args.bf16, args.fp16 = plan["accum"], True, False
+        args.get_warmup_steps = lambda n: 0
+        hf = HfTrainerDeepSpeedConfig(config)
+        hf.trainer_config_process(args)
+        hf.trainer_config_finalize(args, types.SimpleNamespace(config=model.config), 10)
+        config = hf.config
+        result["trainer_filled_train_batch_size"] = config["train_batch_size"]
+        config["optimizer"]["params"]["torch_adam"] = True  # torch's AdamW: FusedAdam is JIT-compiled on CPU
+        from accelerate import Accelerator, ParallelismConfig
+        from accelerate.utils import DeepSpeedPlugin, DeepSpeedSequenceParallelConfig, DummyOptim, DummyScheduler
+        pk = plan["parallelism"]
+        pc = ParallelismConfig(**{**pk, "sp_handler": DeepSpeedSequenceParallelConfig(**pk["sp_handler"])})
+        acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config), parallelism_config=pc)
+        opt = DummyOptim(model.parameters())
+        engine, opt, dl, sched = acc.prepare(model, opt, dl, DummyScheduler(opt))
+        backward, step = acc.backward, opt.step
+    else:
+        # raw DeepSpeed the way DeepSpeed's ALST integration runs it: Ulysses registered, its mpu to initialize
+        import deepspeed
+        from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF, UlyssesSPDataLoaderAdapter
+        deepspeed.init_distributed(dist_backend="gloo")
+        sp = config["sequence_parallel_size"]
+        mpu = UlyssesSPAttentionHF.register_with_transformers(
+            model_name_or_path=model, core_attn_implementation="sdpa", sequence_parallel_size=sp,
+            micro_batch_size=plan["micro"], seq_length_is_variable=True)
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config,
+                                               mpu=mpu)
+        dl = UlyssesSPDataLoaderAdapter(dl, sp_rank=mpu.get_sequence_parallel_rank(),
+                                        sp_group=mpu.get_sequence_parallel_group(), sp_world_size=sp,
+                                        device=engine.device)
+        backward, step = engine.backward, engine.step
     result["engine_train_batch_size"] = engine.train_batch_size()
     result["engine_micro"] = engine.train_micro_batch_size_per_gpu()
     result["engine_accum"] = engine.gradient_accumulation_steps()
     result["engine_sequence_parallel_size"] = int(getattr(engine, "sequence_parallel_size", 0))
     result["config_world_size"] = float(engine._config.world_size)
     batch = next(iter(dl))
+    # on CPU the adapter's chunk is a view of the whole sequence; clone as on CUDA (zeroplanner/calibrate/ulysses.py)
     batch = {k: (v.clone(memory_format=torch.contiguous_format) if torch.is_tensor(v) else v) for k, v in batch.items()}
     result["local_input_shape"] = list(batch["input_ids"].shape)
     out = engine(**batch, use_cache=False)
     loss = engine.module.loss_function(logits=out.logits, labels=None, shift_labels=batch["shift_labels"],
-                                       vocab_size=plan["llama"]["vocab_size"])
-    acc.backward(loss)
-    opt.step()
+                                       vocab_size=vocab)
+    backward(loss)
+    step()
     result["loss_finite"] = bool(torch.isfinite(loss).item())
     result["ok"] = True
 except Exception as exc:
@@ -220,11 +242,11 @@ except Exception as exc:
     result.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:500], tb=traceback.format_exc()[-3000:])
 json.dump(result, open(os.path.join(out_dir, f"rank{rank}.json"), "w"))
 sys.stdout.flush()
-os._exit(0)
+os._exit(0)  # no teardown: gloo ranks can abort in it (zeroplanner.calibrate.end_rank)
 '''
 
 
-def _launch(tmp_path, plan: dict, ranks: int, timeout_seconds: float = 300.0) -> list[dict]:
+def _launch(tmp_path, plan: dict, ranks: int, timeout_seconds: float = 600.0) -> list[dict]:
     """Run WORKER on ``ranks`` CPU ranks (gloo; env:// rendezvous as torchrun sets it) and return each rank's
     result (``ok``, the engine's batch numbers, the local input shape)."""
     from zeroplanner.calibrate.ulysses import _free_port
@@ -273,8 +295,8 @@ def test_hf_variant_trains_under_accelerate_ulysses_on_4_cpu_ranks(tmp_path):
 
     s = build_scenario(model="llama-3.1-8b", gpus_per_node=4, sequence_parallel_size=2, micro_batch=1, grad_accum=2)
     llama = {k: v for k, v in TINY_ULYSSES_LLAMA.items() if k != "model_type"}
-    plan = {"config": to_deepspeed_config(s, mode="hf_trainer"), "parallelism": parallelism_config_kwargs(s),
-            "micro": 1, "accum": 2, "seq_len": 64, "llama": llama}
+    plan = {"client": "hf_trainer", "config": to_deepspeed_config(s, mode="hf_trainer"),
+            "parallelism": parallelism_config_kwargs(s), "micro": 1, "accum": 2, "seq_len": 64, "llama": llama}
     assert plan["parallelism"]["dp_shard_size"] == 2 and to_deepspeed_config(s)["train_batch_size"] == 4
     (tmp_path / "good").mkdir()
     results = _launch(tmp_path / "good", plan, 4)
@@ -284,8 +306,39 @@ def test_hf_variant_trains_under_accelerate_ulysses_on_4_cpu_ranks(tmp_path):
         assert (r["engine_micro"], r["engine_accum"], r["engine_sequence_parallel_size"]) == (1, 2, 2)
         assert r["config_world_size"] == 2.0 and r["local_input_shape"] == [1, 32] and r["loss_finite"]
     assert results[0]["engine_train_batch_size"] == deepspeed_train_batch_size(s)
-    bad = copy.deepcopy(plan)
-    bad["parallelism"]["dp_shard_size"] = 1
-    (tmp_path / "bad").mkdir()
-    for r in _launch(tmp_path / "bad", bad, 4):
-        assert not r["ok"] and "train_batch_size is not equal" in r["error"] and "2 != 1 * 2 * 2" in r["error"]
+
+
+def test_wrong_data_parallel_size_fails_deepspeeds_batch_assertion():
+    """Why parallelism_config_kwargs writes dp_shard_size = world / sp: with dp_shard_size 1 on 4 ranks and sp 2,
+    accelerate writes train_batch_size 1 x 2 x 1 = 2 (accelerator.py _prepare_deepspeed) and DeepSpeedConfig with
+    the Ulysses mpu (world 4 / 2) asserts. Measured on the 4-rank run of the engine test with dp_shard_size 1
+    (2026-12-01): every rank failed in deepspeed.initialize with 'train_batch_size is not equal to
+    micro_batch_per_gpu * gradient_acc_step * world_size 2 != 1 * 2 * 2.0'; the same assertion here, without
+    ranks (a failing multi-rank launch can leave ranks blocked in a collective)."""
+    config = {"train_batch_size": 1 * 2 * 1, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2}
+    mpu = types.SimpleNamespace(get_sequence_parallel_world_size=lambda: 2)
+    with _deepspeed_world(4), pytest.raises(AssertionError, match=r"2 != 1 \* 2 \* 2.0"):
+        DeepSpeedConfig(config, mpu=mpu)
+    config["train_batch_size"] = 1 * 2 * (4 // 2)  # dp_shard_size = world / sp
+    with _deepspeed_world(4):
+        assert DeepSpeedConfig(config, mpu=mpu).train_batch_size == 4
+
+
+@pytest.mark.engine
+@pytest.mark.timeout(700)
+def test_raw_deepspeed_json_trains_with_the_ulysses_mpu_on_4_cpu_ranks(tmp_path):
+    """The raw-DeepSpeed JSON (sequence_parallel_size 2, train_batch_size 1 x 2 x 4 / 2 = 4) given to
+    deepspeed.initialize with the mpu of UlyssesSPAttentionHF.register_with_transformers, as the generation note
+    says: the engine takes it (world 4 / 2) and trains one step on 32 of the 64 tokens per rank."""
+    from zeroplanner.calibrate.ulysses import TINY_ULYSSES_LLAMA
+
+    s = build_scenario(model="llama-3.1-8b", gpus_per_node=4, sequence_parallel_size=2, micro_batch=1, grad_accum=2)
+    llama = {k: v for k, v in TINY_ULYSSES_LLAMA.items() if k != "model_type"}
+    config = to_deepspeed_config(s, torch_adam=True)
+    assert (config["sequence_parallel_size"], config["train_batch_size"]) == (2, 4)
+    plan = {"client": "deepspeed", "config": config, "micro": 1, "accum": 2, "seq_len": 64, "llama": llama}
+    for r in _launch(tmp_path, plan, 4):
+        assert r["ok"], r.get("tb", r)
+        assert (r["engine_train_batch_size"], r["engine_micro"], r["engine_accum"]) == (4, 1, 2)
+        assert (r["engine_sequence_parallel_size"], r["config_world_size"]) == (2, 2.0)
+        assert r["local_input_shape"] == [1, 32] and r["loss_finite"]
