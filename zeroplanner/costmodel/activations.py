@@ -166,7 +166,8 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     h, hq, hk, f = float(m.hidden_size), float(m.q_size), float(m.kv_size), float(m.ffn_size)
     a = float(m.n_heads)
     drop = 1.0 if m.dropout else 0.0
-    P = np.ones_like(b) if sp is None else np.asarray(sp).astype(np.float64)
+    split = sp is not None and bool(np.any(sp > 1))  # some candidate splits the sequence
+    P = np.asarray(sp).astype(np.float64) if split else 1.0
     ulysses = P > 1.0
     sb = s * b / P  # tokens on this GPU (all of them without sequence parallelism)
 
@@ -202,7 +203,7 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             # own GQA (integrations/sdpa_attention.py: a mask is present, or the head width exceeds 256)
             # Ulysses: K/V repeated to max(kv_heads, P) heads before the exchange (ulysses_sp.py
             # kv_replication_factor); the width per local token is then max(kv, P)·d
-            kk = hq if repeat_kv else np.where(ulysses, d * np.maximum(kv, P), hk)
+            kk = hq if repeat_kv else (np.where(ulysses, d * np.maximum(kv, P), hk) if split else hk)
             q_k_v = ab * sb * (hq + kk + (hv_mla or kk)) * ta  # inputs of the attention kernel
             out_copy = 0.0 * b
             if m.fused_qkv:
@@ -210,7 +211,8 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
                 # and the rotary Q and K are new copies beside it); the output projection's input is a copy for
                 # GPT-NeoX and, when the layer is recomputed under checkpointing, for GPT-2 (measured; a view
                 # otherwise)
-                q_k_v = q_k_v + np.where(ulysses, 0.0, ab * sb * (hq + hk) * ta if rotary else 0.0)
+                fused_kept = ab * sb * (hq + hk) * ta if rotary else 0.0
+                q_k_v = q_k_v + (np.where(ulysses, 0.0, fused_kept) if split else fused_kept)
                 out_copy = np.where(checkpointing == 2, 1.0, 1.0 if rotary else 0.0) + 0.0 * b
             if m.rotary_fraction < 1.0:
                 # partial rotary (GLM-4): apply_rotary_pos_emb concatenates the rotated and the passed-through
@@ -225,7 +227,7 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             core = (ab * sb * hout + 4.0 * a * s * b / P) * ta  # output + fp32 log-sum-exp per (local) head
             core_s2 = 0.0 * b
             # Ulysses: the output projection reads the second all-to-all's output, one new tensor
-            out_in = np.where(ulysses, 1.0, out_copy) * ab * sb * hout * ta
+            out_in = (np.where(ulysses, 1.0, out_copy) if split else out_copy) * ab * sb * hout * ta
         else:
             # eager attention repeats K/V heads to n_heads before matmuls
             q_k_v = ab * sb * (2 * hq + (hv_mla or hq)) * ta
@@ -431,32 +433,42 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     off = full & t.checkpoint_offload
     keep = full & (not t.checkpoint_offload)
     tiled = t.tiled_loss
+    split = bool(np.any(cand.sp > 1))
     x = {"L": float(m.n_layers), "s": float(sc.sequence_tokens), "b": cand.micro_batch.astype(np.float64),
          "h": float(m.hidden_size), "V": float(m.vocab_size), "a_b": 4.0 if t.precision == "fp32" else 2.0,
-         "d_rot": _rotary_table_width(m), "t": float(ctx.tp), "p": sequence_parallel_degree(cand),
+         "d_rot": _rotary_table_width(m), "t": float(ctx.tp), "p": sequence_parallel_degree(cand) if split else 1.0,
          "r_b": 4.0 if (m.family in _FP32_ROTARY_FAMILIES or t.precision == "fp32") else 2.0,
          "n_b": 4.0 if m.family in _GEMMA_NORM_FAMILIES else (4.0 if t.precision == "fp32" else 2.0),
-         "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing, cand.sp),
+         "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing, cand.sp if split else None),
          "s_c": loss_chunk_tokens(ctx, cand) if tiled else 0.0,
-         "A_tile": tiled_mlp_tile_bytes(ctx, cand)}
-    return term("activations", x, [
+         "A_tile": tiled_mlp_tile_bytes(ctx, cand) if t.tiled_mlp else 0.0}
+    rows = [
         ("layer inputs + one layer recomputed", "L*a_b*s/p*b*h + layer", keep & rms),
         ("layer inputs + one layer recomputed", "L*a_b*s/p*b*h + layer - a_b*s/p*b*h", keep & (not rms)),
-        ("one layer input (the others offloaded to host) + one layer recomputed", "a_b*s/p*b*h + layer",
-         off & rms),
-        ("one layer input (the others offloaded to host) + one layer recomputed", "layer", off & (not rms)),
-        ("saved layer activations", "L*layer", ~full),
-        ("one TiledMLP tile's intermediates", "A_tile", t.tiled_mlp),
+    ]
+    if t.checkpoint_offload:
+        rows += [("one layer input (the others offloaded to host) + one layer recomputed", "a_b*s/p*b*h + layer",
+                  off & rms),
+                 ("one layer input (the others offloaded to host) + one layer recomputed", "layer", off & (not rms))]
+    rows.append(("saved layer activations", "L*layer", ~full))
+    if t.tiled_mlp:
+        rows.append(("one TiledMLP tile's intermediates", "A_tile", True))
+    rows += [
         ("final norm + lm_head inputs", "(4+n_b)*s/p*b*h + 4*s/p*b + a_b*s/p*b*h", rms),
         ("final norm + lm_head inputs", "a_b*s/p*b*h + 8*s/p*b + a_b*s/p*b*h", not rms),
         ("token ids, labels, rotary tables", "16*s/p*b + 2*r_b*s/p*b*d_rot", rotary),
         ("token ids, labels, rotary tables", "16*s/p*b", not rotary),
-        ("logits + fp32 log-softmax", "(a_b+4)*s/p*b*V/t", not tiled),
-        ("soft-capped logits (tanh output)", "a_b*s/p*b*V/t", m.final_logit_softcapping and not tiled),
-        ("one loss chunk's logits + fp32 log-softmax, lm_head input gradient (tiled loss)",
-         "(a_b+4)*s_c*V/t + a_b*s/p*b*h", tiled),
-        ("one loss chunk's soft-capped logits (tiled loss)", "a_b*s_c*V/t", m.final_logit_softcapping and tiled),
-    ])
+    ]
+    if tiled:
+        rows += [("one loss chunk's logits + fp32 log-softmax, lm_head input gradient (tiled loss)",
+                  "(a_b+4)*s_c*V/t + a_b*s/p*b*h", True),
+                 ("one loss chunk's soft-capped logits (tiled loss)", "a_b*s_c*V/t", m.final_logit_softcapping)]
+    else:
+        rows += [("logits + fp32 log-softmax", "(a_b+4)*s/p*b*V/t", True),
+                 ("soft-capped logits (tanh output)", "a_b*s/p*b*V/t", m.final_logit_softcapping)]
+    if not split:  # no candidate splits the sequence: the formulas as shown without Ulysses
+        rows = [(label, expr.replace("s/p*", "s*"), when) for label, expr, when in rows]
+    return term("activations", x, rows)
 
 
 def checkpoint_offload_bytes_per_micro(ctx: Context, cand: Candidates) -> np.ndarray:
