@@ -773,6 +773,73 @@ def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, p
     return best
 
 
+LONGEST_SEQUENCE_QUANTUM = 1024
+"""Sequence lengths :func:`longest_sequence` tries are multiples of this (and of every Ulysses degree tried)."""
+
+
+def longest_sequence(scenario: Scenario, *, sp_values: Sequence[int] | None = None, high: int = 2**26,
+                     precision: float = 1 / 64) -> dict[str, dict[str, int]]:
+    """The longest sequence each variant (:data:`VARIANTS`) can train on the scenario's cluster and model, with the
+    scenario's other training settings (micro-batch, checkpointing, tiled MLP / loss, checkpoint offload).
+
+    ``sp_values``: the Ulysses degrees tried (default :func:`sequence_parallel_options` over the whole world, not
+    only one node, heads rules applied; the scenario's own degree alone when that is 1 option). Every variant is
+    evaluated at every degree on sequence lengths that are multiples of q = lcm(1024, degrees): powers of two
+    times q up to ``high`` tokens, then bisection between the last that fits and the next, to within
+    ``precision`` (relative) of the longest fitting multiple of q (memory and host RAM only grow with the
+    sequence, so the fit is monotone). Returns {label: {"seq_len": tokens (0 when even q does not fit),
+    "sequence_parallel_size": the smallest degree that fits it (0 when none)}}. Raises ValueError for an empty
+    ``sp_values`` or a degree that does not divide the world size.
+    """
+    c = scenario.cluster
+    sps = sorted(set(sp_values)) if sp_values is not None else sequence_parallel_options(scenario, within_node=False)
+    if not sps or any(p < 1 or c.world_size % (c.tensor_parallel_size * p) for p in sps):
+        raise ValueError(f"sp_values={list(sps)}: each must divide the world size {c.world_size} (x tensor_parallel_"
+                         f"size {c.tensor_parallel_size}) and at least one is needed")
+    q = math.lcm(LONGEST_SEQUENCE_QUANTUM, *sps)
+    labels, base = _variant_candidates(scenario, np.array([c.nodes]))
+    n_var = len(labels)
+    cand = Candidates.build(**{f: np.repeat(getattr(base, f).reshape(n_var, 1), len(sps), axis=1)
+                               for f in base.__dataclass_fields__ if f != "sp"},
+                            sp=np.asarray(sps, dtype=np.int64)[None, :])
+    image_tokens = scenario.sequence_tokens - scenario.training.seq_len
+
+    def fits_at(seq: int, rows=slice(None)) -> np.ndarray:
+        """(variants, degrees) bool: what fits at ``seq`` tokens (only ``rows`` evaluated)."""
+        sc = scenario.model_copy(update={"training": scenario.training.model_copy(update={"seq_len": int(seq)})})
+        if image_tokens and (seq + image_tokens) % q:  # the split needs every token count to divide evenly
+            return np.zeros((n_var, len(sps)), dtype=bool)[rows]
+        return evaluate(make_context(sc), cand.take(rows))["fits"]
+
+    last = np.zeros(n_var, dtype=np.int64)  # longest multiple of q known to fit, per variant
+    k = q
+    while k <= high:
+        ok = fits_at(k).any(axis=1)
+        if not ok.any():
+            break
+        last[ok & (last == k // 2)] = k
+        last[ok & (k == q)] = k
+        k *= 2
+    out: dict[str, dict[str, int]] = {}
+    for i, label in enumerate(labels):
+        lo = int(last[i])
+        if lo == 0:
+            out[label] = {"seq_len": 0, "sequence_parallel_size": 0}
+            continue
+        hi = min(2 * lo, (high // q + 1) * q)
+        while hi - lo > max(q, int(lo * precision)):
+            mid = (lo + hi) // 2 // q * q
+            if mid <= lo:
+                break
+            if fits_at(mid, rows=slice(i, i + 1)).any():
+                lo = mid
+            else:
+                hi = mid
+        row = fits_at(lo, rows=slice(i, i + 1))[0]
+        out[label] = {"seq_len": lo, "sequence_parallel_size": int(np.asarray(sps)[row][0])}
+    return out
+
+
 def sweep(scenario: Scenario, **axes: Sequence[int]) -> dict[str, np.ndarray]:
     """Evaluate the cartesian product of candidate axes (Candidates field names -> values); unspecified axes take
     the scenario's value. Returns the raw arrays of :func:`zeroplanner.costmodel.evaluate` (flattened) plus the
@@ -793,4 +860,5 @@ def sweep(scenario: Scenario, **axes: Sequence[int]) -> dict[str, np.ndarray]:
 
 
 __all__ = ["Choice", "Option", "Plan", "plan", "varied_axes", "SEARCH_INPUTS", "nearest_fit", "step_breakdown", "scaling", "largest_model", "sweep", "candidate_grid",
+           "longest_sequence", "sequence_parallel_options",
            "apply_choice", "VARIANTS"]

@@ -653,7 +653,11 @@ class TrainingSpec(_Frozen):
     optimizer: OptimizerName = "adamw"
     micro_batch: int = Field(default=1, ge=1, le=65_536, description="train_micro_batch_size_per_gpu")
     grad_accum: int = Field(default=1, ge=1, le=65_536, description="gradient_accumulation_steps")
-    seq_len: int = Field(default=4096, ge=1, le=4_194_304)
+    seq_len: int = Field(
+        default=4096, ge=1, le=33_554_432,
+        description="tokens per sample; up to 2^25, above the longest published trainable length (ALST, Bekman et "
+        "al. arXiv 2506.13996: 15M tokens for Llama-3.1-8B on 32 H100s with Ulysses)",
+    )
     checkpointing: Checkpointing = "full"
     flash_attention: bool = True
     lora_rank: int = Field(default=0, ge=0, le=65_536, description="0 = full fine-tune")
