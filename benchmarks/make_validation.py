@@ -580,7 +580,6 @@ def render_long_sequences() -> list[str]:
     out += ["", "Sources of the published figures:", ""]
     out += [f"- {r['label']}: {r['source']}" for r in rows]
     base = next(r for r in rows if not r["alst"])
-    s_pub = base["published"]
     extra = 6.0 * 36_000 * 128256
     out += ["",
             "The three ALST rows are within 1.5x (the acceptance bound of issue 13). The HF baseline is not: "

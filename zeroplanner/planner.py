@@ -488,7 +488,7 @@ def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand: C
     if searched and p > 1:
         chosen = (cand.sp == p) & values["fits"]
         best_tps = float(values["tokens_per_second"][chosen].max()) if chosen.any() else 0.0
-        for v in sorted(set(int(x) for x in np.unique(cand.sp)) - {p}):
+        for v in sorted({int(x) for x in np.unique(cand.sp)} - {p}):
             if v > p:
                 continue
             mask = cand.sp == v

@@ -384,9 +384,12 @@ def tiled_mlp_tile_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
     DeepSpeed 0.19.8 ``ulysses_sp.py`` ``TiledMLP`` (ALST, Bekman et al. arXiv 2506.13996 Sec. 3.2): the dense MLP
     runs under no_grad over ``num_shards = ceil(seqlen / hidden_size)`` chunks of the local sequence
     (``tiled_mlp_forward`` in its docstring, the form ArcticTraining's ``enable_tiled_mlp_compute`` uses), saving
-    only its input; backward recomputes one chunk at a time. One chunk holds ``b * ceil(s_l / num_shards)`` tokens
-    and the dense MLP's saved width (SwiGLU 4 tensors of ffn_size, GELU 2, GPT-2's gelu_new 5) per token. MoE
-    layers are not tiled (TiledMLP wraps a dense MLP). Float array, bytes; 0 when ``tiled_mlp`` is off.
+    only its input; backward recomputes one chunk at a time, ``torch.chunk`` of the flattened ``b * s_l`` tokens
+    into ``num_shards``: ``ceil(b * s_l / num_shards)`` tokens, each with the dense MLP's saved width (SwiGLU 4
+    tensors of ffn_size, GELU 2, GPT-2's gelu_new 5). Measured on CPU (tests/evidence/test_tiled_mlp_census.py:
+    DeepSpeed's TiledMLP in transformers' LlamaMLP, saved-tensor census): the forward saves no MLP intermediates
+    and each recomputed tile saves exactly this. MoE layers are not tiled (TiledMLP wraps a dense MLP). Float
+    array, bytes; 0 when ``tiled_mlp`` is off.
     """
     sc = ctx.scenario
     m, t = sc.model, sc.training
@@ -395,7 +398,7 @@ def tiled_mlp_tile_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
     ab = 4.0 if t.precision == "fp32" else 2.0
     s_local = np.ceil(float(sc.sequence_tokens) / sequence_parallel_degree(cand))
     shards = np.ceil(s_local / float(m.hidden_size))
-    tile = cand.micro_batch.astype(np.float64) * np.ceil(s_local / shards)
+    tile = np.ceil(cand.micro_batch.astype(np.float64) * s_local / shards)
     width = 4.0 if m.ffn_kind == "swiglu" else (5.0 if m.family == "gpt2" else 2.0)
     return width * ab * tile * float(m.dense_width) / float(ctx.tp)
 
