@@ -240,8 +240,9 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     frac = np.where(nf > 1, (nf - 1.0) / nf, 0.0)
     wire = ar_bytes * 2.0 * frac + (rs_bytes + ag_bytes) * frac
     uly = ulysses_terms(ctx, cand)
-    a2a_bytes = ga * uly["a2a_message_bytes_micro"]
+    a2a_bytes = uly["a2a_message_bytes_micro"]  # zeros without sequence parallelism
     if np.any(cand.sp > 1):
+        a2a_bytes = ga * a2a_bytes
         sp = cand.sp.astype(np.float64)
         # position_ids all-gather: each rank sends its b*s/P*8 bytes to P-1 ranks
         wire = wire + (a2a_bytes + ga * uly["position_ids_bytes_micro"] * sp) * (sp - 1.0) / sp

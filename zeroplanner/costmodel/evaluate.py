@@ -53,9 +53,9 @@ def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.
     # Ulysses all-to-alls sit between the projections and the attention kernel (exposed); ALST's checkpoint
     # offload copies blocking (activations.checkpoint_offload_bytes_per_micro): both serial with compute
     a2a = comm["a2a_seconds_micro"]
-    ckpt_pcie = checkpoint_offload_bytes_per_micro(ctx, cand) / ctx.pcie_bytes_per_second
     split = bool(np.any(cand.sp > 1))
     offloading = ctx.scenario.training.checkpoint_offload
+    ckpt_pcie = checkpoint_offload_bytes_per_micro(ctx, cand) / ctx.pcie_bytes_per_second if offloading else a2a * 0.0
     gpu_micro = micro_compute + fwd_exposed + bwd_exposed + pcie_micro
     if split or offloading:
         gpu_micro = gpu_micro + a2a + ckpt_pcie
