@@ -846,7 +846,8 @@ class Scenario(_Frozen):
     def global_batch_size(self) -> int:
         """train_batch_size = micro * grad_accum * data-parallel degree (DeepSpeed's rule, DeepSpeed #6914), with
         the data-parallel degree world / (tp x sp) under Ulysses (``ClusterSpec.data_parallel_degree`` /
-        ``sequence_parallel_size``; DeepSpeed's sequence-data-parallel arithmetic)."""
+        ``sequence_parallel_size``: DeepSpeed 0.19.8 ``runtime/config.py`` sets ``world_size = dist.get_world_size() /
+        config["sequence_parallel_size"]`` for the batch assertion)."""
         return (self.training.micro_batch * self.training.grad_accum
                 * (self.cluster.data_parallel_degree // self.cluster.sequence_parallel_size))
 
