@@ -593,9 +593,42 @@ def render_long_sequences() -> list[str]:
             f"{(_baseline_total(32_000) + 6.0 * 32_000 * 128256) / 1e9:.1f} GB against the recipe's "
             "\"NV 71.91 GB\". With the loss tiled (ALST rows) the transient is one chunk's (about 1 GiB of fp32 "
             "logits), which is why those rows agree.",
+            "", _liger_note([r for r in rows if r["alst"]]),
             "", "Regenerate: `python benchmarks/make_validation.py --from-stored` (this section is pure cost model); "
             "checked by `tests/evidence/test_alst_longest_sequence.py`.", ""]
     return out
+
+
+def _liger_note(rows: list[dict]) -> str:
+    """The ALST recipes load the Liger model (``model: type: "liger"``), and ArcticTraining's SFT trainer then lets
+    Liger's fused linear cross-entropy compute the loss (its 1 GiB fp32 tiled shards are the fallback for models
+    Liger does not cover; arctic_training/trainer/sft_trainer.py). Liger's chunk is ``next_power_of_2(ceil(BT /
+    ceil(V / H)))`` tokens of 16-bit logits, with a 16-bit lm_head weight gradient (liger_kernel
+    ops/fused_linear_cross_entropy.py); the planner prices the 1 GiB shards. The difference per row, in bytes and
+    in tokens at the row's activation bytes per token."""
+    from zeroplanner.costmodel import Candidates, make_context
+    from zeroplanner.costmodel.activations import loss_chunk_tokens
+    from zeroplanner.scenarios import build_scenario
+    from zeroplanner.units import gib
+
+    v, h = 128256, 4096
+    parts = []
+    for row in rows:
+        local = row["predicted"] // row["sp"]
+        liger_chunk = 2 ** math.ceil(math.log2(math.ceil(local / math.ceil(v / h))))
+        sc = build_scenario(model="llama-3.1-8b", gpus_per_node=1, seq_len=local, micro_batch=1, grad_accum=1,
+                            tiled_loss=True)
+        ours = float(loss_chunk_tokens(make_context(sc), Candidates.from_scenario(sc)).item())
+        extra = 2.0 * liger_chunk * v + 2.0 * v * h - 6.0 * ours * v
+        per_token = row["activations"] / row["predicted"]  # bytes per GPU per token of the whole sequence
+        adjusted = (row["predicted"] - extra / per_token) / row["published"]
+        parts.append(f"{row['label']}: a {liger_chunk:,}-token chunk of {local:,} local tokens, {gib(extra):.1f} GiB "
+                     f"more than the planner's {int(ours):,}-token fp32 shard, about {extra / per_token:,.0f} "
+                     f"tokens of sequence, ratio {adjusted:.2f} instead of {row['ratio']:.2f}")
+    return ("Remaining difference, the loss: the ALST recipes run the Liger model, whose fused linear cross-entropy "
+            "keeps one chunk of next_power_of_2(ceil(tokens / ceil(V / H))) tokens of 16-bit logits and a 16-bit "
+            "lm_head weight gradient, where the planner's tiled loss keeps a 1 GiB fp32 shard (ArcticTraining's and "
+            "transformers' tiled loss; `--tiled-loss`): " + "; ".join(parts) + ".")
 
 
 def _baseline_total(seq_len: int) -> float:

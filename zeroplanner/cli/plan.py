@@ -39,8 +39,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     est = estimate(scenario)
     rows = "\n".join(f"  {t.name:<18} {t.bytes / GIB:8.2f} GiB" for t in est.terms)
+    sp = est.sequence_parallel_size
+    split = (f", Ulysses sequence_parallel_size {sp} (batch data-parallel degree {est.data_parallel_degree // sp}; "
+             f"all-to-alls {est.sp_all_to_all_seconds_per_step:.3f} s per step)" if sp > 1 else "")
     text = (f"{scenario.model.name}: Ψ = {est.parameters:,} ({est.trainable_parameters:,} trainable), ZeRO-"
-            f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}\n{rows}\n{est.summary()}\n"
+            f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}{split}\n{rows}\n{est.summary()}\n"
             + "".join(f"warning: {w}\n" for w in est.warnings))
     obj = {"inputs": inputs_json(args, scenario), **estimate_json(est)}
     storage = offload_storage(scenario)
