@@ -2,8 +2,10 @@
 
 Candidates: ZeRO stage x offload_optimizer x offload_param (stage 3) x activation checkpointing x micro-batch
 (the samples per GPU per step, micro_batch x gradient_accumulation_steps, stay fixed, so the global batch is the
-user's) x ZeRO++ (stage 3 on more than one node) x overlap_comm (stages 1-2) x reduce bucket (LoRA). All are
-evaluated in one vectorised call. ``held`` (input keys of :data:`SEARCH_INPUTS`) fixes an axis at the scenario's
+user's) x ZeRO++ (stage 3 on more than one node) x overlap_comm (stages 1-2) x reduce bucket (LoRA) x, for long
+sequences (:data:`SP_MIN_SEQUENCE_TOKENS`) or when nothing fits without it, the Ulysses degree
+(:func:`sequence_parallel_options`: divisors of the GPUs per node that the heads allow). All are evaluated in one
+vectorised call. ``held`` (input keys of :data:`SEARCH_INPUTS`) fixes an axis at the scenario's
 value: ``plan(s, held={"stage"})`` searches only ``s.zero.stage`` (the CLI holds every option the user gave).
 
 Ranking policy (documented, and tested against the seed article's recommendation table):
@@ -13,8 +15,8 @@ Ranking policy (documented, and tested against the seed article's recommendation
    model's step-time error is of that order (docs/validation.md), and the seed article warns that choosing a higher
    stage "to look advanced" often runs slower than ZeRO-2.
    Parameter offload (``offload_param``) is considered only when no candidate without it fits.
-3. Among equals prefer, in order: no offload (offload is a last resort: PCIe/CPU-bound; DeepSpeed #1130), stages
-   0-2 over stage 3 (2Ψ instead of 3Ψ per step; ZeRO paper Sec. 7), no ZeRO++, then the most GPU memory headroom
+3. Among equals prefer, in order: no offload (offload is a last resort: PCIe/CPU-bound; DeepSpeed #1130), the
+   smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), stages 0-2 over stage 3 (2Ψ instead of 3Ψ per step; ZeRO paper Sec. 7), no ZeRO++, then the most GPU memory headroom
    (ZeRO-2 frees gradients at ZeRO-1's communication volume), then throughput.
 """
 

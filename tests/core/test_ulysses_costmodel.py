@@ -179,6 +179,8 @@ def test_recommend_finds_ulysses_for_128k_and_says_why():
     assert "sequence parallelism" in d["varied"]
     text = " ".join(d["reasons"])
     assert "with sequence_parallel_size=1 nothing fits" in text and "activations" in text
+    # the smallest degree that fits is picked (ranking: smaller degree among equals); 2 does not fit
+    assert "with sequence_parallel_size=2 nothing fits" in text and d["choice"]["sequence_parallel_size"] == 4
     assert "Ulysses sequence parallelism over" in text
     assert d["longest_sequence"]["ZeRO-3"]["seq_len"] >= 131072
 
