@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import platform
 import sys
 import time
@@ -584,7 +585,156 @@ def render(engine: list[dict], activations: list[dict], meta: dict, modern: list
         lines += render_vision_activations(vision)
     if nvme:
         lines += render_nvme_host(nvme)
+    lines += render_long_sequences()
     return "\n".join(lines)
+
+
+ALST_HOST_RAM_BYTES = 1_900_000_000_000
+"""Host RAM per node of the ALST runs: "1.9TB CPU memory" (ArcticTraining projects/sequence-parallelism/README.md,
+"Environment used to create these examples": H100 80GB nodes, 8 GPUs per node, AWS EFA v2)."""
+
+ALST_SETUPS = (
+    # (label, GPUs per node, nodes, Ulysses degree, variant, ALST features on, published tokens, source)
+    ("1 x H100, HF baseline (no ALST)", 1, 1, 1, "ZeRO-3 + CPU optimizer & params", False, 32_000,
+     "arXiv 2506.13996 (the 32K baseline); run-h100-sp1-llama-8b-baseline.yml: max_length 32_000 \"w/ param offload: "
+     "NV 71.91 GB\", 36_000 \"close to oom\""),
+    ("1 x H100, ALST", 1, 1, 1, "ZeRO-3 + CPU optimizer & params", True, 500_000,
+     "arXiv 2506.13996 abstract (500K on a single H100); run-h100-sp1-llama-8b.yml max_length 500000"),
+    ("8 x H100 (1 node), ALST", 8, 1, 8, "ZeRO-3 + CPU optimizer", True, 3_700_000,
+     "arXiv 2506.13996 abstract (3.7M on a single 8xH100 node); run-h100-sp8-llama-8b.yml max_length 3800000"),
+    ("32 x H100 (4 nodes), ALST", 8, 4, 32, "ZeRO-3 + CPU optimizer", True, 15_000_000,
+     "arXiv 2506.13996 abstract (over 15M on a 4 node cluster); run-h100-sp32-llama-8b.yml max_length 15_500_000"),
+)
+"""Published longest trainable sequences for Llama-3.1-8B (Bekman et al., "Arctic Long Sequence Training", arXiv
+2506.13996; blog: 500K / 3.7M / 15M, "16x, 116x and 469x" over the HF baseline) and the ArcticTraining recipes that
+ran them: micro-batch 1, DeepSpeed ZeRO-3 with CPU optimizer offload (and parameter offload on 1 GPU), flash
+attention 2, ``activation_checkpoint_cpu_offload: true``, ``tiled_mlp_compute: true``, the Liger model (fused
+linear cross-entropy: the loss in chunks), ``sequence_parallel_size`` = all GPUs."""
+
+
+def long_sequence_rows() -> list[dict]:
+    """The planner's longest sequence (``planner.longest_sequence``) for each :data:`ALST_SETUPS` row, with the
+    figures at that length (per-GPU memory, host RAM per node, which limit binds) and the ratio to the published
+    figure. Pure cost model (no engine): seconds on 2 cores."""
+    from zeroplanner.costmodel import estimate
+    from zeroplanner.planner import VARIANTS, longest_sequence
+    from zeroplanner.scenarios import build_scenario
+
+    rows = []
+    stage_of = {v[0]: v[1:] for v in VARIANTS}
+    for label, gpn, nodes, sp, variant, alst, published, source in ALST_SETUPS:
+        kw = dict(model="llama-3.1-8b", gpu="H100-80GB", gpus_per_node=gpn, nodes=nodes, micro_batch=1, grad_accum=1,
+                  checkpointing="full", cpu_memory_gib=ALST_HOST_RAM_BYTES / 2**30,
+                  network="ib-ndr-8x" if nodes > 1 else None)
+        if alst:
+            kw.update(tiled_mlp=True, tiled_loss=True, checkpoint_offload=True)
+        sc = build_scenario(**{k: v for k, v in kw.items() if v is not None})
+        got = longest_sequence(sc, sp_values=[sp])[variant]
+        stage, oo, op = stage_of[variant]
+        at = build_scenario(**{k: v for k, v in kw.items() if v is not None}, seq_len=got["seq_len"],
+                            sequence_parallel_size=sp, stage=stage,
+                            offload_optimizer=("none", "cpu", "nvme")[oo], offload_param=("none", "cpu", "nvme")[op])
+        e = estimate(at)
+        # just beyond the answer (the bisection's upper end is within 1/64 of it): which limit stops it
+        q = math.lcm(1024, sp)
+        beyond = at.model_copy(update={"training": at.training.model_copy(
+            update={"seq_len": (int(got["seq_len"] * (1 + 2 / 64)) // q + 1) * q})})
+        nxt = estimate(beyond)
+        binding = " and ".join(n for n, ok in (("GPU memory", nxt.fits_gpu), ("host RAM", nxt.fits_cpu)) if not ok)
+        rows.append({"label": label, "variant": variant, "sp": sp, "alst": alst, "published": published,
+                     "source": source, "predicted": got["seq_len"], "ratio": got["seq_len"] / published,
+                     "gpu_total": e.per_gpu_bytes.total, "activations": e.per_gpu_bytes.activations,
+                     "usable": e.gpu_memory_bytes * (1 - at.assumptions.gpu_memory_margin_fraction),
+                     "host_required": e.host_required_bytes, "host": e.cpu_memory_bytes, "binding": binding})
+    return rows
+
+
+def render_long_sequences() -> list[str]:
+    """Section 8: the planner's longest trainable sequence beside ALST's published ones."""
+    from zeroplanner.units import gib
+
+    rows = long_sequence_rows()
+    out = ["## 8. Longest trainable sequence: ALST's published figures (Llama-3.1-8B on H100s)", "",
+           "Published: Bekman et al., \"Arctic Long Sequence Training\" (arXiv 2506.13996) and the ArcticTraining "
+           "recipes that produced the figures (`projects/sequence-parallelism/run-h100-sp*-llama-8b*.yml`): "
+           "micro-batch 1, DeepSpeed ZeRO-3 with CPU optimizer offload (and parameter offload on one GPU), flash "
+           "attention 2, full activation checkpointing with `activation_checkpoint_cpu_offload`, `tiled_mlp_compute`, "
+           "the Liger model (loss in chunks), Ulysses over all GPUs, 1.9 TB host RAM per node. Predicted: "
+           "`planner.longest_sequence` for the same settings (`--tiled-mlp --tiled-loss --checkpoint-offload`, "
+           "`--sequence-parallel-size` = GPUs, `--cpu-memory-gib 1769`), the longest multiple of 1024 tokens that "
+           "fits to within 1/64.", "",
+           "| setup | variant | Ulysses | published | predicted | predicted / published | GPU memory at it "
+           "(activations) | host RAM needed / node | next length stopped by |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        out.append(f"| {r['label']} | {r['variant']} | {r['sp']} | {r['published']:,} | {r['predicted']:,} | "
+                   f"{r['ratio']:.2f} | {gib(r['gpu_total']):.1f} of {gib(r['usable']):.1f} GiB "
+                   f"({gib(r['activations']):.1f}) | {gib(r['host_required']):.0f} of {gib(r['host']):.0f} GiB | "
+                   f"{r['binding']} |")
+    out += ["", "Sources of the published figures:", ""]
+    out += [f"- {r['label']}: {r['source']}" for r in rows]
+    base = next(r for r in rows if not r["alst"])
+    extra = 6.0 * 36_000 * 128256
+    out += ["",
+            "The three ALST rows are within 1.5x (the acceptance bound of issue 13). The HF baseline is not: "
+            f"predicted {base['predicted']:,} against 32K ({base['ratio']:.2f}x). Stated mechanism: without a tiled "
+            "loss the backward of the cross-entropy briefly holds the fp32 gradient of the logits and its 16-bit cast "
+            "(4 + 2 bytes per token x vocabulary) beside the saved logits; the cost model counts tensors saved for "
+            "backward (the census of sections 2 and 6), not that transient. Added at the recipe's own lengths it "
+            f"closes the gap: at 36,000 tokens (\"close to oom\") the model's {gib(_baseline_total(36_000)):.1f} GiB "
+            f"plus 6 x 36,000 x 128,256 B = {gib(extra):.1f} GiB is {gib(_baseline_total(36_000) + extra):.1f} GiB of "
+            f"{gib(base['usable']):.1f} GiB usable, and at 32,000 tokens "
+            f"{(_baseline_total(32_000) + 6.0 * 32_000 * 128256) / 1e9:.1f} GB against the recipe's "
+            "\"NV 71.91 GB\". With the loss tiled (ALST rows) the transient is one chunk's (about 1 GiB of fp32 "
+            "logits), which is why those rows agree.",
+            "", _liger_note([r for r in rows if r["alst"]]),
+            "", "Regenerate: `python benchmarks/make_validation.py --from-stored` (this section is pure cost model); "
+            "checked by `tests/evidence/test_alst_longest_sequence.py`.", ""]
+    return out
+
+
+def _liger_note(rows: list[dict]) -> str:
+    """The ALST recipes load the Liger model (``model: type: "liger"``), and ArcticTraining's SFT trainer then lets
+    Liger's fused linear cross-entropy compute the loss (its 1 GiB fp32 tiled shards are the fallback for models
+    Liger does not cover; arctic_training/trainer/sft_trainer.py). Liger's chunk is ``next_power_of_2(ceil(BT /
+    ceil(V / H)))`` tokens of 16-bit logits, with a 16-bit lm_head weight gradient (liger_kernel
+    ops/fused_linear_cross_entropy.py); the planner prices the 1 GiB shards. The difference per row, in bytes and
+    in tokens at the row's activation bytes per token."""
+    from zeroplanner.costmodel import Candidates, make_context
+    from zeroplanner.costmodel.activations import loss_chunk_tokens
+    from zeroplanner.scenarios import build_scenario
+    from zeroplanner.units import gib
+
+    v, h = 128256, 4096
+    parts = []
+    for row in rows:
+        local = row["predicted"] // row["sp"]
+        liger_chunk = 2 ** math.ceil(math.log2(math.ceil(local / math.ceil(v / h))))
+        sc = build_scenario(model="llama-3.1-8b", gpus_per_node=1, seq_len=local, micro_batch=1, grad_accum=1,
+                            tiled_loss=True)
+        ours = float(loss_chunk_tokens(make_context(sc), Candidates.from_scenario(sc)).item())
+        extra = 2.0 * liger_chunk * v + 2.0 * v * h - 6.0 * ours * v
+        per_token = row["activations"] / row["predicted"]  # bytes per GPU per token of the whole sequence
+        adjusted = (row["predicted"] - extra / per_token) / row["published"]
+        parts.append(f"{row['label']}: a {liger_chunk:,}-token chunk of {local:,} local tokens, {gib(extra):.1f} GiB "
+                     f"more than the planner's {int(ours):,}-token fp32 shard, about {extra / per_token:,.0f} "
+                     f"tokens of sequence, ratio {adjusted:.2f} instead of {row['ratio']:.2f}")
+    return ("Remaining difference, the loss: the ALST recipes run the Liger model, whose fused linear cross-entropy "
+            "keeps one chunk of next_power_of_2(ceil(tokens / ceil(V / H))) tokens of 16-bit logits and a 16-bit "
+            "lm_head weight gradient, where the planner's tiled loss keeps a 1 GiB fp32 shard (ArcticTraining's and "
+            "transformers' tiled loss; `--tiled-loss`): " + "; ".join(parts) + ".")
+
+
+def _baseline_total(seq_len: int) -> float:
+    """Per-GPU bytes the cost model gives the ALST paper's HF baseline (1 x H100, ZeRO-3 with CPU optimizer and
+    parameter offload, full checkpointing, micro-batch 1) at ``seq_len``."""
+    from zeroplanner.costmodel import estimate
+    from zeroplanner.scenarios import build_scenario
+
+    return float(estimate(build_scenario(
+        model="llama-3.1-8b", gpu="H100-80GB", gpus_per_node=1, micro_batch=1, grad_accum=1, checkpointing="full",
+        cpu_memory_gib=ALST_HOST_RAM_BYTES / 2**30, seq_len=seq_len, stage=3, offload_optimizer="cpu",
+        offload_param="cpu")).per_gpu_bytes.total)
 
 
 def measure_cpu_adam(params: int = 20_000_000, repeats: int = 5) -> dict:

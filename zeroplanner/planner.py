@@ -2,8 +2,10 @@
 
 Candidates: ZeRO stage x offload_optimizer x offload_param (stage 3) x activation checkpointing x micro-batch
 (the samples per GPU per step, micro_batch x gradient_accumulation_steps, stay fixed, so the global batch is the
-user's) x ZeRO++ (stage 3 on more than one node) x overlap_comm (stages 1-2) x reduce bucket (LoRA). All are
-evaluated in one vectorised call. ``held`` (input keys of :data:`SEARCH_INPUTS`) fixes an axis at the scenario's
+user's) x ZeRO++ (stage 3 on more than one node) x overlap_comm (stages 1-2) x reduce bucket (LoRA) x, for long
+sequences (:data:`SP_MIN_SEQUENCE_TOKENS`) or when nothing fits without it, the Ulysses degree
+(:func:`sequence_parallel_options`: divisors of the GPUs per node that the heads allow). All are evaluated in one
+vectorised call. ``held`` (input keys of :data:`SEARCH_INPUTS`) fixes an axis at the scenario's
 value: ``plan(s, held={"stage"})`` searches only ``s.zero.stage`` (the CLI holds every option the user gave).
 
 Ranking policy (documented, and tested against the seed article's recommendation table):
@@ -13,8 +15,8 @@ Ranking policy (documented, and tested against the seed article's recommendation
    model's step-time error is of that order (docs/validation.md), and the seed article warns that choosing a higher
    stage "to look advanced" often runs slower than ZeRO-2.
    Parameter offload (``offload_param``) is considered only when no candidate without it fits.
-3. Among equals prefer, in order: no offload (offload is a last resort: PCIe/CPU-bound; DeepSpeed #1130), stages
-   0-2 over stage 3 (2Ψ instead of 3Ψ per step; ZeRO paper Sec. 7), no ZeRO++, then the most GPU memory headroom
+3. Among equals prefer, in order: no offload (offload is a last resort: PCIe/CPU-bound; DeepSpeed #1130), the
+   smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), stages 0-2 over stage 3 (2Ψ instead of 3Ψ per step; ZeRO paper Sec. 7), no ZeRO++, then the most GPU memory headroom
    (ZeRO-2 frees gradients at ZeRO-1's communication volume), then throughput.
 """
 
@@ -63,6 +65,7 @@ SEARCH_INPUTS: dict[str, str] = {
     "zero_hpz_partition_size": "ZeRO++",
     "zero_quantized_weights": "ZeRO++",
     "zero_quantized_gradients": "ZeRO++",
+    "sequence_parallel_size": "sequence parallelism",
 }
 """Input keys (:data:`zeroplanner.inputs.INPUTS`) the planner varies, and the search axis each one fixes when held.
 micro_batch and grad_accum are one axis (their product, the samples per GPU per step, is always kept); the three
@@ -82,13 +85,13 @@ def _axis_values(cand: Candidates) -> dict[str, np.ndarray]:
     cols = {"ZeRO stage": cand.stage, "optimizer offload": cand.offload_optimizer,
             "parameter offload": cand.offload_param, "activation checkpointing": cand.checkpointing,
             "micro-batch split": cand.micro_batch, "overlap_comm": cand.overlap, "reduce bucket": cand.reduce_bucket,
-            "ZeRO++": cand.hpz * 4 + cand.qwz * 2 + cand.qgz}
+            "ZeRO++": cand.hpz * 4 + cand.qwz * 2 + cand.qgz, "sequence parallelism": cand.sp}
     return {a: np.asarray(cols[a]) for a in dict.fromkeys(SEARCH_INPUTS.values())}
 
 
 def varied_axes(cand: Candidates) -> list[str]:
     """The search axes (:data:`SEARCH_INPUTS` names) on which the candidate grid holds more than one value."""
-    return [a for a, col in _axis_values(cand).items() if np.unique(col).size > 1]
+    return [a for a, col in _axis_values(cand).items() if col.size and col.min() != col.max()]
 
 
 class _Out(BaseModel):
@@ -109,6 +112,7 @@ class Choice(_Out):
     zero_hpz_partition_size: int = 1
     zero_quantized_weights: bool = False
     zero_quantized_gradients: bool = False
+    sequence_parallel_size: int = 1
 
     @property
     def label(self) -> str:
@@ -122,6 +126,8 @@ class Choice(_Out):
             parts.append("+ " + " & ".join(off))
         if self.zero_quantized_weights or self.zero_hpz_partition_size > 1:
             parts.append("+ ZeRO++")
+        if self.sequence_parallel_size > 1:
+            parts.append(f"+ Ulysses SP {self.sequence_parallel_size}")
         ckpt = {"none": "no", "selective": "selective", "full": "full"}[self.checkpointing]
         parts.append(f"({ckpt} activation checkpointing, micro-batch {self.micro_batch} x "
                      f"{self.grad_accum} accumulation steps)")
@@ -148,6 +154,8 @@ def _short(c: Choice) -> str:
         parts.append(f"offload_param {c.offload_param}")
     if c.zero_hpz_partition_size > 1 or c.zero_quantized_weights or c.zero_quantized_gradients:
         parts.append("ZeRO++")
+    if c.sequence_parallel_size > 1:
+        parts.append(f"sequence_parallel_size {c.sequence_parallel_size}")
     parts.append(f"{c.checkpointing} checkpointing, micro-batch {c.micro_batch} x {c.grad_accum}")
     return ", ".join(parts)
 
@@ -166,7 +174,10 @@ def step_breakdown(est: Estimate) -> str:
 def _why_not(best: Choice, best_est: Estimate, alt: Choice, alt_est: Estimate, tolerance: float,
              param_offload_excluded: bool) -> str:
     """Why a faster alternative lost: the ranking rule that put the pick first."""
-    gain = best_est.step_seconds / alt_est.step_seconds - 1.0
+    if best.sequence_parallel_size == alt.sequence_parallel_size:
+        gain = best_est.step_seconds / alt_est.step_seconds - 1.0
+    else:  # a different Ulysses degree trains a different batch per step: compare throughput
+        gain = alt_est.tokens_per_second / best_est.tokens_per_second - 1.0
     if gain <= 0.005:
         return ""
     head = f"{gain:.0%} faster than the pick, not picked: "
@@ -230,11 +241,47 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidate_grid(scenario: Scenario, held=()) -> Candidates:
+SP_MIN_SEQUENCE_TOKENS = 16_384
+"""From this sequence length on the planner also searches Ulysses sequence parallelism even when sp = 1 fits: the
+length where activations, not model states, start to decide the fit of an 8B model on an 80 GB GPU (ALST,
+Bekman et al. arXiv 2506.13996 Sec. 1: Llama-8B "with sequence over 32K runs out of memory on a basic Hugging
+Face model" on one H100; half of it, so that the search starts before the wall). Below it sp > 1 is searched only
+when nothing fits at sp = 1 (:func:`plan`)."""
+
+
+def sequence_parallel_options(scenario: Scenario, held=(), *, within_node: bool = True) -> list[int]:
+    """Ulysses degrees the planner may try: the scenario's own when ``sequence_parallel_size`` is held; else 1 and
+    every divisor P > 1 of the GPUs per node (``within_node``: the all-to-alls stay on NVLink; else of the world
+    size) that DeepSpeed accepts for the model (:func:`~zeroplanner.costmodel.ulysses.check_ulysses`: heads and KV
+    heads), that divides the sequence and, with tensor parallelism, the world size / tp; none without a flash/sdpa
+    attention (Ulysses refuses eager). Ascending ints."""
+    from .costmodel.ulysses import check_ulysses
+
+    held = _check_held(held)
+    c, m, t = scenario.cluster, scenario.model, scenario.training
+    if "sequence_parallel_size" in held:
+        return [c.sequence_parallel_size]
+    out = [1]
+    if not t.flash_attention:
+        return out
+    for d in _divisors(c.gpus_per_node if within_node else c.world_size)[1:]:
+        try:
+            check_ulysses(n_heads=m.n_heads, kv_heads=m.kv_heads, sp_size=d)
+        except ValueError:
+            continue
+        if scenario.sequence_tokens % d == 0 and c.world_size % (c.tensor_parallel_size * d) == 0:
+            out.append(d)
+    return out
+
+
+def candidate_grid(scenario: Scenario, held=(), sp_values: Sequence[int] | None = None) -> Candidates:
     """Every candidate for the scenario (see module docstring); the axes of the ``held`` input keys
-    (:data:`SEARCH_INPUTS`) take the scenario's value only. Returns 1-D Candidates (empty when the held values
-    leave no valid combination, e.g. offload_optimizer held at ``cpu`` with stage held at 0). Raises ValueError
-    for a held key the planner does not vary."""
+    (:data:`SEARCH_INPUTS`) take the scenario's value only. ``sp_values``: the Ulysses degrees to grid over
+    (default: the scenario's ``sequence_parallel_size``; :func:`plan` passes :func:`sequence_parallel_options` for
+    long sequences). With ``checkpoint_offload`` only full checkpointing is a candidate (it offloads the
+    checkpointed inputs). Returns 1-D Candidates (empty when the held values leave no valid combination, e.g.
+    offload_optimizer held at ``cpu`` with stage held at 0). Raises ValueError for a held key the planner does
+    not vary."""
     held = _check_held(held)
     t, c, z = scenario.training, scenario.cluster, scenario.zero
     samples = t.micro_batch * t.grad_accum
@@ -254,7 +301,8 @@ def candidate_grid(scenario: Scenario, held=()) -> Candidates:
     stages = (z.stage,) if "stage" in held else range(4)
     oos = (OFFLOAD_CODES[z.offload_optimizer.device],) if "offload_optimizer" in held else (0, 1, 2)
     ops = (OFFLOAD_CODES[z.offload_param.device],) if "offload_param" in held else (0, 1, 2)
-    cks = (CHECKPOINT_CODES[t.checkpointing],) if "checkpointing" in held else (0, 1, 2)
+    cks = (CHECKPOINT_CODES[t.checkpointing],) if "checkpointing" in held or t.checkpoint_offload else (0, 1, 2)
+    sps = tuple(sp_values) if sp_values is not None else (c.sequence_parallel_size,)
     ov_held = None if "overlap_comm" not in held or z.overlap_comm is None else int(z.overlap_comm)
     # DeepSpeed allocates the whole reduce bucket however few parameters train (memory.buffer_bytes), so with
     # Ψ_t below the bucket (LoRA/QLoRA) a bucket of Ψ_t (rounded up to 1e6 elements) is also a candidate: same
@@ -280,10 +328,14 @@ def candidate_grid(scenario: Scenario, held=()) -> Candidates:
                                 for m in micros:
                                     rows.append((stage, oo, op, ck, m, samples // m, hpz, qw, qg, ov, b))
     a = np.array(rows, dtype=np.int64).reshape(-1, 11)
+    sp_col = sps[0]
+    if len(sps) > 1:  # every configuration at every Ulysses degree
+        sp_col = np.tile(np.asarray(sps, dtype=np.int64), a.shape[0])
+        a = np.repeat(a, len(sps), axis=0)
     return Candidates.build(
         stage=a[:, 0], offload_optimizer=a[:, 1], offload_param=a[:, 2], checkpointing=a[:, 3],
         micro_batch=a[:, 4], grad_accum=a[:, 5], nodes=c.nodes, hpz=a[:, 6], qwz=a[:, 7], qgz=a[:, 8],
-        overlap=a[:, 9], reduce_bucket=a[:, 10],
+        overlap=a[:, 9], reduce_bucket=a[:, 10], sp=sp_col,
     )
 
 
@@ -300,6 +352,7 @@ def _choice_at(cand: Candidates, i: int) -> Choice:
         zero_hpz_partition_size=int(cand.hpz[i]),
         zero_quantized_weights=bool(cand.qwz[i]),
         zero_quantized_gradients=bool(cand.qgz[i]),
+        sequence_parallel_size=int(cand.sp[i]),
     )
 
 
@@ -324,9 +377,13 @@ def apply_choice(scenario: Scenario, choice: Choice, *, validate: bool = True) -
     t = t0.model_copy(update={
         "checkpointing": choice.checkpointing, "micro_batch": choice.micro_batch, "grad_accum": choice.grad_accum,
     })
+    c = scenario.cluster
+    if c.sequence_parallel_size != choice.sequence_parallel_size:
+        c = c.model_copy(update={"sequence_parallel_size": choice.sequence_parallel_size})
     if validate:
-        return Scenario.model_validate({**scenario.model_dump(), "zero": z.model_dump(), "training": t.model_dump()})
-    return scenario.model_copy(update={"zero": z, "training": t})
+        return Scenario.model_validate({**scenario.model_dump(), "zero": z.model_dump(), "training": t.model_dump(),
+                                        "cluster": c.model_dump()})
+    return scenario.model_copy(update={"zero": z, "training": t, "cluster": c})
 
 
 def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: float = DEFAULT_TOLERANCE,
@@ -346,8 +403,10 @@ def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: 
     stage3 = (cand.stage[fits] == 3).astype(int)
     zpp = ((cand.hpz[fits] > 1) | (cand.qwz[fits] > 0)).astype(int)
     headroom = gpu_memory_bytes - values["total"][fits]
+    # among equals the smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), after offload
+    sp = cand.sp[fits]
     # np.lexsort: last key is primary
-    order = np.lexsort((-tps, -headroom, zpp, stage3, offloads, ~near))
+    order = np.lexsort((-tps, -headroom, zpp, stage3, sp, offloads, ~near))
     return fits[order]
 
 
@@ -411,6 +470,59 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
     return r
 
 
+def _activation_text(ctx, cand: Candidates, i: int) -> str:
+    """``activations 154.5 GiB (layers 32.3, logits 94.0, ...)``: candidate ``i``'s activation bytes by group
+    (:data:`~zeroplanner.costmodel.activations.ACTIVATION_GROUPS`), GiB."""
+    from .costmodel.activations import activation_parts
+
+    parts = activation_parts(ctx, cand.take(np.array([i])))
+    total = sum(float(v[0]) for v in parts.values())
+    inner = ", ".join(f"{k} {gib(float(v[0])):.1f}" for k, v in parts.items() if float(v[0]) > 0)
+    return f"activations {gib(total):.1f} GiB ({inner})"
+
+
+def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand: Candidates, ctx,
+                searched: bool) -> list[str]:
+    """Why the plan's Ulysses degree: what smaller degrees lacked (memory, with the activations, or speed) and
+    what the split costs (tokens per GPU, all-to-all time, ZeRO and batch degrees)."""
+    p = best.sequence_parallel_size
+    r: list[str] = []
+    if searched and p > 1:
+        chosen = (cand.sp == p) & values["fits"]
+        best_tps = float(values["tokens_per_second"][chosen].max()) if chosen.any() else 0.0
+        for v in sorted({int(x) for x in np.unique(cand.sp)} - {p}):
+            if v > p:
+                continue
+            mask = cand.sp == v
+            fit = mask & values["fits"]
+            if not fit.any():
+                i = int(np.flatnonzero(mask)[np.argmin(values["total"][mask])])
+                r.append(f"Sequence parallelism {p} is needed: with sequence_parallel_size={v} nothing fits; the "
+                         f"candidate needing the least GPU memory ({_choice_at(cand, i).label}) needs "
+                         f"{gib(values['total'][i]):.1f} GiB per GPU, of it {_activation_text(ctx, cand, i)}: "
+                         "no ZeRO stage shards activations, splitting the sequence does.")
+            else:
+                tps = float(values["tokens_per_second"][fit].max())
+                r.append(f"With sequence_parallel_size={v} the best fitting candidate is predicted "
+                         f"{tps:,.0f} tokens/s, {best_tps / tps - 1:.0%} slower than with {p}.")
+    if p > 1:
+        c = scenario.cluster
+        s = scenario.sequence_tokens
+        link = "NVLink inside the node" if p <= c.gpus_per_node else f"{c.network.name} between nodes"
+        share = est.sp_all_to_all_seconds_per_step / est.step_seconds if est.step_seconds else 0.0
+        r.append(f"Ulysses sequence parallelism over {p} GPUs (sequence_parallel_size={p}): each GPU holds "
+                 f"{s // p:,} of the {s:,} tokens of a sample outside attention and {scenario.model.n_heads // p} of "
+                 f"{scenario.model.n_heads} heads inside it; the two all-to-alls per attention layer (forward and "
+                 f"backward) run over {link}, {est.sp_all_to_all_seconds_per_step:.2f} s of the "
+                 f"{est.step_seconds:.2f} s step ({share:.0%}, exposed); ZeRO shards over all "
+                 f"{c.world_size // c.tensor_parallel_size} GPUs, the batch's data-parallel degree is "
+                 f"{c.world_size // c.tensor_parallel_size // p}.")
+    elif searched:
+        r.append(f"Sequence parallelism searched ({', '.join(str(v) for v in sorted(set(cand.sp.tolist())))}): "
+                 "sequence_parallel_size=1 fits and is within the tolerance of the fastest, so no split.")
+    return r
+
+
 def _held_text(scenario: Scenario, held: frozenset[str]) -> str:
     """``stage=2, checkpointing=full``: the held inputs with the scenario's values, in table order."""
     return ", ".join(f"{k}={_held_value(scenario, k)}" for k in SEARCH_INPUTS if k in held)
@@ -428,8 +540,8 @@ def _search_reason(scenario: Scenario, held: frozenset[str], cand: Candidates) -
 def _held_value(scenario: Scenario, key: str):
     z, t = scenario.zero, scenario.training
     return {"offload_optimizer": z.offload_optimizer.device, "offload_param": z.offload_param.device,
-            "checkpointing": t.checkpointing, "micro_batch": t.micro_batch, "grad_accum": t.grad_accum}.get(
-        key, getattr(z, key, None))
+            "checkpointing": t.checkpointing, "micro_batch": t.micro_batch, "grad_accum": t.grad_accum,
+            "sequence_parallel_size": scenario.cluster.sequence_parallel_size}.get(key, getattr(z, key, None))
 
 
 def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternatives: int = 5, held=()) -> Plan:
@@ -460,6 +572,14 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     held_values = {k: _held_value(scenario, k) for k in SEARCH_INPUTS if k in held}
     vlabels, vcand = _variant_candidates(scenario, np.array([scenario.cluster.nodes]))
     values, vvalues = _split_values(evaluate(ctx, Candidates.concat(cand, vcand)), cand.shape, vcand.shape)
+    sp_searched = False
+    long_or_short = scenario.sequence_tokens >= SP_MIN_SEQUENCE_TOKENS or not values["fits"].any()
+    sp_options = sequence_parallel_options(scenario, held) if long_or_short else [1]
+    if len(sp_options) > 1:
+        # Ulysses as a search axis: long sequences, or nothing fits without it (SP_MIN_SEQUENCE_TOKENS)
+        sp_searched = True
+        cand = candidate_grid(scenario, held, sp_options)
+        values = evaluate(ctx, cand)
     ranked = rank_candidates(values, cand, tolerance, ctx.gpu_memory_bytes)
     variants = _variant_options_from(scenario, vvalues)
     if ranked.size == 0:
@@ -475,12 +595,30 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
             remedies.insert(2, "set bnb_4bit_quant_storage to the training dtype so ZeRO-3 shards the 4-bit base")
         if scenario.cluster.cpu_memory_bytes < 4 * 2**40:
             remedies.append("add host RAM for offload")
+        if "sequence_parallel_size" in held:
+            free_sp = sequence_parallel_options(scenario)
+            if len(free_sp) > 1:
+                c2 = candidate_grid(scenario, held - {"sequence_parallel_size"}, free_sp)
+                v2 = evaluate(ctx, c2)
+                ok = np.flatnonzero(v2["fits"])
+                if ok.size:
+                    j = int(ok[np.argmin(c2.sp[ok])])
+                    remedies.insert(0, f"split the sequence with Ulysses sequence parallelism "
+                                       f"(--sequence-parallel-size {int(c2.sp[j])} fits: "
+                                       f"{gib(v2['total'][j]):.1f} GiB per GPU)")
+        from .costmodel.activations import activation_parts
+
+        act = {k: float(v[0]) for k, v in activation_parts(ctx, cand.take(np.array([smallest]))).items()}
+        if not t.tiled_loss and act["logits"] > 0.25 * values["total"][smallest]:
+            remedies.insert(0, f"compute the loss in chunks (--tiled-loss: the logits and their fp32 log-softmax "
+                               f"are {gib(act['logits']):.1f} GiB)")
         within = f" with the options held ({_held_text(scenario, held)})" if held else ""
         warn = [f"Nothing fits{within}. The candidate needing the least GPU memory "
                 f"({_choice_at(cand, smallest).label}) "
                 f"needs {gib(values['total'][smallest]):.1f} GiB per GPU of "
                 f"{gib(ctx.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB usable "
-                f"and {gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node. Options: "
+                f"and {gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node; of it "
+                f"{_activation_text(ctx, cand, smallest)}. Options: "
                 + ", ".join(remedies) + "."]
         warn += [f"As configured (ZeRO-{scenario.zero.stage}): {w_}" for w_ in est.warnings] + precision_note
         return Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=warn,
@@ -506,7 +644,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         if len(alts) >= alternatives:
             break
     reasons = (precision_note + _reasons(scenario, best, est, values, cand, ranked, tolerance)
-               + [_search_reason(scenario, held, cand)])
+               + _sp_reasons(scenario, best, est, values, cand, ctx, sp_searched) + [_search_reason(scenario, held, cand)])
     for a in alts:
         if a.why_not:
             reasons.append(f"Alternative {_short(a.choice)}: {a.why_not}")
@@ -562,7 +700,8 @@ def nearest_fit(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE) -> 
                  overlap_comm=scenario.zero.overlap_comm, reduce_bucket_size=scenario.zero.reduce_bucket_size,
                  zero_hpz_partition_size=scenario.zero.zero_hpz_partition_size,
                  zero_quantized_weights=scenario.zero.zero_quantized_weights,
-                 zero_quantized_gradients=scenario.zero.zero_quantized_gradients)
+                 zero_quantized_gradients=scenario.zero.zero_quantized_gradients,
+                 sequence_parallel_size=scenario.cluster.sequence_parallel_size)
     changes = [f"{k} {getattr(now, k)} -> {getattr(ch, k)}" for k in Choice.model_fields
                if getattr(now, k) != getattr(ch, k) and not (k == "overlap_comm" and now.overlap_comm is None)]
     return Option(label=ch.label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, i),
@@ -596,7 +735,8 @@ def _variant_options_from(scenario: Scenario, values: dict[str, np.ndarray]) -> 
     for i, (label, stage, oo, op) in enumerate(VARIANTS):
         ch = Choice(stage=stage, offload_optimizer=_OFFLOAD_NAMES[oo], offload_param=_OFFLOAD_NAMES[op],
                     checkpointing=t.checkpointing, micro_batch=t.micro_batch, grad_accum=t.grad_accum,
-                    overlap_comm=scenario.zero.overlap_comm, reduce_bucket_size=scenario.zero.reduce_bucket_size)
+                    overlap_comm=scenario.zero.overlap_comm, reduce_bucket_size=scenario.zero.reduce_bucket_size,
+                    sequence_parallel_size=scenario.cluster.sequence_parallel_size)
         sc = apply_choice(scenario, ch, validate=False)
         out.append(Option(label=label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, (i, 0))))
     return out
@@ -612,7 +752,7 @@ def _variant_candidates(scenario: Scenario, nodes: np.ndarray) -> tuple[list[str
         stage=st, offload_optimizer=oo, offload_param=op, checkpointing=CHECKPOINT_CODES[t.checkpointing],
         micro_batch=t.micro_batch, grad_accum=t.grad_accum, nodes=nodes[None, :], hpz=1, qwz=0, qgz=0,
         overlap=-1 if scenario.zero.overlap_comm is None else int(scenario.zero.overlap_comm),
-        reduce_bucket=scenario.zero.reduce_bucket_size,
+        reduce_bucket=scenario.zero.reduce_bucket_size, sp=scenario.cluster.sequence_parallel_size,
     )
     return labels, cand
 
@@ -656,6 +796,73 @@ def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, p
     return best
 
 
+LONGEST_SEQUENCE_QUANTUM = 1024
+"""Sequence lengths :func:`longest_sequence` tries are multiples of this (and of every Ulysses degree tried)."""
+
+
+def longest_sequence(scenario: Scenario, *, sp_values: Sequence[int] | None = None, high: int = 2**26,
+                     precision: float = 1 / 64) -> dict[str, dict[str, int]]:
+    """The longest sequence each variant (:data:`VARIANTS`) can train on the scenario's cluster and model, with the
+    scenario's other training settings (micro-batch, checkpointing, tiled MLP / loss, checkpoint offload).
+
+    ``sp_values``: the Ulysses degrees tried (default :func:`sequence_parallel_options` over the whole world, not
+    only one node, heads rules applied; the scenario's own degree alone when that is 1 option). Every variant is
+    evaluated at every degree on sequence lengths that are multiples of q = lcm(1024, degrees): powers of two
+    times q up to ``high`` tokens, then bisection between the last that fits and the next, to within
+    ``precision`` (relative) of the longest fitting multiple of q (memory and host RAM only grow with the
+    sequence, so the fit is monotone). Returns {label: {"seq_len": tokens (0 when even q does not fit),
+    "sequence_parallel_size": the smallest degree that fits it (0 when none)}}. Raises ValueError for an empty
+    ``sp_values`` or a degree that does not divide the world size.
+    """
+    c = scenario.cluster
+    sps = sorted(set(sp_values)) if sp_values is not None else sequence_parallel_options(scenario, within_node=False)
+    if not sps or any(p < 1 or c.world_size % (c.tensor_parallel_size * p) for p in sps):
+        raise ValueError(f"sp_values={list(sps)}: each must divide the world size {c.world_size} (x tensor_parallel_"
+                         f"size {c.tensor_parallel_size}) and at least one is needed")
+    q = math.lcm(LONGEST_SEQUENCE_QUANTUM, *sps)
+    labels, base = _variant_candidates(scenario, np.array([c.nodes]))
+    n_var = len(labels)
+    cand = Candidates.build(**{f: np.repeat(getattr(base, f).reshape(n_var, 1), len(sps), axis=1)
+                               for f in base.__dataclass_fields__ if f != "sp"},
+                            sp=np.asarray(sps, dtype=np.int64)[None, :])
+    image_tokens = scenario.sequence_tokens - scenario.training.seq_len
+
+    def fits_at(seq: int, rows=slice(None)) -> np.ndarray:
+        """(variants, degrees) bool: what fits at ``seq`` tokens (only ``rows`` evaluated)."""
+        sc = scenario.model_copy(update={"training": scenario.training.model_copy(update={"seq_len": int(seq)})})
+        if image_tokens and (seq + image_tokens) % q:  # the split needs every token count to divide evenly
+            return np.zeros((n_var, len(sps)), dtype=bool)[rows]
+        return evaluate(make_context(sc), cand.take(rows))["fits"]
+
+    last = np.zeros(n_var, dtype=np.int64)  # longest multiple of q known to fit, per variant
+    k = q
+    while k <= high:
+        ok = fits_at(k).any(axis=1)
+        if not ok.any():
+            break
+        last[ok & (last == k // 2)] = k
+        last[ok & (k == q)] = k
+        k *= 2
+    out: dict[str, dict[str, int]] = {}
+    for i, label in enumerate(labels):
+        lo = int(last[i])
+        if lo == 0:
+            out[label] = {"seq_len": 0, "sequence_parallel_size": 0}
+            continue
+        hi = min(2 * lo, (high // q + 1) * q)
+        while hi - lo > max(q, int(lo * precision)):
+            mid = (lo + hi) // 2 // q * q
+            if mid <= lo:
+                break
+            if fits_at(mid, rows=slice(i, i + 1)).any():
+                lo = mid
+            else:
+                hi = mid
+        row = fits_at(lo, rows=slice(i, i + 1))[0]
+        out[label] = {"seq_len": lo, "sequence_parallel_size": int(np.asarray(sps)[row][0])}
+    return out
+
+
 def sweep(scenario: Scenario, **axes: Sequence[int]) -> dict[str, np.ndarray]:
     """Evaluate the cartesian product of candidate axes (Candidates field names -> values); unspecified axes take
     the scenario's value. Returns the raw arrays of :func:`zeroplanner.costmodel.evaluate` (flattened) plus the
@@ -676,4 +883,5 @@ def sweep(scenario: Scenario, **axes: Sequence[int]) -> dict[str, np.ndarray]:
 
 
 __all__ = ["Choice", "Option", "Plan", "plan", "varied_axes", "SEARCH_INPUTS", "nearest_fit", "step_breakdown", "scaling", "largest_model", "sweep", "candidate_grid",
+           "longest_sequence", "sequence_parallel_options",
            "apply_choice", "VARIANTS"]

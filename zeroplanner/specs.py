@@ -725,7 +725,11 @@ class TrainingSpec(_Frozen):
     optimizer: OptimizerName = "adamw"
     micro_batch: int = Field(default=1, ge=1, le=65_536, description="train_micro_batch_size_per_gpu")
     grad_accum: int = Field(default=1, ge=1, le=65_536, description="gradient_accumulation_steps")
-    seq_len: int = Field(default=4096, ge=1, le=4_194_304)
+    seq_len: int = Field(
+        default=4096, ge=1, le=33_554_432,
+        description="tokens per sample; up to 2^25, above the longest published trainable length (ALST, Bekman et "
+        "al. arXiv 2506.13996: 15M tokens for Llama-3.1-8B on 32 H100s with Ulysses)",
+    )
     checkpointing: Checkpointing = "full"
     flash_attention: bool = True
     lora_rank: int = Field(default=0, ge=0, le=65_536, description="0 = full fine-tune")
@@ -900,10 +904,43 @@ class Scenario(_Frozen):
         """Tokens the language model processes per sample: seq_len plus images_per_sample * vision tokens."""
         return self.training.seq_len + self.training.images_per_sample * self.model.vision_tokens_per_image
 
+    @model_validator(mode="after")
+    def _check_long_context(self) -> Scenario:
+        """Ulysses and ALST rules (DeepSpeed 0.19.8 ``ulysses_sp.py``; costmodel.ulysses.check_ulysses): heads and
+        KV heads compatible with ``sequence_parallel_size``, the sequence (with image tokens) a multiple of it (the
+        pricing splits it exactly; pad the data to the next multiple, as HF/accelerate's SP collator does), a
+        flash/sdpa attention (``register_with_transformers`` refuses eager); ``checkpoint_offload`` needs full
+        activation checkpointing (it offloads the checkpointed layer inputs)."""
+        sp, m, t = self.cluster.sequence_parallel_size, self.model, self.training
+        if sp > 1:
+            from .costmodel.ulysses import check_ulysses
+
+            tokens = self.sequence_tokens
+            try:
+                check_ulysses(n_heads=m.n_heads, kv_heads=m.kv_heads, sp_size=sp)
+            except ValueError as exc:
+                raise ValueError(f"sequence_parallel_size={sp} does not fit {m.name}'s heads: "
+                                 + str(exc).replace("sp_size", "sequence_parallel_size")) from None
+            if tokens % sp:
+                up = -(-tokens // sp) * sp
+                raise ValueError(f"sequence_parallel_size={sp} must divide the sequence length ({tokens} tokens, "
+                                 f"seq_len + image tokens): DeepSpeed's Ulysses splits it evenly; pad to {up}")
+            if not t.flash_attention:
+                raise ValueError(f"sequence_parallel_size={sp} needs flash_attention (flash/sdpa kernels): "
+                                 "DeepSpeed's Ulysses refuses eager attention")
+        if t.checkpoint_offload and t.checkpointing != "full":
+            raise ValueError(f"checkpoint_offload needs checkpointing='full' (got {t.checkpointing!r}): it moves "
+                             "the checkpointed layer inputs to host RAM")
+        return self
+
     @property
     def global_batch_size(self) -> int:
-        """train_batch_size = micro * grad_accum * data-parallel degree (DeepSpeed's rule, DeepSpeed #6914)."""
-        return self.training.micro_batch * self.training.grad_accum * self.cluster.data_parallel_degree
+        """train_batch_size = micro * grad_accum * data-parallel degree (DeepSpeed's rule, DeepSpeed #6914), with
+        the data-parallel degree world / (tp x sp) under Ulysses (``ClusterSpec.data_parallel_degree`` /
+        ``sequence_parallel_size``: DeepSpeed 0.19.8 ``runtime/config.py`` sets ``world_size = dist.get_world_size() /
+        config["sequence_parallel_size"]`` for the batch assertion)."""
+        return (self.training.micro_batch * self.training.grad_accum
+                * (self.cluster.data_parallel_degree // self.cluster.sequence_parallel_size))
 
     @property
     def tokens_per_step(self) -> int:

@@ -39,8 +39,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     est = estimate(scenario)
     rows = "\n".join(f"  {t.name:<18} {t.bytes / GIB:8.2f} GiB" for t in est.terms)
+    sp = est.sequence_parallel_size
+    split = (f", Ulysses sequence_parallel_size {sp} (batch data-parallel degree {est.data_parallel_degree // sp}; "
+             f"all-to-alls {est.sp_all_to_all_seconds_per_step:.3f} s per step)" if sp > 1 else "")
     text = (f"{scenario.model.name}: Ψ = {est.parameters:,} ({est.trainable_parameters:,} trainable), ZeRO-"
-            f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}\n{rows}\n{est.summary()}\n"
+            f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}{split}\n{rows}\n{est.summary()}\n"
             + "".join(f"warning: {w}\n" for w in est.warnings))
     obj = {"inputs": inputs_json(args, scenario), **estimate_json(est)}
     storage = offload_storage(scenario)
@@ -89,7 +92,7 @@ def _storage_lines(storage: dict) -> str:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from ..planner import SEARCH_INPUTS, largest_model, plan
+    from ..planner import SEARCH_INPUTS, largest_model, longest_sequence, plan
 
     given = given_inputs(args)
     held = sorted(set(given) & set(SEARCH_INPUTS))
@@ -115,6 +118,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         "without_held": None if free is None else {
             "fits": free.fits, "choice": _choice_json(free.choice) if free.choice else None},
         "largest_model_parameters": largest_model(scenario),
+        "longest_sequence": longest_sequence(scenario),
     }
     if p.fits:
         text = f"Recommended: {p.choice.label}\n" + "".join(f"- {r}\n" for r in p.reasons)
@@ -128,6 +132,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
     text += "largest trainable model on this cluster (Llama-shaped, same training settings):\n" + "".join(
         f"  {label:<36} {n / 1e9:8.1f} B parameters\n" for label, n in obj["largest_model_parameters"].items())
+    text += (f"longest trainable sequence for {scenario.model.name} on this cluster (same training settings; Ulysses "
+             "degrees over the whole cluster):\n" + "".join(
+                 f"  {label:<36} {r['seq_len']:>12,} tokens"
+                 + (f" (sequence_parallel_size {r['sequence_parallel_size']})" if r["seq_len"] else " (none fits)")
+                 + "\n" for label, r in obj["longest_sequence"].items()))
     _emit(args, obj, text)
     return EXIT_FITS if p.fits else EXIT_DOES_NOT_FIT
 

@@ -139,11 +139,25 @@ def moe_block_bytes(m, sb, ab: float, inner, width: float, tp: float):
     return router + experts + shared_bytes
 
 
-def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing: np.ndarray) -> np.ndarray:
-    """Bytes saved for backward by ONE transformer layer for a micro-batch, without checkpointing.
+def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing: np.ndarray,
+                           sp: np.ndarray | None = None) -> np.ndarray:
+    """Bytes saved for backward by ONE transformer layer for a micro-batch on one GPU, without checkpointing.
 
-    micro_batch, checkpointing: int arrays (checkpointing 1 = selective drops the s^2 attention terms).
-    Returns float array, bytes.
+    micro_batch, checkpointing: int arrays (checkpointing 1 = selective drops the s^2 attention terms); sp: the
+    Ulysses sequence-parallel degree P per candidate (int array, default 1). Returns float array, bytes.
+
+    Ulysses (Jacobs et al., arXiv 2309.14509 Sec. 3; DeepSpeed 0.19.8 ``UlyssesSPAttentionHF``): everything outside
+    attention's core holds the rank's s/P tokens (``sb`` below is the local tokens s·b/P); the core runs on the full
+    sequence with n_heads/P query heads and max(kv_heads, P)/P KV heads, whose bytes are the local tokens times all
+    heads (the KV width taken as max(kv_heads, P)·head_dim: DeepSpeed repeats KV heads up to P), its fp32
+    log-sum-exp 4·(a/P)·s·b and the s^2 terms of eager attention (a/P)·s²·b; with P > 1 the output projection's
+    input is the second all-to-all's output, a new tensor, and the kernel's q/k/v are the first all-to-all's
+    outputs (so a fused QKV output is not kept alive through views). The llama layout of this is
+    :func:`~.ulysses.activation_bytes_per_rank`, measured on the real engine (tests/evidence/
+    test_ulysses_engine.py); the other families follow the same substitution, not measured under Ulysses. With P = 1
+    every expression reduces to the unsplit one exactly (division by 1.0). ``TrainingSpec.tiled_mlp`` (ALST TiledMLP,
+    DeepSpeed ``ulysses_sp.py`` ``TiledMLP``: the MLP runs over sequence tiles under no_grad and saves only its
+    input) drops the dense MLP's intermediates here; one tile's are added once by :func:`tiled_mlp_tile_bytes`.
     """
     sc = ctx.scenario
     m, t = sc.model, sc.training
@@ -155,7 +169,10 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     h, hq, hk, f = float(m.hidden_size), float(m.q_size), float(m.kv_size), float(m.ffn_size)
     a = float(m.n_heads)
     drop = 1.0 if m.dropout else 0.0
-    sb = s * b
+    split = sp is not None and bool(np.any(sp > 1))  # some candidate splits the sequence
+    P = np.asarray(sp).astype(np.float64) if split else 1.0
+    ulysses = P > 1.0
+    sb = s * b / P  # tokens on this GPU (all of them without sequence parallelism)
 
     # Corrections from the saved-tensor measurement of real HF models (zeroplanner.calibrate.measure_activation_bytes,
     # transformers 5.24, bf16 on CPU, sdpa; table in docs/validation.md), per layer:
@@ -187,7 +204,9 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
         if t.flash_attention and not m.attn_logit_softcapping:
             # K/V repeated to n_heads before the kernel when transformers' use_gqa_in_sdpa refuses the kernel's
             # own GQA (integrations/sdpa_attention.py: a mask is present, or the head width exceeds 256)
-            kk = hq if repeat_kv else hk
+            # Ulysses: K/V repeated to max(kv_heads, P) heads before the exchange (ulysses_sp.py
+            # kv_replication_factor); the width per local token is then max(kv, P)·d
+            kk = hq if repeat_kv else (np.where(ulysses, d * np.maximum(kv, P), hk) if split else hk)
             q_k_v = ab * sb * (hq + kk + (hv_mla or kk)) * ta  # inputs of the attention kernel
             out_copy = 0.0 * b
             if m.fused_qkv:
@@ -195,7 +214,8 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
                 # and the rotary Q and K are new copies beside it); the output projection's input is a copy for
                 # GPT-NeoX and, when the layer is recomputed under checkpointing, for GPT-2 (measured; a view
                 # otherwise)
-                q_k_v = q_k_v + (ab * sb * (hq + hk) * ta if rotary else 0.0)
+                fused_kept = ab * sb * (hq + hk) * ta if rotary else 0.0
+                q_k_v = q_k_v + (np.where(ulysses, 0.0, fused_kept) if split else fused_kept)
                 out_copy = np.where(checkpointing == 2, 1.0, 1.0 if rotary else 0.0) + 0.0 * b
             if m.rotary_fraction < 1.0:
                 # partial rotary (GLM-4): apply_rotary_pos_emb concatenates the rotated and the passed-through
@@ -207,9 +227,10 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
                 # layout, so the output is copied before o_proj as with partial rotary (measured on CPU)
                 out_copy = out_copy + 1.0
             hout = hv_mla or hq  # the output has the value width
-            core = (ab * sb * hout + 4.0 * a * s * b) * ta  # output + fp32 log-sum-exp per head
+            core = (ab * sb * hout + 4.0 * a * s * b / P) * ta  # output + fp32 log-sum-exp per (local) head
             core_s2 = 0.0 * b
-            out_in = out_copy * ab * sb * hout * ta
+            # Ulysses: the output projection reads the second all-to-all's output, one new tensor
+            out_in = (np.where(ulysses, 1.0, out_copy) if split else out_copy) * ab * sb * hout * ta
         else:
             # eager attention repeats K/V heads to n_heads before matmuls
             q_k_v = ab * sb * (2 * hq + (hv_mla or hq)) * ta
@@ -220,13 +241,13 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             # bytes per layer in bf16 with the cap)
             cast = ab if (ab < 4.0 or drop) else 0.0  # in fp32 the cast is the softmax output itself
             cap = ab if m.attn_logit_softcapping else 0.0
-            core_s2 = (4.0 + cast + cap + drop) * a * s * s * b * ta
+            core_s2 = (4.0 + cast + cap + drop) * a * s * s * b / P * ta
             if m.family in _SINK_FAMILIES:
                 # gpt-oss eager_attention_forward: the sink logit concatenated as column s + 1, the int64 argmax
                 # of the max subtraction, softmax in the working precision (its output, s + 1 wide, is what the
                 # matmul with V keeps, through a view)
                 core_s2 = (ab * a * s * (s + 1.0) * b + 8.0 * a * s * b
-                           + drop * (a * s * s * b + ab * a * s * s * b)) * ta
+                           + drop * (a * s * s * b + ab * a * s * s * b)) / P * ta
             out_in = ab * sb * (hv_mla or hq) * ta  # input of the output projection
         # q/k RMSNorms (Qwen3, Gemma 3/4, OLMo 2, Qwen3-Next): like the block norms, each saves its fp32 upcast
         # input and rstd (per head for 'head', per token for 'full') besides its normalised output (the kernel
@@ -241,7 +262,7 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             # Llama 4 NoPE layers have no q/k norm; they scale the queries by an fp32 temperature per position
             # instead (attn_temperature_tuning, Llama4TextAttention.forward: 4 bytes per token saved)
             nope = m.nope_layers / float(m.n_layers)
-            q_k_v = q_k_v + (1.0 - nope) * (4.0 * sb * (hq + hk) + 4.0 * sb * (a + kv)) * ta + nope * 4.0 * s
+            q_k_v = q_k_v + (1.0 - nope) * (4.0 * sb * (hq + hk) + 4.0 * sb * (a + kv)) * ta + nope * 4.0 * s / P
         if gemma4:
             # Gemma4TextAttention.forward: v_norm (Gemma4RMSNorm with_scale=False) on the values: the fp32 upcast,
             # the mean square and its power per head
@@ -295,7 +316,8 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # n_layers (exact for the total; the recomputed layer under full checkpointing is the average layer).
     expert_width = _EXPERT_SAVED_WIDTHS.get(m.family, width)
     moe = moe_block_bytes(m, sb, ab, expert_width * ab * sb * f / tp, width, tp) if m.n_moe_layers else 0.0
-    dense = mlp_in + width * ab * sb * m.dense_width / tp
+    # TiledMLP saves only its input (the norm output, mlp_in); the intermediates exist for one tile at a time
+    dense = mlp_in + (0.0 if t.tiled_mlp else width * ab * sb * m.dense_width / tp)
     layers = float(m.n_layers)
     mlp = mlp_norm + mlp_drop + (m.n_moe_layers / layers) * moe + (m.n_dense_layers / layers) * dense
     return attention + mlp
@@ -323,13 +345,66 @@ def rotary_table_bytes(m, tokens: float, precision: str) -> float:
 
 
 ACTIVATION_GROUPS = {
-    "layers": ("layer inputs + one layer recomputed", "saved layer activations"),
+    "layers": ("layer inputs + one layer recomputed", "saved layer activations",
+               "one layer input (the others offloaded to host) + one layer recomputed",
+               "one TiledMLP tile's intermediates"),
     "final": ("final norm + lm_head inputs",),
     "inputs": ("token ids, labels, rotary tables",),
-    "logits": ("logits + fp32 log-softmax", "soft-capped logits (tanh output)"),
+    "logits": ("logits + fp32 log-softmax", "soft-capped logits (tanh output)",
+               "one loss chunk's logits + fp32 log-softmax, lm_head input gradient (tiled loss)",
+               "one loss chunk's soft-capped logits (tiled loss)"),
     "vision": ("vision tower",),
 }
 """The keys of :func:`activation_parts` and the labels of the :func:`activation_term` parts each one sums."""
+
+TILED_LOSS_CHUNK_FP32_BYTES = 2**30
+"""Tiled loss: fp32 logits bytes per chunk the shard count aims at, ``num_shards = ceil(tokens * vocab * 4 / 2**30)``
+(transformers Trainer's ALST loss path and ArcticTraining ``sft_trainer.py``: "parameterize to about 1GB fp32 logits
+shards", ``slice_size_in_gb = 1``), each chunk ``ceil(tokens / num_shards)`` tokens (``torch.chunk`` on the flattened
+batch x sequence in DeepSpeed 0.19.8 ``TiledFusedLogitsLoss.forward``)."""
+
+
+def sequence_parallel_degree(cand: Candidates) -> np.ndarray:
+    """The Ulysses degree P per candidate as a float array (1.0 without sequence parallelism)."""
+    return cand.sp.astype(np.float64)
+
+
+def local_tokens(ctx: Context, cand: Candidates) -> np.ndarray:
+    """Tokens one GPU holds per micro-batch: micro_batch x sequence_tokens / P (float array)."""
+    return cand.micro_batch.astype(np.float64) * float(ctx.scenario.sequence_tokens) / sequence_parallel_degree(cand)
+
+
+def loss_chunk_tokens(ctx: Context, cand: Candidates) -> np.ndarray:
+    """Tokens of one tiled-loss chunk (:data:`TILED_LOSS_CHUNK_FP32_BYTES`): ceil(t / ceil(4·t·V / 2^30)) for the
+    local tokens t (float array)."""
+    tok = np.ceil(local_tokens(ctx, cand))
+    shards = np.maximum(1.0, np.ceil(tok * 4.0 * ctx.scenario.model.vocab_size / TILED_LOSS_CHUNK_FP32_BYTES))
+    return np.ceil(tok / shards)
+
+
+def tiled_mlp_tile_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
+    """Bytes of ONE TiledMLP tile's MLP intermediates (its recomputation with grad in backward), per GPU.
+
+    DeepSpeed 0.19.8 ``ulysses_sp.py`` ``TiledMLP`` (ALST, Bekman et al. arXiv 2506.13996 Sec. 3.2): the dense MLP
+    runs under no_grad over ``num_shards = ceil(seqlen / hidden_size)`` chunks of the local sequence
+    (``tiled_mlp_forward`` in its docstring, the form ArcticTraining's ``enable_tiled_mlp_compute`` uses), saving
+    only its input; backward recomputes one chunk at a time, ``torch.chunk`` of the flattened ``b * s_l`` tokens
+    into ``num_shards``: ``ceil(b * s_l / num_shards)`` tokens, each with the dense MLP's saved width (SwiGLU 4
+    tensors of ffn_size, GELU 2, GPT-2's gelu_new 5). Measured on CPU (tests/evidence/test_tiled_mlp_census.py:
+    DeepSpeed's TiledMLP in transformers' LlamaMLP, saved-tensor census): the forward saves no MLP intermediates
+    and each recomputed tile saves exactly this. MoE layers are not tiled (TiledMLP wraps a dense MLP). Float
+    array, bytes; 0 when ``tiled_mlp`` is off.
+    """
+    sc = ctx.scenario
+    m, t = sc.model, sc.training
+    if not t.tiled_mlp or m.n_dense_layers == 0:
+        return np.zeros(cand.shape)
+    ab = 4.0 if t.precision == "fp32" else 2.0
+    s_local = np.ceil(float(sc.sequence_tokens) / sequence_parallel_degree(cand))
+    shards = np.ceil(s_local / float(m.hidden_size))
+    tile = np.ceil(cand.micro_batch.astype(np.float64) * s_local / shards)
+    width = 4.0 if m.ffn_kind == "swiglu" else (5.0 if m.family == "gpt2" else 2.0)
+    return width * ab * tile * float(m.dense_width) / float(ctx.tp)
 
 
 def activation_term(ctx: Context, cand: Candidates) -> TermParts:
@@ -338,6 +413,8 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     - the layers: L layers' saved tensors (none/selective), or with full checkpointing the L stored layer inputs
       plus one layer recomputed in backward, minus the recomputed layer's LayerNorm input, which is the stored
       layer input itself (measured: no new storage; HF's RMSNorm saves an fp32 upcast instead, a new storage);
+      with ``checkpoint_offload`` the stored inputs live in host RAM (memory.host_parts) and one is back on the GPU
+      for the layer being recomputed (ALST Sec. 3.3; ArcticTraining ``CheckpointFunctionWithCPUOffload``);
     - the final norm (as in the layers: RMSNorm's fp32 upcast and rstd, LayerNorm's input and statistics) and
       the lm_head input;
     - int64 input ids and labels (8 bytes each per token) and the rotary cos/sin tables shared by all layers
@@ -345,39 +422,84 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
       none with learned positions);
     - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t, and with
       final_logit_softcapping (Gemma 2/4) the tanh output over the logits, a_b·s·b·V / t
-      (Gemma2ForCausalLM.forward: ``logits = torch.tanh(logits / cap) * cap``);
+      (Gemma2ForCausalLM.forward: ``logits = torch.tanh(logits / cap) * cap``); with ``tiled_loss`` (DeepSpeed
+      ``TiledFusedLogitsLoss``: backward inside forward, chunk by chunk) one chunk's (s_c tokens,
+      :func:`loss_chunk_tokens`) plus the gradient of the lm_head input it fills, a_b·s·b·h / P;
+    - with ``tiled_mlp`` one tile's MLP intermediates (:func:`tiled_mlp_tile_bytes`);
     - the vision tower's saved tensors for images_per_sample x micro-batch images (Qwen2-VL / Qwen2.5-VL /
       Gemma 3; :func:`zeroplanner.costmodel.vision.vision_activation_bytes`: trainable, or frozen under full
-      checkpointing, where transformers still records the checkpointed blocks);
-    Every part was checked against the saved-tensor measurement (docs/validation.md).
+      checkpointing, where transformers still records the checkpointed blocks), not split by sequence parallelism.
+
+    Ulysses sequence parallelism (degree p = ``sequence_parallel_size``): every per-token part holds the GPU's
+    s/p tokens (the layer term as :func:`layer_activation_bytes` splits it). Every part except the
+    sequence-parallel, offload and tiling ones was checked against the saved-tensor measurement
+    (docs/validation.md); the Ulysses llama layout on the real engine (tests/evidence/test_ulysses_engine.py).
     """
     sc = ctx.scenario
     m, t = sc.model, sc.training
     rms = m.norm_kind == "rmsnorm"
     rotary = m.learned_position_embeddings <= 0
     full = cand.checkpointing == 2
+    off = full & t.checkpoint_offload
+    keep = full & (not t.checkpoint_offload)
+    tiled = t.tiled_loss
+    split = bool(np.any(cand.sp > 1))
     x = {"L": float(m.n_layers), "s": float(sc.sequence_tokens), "b": cand.micro_batch.astype(np.float64),
          "h": float(m.hidden_size), "V": float(m.vocab_size), "a_b": 4.0 if t.precision == "fp32" else 2.0,
-         "d_rot": _rotary_table_width(m), "t": float(ctx.tp),
+         "d_rot": _rotary_table_width(m), "t": float(ctx.tp), "p": sequence_parallel_degree(cand) if split else 1.0,
          "r_b": 4.0 if (m.family in _FP32_ROTARY_FAMILIES or t.precision == "fp32") else 2.0,
          "n_b": 4.0 if m.family in _GEMMA_NORM_FAMILIES else (4.0 if t.precision == "fp32" else 2.0),
-         "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing),
+         "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing, cand.sp if split else None),
+         "s_c": loss_chunk_tokens(ctx, cand) if tiled else 0.0,
+         "A_tile": tiled_mlp_tile_bytes(ctx, cand) if t.tiled_mlp else 0.0,
          "vision": vision_activation_bytes(  # the trainable tower's saved tensors (costmodel/vision.py)
              m.vision, t.images_per_sample * cand.micro_batch, activation_bytes=4.0 if t.precision == "fp32" else 2.0,
              checkpointing=cand.checkpointing, flash_attention=t.flash_attention,
              trainable=not (t.freeze_vision or t.lora_rank))}
-    return term("activations", x, [
-        ("layer inputs + one layer recomputed", "L*a_b*s*b*h + layer", full & rms),
-        ("layer inputs + one layer recomputed", "L*a_b*s*b*h + layer - a_b*s*b*h", full & (not rms)),
-        ("saved layer activations", "L*layer", ~full),
-        ("final norm + lm_head inputs", "(4+n_b)*s*b*h + 4*s*b + a_b*s*b*h", rms),
-        ("final norm + lm_head inputs", "a_b*s*b*h + 8*s*b + a_b*s*b*h", not rms),
-        ("token ids, labels, rotary tables", "16*s*b + 2*r_b*s*b*d_rot", rotary),
-        ("token ids, labels, rotary tables", "16*s*b", not rotary),
-        ("logits + fp32 log-softmax", "(a_b+4)*s*b*V/t", True),
-        ("soft-capped logits (tanh output)", "a_b*s*b*V/t", m.final_logit_softcapping),
-        ("vision tower", "vision", m.vision is not None and t.images_per_sample > 0),
-    ])
+    rows = [
+        ("layer inputs + one layer recomputed", "L*a_b*s/p*b*h + layer", keep & rms),
+        ("layer inputs + one layer recomputed", "L*a_b*s/p*b*h + layer - a_b*s/p*b*h", keep & (not rms)),
+    ]
+    if t.checkpoint_offload:
+        rows += [("one layer input (the others offloaded to host) + one layer recomputed", "a_b*s/p*b*h + layer",
+                  off & rms),
+                 ("one layer input (the others offloaded to host) + one layer recomputed", "layer", off & (not rms))]
+    rows.append(("saved layer activations", "L*layer", ~full))
+    if t.tiled_mlp:
+        rows.append(("one TiledMLP tile's intermediates", "A_tile", True))
+    rows += [
+        ("final norm + lm_head inputs", "(4+n_b)*s/p*b*h + 4*s/p*b + a_b*s/p*b*h", rms),
+        ("final norm + lm_head inputs", "a_b*s/p*b*h + 8*s/p*b + a_b*s/p*b*h", not rms),
+        ("token ids, labels, rotary tables", "16*s/p*b + 2*r_b*s/p*b*d_rot", rotary),
+        ("token ids, labels, rotary tables", "16*s/p*b", not rotary),
+    ]
+    if tiled:
+        rows += [("one loss chunk's logits + fp32 log-softmax, lm_head input gradient (tiled loss)",
+                  "(a_b+4)*s_c*V/t + a_b*s/p*b*h", True),
+                 ("one loss chunk's soft-capped logits (tiled loss)", "a_b*s_c*V/t", m.final_logit_softcapping)]
+    else:
+        rows += [("logits + fp32 log-softmax", "(a_b+4)*s/p*b*V/t", True),
+                 ("soft-capped logits (tanh output)", "a_b*s/p*b*V/t", m.final_logit_softcapping)]
+    # the vision tower's images are not split over the Ulysses ranks (each rank encodes them whole; not measured)
+    rows.append(("vision tower", "vision", m.vision is not None and t.images_per_sample > 0))
+    if not split:  # no candidate splits the sequence: the formulas as shown without Ulysses
+        rows = [(label, expr.replace("s/p*", "s*"), when) for label, expr, when in rows]
+    return term("activations", x, rows)
+
+
+def checkpoint_offload_bytes_per_micro(ctx: Context, cand: Candidates) -> np.ndarray:
+    """Bytes ``checkpoint_offload`` moves over PCIe per GPU per micro-step: the L checkpointed layer inputs
+    (a_b·s·b·h / P each) to the host in forward and back in backward, 2·L·a_b·s·b·h / P; 0 without it (or without
+    full checkpointing). ArcticTraining's ``CheckpointFunctionWithCPUOffload`` (the ALST implementation) copies
+    them blocking ("isn't yet efficient (blocking)", ArcticTraining projects/sequence-parallelism USAGE.md), so
+    evaluate.step_parts prices the transfer as exposed. Float array, bytes."""
+    t = ctx.scenario.training
+    if not t.checkpoint_offload:
+        return np.zeros(cand.shape)
+    ab = 4.0 if t.precision == "fp32" else 2.0
+    m = ctx.scenario.model
+    per = 2.0 * m.n_layers * ab * local_tokens(ctx, cand) * float(m.hidden_size)
+    return np.where(cand.checkpointing == 2, per, 0.0)
 
 
 def activation_parts(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:

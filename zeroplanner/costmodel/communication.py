@@ -108,6 +108,54 @@ def stage3_collective_counts(ctx: Context, cand: Candidates) -> dict[str, np.nda
             "all_gather_step": zero + step}
 
 
+def ulysses_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+    """Ulysses sequence parallelism's collectives per micro-step, per GPU (float arrays of the candidates' shape).
+
+    Per attention layer and forward, DeepSpeed 0.19.8's ``UlyssesSPAttentionHF`` issues four all-to-alls (q, k, v
+    before the kernel, the output after it) of ``b*(s/P)*width`` elements each, width ``n_heads*d`` for q and the
+    output and ``max(kv_heads, P)*d`` for k and v, plus one all-gather of the int64 ``position_ids`` (``b*s/P*8``
+    bytes); backward sends each all-to-all again (the exchange's autograd rule), and full activation checkpointing
+    re-runs the forward's four in backward (all counted and sized on the real engine:
+    :func:`~.ulysses.all_to_all_bytes_per_step`, tests/evidence/test_ulysses_engine.py; this function is the same
+    formula over candidate arrays, checked equal to it in tests/core/test_ulysses_costmodel.py). Element bytes: the
+    working precision (ALST's ``seq_parallel_communication_data_type: bf16``).
+
+    Time: an all-to-all among P ranks sends (P-1)/P of its input from each rank, the bus-bandwidth factor
+    nccl-tests gives alltoall and all-gather alike (PERFORMANCE.md), so each is priced as :func:`ring_seconds`
+    "all_gather" of the same message size: over NVLink when the P ranks share a node (P <= GPUs per node; the HF/
+    accelerate launchers place consecutive ranks, and DeepSpeed's sequence-parallel groups are consecutive ranks,
+    ``groups._create_sequence_parallel_group``), over the node's NICs otherwise. The exchanges sit between
+    projections and the attention kernel on the critical path, so evaluate.step_parts counts them exposed.
+
+    Returns "a2a_message_bytes_micro" (all-to-all message bytes of one micro-step), "a2a_calls_micro",
+    "position_ids_bytes_micro", "seconds_micro" (all of it, forward + backward). Zero where P = 1.
+    """
+    m, t = ctx.scenario.model, ctx.scenario.training
+    if not np.any(cand.sp > 1):
+        zero = np.zeros(cand.shape)
+        return {"a2a_message_bytes_micro": zero, "a2a_calls_micro": zero, "position_ids_bytes_micro": zero,
+                "seconds_micro": zero}
+    P = cand.sp.astype(np.float64)
+    on = P > 1.0
+    eb = 4.0 if t.precision == "fp32" else 2.0
+    L = float(m.n_attention_layers)
+    d = float(m.dim_head)
+    tokens = cand.micro_batch.astype(np.float64) * float(ctx.scenario.sequence_tokens) / P
+    per_layer = eb * tokens * d * (2.0 * m.n_heads + 2.0 * np.maximum(float(m.kv_heads), P))
+    passes = np.where(cand.checkpointing == 2, 3.0, 2.0)  # forward, backward (+ the recomputed forward)
+    message = np.where(on, L * per_layer * passes, 0.0)
+    calls = np.where(on, L * 4.0 * passes, 0.0)
+    pos_msg = np.where(on, L * 8.0 * tokens * np.where(cand.checkpointing == 2, 2.0, 1.0), 0.0)
+    pos_calls = np.where(on, L * np.where(cand.checkpointing == 2, 2.0, 1.0), 0.0)
+    cross = P > float(ctx.gpus_per_node)
+    nodes = np.ceil(P / float(ctx.gpus_per_node))
+    # all-gather message = its output (P x the rank's input), as ring_seconds expects
+    seconds = (ring_seconds(ctx, "all_gather", message, P, calls, cross, nodes)
+               + ring_seconds(ctx, "all_gather", pos_msg * P, P, pos_calls, cross, nodes))
+    return {"a2a_message_bytes_micro": message, "a2a_calls_micro": calls, "position_ids_bytes_micro": pos_msg,
+            "seconds_micro": np.where(on, seconds, 0.0)}
+
+
 def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """Per-GPU message bytes per collective type per step, on-the-wire bytes, and seconds per phase.
 
@@ -117,7 +165,10 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
       "seconds": total collective time per step;
       "fwd_seconds_micro", "bwd_seconds_micro": stage-3 gathers/reduces per micro-step (overlappable);
       "reduce_seconds_micro": stage-2 gradient reduce-scatter per micro-step (overlappable);
-      "boundary_seconds": collectives at the step boundary (not overlapped).
+      "boundary_seconds": collectives at the step boundary (not overlapped);
+      "a2a_seconds_micro", "all_to_all": Ulysses' all-to-alls and position_ids all-gathers per micro-step
+      (seconds, exposed) and their message bytes per step (:func:`ulysses_terms`; 0 without sequence
+      parallelism), included in "seconds" and "wire_bytes".
     """
     z = ctx.scenario.zero
     n = data_parallel_degree(ctx, cand)
@@ -190,7 +241,17 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
 
     frac = np.where(nf > 1, (nf - 1.0) / nf, 0.0)
     wire = ar_bytes * 2.0 * frac + (rs_bytes + ag_bytes) * frac
+    uly = ulysses_terms(ctx, cand)
+    a2a_bytes = uly["a2a_message_bytes_micro"]  # zeros without sequence parallelism
+    if np.any(cand.sp > 1):
+        a2a_bytes = ga * a2a_bytes
+        sp = cand.sp.astype(np.float64)
+        # position_ids all-gather: each rank sends its b*s/P*8 bytes to P-1 ranks
+        wire = wire + (a2a_bytes + ga * uly["position_ids_bytes_micro"] * sp) * (sp - 1.0) / sp
+        seconds = seconds + ga * uly["seconds_micro"]
     return {
+        "all_to_all": a2a_bytes,
+        "a2a_seconds_micro": uly["seconds_micro"],
         "all_reduce": ar_bytes + 0.0 * nf,
         "reduce_scatter": rs_bytes + 0.0 * nf,
         "all_gather": ag_bytes + 0.0 * nf,

@@ -111,6 +111,10 @@ def flops_per_token(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndar
     recompute = np.select(
         [cand.checkpointing == 2, cand.checkpointing == 1], [fwd + 0.0, attention / 3.0 + 0.0 * fwd], 0.0
     )
+    if t.tiled_mlp:
+        # TiledMLP runs the dense MLP's forward again in backward (no_grad forward, recompute with grad per tile;
+        # DeepSpeed 0.19.8 ulysses_sp.py TiledMLP docstring: "the forward occurs twice each iteration")
+        recompute = recompute + 2.0 * m.n_dense_layers * m.dense_mlp_params / tp
     model_arr = model + 0.0 * recompute
     return model_arr, model_arr + recompute, fwd + 0.0 * recompute
 
@@ -126,7 +130,9 @@ def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     ``--mfu`` would have to be for the same compute time).
     """
     model, executed, fwd = flops_per_token(ctx, cand)
-    tokens_micro = cand.micro_batch.astype(np.float64) * ctx.scenario.sequence_tokens
+    # Ulysses: each GPU computes its s/P tokens (and attention for n_heads/P heads over the whole sequence, the same
+    # FLOPs as s/P tokens' share); FLOPs per token are unchanged
+    tokens_micro = cand.micro_batch.astype(np.float64) * ctx.scenario.sequence_tokens / cand.sp
     rate = ctx.peak_flops * achieved_fraction(ctx, cand)
     mem_total, mem_fwd = memory_bound_seconds_micro(ctx, cand)
     micro = tokens_micro * executed / rate + mem_total
@@ -189,7 +195,7 @@ def memory_bound_seconds_micro(ctx: Context, cand: Candidates) -> tuple[np.ndarr
     m, t = sc.model, sc.training
     kind = "swiglu" if m.ffn_kind == "swiglu" else "gelu"
     tp = float(ctx.tp)
-    tokens = cand.micro_batch.astype(np.float64) * sc.sequence_tokens
+    tokens = cand.micro_batch.astype(np.float64) * sc.sequence_tokens / cand.sp  # this GPU's tokens (Ulysses: s/P)
     layer = m.n_layers * m.hidden_size * ELEMENTWISE_BYTES_PER_HIDDEN[kind] / tp
     eager = not t.flash_attention or bool(m.attn_logit_softcapping)
     scores = (m.n_attention_layers * m.n_heads * sc.sequence_tokens * SCORE_BYTES_PER_ELEMENT[kind] / tp

@@ -122,7 +122,8 @@ class Candidates:
     stage: 0-3; offload_optimizer / offload_param: 0 none, 1 cpu, 2 nvme; checkpointing: 0 none, 1 selective,
     2 full; micro_batch, grad_accum, nodes: positive integers; hpz: zero_hpz_partition_size; qwz / qgz: 0/1 for
     zero_quantized_weights / zero_quantized_gradients; overlap: overlap_comm 0/1, or -1 for DeepSpeed's default;
-    reduce_bucket: reduce_bucket_size in elements.
+    reduce_bucket: reduce_bucket_size in elements; sp: Ulysses sequence-parallel degree (1 = none; optional in
+    :meth:`build`, default 1).
     """
 
     stage: np.ndarray
@@ -137,6 +138,7 @@ class Candidates:
     qgz: np.ndarray
     overlap: np.ndarray
     reduce_bucket: np.ndarray
+    sp: np.ndarray
 
     @classmethod
     def from_scenario(cls, scenario: Scenario) -> Candidates:
@@ -154,12 +156,14 @@ class Candidates:
             qgz=int(z.zero_quantized_gradients),
             overlap=-1 if z.overlap_comm is None else int(z.overlap_comm),
             reduce_bucket=z.reduce_bucket_size,
+            sp=scenario.cluster.sequence_parallel_size,
         )
 
     @classmethod
     def build(cls, **arrays) -> Candidates:
-        """Broadcast keyword arrays (all fields required) to one shape."""
+        """Broadcast keyword arrays (all fields required but ``sp``, which defaults to 1) to one shape."""
         names = [f.name for f in fields(cls)]
+        arrays.setdefault("sp", 1)
         missing = set(names) - set(arrays)
         if missing:
             raise TypeError(f"missing candidate fields: {sorted(missing)}")

@@ -12,6 +12,7 @@ from ..pitfalls import COMMUNICATION_SHARE_LIMIT, scenario_pitfalls
 from ..specs import Output, Scenario
 from ..units import gib
 from .communication import communication_terms
+from .activations import checkpoint_offload_bytes_per_micro
 from .compute import compute_terms, optimizer_and_offload_terms
 from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
 from .memory import TERMS, memory_terms
@@ -49,7 +50,15 @@ def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.
     bwd_exposed = np.where(overlap, hidden_behind(bwd_comm, bwd_c, loss), bwd_comm)
     micro_compute = fwd_c + bwd_c + comp["dequant_seconds_micro"]
     pcie_micro = hidden_behind(opt["pcie_seconds_micro"], micro_compute, loss)
+    # Ulysses all-to-alls sit between the projections and the attention kernel (exposed); ALST's checkpoint
+    # offload copies blocking (activations.checkpoint_offload_bytes_per_micro): both serial with compute
+    a2a = comm["a2a_seconds_micro"]
+    split = bool(np.any(cand.sp > 1))
+    offloading = ctx.scenario.training.checkpoint_offload
+    ckpt_pcie = checkpoint_offload_bytes_per_micro(ctx, cand) / ctx.pcie_bytes_per_second if offloading else a2a * 0.0
     gpu_micro = micro_compute + fwd_exposed + bwd_exposed + pcie_micro
+    if split or offloading:
+        gpu_micro = gpu_micro + a2a + ckpt_pcie
     st = cand.stage
     # every module with parameters gets ZeRO-3's pre-/post-forward and pre-/post-backward hooks, whether it then
     # gathers (partitioned) or finds its parameters available (persistent or still resident)
@@ -60,15 +69,18 @@ def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.
     hooked = st >= 2
     n = data_parallel_degree(ctx, cand)
     hooks = np.where(hooked & (n > 1), FITTED["grad_hook_seconds"] * ctx.param_tensors, 0.0)
-    collectives = comm["boundary_seconds"] + ga * (fwd_exposed + bwd_exposed)
+    collectives = comm["boundary_seconds"] + ga * ((fwd_exposed + bwd_exposed + a2a) if split
+                                                   else (fwd_exposed + bwd_exposed))
     host = ga * (fetch_exposed + hooks)
-    offload = ga * pcie_micro + opt["pcie_seconds_boundary"] + opt["nvme_seconds"]
+    offload = (ga * (pcie_micro + ckpt_pcie) if offloading else ga * pcie_micro) + opt["pcie_seconds_boundary"] \
+        + opt["nvme_seconds"]
     compute = comp["seconds"]
     step = compute + collectives + host + offload + opt["optimizer_seconds"]
     return {"comm_exposed_seconds": collectives + host, "collectives_exposed_seconds": collectives,
             "offload_seconds": offload, "fetch_overhead_seconds": ga * fetch_exposed, "hook_seconds": ga * hooks,
             "step_seconds": step, "fwd_exposed_micro": fwd_exposed, "bwd_exposed_micro": bwd_exposed,
-            "pcie_exposed_micro": pcie_micro}
+            "pcie_exposed_micro": pcie_micro, "sp_all_to_all_seconds": ga * a2a,
+            "checkpoint_offload_seconds": ga * ckpt_pcie}
 
 
 def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
@@ -93,7 +105,12 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     step = parts["step_seconds"]
 
     n = data_parallel_degree(ctx, cand)
-    tokens = cand.micro_batch * ga * n * ctx.scenario.training.seq_len
+    # ZeRO shards over the whole world (n, Ulysses ranks included: ulysses.zero_shard_degree); the batch is split
+    # over the data-parallel degree world / (tp x sp): each sequence-parallel group trains one micro-batch
+    # (train_batch_size = micro x accumulation x world / sp, DeepSpeed's sequence-data-parallel arithmetic)
+    split = bool(np.any(cand.sp > 1))
+    batch_n = n // cand.sp if split else n
+    tokens = cand.micro_batch * ga * batch_n * ctx.scenario.training.seq_len
     usable = ctx.gpu_memory_bytes * (1.0 - a.gpu_memory_margin_fraction)
     fits_gpu = mem["total"] <= usable
     fits_cpu = mem["host_per_node"] * a.host_buffer_factor <= c.cpu_memory_bytes
@@ -125,6 +142,11 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
             "fits": fits_gpu & fits_cpu & fits_nvme,
         }
     )
+    if split or ctx.scenario.training.checkpoint_offload:
+        # the long-context figures (absent = 1 / 0: keeps the common case's per-estimate work unchanged)
+        out.update({"batch_data_parallel_degree": batch_n, "sequence_parallel_size": cand.sp,
+                    "comm_all_to_all": comm["all_to_all"], "sp_all_to_all_seconds": parts["sp_all_to_all_seconds"],
+                    "checkpoint_offload_seconds": parts["checkpoint_offload_seconds"]})
     return out
 
 
@@ -196,6 +218,13 @@ class Estimate(Output):
     achieved_fraction: float = 0.0
     """Fraction of the dense peak the compute runs at (compute.achieved_fraction, or Assumptions.mfu if fixed)."""
     deepspeed_version: str = "0.19.8"
+    sequence_parallel_size: int = 1
+    """Ulysses degree priced (ClusterSpec.sequence_parallel_size); the batch's data-parallel degree is
+    data_parallel_degree / sequence_parallel_size while ZeRO shards over data_parallel_degree."""
+    sp_all_to_all_seconds_per_step: float = 0.0
+    """Ulysses all-to-alls and position_ids all-gathers, exposed (part of communication.exposed_seconds_per_step)."""
+    checkpoint_offload_seconds_per_step: float = 0.0
+    """PCIe time of the activation-checkpoint offload, blocking (part of offload_seconds_per_step)."""
 
     def summary(self) -> str:
         """Two lines for humans (GiB, s, tokens/s). Host RAM is the figure the verdict compares with the node's
@@ -290,7 +319,8 @@ def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], inde
             bytes_per_gpu_per_step=int(round(v["comm_wire_bytes"])),
             seconds_per_step=v["comm_seconds"],
             exposed_seconds_per_step=v["comm_exposed_seconds"],
-            by_collective={k: int(round(v[f"comm_{k}"])) for k in ("all_reduce", "reduce_scatter", "all_gather")},
+            by_collective={k: int(round(v[f"comm_{k}"])) for k in ("all_reduce", "reduce_scatter", "all_gather")}
+            | ({"all_to_all": int(round(v["comm_all_to_all"]))} if v.get("comm_all_to_all", 0.0) > 0 else {}),
         ),
         compute_seconds_per_step=v["compute_seconds"],
         offload_seconds_per_step=v["offload_seconds"],
@@ -301,6 +331,10 @@ def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], inde
         mfu=v["mfu"],
         fetch_overhead_seconds_per_step=v["fetch_overhead_seconds"],
         hook_seconds_per_step=v["hook_seconds"],
+        **({"sequence_parallel_size": int(v["sequence_parallel_size"]),
+            "sp_all_to_all_seconds_per_step": v["sp_all_to_all_seconds"],
+            "checkpoint_offload_seconds_per_step": v["checkpoint_offload_seconds"]}
+           if "sequence_parallel_size" in v else {}),
         achieved_fraction=v["achieved_fraction"],
         warnings=scenario_warnings(scenario, v),
         terms=terms,

@@ -306,6 +306,10 @@ def host_parts(ctx: Context, cand: Candidates, buffers: OffloadBuffers = DEEPSPE
     not fit ``max_in_cpu``, a pinned swap-out buffer sized by the full (unpartitioned) parameters of the largest
     sub-group (stage3.py ``reserve_partitioned_swap_space([t.ds_numel ...])``: ``N_d min(S_sub, Ψ/N_d)``
     elements). The paper accounting counts no extras. ``buffers``: DeepSpeed's offload settings (its defaults).
+    Activation-checkpoint offload (``TrainingSpec.checkpoint_offload`` with full checkpointing; ALST, Bekman et al.
+    arXiv 2506.13996 Sec. 3.3, ArcticTraining ``CheckpointFunctionWithCPUOffload``): each rank's L checkpointed
+    layer inputs, L·a_b·(s/p)·b·h bytes (the figure ArcticTraining's own comment gives: "llama 8b at 800k (100k
+    effective per gpu) will save 24GB per gpu: ((100_000*4096)*2*32/2**30)").
     """
     paper = ctx.scenario.assumptions.accounting == "paper"
     # fp32 master partition also in fp32 training (measured), except in the paper accounting
@@ -322,6 +326,13 @@ def host_parts(ctx: Context, cand: Candidates, buffers: OffloadBuffers = DEEPSPE
     P = "Psi_s" if ctx.scenario.training.qlora else "Psi"
     x["Psi_s"] = ctx.stage3_partitioned_elements
     spills = x[P] / x["N_d"] > x["M_cpu"]
+    t, m = ctx.scenario.training, ctx.scenario.model
+    ckpt = []
+    if t.checkpoint_offload:
+        x.update({"L": float(m.n_layers), "a_b": 4.0 if t.precision == "fp32" else 2.0,
+                  "s": float(ctx.scenario.sequence_tokens), "p": cand.sp.astype(np.float64),
+                  "b": cand.micro_batch.astype(np.float64), "h": float(m.hidden_size)})
+        ckpt.append(("offloaded activation checkpoints", "g*L*a_b*s/p*b*h", cand.checkpointing == 2))
     return term("host_memory", x, [
         ("optimizer states + fp32 master", "g*K*Psi_t/N_d", opt_cpu),
         ("pinned NVMe swap buffers (optimizer)", "g*n_ob*4*min(S_sub, Psi_t/N_d)", opt_nvme),
@@ -333,7 +344,7 @@ def host_parts(ctx: Context, cand: Candidates, buffers: OffloadBuffers = DEEPSPE
         ("pinned NVMe swap buffers (parameters)", "g*n_pb*B_pb*w", par == 2),
         ("pinned NVMe swap-out buffer (parameters)", f"g*w*N_d*min(S_sub, {P}/N_d)",
          (par == 2) & spills & (not paper)),
-    ])
+    ] + ckpt)
 
 
 def host_and_nvme_bytes(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray]:

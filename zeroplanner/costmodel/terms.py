@@ -242,6 +242,9 @@ SYMBOLS: dict[str, Symbol] = {
     "vision": Symbol(r"A_{vision}", "bytes", "bytes the vision tower saves for backward for the micro-batch's "
                      "images (costmodel/vision.py vision_activation_bytes)"),
     "t": Symbol(r"t", "GPUs", "tensor-parallel degree"),
+    "p": Symbol(r"p", "GPUs", "Ulysses sequence-parallel degree (sequence_parallel_size; each GPU holds s/p tokens)"),
+    "s_c": Symbol(r"s_c", "tokens", "tokens of one tiled-loss chunk (activations.loss_chunk_tokens)"),
+    "A_tile": Symbol(r"A_{tile}", "bytes", "one TiledMLP tile's MLP intermediates (activations.tiled_mlp_tile_bytes)"),
     "B": Symbol(r"B", "elements", "reduce bucket, elements (reduce_bucket_size)"),
     "B_ar": Symbol(r"B_{ar}", "elements", "stage-0 all-reduce bucket (DeepSpeed MEMORY_OPT_ALLREDUCE_SIZE)"),
     "o": Symbol(r"o", "x", "2 with overlap_comm (double buffering), else 1"),

@@ -1,6 +1,8 @@
 """Ulysses sequence parallelism (DeepSpeed ALST for HF models): all-to-all volume and per-rank activations.
 
-Pure functions of the architecture and the batch shape (numpy only), not yet wired into ``evaluate`` or the planner.
+Pure functions of the architecture and the batch shape (numpy only), for one Ulysses degree: the engine-checked
+reference. The cost model prices the same quantities over candidate arrays (``activations.layer_activation_bytes``
+with its ``sp`` column, ``communication.ulysses_terms``; tests/core/test_ulysses_costmodel.py checks them equal).
 
 Sources:
 

@@ -264,6 +264,9 @@ class PlannerApp(w.VBox):
         self.largest_html = html_widget()
         self._largest_for = None
         self._largest_table = ""
+        self.longest_html = html_widget()
+        self._longest_for = None
+        self._longest_table = ""
         self._tab_boxes = [w.VBox([]) for _ in TABS]
         self._tab_boxes[0].children = [self.memory_chart, self.memory_chart.legend]
         self.details = w.Tab(children=self._tab_boxes, selected_index=0, titles=[t for _, t in TABS],
@@ -396,11 +399,13 @@ class PlannerApp(w.VBox):
             return
         self.largest_button = w.Button(description="Update", layout=w.Layout(width="90px"),
                                        tooltip="Search the largest Llama-shaped model each variant can train here")
-        self.largest_button.on_click(lambda _: self.compute_largest())
+        self.largest_button.on_click(lambda _: (self.compute_largest(), self.compute_longest()))
         box.children = [w.HBox([self.largest_button, w.HTML(
             "<span class='zp-muted'>Largest model each ZeRO variant can train on this cluster with these training "
-            "settings (Llama-shaped models on a 15% grid; <code>planner.largest_model</code>, about 0.3 s).</span>")]),
-            self.largest_html]
+            "settings (Llama-shaped models on a 15% grid; <code>planner.largest_model</code>, about 0.3 s), and "
+            "the longest sequence each can train for this model (Ulysses degrees over the whole cluster; "
+            "<code>planner.longest_sequence</code>).</span>")]),
+            w.HBox([self.largest_html, self.longest_html], layout=w.Layout(flex_flow="row wrap", gap="16px"))]
 
     def _tab_opened(self) -> None:
         name = self._visible()
@@ -525,6 +530,11 @@ class PlannerApp(w.VBox):
         elif self._largest_for is not None and self._largest_for != self.state.scenario:
             self.largest_html.value = ("<div class='zp-muted'>Out of date: the setup changed. Press Update.</div>"
                                        + self._largest_table)
+        if visible == "largest" and self._longest_for is None:
+            self.compute_longest()
+        elif self._longest_for is not None and self._longest_for != self.state.scenario:
+            self.longest_html.value = ("<div class='zp-muted'>Out of date: the setup changed. Press Update.</div>"
+                                       + self._longest_table)
 
     def compute_largest(self) -> dict[str, int]:
         """``zeroplanner.planner.largest_model`` for the current scenario, shown as a table (parameters, B).
@@ -549,6 +559,32 @@ class PlannerApp(w.VBox):
                                f"</th><th></th></tr>{rows}</table>")
         self._largest_for = scenario
         self.largest_html.value = self._largest_table
+        return result
+
+    def compute_longest(self) -> dict[str, dict[str, int]]:
+        """``zeroplanner.planner.longest_sequence`` for the current scenario, shown as a table (tokens, the Ulysses
+        degree that fits them). On demand, like :meth:`compute_largest`; out of date when the setup changes."""
+        from ..planner import longest_sequence
+
+        scenario = self.state.scenario
+        try:
+            result = longest_sequence(scenario)
+        except Exception as exc:  # shown, not raised into the page
+            _log.debug("longest_sequence failed", exc_info=True)
+            self.longest_html.value = f"<div class='zp-error'>{html.escape(error_message(exc))}</div>"
+            return {}
+        top = max((r["seq_len"] for r in result.values()), default=0) or 1
+        rows = "".join(
+            f"<tr><td>{html.escape(label)}</td><td style='text-align:right'>"
+            f"{format(r['seq_len'], ',') if r['seq_len'] else 'none fits'}</td>"
+            f"<td style='text-align:right'>{r['sequence_parallel_size'] or ''}</td><td><div style='background:"
+            f"#72b7b2;height:10px;width:{int(160 * r['seq_len'] / top)}px'></div></td></tr>"
+            for label, r in result.items()
+        )
+        self._longest_table = (f"<table class='zp-longest'><tr><th>variant</th><th>longest sequence (tokens)</th>"
+                               f"<th>SP</th><th></th></tr>{rows}</table>")
+        self._longest_for = scenario
+        self.longest_html.value = self._longest_table
         return result
 
     def _explain_clicked(self, chart: str, variant: int, part: int) -> None:
