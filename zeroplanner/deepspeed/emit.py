@@ -192,12 +192,14 @@ def to_deepspeed_config(
     :func:`generation_notes` says so.
 
     Content: ``train_batch_size`` = micro * grad_accum * data-parallel degree (DeepSpeed's assertion in
-    ``DeepSpeedConfig._batch_assertion``), the precision block (at most one of bf16/fp16 enabled; fp16 with dynamic
+    ``DeepSpeedConfig._batch_assertion``; * world size with AutoTP, whose degree the config itself carries, so
+    DeepSpeedConfig counts every rank), the precision block (at most one of bf16/fp16 enabled; fp16 with dynamic
     loss scaling keys), optimizer (AdamW, Adam, SGD; none for 8-bit Adam, see :func:`generation_notes`), scheduler
     (WarmupLR, or WarmupDecayLR when ``total_num_steps`` is given or in HF mode), ``gradient_clipping``,
     ``zero_optimization`` with the scenario's ZeRO keys (offload blocks only when offloading; ``stage3_*`` and
-    ZeRO++ keys only at stage 3, the only stage that reads them), and ``activation_checkpointing`` when the scenario
-    checkpoints (the block configures ``deepspeed.checkpointing``; HF models checkpoint through
+    ZeRO++ keys only at stage 3, the only stage that reads them), ``tensor_parallel.autotp_size`` when the
+    scenario's AutoTP degree (``cluster.tensor_parallel_size``) is above 1, and ``activation_checkpointing`` when
+    the scenario checkpoints (the block configures ``deepspeed.checkpointing``; HF models checkpoint through
     ``gradient_checkpointing`` instead, so HF mode leaves it out). Every count is a Python ``int``.
 
     ``torch_adam=True`` adds ``"torch_adam": true`` to an Adam/AdamW block: DeepSpeed then uses torch.optim's
@@ -219,8 +221,11 @@ def to_deepspeed_config(
     hf = mode == "hf_trainer"
     auto = hf and hf_auto  # "auto" also where the plan has a value (the Trainer then fills its own)
     precision = hardware_precision(s)
-    # the Trainer's train_batch_size counts every process (hf_auto_values); equal to the plan's without TP
-    batch = hf_auto_values(s)["train_batch_size"] if hf else int(s.global_batch_size)
+    # the Trainer's train_batch_size counts every process (hf_auto_values); equal to the plan's without TP. So does
+    # DeepSpeed's own batch assertion when the config carries tensor_parallel.autotp_size (deepspeed.initialize
+    # builds DeepSpeedConfig with no mpu: _batch_assertion uses dist.get_world_size(); read.py batch_world_size)
+    tp_from_config = s.cluster.tensor_parallel_size > 1
+    batch = hf_auto_values(s)["train_batch_size"] if hf or tp_from_config else int(s.global_batch_size)
 
     config: dict[str, Any] = {
         "train_batch_size": AUTO if auto else int(batch),
@@ -277,6 +282,12 @@ def to_deepspeed_config(
         zero["zero_quantized_weights"] = bool(z.zero_quantized_weights)
         zero["zero_quantized_gradients"] = bool(z.zero_quantized_gradients)
     config["zero_optimization"] = zero
+    tp = int(s.cluster.tensor_parallel_size)
+    if tp > 1:
+        # DeepSpeed AutoTP training: deepspeed.initialize shards the model's linears over autotp_size ranks and
+        # builds ZeRO over world / autotp_size (runtime/engine.py autotp_size, _configure_tensor_parallel;
+        # runtime/tensor_parallel/config.py TPTrainingConfig)
+        config["tensor_parallel"] = {"autotp_size": tp}
 
     if t.checkpointing != "none" and not hf:
         config["activation_checkpointing"] = {
