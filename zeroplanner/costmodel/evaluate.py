@@ -34,9 +34,10 @@ def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.
     overlapping does not hide (:func:`hidden_behind` with overlap_comm, all of it without). ZeRO-3's host work per
     module hook (``zero3_fetch_seconds`` x modules with parameters x 2, forward and backward) runs ahead of the GPU and is exposed only
     where it is longer than the GPU's micro-step; ZeRO-2/3 gradient hooks (``grad_hook_seconds`` x parameter
-    tensors) are serial with backward. Boundary collectives, the parameter upload, NVMe swapping and the optimizer
-    step are exposed. "comm_exposed_seconds" includes the ZeRO host overhead (fetch + hooks: the collectives'
-    coordination), "collectives_exposed_seconds" is the collectives alone.
+    tensors) are serial with backward, and so are AutoTP's per-layer all-reduces (communication.autotp_terms).
+    Boundary collectives, the parameter upload, NVMe swapping and the optimizer step are exposed.
+    "comm_exposed_seconds" includes the ZeRO host overhead (fetch + hooks: the collectives' coordination),
+    "collectives_exposed_seconds" is the collectives alone.
     """
     from .steptime_constants import FITTED
 
@@ -60,7 +61,8 @@ def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.
     hooked = st >= 2
     n = data_parallel_degree(ctx, cand)
     hooks = np.where(hooked & (n > 1), FITTED["grad_hook_seconds"] * ctx.param_tensors, 0.0)
-    collectives = comm["boundary_seconds"] + ga * (fwd_exposed + bwd_exposed)
+    # AutoTP's per-layer all-reduces are serial with compute (communication.autotp_terms): exposed in full
+    collectives = comm["boundary_seconds"] + ga * (fwd_exposed + bwd_exposed + comm["tp_seconds_micro"])
     host = ga * (fetch_exposed + hooks)
     offload = ga * pcie_micro + opt["pcie_seconds_boundary"] + opt["nvme_seconds"]
     compute = comp["seconds"]
