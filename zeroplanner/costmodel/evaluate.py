@@ -110,6 +110,7 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
             "comm_wire_bytes": comm["wire_bytes"],
             "comm_seconds": comm["seconds"],
             "comm_exposed_seconds": comm_exposed,
+            "autotp_seconds": ga * comm["tp_seconds_micro"],  # AutoTP's all-reduces, exposed (in the above)
             "compute_seconds": comp["seconds"],
             "achieved_fraction": comp["achieved_fraction"],
             "collectives_exposed_seconds": parts["collectives_exposed_seconds"],
