@@ -4,9 +4,10 @@ Candidates: ZeRO stage x offload_optimizer x offload_param (stage 3) x activatio
 (the samples per GPU per step, micro_batch x gradient_accumulation_steps, stay fixed, so the global batch is the
 user's) x ZeRO++ (stage 3 on more than one node) x overlap_comm (stages 1-2) x reduce bucket (LoRA). All are
 evaluated in one vectorised call. DeepSpeed AutoTP degrees 2, 4, 8 (:func:`autotp_degrees`) join as one more grid
-per degree only on one node, in a full fine-tune, with the scenario at tp 1 and no tp-1 candidate fitting without
-offload: AutoTP's per-layer all-reduces need the node's NVLink (across nodes they would run at NIC speed, so it is
-never a multi-node candidate), and the rule keeps plan time unchanged whenever tp 1 fits. ``held`` (input keys of :data:`SEARCH_INPUTS`) fixes an axis at the scenario's
+per degree only on one node, in a full fine-tune, with the scenario at tp 1 and no tp-1 candidate at ZeRO-0/1/2
+fitting without offload (so tp 1 needs ZeRO-3 or offload): AutoTP's per-layer all-reduces need the node's NVLink
+(across nodes they would run at NIC speed, so it is never a multi-node candidate), and the rule keeps plan time
+unchanged whenever ZeRO-0/1/2 fit at tp 1. ``held`` (input keys of :data:`SEARCH_INPUTS`) fixes an axis at the scenario's
 value: ``plan(s, held={"stage"})`` searches only ``s.zero.stage`` (the CLI holds every option the user gave).
 
 Ranking policy (documented, and tested against the seed article's recommendation table):
@@ -463,11 +464,12 @@ the LLaMA-Factory / ms-swift presets use 2-8; more than a node is never tried, s
 def autotp_degrees(scenario: Scenario, held, values, cand: Candidates) -> tuple[int, ...]:
     """The AutoTP degrees to add to the search, by the rule of the module docstring: one node, ``autotp_size`` not
     held, the scenario at tp 1, a full fine-tune (AutoTP with LoRA adapters is not priced), and no tp-1 candidate
-    that fits without offload. Each degree divides the GPUs per node, the attention and KV heads (uneven head
+    at ZeRO stage 0-2 that fits without offload (AutoTP shards the 16-bit weights and gradients that ZeRO-1/2 keep
+    whole; next to ZeRO-3, which shards them over the same GPUs, it changes little memory). Each degree divides the GPUs per node, the attention and KV heads (uneven head
     splits are priced, but even ones do not waste the largest rank's memory) and, with Ulysses, world / sp."""
     c, m, t = scenario.cluster, scenario.model, scenario.training
     if (c.nodes != 1 or "autotp_size" in held or c.tensor_parallel_size != 1 or t.lora_rank or t.qlora
-            or (values["fits"] & (cand.offload_optimizer == 0) & (cand.offload_param == 0)).any()):
+            or (values["fits"] & (cand.stage < 3) & (cand.offload_optimizer == 0)).any()):
         return ()
     world = c.world_size // c.sequence_parallel_size
     return tuple(d for d in AUTOTP_DEGREES
@@ -489,34 +491,32 @@ def _with_autotp(scenario: Scenario, held, cand: Candidates, values, tp: np.ndar
 
 
 def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand, tp, degrees) -> list[str]:
-    """Why AutoTP was or was not picked, when the plan tried it (figures of the evaluated candidates)."""
+    """Why AutoTP was tried and was or was not picked (figures of the evaluated candidates)."""
     if not degrees:
         return []
-    plain = (tp == 1) & (cand.offload_optimizer == 0) & (cand.offload_param == 0)
+    plain = (tp == 1) & (cand.stage < 3) & (cand.offload_optimizer == 0)
     need = gib(values["total"][plain].min()) if plain.any() else float("nan")
     tried = ", ".join(str(d) for d in degrees)
-    head = (f"AutoTP degrees {tried} were tried because nothing fits without offload at tensor-parallel degree 1 "
-            f"(at least {need:.1f} GiB per GPU); AutoTP stays inside the node (its per-layer all-reduces across "
-            "nodes would run at NIC speed, so the planner never spreads it over nodes).")
+    head = (f"AutoTP degrees {tried} were tried because at tensor-parallel degree 1 no ZeRO-0/1/2 configuration "
+            f"fits without offload (at least {need:.1f} GiB per GPU); AutoTP stays inside the node (its per-layer "
+            "all-reduces across nodes would run at NIC speed, so the planner never spreads it over nodes).")
     d = best.autotp_size or 1
     if d == 1:
         return [head + " The pick, at degree 1, is faster or simpler than every fitting AutoTP candidate."]
     n = scenario.cluster.world_size // d
     counts = autotp_collectives_per_micro_step(scenario.model, best.checkpointing)
-    offload = best.offload_optimizer != "none" or best.offload_param != "none"
     same = (tp == 1) & (cand.stage == best.stage) & (cand.checkpointing == cand.checkpointing[best_i]) & \
         (cand.offload_optimizer == cand.offload_optimizer[best_i]) & (cand.offload_param == cand.offload_param[best_i])
     versus = ""
     if same.any():
         j = int(np.flatnonzero(same)[np.argmin(values["total"][same])])
-        versus = (f" (the same configuration at degree 1: {gib(values['total'][j]):.1f} GiB per GPU, activations "
-                  f"{gib(values['activations'][j]):.1f} GiB; here {gib(values['total'][best_i]):.1f} and "
+        versus = (f" (the same configuration at degree 1 needs {gib(values['total'][j]):.1f} GiB per GPU, "
+                  f"activations {gib(values['activations'][j]):.1f} GiB; here {gib(values['total'][best_i]):.1f} and "
                   f"{gib(values['activations'][best_i]):.1f} GiB)")
     step = values["step_seconds"][best_i]
     return [head, f"AutoTP {d} (tensor_parallel.autotp_size {d}) splits each layer's linear weights, their gradients, "
                   f"optimizer states and activations {d} ways inside the node and ZeRO-{best.stage} shards the rest "
-                  f"over world / {d} = {n} data-parallel ranks, so it fits"
-                  + ("" if offload else " without offload") + versus + "; the price is "
+                  f"over world / {d} = {n} data-parallel ranks, so this configuration fits{versus}; the price is "
                   f"{counts['forward']} all-reduces of one activation per micro-step in forward and "
                   f"{counts['backward'] + counts['recompute']} in backward over the node's link, not overlapped: "
                   f"{values['autotp_seconds'][best_i]:.3f} s of the {step:.3f} s step."]

@@ -339,9 +339,12 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     - int64 input ids and labels (8 bytes each per token) and the rotary cos/sin tables shared by all layers
       (2·r_b·s·b·d_rot: the rotated width head_dim x rotary_fraction, r_b = a_b, 4 for OLMo 2's fp32 tables;
       none with learned positions);
-    - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t, and with
-      final_logit_softcapping (Gemma 2/4) the tanh output over the logits, a_b·s·b·V / t
-      (Gemma2ForCausalLM.forward: ``logits = torch.tanh(logits / cap) * cap``);
+    - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t_V, and with
+      final_logit_softcapping (Gemma 2/4) the tanh output over the logits, a_b·s·b·V / t_V
+      (Gemma2ForCausalLM.forward: ``logits = torch.tanh(logits / cap) * cap``); t_V = t where DeepSpeed's AutoTP
+      computes a tied head's loss vocab-parallel, 1 for an untied lm_head, whose logits AutoTP gathers whole on
+      every rank (``LinearLayer(gather_output=True)``, module_inject/auto_tp.py ``training_column_lm_head``;
+      measured: tests/evidence/test_autotp_engine.py);
     Every part was checked against the saved-tensor measurement (docs/validation.md).
     """
     sc = ctx.scenario
@@ -352,6 +355,7 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     x = {"L": float(m.n_layers), "s": float(sc.sequence_tokens), "b": cand.micro_batch.astype(np.float64),
          "h": float(m.hidden_size), "V": float(m.vocab_size), "a_b": 4.0 if t.precision == "fp32" else 2.0,
          "d_rot": _rotary_table_width(m), "t": float(ctx.tp),
+         "t_V": float(ctx.tp) if m.tied_embeddings else 1.0,
          "r_b": 4.0 if (m.family in _FP32_ROTARY_FAMILIES or t.precision == "fp32") else 2.0,
          "n_b": 4.0 if m.family in _GEMMA_NORM_FAMILIES else (4.0 if t.precision == "fp32" else 2.0),
          "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing)}
@@ -363,8 +367,8 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
         ("final norm + lm_head inputs", "a_b*s*b*h + 8*s*b + a_b*s*b*h", not rms),
         ("token ids, labels, rotary tables", "16*s*b + 2*r_b*s*b*d_rot", rotary),
         ("token ids, labels, rotary tables", "16*s*b", not rotary),
-        ("logits + fp32 log-softmax", "(a_b+4)*s*b*V/t", True),
-        ("soft-capped logits (tanh output)", "a_b*s*b*V/t", m.final_logit_softcapping),
+        ("logits + fp32 log-softmax", "(a_b+4)*s*b*V/t_V", True),
+        ("soft-capped logits (tanh output)", "a_b*s*b*V/t_V", m.final_logit_softcapping),
     ])
 
 

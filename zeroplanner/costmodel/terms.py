@@ -230,6 +230,8 @@ SYMBOLS: dict[str, Symbol] = {
     "r_b": Symbol(r"a_r", "bytes/element", "bytes per element of the rotary cos/sin tables (4: OLMo 2 keeps fp32)"),
     "layer": Symbol(r"A_{layer}", "bytes", "bytes one layer saves for backward (activations.layer_activation_bytes)"),
     "t": Symbol(r"t", "GPUs", "tensor-parallel degree"),
+    "t_V": Symbol(r"t_V", "GPUs", "vocabulary split of the logits per GPU: t with a tied (vocab-parallel) AutoTP "
+                  "head, 1 with an untied one (AutoTP gathers its logits)"),
     "B": Symbol(r"B", "elements", "reduce bucket, elements (reduce_bucket_size)"),
     "B_ar": Symbol(r"B_{ar}", "elements", "stage-0 all-reduce bucket (DeepSpeed MEMORY_OPT_ALLREDUCE_SIZE)"),
     "o": Symbol(r"o", "x", "2 with overlap_comm (double buffering), else 1"),
