@@ -531,7 +531,9 @@ INPUTS: tuple[Input, ...] = (
     Input("autotp_size", "AutoTP tensor-parallel degree (GPUs)", "int", "cluster",
           "DeepSpeed AutoTP training degree (tensor_parallel.autotp_size): each layer's linear weights split over "
           "this many GPUs of one node, ZeRO over world / autotp_size (1 = none; must divide gpus_per_node)",
-          path="cluster.tensor_parallel_size", deepspeed=("tensor_parallel.autotp_size",)),
+          path="cluster.tensor_parallel_size", deepspeed=("tensor_parallel.autotp_size",),
+          widget=Widget("dropdown", "AutoTP degree", section="training",
+                        labels=tuple((str(n), n) for n in (1, 2, 4, 8)))),
 )
 """Every scenario input, in the order share links write them (new inputs go at the end)."""
 

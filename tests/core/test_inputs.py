@@ -66,8 +66,7 @@ EXAMPLES: dict[str, tuple[object, dict]] = {
     "checkpoint_offload": (True, {"checkpointing": "full"}),
     "autotp_size": (2, {}),
 }
-NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param", "tiled_mlp", "tiled_loss", "checkpoint_offload",
-                  "autotp_size"}
+NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param", "tiled_mlp", "tiled_loss", "checkpoint_offload"}
 """The app compares every stage and offload choice side by side (and the planner picks one), so it has no control
 for them; it takes them from a link (checked below). The ALST memory switches are CLI and link inputs."""
 
