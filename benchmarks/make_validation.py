@@ -2,6 +2,7 @@
 
     python benchmarks/make_validation.py              # measure (about 5-8 minutes on 2 cores), store, render
     python benchmarks/make_validation.py --from-stored  # render again from zeroplanner/_measurements/*.json
+    python benchmarks/make_validation.py --only-vision  # measure the vision-language census, the rest from stored
 
 Measures with :mod:`zeroplanner.calibrate`:
 - DeepSpeed on 2 and 4 CPU ranks (gloo) for every :data:`~zeroplanner.calibrate.VALIDATION_CONFIGS` entry, plus
@@ -144,8 +145,9 @@ MODERN_NOTES = [
     "output, 8·a·s² bytes per layer; the final logits' tanh output) and gpt_oss (the sink column, softmax in "
     "bf16, top-k-then-softmax router, GptOssExperts' clamped GLU: 7 saved tensors of width f per pair; fp32 "
     "norm outputs). Full checkpointing now prices the recomputed layer's s² tensors (selective drops them).",
-    "Not run (zeroplanner/calibrate/families.py NOT_CENSUSED): the vision-language models (the census builds "
-    "causal LMs only; their text towers are censused).",
+    "Not run (zeroplanner/calibrate/families.py NOT_CENSUSED): gemma4 and llama4 with their vision towers, whose "
+    "activations the cost model does not price (their text models are censused). Qwen2-VL, Qwen2.5-VL and "
+    "Gemma 3 are censused with an image below.",
 ]
 
 
@@ -180,6 +182,96 @@ def render_modern_activations(rows: list[dict]) -> list[str]:
             notes.append("")
         notes.append(note)
     return lines + [""] + notes + [""]
+
+
+VISION_CASES = [(ck, freeze, attn) for ck in ("none", "full") for freeze in (False, True) for attn in ("sdpa", "eager")]
+"""(checkpointing, freeze_vision, attn_implementation) of every vision-language census row."""
+
+
+def measure_vision_activations() -> list[dict]:
+    """The census of the vision-language small configs (families.VISION_CENSUS) with one 448x448 image: the tower
+    and the language model (sequence 128 text tokens + the image's 256), every :data:`VISION_CASES` case."""
+    from zeroplanner.calibrate.families import VISION_CENSUS, measure_vision_activation_bytes, vision_census_config
+
+    rows = []
+    for label in VISION_CENSUS:
+        for ck, freeze, attn in VISION_CASES:
+            m = measure_vision_activation_bytes(label, checkpointing=ck, freeze_vision=freeze,
+                                                attn_implementation=attn)
+            rows.append({"label": label, "checkpointing": ck, "freeze_vision": freeze, "attn_implementation": attn,
+                         "hf_config": vision_census_config(label), "measured": m})
+    return rows
+
+
+VISION_NOTES = [
+    "The tower's terms (`costmodel/vision.py`): per block the two norms and their outputs, the fused qkv output "
+    "(kept whole: V is a view of it), the rotated Q and K, the flash output and fp32 log-sum-exp per head (eager: "
+    "the fp32 softmax and its bf16 copy per window, and the proj input), the MLP (SwiGLU 4 tensors of width f, "
+    "Qwen2-VL's quick_gelu 3); once per tower the patch embedding's bf16 input (1176 elements per patch), the "
+    "fp32 rotary tables, Qwen2.5-VL's int64 window permutation and its inverse, and the merger (its norm, output, "
+    "and the GELU's input and output). The language model is the text model of section 6 with the image's 256 "
+    "tokens in its sequence (384 tokens).",
+    "A frozen tower (freeze_vision) saves nothing without checkpointing. With full checkpointing it does: "
+    "transformers 5.24 `gradient_checkpointing_enable` calls `enable_input_require_grads`, which makes the "
+    "tower's patch embedding return a tensor that requires grad, so the checkpointed blocks keep their inputs and "
+    "are recomputed in backward, saving what the input gradient needs; the cost model prices that.",
+    "'As the census sees it' adds to the tower's prediction what the CPU census counts differently from a GPU run "
+    "(`calibrate/families.py` vision_census_seen_differently_bytes): the Qwen towers' CPU sdpa path per window "
+    "(per image) concatenates the attention outputs into a new proj input (flash_attention_2's varlen kernel "
+    "does not); CPU layer_norm keeps mean and rstd in bf16 (CUDA: fp32; Qwen2-VL, SigLIP); under full "
+    "checkpointing the Qwen rotary tables are saved tensors only inside each recomputed block (1/L of them). "
+    "With those the tower matches to the byte in every row.",
+    "Gemma 3's SigLIP tower: separate q, k, v projections without rotary, gelu_pytorch_tanh (2 saved tensors of "
+    "width f), learned positions, post_layernorm, and Gemma3MultiModalProjector's average pool (its contiguous "
+    "input) and Gemma3RMSNorm over the pooled tokens. Its language model is the one gap: with sdpa and no "
+    "checkpointing it saves what the cost model does not price, because the image tokens attend to each other "
+    "bidirectionally (Gemma3Model's token_type_ids mask): every layer hands sdpa an explicit (1, 1, s, s) mask, "
+    "which it keeps, and transformers repeats K and V to n_heads when a mask is given (use_gqa_in_sdpa). "
+    "'With the named gap' adds those bytes (`calibrate/families.py` vision_census_language_gap_bytes). The cost "
+    "model prices the flash kernel; eager attention and full checkpointing rows are within 5%.",
+]
+
+
+def render_vision_activations(rows: list[dict]) -> list[str]:
+    """Subsection of section 6: the vision-language census rows (tower and language model) from stored rows."""
+    from zeroplanner.calibrate.families import (
+        predicted_vision_activation_bytes,
+        vision_census_language_gap_bytes,
+        vision_census_seen_differently_bytes,
+    )
+
+    lines = [
+        "### Vision-language models: the vision tower and the language model with the image's tokens",
+        "",
+        "`calibrate/families.py` measure_vision_activation_bytes: the small qwen2_5_vl, qwen2_vl and gemma3 "
+        "configs (towers of 2 blocks, width 32, 4 heads; Qwen2.5-VL: one full-attention block, 64-patch windows) "
+        "built with `AutoModelForImageTextToText` on CPU in bf16, one image after 128 text tokens, micro-batch 1: "
+        "Qwen 448x448 (1024 patches, 256 tokens), Gemma 3 224x224 (256 SigLIP patches pooled 4 x 4 into 16 "
+        "tokens). Bytes saved while the tower (and Gemma 3's projector) runs, and recomputed after the gradient "
+        "reaches it, are the tower's; the rest the language model's.",
+        "",
+        "| small config | checkpointing | tower | attention | tower predicted | tower measured | error | "
+        "as the census sees it | language predicted | language measured | error | with the named gap |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ck, freeze, attn = r["checkpointing"], r["freeze_vision"], r["attn_implementation"]
+        pred = predicted_vision_activation_bytes(r["label"], checkpointing=ck, freeze_vision=freeze,
+                                                 flash_attention=attn == "sdpa")
+        meas = r["measured"]
+        extra, _ = vision_census_seen_differently_bytes(r["label"], checkpointing=ck, freeze_vision=freeze,
+                                                        attn_implementation=attn)
+        seen = _fmt(pred["tower"] + extra) if extra else "-"
+        gap, _ = vision_census_language_gap_bytes(r["label"], checkpointing=ck, attn_implementation=attn)
+        with_gap = f"{_fmt(pred['language'] + gap)} ({_err(pred['language'] + gap, meas['language'])})" if gap else "-"
+        lines.append(f"| {r['label']} | {ck} | {'frozen' if freeze else 'trainable'} | {attn} | "
+                     f"{_fmt(pred['tower'])} | {_fmt(meas['tower'])} | {_err(pred['tower'], meas['tower'])} | "
+                     f"{seen} | {_fmt(pred['language'])} | {_fmt(meas['language'])} | "
+                     f"{_err(pred['language'], meas['language'])} | {with_gap} |")
+    notes: list[str] = []
+    for note in VISION_NOTES:
+        notes += ["", note]
+    return lines + notes + [""]
 
 
 DERIVATION = [
@@ -313,7 +405,7 @@ def render_nvme_host(data: dict) -> list[str]:
 
 
 def render(engine: list[dict], activations: list[dict], meta: dict, modern: list[dict] | None = None,
-           nvme: dict | None = None) -> str:
+           nvme: dict | None = None, vision: list[dict] | None = None) -> str:
     from zeroplanner.specs import Scenario
 
     lines = [
@@ -488,35 +580,25 @@ def render(engine: list[dict], activations: list[dict], meta: dict, modern: list
     lines += render_step_time()
     if modern:
         lines += render_modern_activations(modern)
+    if vision:
+        lines += render_vision_activations(vision)
     if nvme:
         lines += render_nvme_host(nvme)
     return "\n".join(lines)
 
 
 def measure_cpu_adam(params: int = 20_000_000, repeats: int = 5) -> dict:
-    """DeepSpeedCPUAdam (deepspeed.ops.adam, the op ZeRO-Offload's optimizer step runs) on this machine's CPU: one
-    fp32 tensor of ``params`` elements with a gradient, AdamW mode, median seconds of ``repeats`` steps after a
-    first one (op load, state init); params/s = params / median."""
-    import os
-    import time
+    """DeepSpeedCPUAdam (deepspeed.ops.adam, the op ZeRO-Offload's optimizer step runs) on this machine's CPU with
+    one thread and with every core (:func:`zeroplanner.probe.benchmark_cpu_adam`, the same measurement
+    ``zeroplanner probe --benchmarks`` makes on a user's host); params/s = params / median step seconds."""
+    from zeroplanner.probe import benchmark_cpu_adam
 
-    import deepspeed
-    import torch
-    from deepspeed.ops.adam import DeepSpeedCPUAdam
-
-    p = torch.nn.Parameter(torch.randn(params))
-    p.grad = torch.randn(params)
-    opt = DeepSpeedCPUAdam([p], lr=1e-4, adamw_mode=True)
-    opt.step()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    median = sorted(times)[len(times) // 2]
-    return {"params": params, "median_seconds": median, "params_per_second": params / median,
-            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "load_average_1min": os.getloadavg()[0], "deepspeed": deepspeed.__version__,
+    one = benchmark_cpu_adam(params, repeats, threads=1, timeout_seconds=900)
+    full = benchmark_cpu_adam(params, repeats, timeout_seconds=900)
+    for r in (one, full):
+        if not r["ok"]:
+            raise RuntimeError(r["message"])
+    return {**full, "torch_threads": full["threads"], "one_thread_params_per_second": one["params_per_second"],
             "measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
@@ -637,16 +719,23 @@ def render_step_time(loo: bool = True, cpu_adam: dict | None = None) -> list[str
             f"split, the host's CPU-Adam ran at {s4.scenario.parameters / s4.extra['optimizer_seconds']:.2g} "
             "parameters/s (host CPU not stated)."]
     if cpu_adam:
-        per_thread = cpu_adam["params_per_second"] / cpu_adam["torch_threads"]
+        per_thread = cpu_adam.get("one_thread_params_per_second",
+                                  cpu_adam["params_per_second"] / cpu_adam["torch_threads"])
         host4 = s4.scenario.parameters / s4.extra["optimizer_seconds"]
         out += [f"- DeepSpeedCPUAdam measured on this machine (`measure_cpu_adam`, DeepSpeed {cpu_adam['deepspeed']}, "
                 f"{cpu_adam['torch_threads']} threads on {cpu_adam['cpu_count']} cores, load average "
                 f"{cpu_adam['load_average_1min']:.1f}, {cpu_adam['measured_at']}): "
                 f"{cpu_adam['params_per_second']:.3g} parameters/s "
-                f"({per_thread:.3g} per thread) on "
+                f"({per_thread:.3g} with one thread) on "
                 f"{cpu_adam['params']:,} parameters; the cluster default 4e9/s per node is about "
-                f"{4e9 / per_thread:.0f} such threads, and section 4's host about {host4 / per_thread:.0f}. "
-                "Not put into the model: the rate is host-bound (memory bandwidth, cores) and no row states its host."]
+                f"{4e9 / per_thread:.0f} such threads, and section 4's host about {host4 / per_thread:.0f}"
+                + (f"; {cpu_adam['torch_threads']} threads ran "
+                   f"{cpu_adam['params_per_second'] / cpu_adam['one_thread_params_per_second']:.2f}x one (the cores "
+                   "were shared with other jobs at this load, so the all-core figure is a floor)"
+                   if "one_thread_params_per_second" in cpu_adam else "")
+                + ". Not put into the model's default: the rate is host-bound (cores, memory bandwidth) and no row "
+                "states its host; `zeroplanner probe --benchmarks` measures it on the user's host (every core) and "
+                "`--cluster-from` applies it (`ClusterSpec.cpu_adam_params_per_second`)."]
     out += [
             "", "Regenerate this section alone: `python benchmarks/make_validation.py --from-stored` (no engine "
             "run; about a minute, most of it the leave-one-out refits); `--cpu-adam` measures DeepSpeedCPUAdam "
@@ -660,6 +749,9 @@ def main(argv=None) -> int:
     parser.add_argument("--from-stored", action="store_true", help="render from zeroplanner/_measurements/*.json")
     parser.add_argument("--only-modern", action="store_true",
                         help="measure only the 2024-26 families' activation census (section 6); the rest from stored")
+    parser.add_argument("--only-vision", action="store_true",
+                        help="measure only the vision-language census (section 6, about a minute); the rest from "
+                        "stored")
     parser.add_argument("--cpu-adam", action="store_true",
                         help="measure DeepSpeedCPUAdam on this CPU (section 5), then render the rest from stored")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per engine launch")
@@ -667,7 +759,11 @@ def main(argv=None) -> int:
     STORE.mkdir(parents=True, exist_ok=True)
     if args.cpu_adam:
         (STORE / "cpu_adam.json").write_text(json.dumps(measure_cpu_adam(), indent=1))
-    if args.from_stored or args.cpu_adam:
+    vision_path = STORE / "activations_vision.json"
+    if args.only_vision:
+        vision_rows = measure_vision_activations()
+        vision_path.write_text(json.dumps(vision_rows, indent=1))
+    if args.from_stored or args.cpu_adam or args.only_vision:
         engine = json.loads((STORE / "engine.json").read_text())
         activations = json.loads((STORE / "activations.json").read_text())
         meta = json.loads((STORE / "meta.json").read_text())
@@ -686,6 +782,7 @@ def main(argv=None) -> int:
 
         activations = measure_activations()
         modern = measure_modern_activations()
+        vision_path.write_text(json.dumps(measure_vision_activations(), indent=1))
         engine = measure_engine(args.timeout)
         (STORE / "cpu_adam.json").write_text(json.dumps(measure_cpu_adam(), indent=1))
         meta = {"measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -699,7 +796,8 @@ def main(argv=None) -> int:
     DOC.parent.mkdir(parents=True, exist_ok=True)
     nvme_path = STORE / "nvme_host.json"  # measured by benchmarks/measure_nvme_host.py (needs libaio)
     nvme = json.loads(nvme_path.read_text()) if nvme_path.exists() else None
-    DOC.write_text(render(engine, activations, meta, modern, nvme))
+    vision = json.loads(vision_path.read_text()) if vision_path.exists() else None
+    DOC.write_text(render(engine, activations, meta, modern, nvme, vision))
     print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import pathlib
+
 from zeroplanner import catalog
 from zeroplanner.specs import Architecture, Assumptions, ClusterSpec, OffloadSpec, Scenario, TrainingSpec, ZeroSpec
+
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED_HF_CONFIGS = next((p for p in (_ROOT.parent / "shared" / "hf-configs", _ROOT.parents[1] / "shared" / "hf-configs")
+                          if p.is_dir()), _ROOT.parent / "shared" / "hf-configs")
+"""../shared/hf-configs beside the checkout (or beside the worktrees' folder): published config.json test data."""
 
 
 def make_scenario(params: float = 7.5e9, *, dp: int = 8, stage: int = 0, accounting: str = "deepspeed",

@@ -527,6 +527,12 @@ INPUTS: tuple[Input, ...] = (
     Input("checkpoint_offload", "Checkpoint offload to host", "bool", "training",
           "activation checkpoints kept in host RAM between forward and backward (needs checkpointing)",
           path="training.checkpoint_offload"),
+    # -- QLoRA with ZeRO-3 (its cost-model use: costmodel.context.qlora_base_partitioned, memory.parameter_parts) --
+    Input("bnb_4bit_quant_storage", "QLoRA 4-bit storage dtype", "choice", "training",
+          "BitsAndBytesConfig bnb_4bit_quant_storage (set in your training script with the same torch_dtype): "
+          "the training dtype lets ZeRO-3 shard the 4-bit base (PEFT's DeepSpeed guide); uint8, bitsandbytes' "
+          "default, keeps it whole on every GPU", path="training.bnb_4bit_quant_storage",
+          widget=Widget("dropdown", "4-bit storage (quant_storage)", section="lora")),
     # -- DeepSpeed AutoTP training (its cost-model use: costmodel/context.py shards, communication.py all-reduces) --
     Input("autotp_size", "AutoTP tensor-parallel degree (GPUs)", "int", "cluster",
           "DeepSpeed AutoTP training degree (tensor_parallel.autotp_size): each layer's linear weights split over "

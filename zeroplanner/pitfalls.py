@@ -107,7 +107,8 @@ RULES: dict[str, Rule] = {
                                     "vision_tokens_per_image are 0 for a text-only model"),
     "bf16_unsupported": Rule(checked_by="runtime", source="GPUSpec.supports_bf16: bf16 needs sm_80 or newer "
                              "(torch.cuda.is_bf16_supported); specs.hardware_precision prices fp16 instead"),
-    "qlora_stage3": Rule(checked_by="runtime", source="DeepSpeed #5819, peft #2016"),
+    "qlora_stage3": Rule(checked_by="runtime", source="DeepSpeed #5819, peft #2016; PEFT docs "
+                         "accelerate/deepspeed.md (bnb_4bit_quant_storage for ZeRO-3)"),
     "communication_share": Rule(checked_by="runtime", source="seed article's 30% threshold"),
     "zero2_offload_full_weights": Rule(checked_by="runtime", source="DeepSpeed #1883, #3770"),
     "nvme_offload_slow": Rule(checked_by="runtime", source="DeepSpeed #1130, #3000"),
@@ -171,12 +172,14 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
              f"ZeRO-{stage} with offload_optimizer still keeps the full {'16' if t.precision != 'fp32' else '32'}-bit "
              f"weights on every GPU ({_gib(weights)} here): GPU model states do not fall with more GPUs "
              "(DeepSpeed #1883, #3770)", "If the weights do not fit, use ZeRO-3 (with offload_param).")
-    if t.qlora and stage == 3:
+    if t.qlora and stage == 3 and t.bnb_4bit_quant_storage == "uint8":
+        dtype = {"bf16": "bfloat16", "fp16": "float16"}.get(t.precision, "bfloat16")
         _add(out, "qlora_stage3", "warning", "zero_optimization.stage",
-             "QLoRA with ZeRO-3: 4-bit bitsandbytes weights are often not partitioned (DeepSpeed #5819, peft #2016); "
-             "modelled as unsharded (recent peft/accelerate shard them when bnb_4bit_quant_storage matches the "
-             "compute dtype, which this estimate does not assume)",
-             "Use ZeRO-2 for QLoRA (the 4-bit base is small), or verify bnb_4bit_quant_storage and versions.")
+             f"QLoRA with ZeRO-3: ZeRO-3 does not shard the 4-bit base unless bnb_4bit_quant_storage={dtype} "
+             "(bitsandbytes' default uint8 keeps a full copy per GPU: DeepSpeed #5819, peft #2016); priced whole",
+             f"Set BitsAndBytesConfig(bnb_4bit_quant_storage=torch.{dtype}) and torch_dtype=torch.{dtype} in the "
+             f"training script, as PEFT's DeepSpeed guide does (--bnb-4bit-quant-storage {dtype} here), or use "
+             "ZeRO-2 (the 4-bit base is small).")
     gbps = node_gbps(scenario)
     if stage == 3 and c.nodes > 1:
         slow = gbps <= SLOW_INTER_NODE_GBPS

@@ -486,8 +486,13 @@ def _with_autotp(scenario: Scenario, held, cand: Candidates, values, tp: np.ndar
         cands.append(cd)
         vals.append(evaluate(make_context(sd), cd))
         tps.append(np.full(cd.shape, d, dtype=np.int64))
-    merged = Candidates.build(**{f: np.concatenate([getattr(c, f) for c in cands]) for f in cand.__dataclass_fields__})
-    return merged, {k: np.concatenate([v[k] for v in vals]) for k in values}, np.concatenate(tps)
+    n = cand.stage.size
+
+    def joined(k):  # per-candidate arrays are joined; entries that are not per candidate (scalars) are shared
+        a = values[k]
+        return np.concatenate([np.reshape(v[k], -1) for v in vals]) if np.ndim(a) and np.size(a) == n else a
+
+    return Candidates.concat(*cands), {k: joined(k) for k in values}, np.concatenate(tps)
 
 
 def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand, tp, degrees) -> list[str]:
@@ -548,13 +553,14 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     if cand.stage.size == 0:
         raise ValueError(f"held {sorted(held)}: no candidate configuration has these values together")
     held_values = {k: _held_value(scenario, k) for k in SEARCH_INPUTS if k in held}
-    values = evaluate(ctx, cand)
+    vlabels, vcand = _variant_candidates(scenario, np.array([scenario.cluster.nodes]))
+    values, vvalues = _split_values(evaluate(ctx, Candidates.concat(cand, vcand)), cand.shape, vcand.shape)
     tp = np.full(cand.shape, scenario.cluster.tensor_parallel_size, dtype=np.int64)
     degrees = autotp_degrees(scenario, held, values, cand)
     if degrees:
         cand, values, tp = _with_autotp(scenario, held, cand, values, tp, degrees)
     ranked = rank_candidates(values, cand, tolerance, ctx.gpu_memory_bytes, tp)
-    variants = variant_options(scenario, ctx)
+    variants = _variant_options_from(scenario, vvalues)
     if ranked.size == 0:
         est = estimate(scenario)
         smallest = int(np.argmin(values["total"]))
@@ -564,6 +570,8 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
             remedies.insert(2, "use LoRA/QLoRA")
         elif not t.qlora:
             remedies.insert(2, "use QLoRA (4-bit base weights)")
+        elif t.bnb_4bit_quant_storage == "uint8":
+            remedies.insert(2, "set bnb_4bit_quant_storage to the training dtype so ZeRO-3 shards the 4-bit base")
         if scenario.cluster.cpu_memory_bytes < 4 * 2**40:
             remedies.append("add host RAM for offload")
         within = f" with the options held ({_held_text(scenario, held)})" if held else ""
@@ -613,7 +621,8 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                            "parameters (every forward and backward fetches them over PCIe), which the planner uses "
                            "only when nothing fits without it.")
     warnings = list(est.warnings)
-    if scenario.training.qlora:
+    if scenario.training.qlora and np.any(values["fits"] & (cand.stage < 3)):
+        # not when only ZeRO-3 fits (a base sharded with bnb_4bit_quant_storage = the training dtype)
         warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds communication for little gain (seed article).")
     return Plan(
         fits=True, choice=best, scenario=chosen, estimate=est,
@@ -660,12 +669,29 @@ def nearest_fit(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE) -> 
                   why_not="; ".join(changes))
 
 
+def _split_values(values: dict[str, np.ndarray], *shapes: tuple[int, ...]) -> list[dict[str, np.ndarray]]:
+    """Cut the :func:`evaluate` result of ``Candidates.concat`` of candidate sets back into one result per set
+    (shapes in concatenation order); entries that are not per candidate (scalars) are shared."""
+    total = sum(int(np.prod(sh)) for sh in shapes)
+    out, start = [], 0
+    for sh in shapes:
+        n = int(np.prod(sh))
+        out.append({k: (a.reshape(-1)[start:start + n].reshape(sh) if np.size(a) == total and np.ndim(a) else a)
+                    for k, a in values.items()})
+        start += n
+    return out
+
+
 def variant_options(scenario: Scenario, ctx=None) -> list[Option]:
     """The chart variants (:data:`VARIANTS`) evaluated with the scenario's other settings, in one vectorised call."""
-    t = scenario.training
     ctx = ctx or make_context(scenario)
     labels, cand = _variant_candidates(scenario, np.array([scenario.cluster.nodes]))
-    values = evaluate(ctx, cand)
+    return _variant_options_from(scenario, evaluate(ctx, cand))
+
+
+def _variant_options_from(scenario: Scenario, values: dict[str, np.ndarray]) -> list[Option]:
+    """:func:`variant_options` from the variants' :func:`evaluate` values (shape ``(len(VARIANTS), 1)``)."""
+    t = scenario.training
     out = []
     for i, (label, stage, oo, op) in enumerate(VARIANTS):
         ch = Choice(stage=stage, offload_optimizer=_OFFLOAD_NAMES[oo], offload_param=_OFFLOAD_NAMES[op],

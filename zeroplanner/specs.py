@@ -23,6 +23,10 @@ OptimizerName = Literal["adamw", "adam", "sgd", "adam8bit"]
 Checkpointing = Literal["none", "selective", "full"]
 OffloadDevice = Literal["none", "cpu", "nvme"]
 Accounting = Literal["deepspeed", "paper"]
+QuantStorage = Literal["uint8", "bfloat16", "float16"]
+QUANT_STORAGE_PRECISION: dict[str, str] = {"bfloat16": "bf16", "float16": "fp16"}
+"""bnb_4bit_quant_storage values (transformers BitsAndBytesConfig spelling; float32 is left out: QLoRA here trains
+in bf16 or fp16 and DeepSpeed would cast fp32 storage) -> the training precision they must equal."""
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 """Canonical names of the linear layers LoRA can target (HF names: q_proj, k_proj, ..., down_proj)."""
@@ -43,6 +47,64 @@ class Output(BaseModel):
 # ----------------------------------------------------------------------------------------------------------------
 # Model architecture
 # ----------------------------------------------------------------------------------------------------------------
+class VisionTower(_Frozen):
+    """The vision encoder's shape, for its own activations (:mod:`zeroplanner.costmodel.vision`): a ViT over the
+    patches of each image, then a merger that turns ``merge_size``^2 neighbouring patches into one language-model
+    token. Read from ``vision_config`` by :mod:`zeroplanner.catalog.hfconfig` (Qwen2-VL / Qwen2.5-VL:
+    transformers 5.24 Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel; Gemma 3:
+    SiglipVisionModel and Gemma3MultiModalProjector's average pool, merge_size = its kernel, one crop per image:
+    pan-and-scan crops are not priced)."""
+
+    family: Literal["qwen2_vl", "qwen2_5_vl", "gemma3"] = Field(
+        description="the tower's layout (HF model_type of the model; gemma3: SigLIP + Gemma3MultiModalProjector)"
+    )
+    layers: int = Field(ge=1, le=1000, description="vision blocks (vision_config.depth)")
+    hidden_size: int = Field(ge=1, le=1_000_000, description="tower width (Qwen2.5-VL hidden_size, Qwen2-VL embed_dim)")
+    heads: int = Field(ge=1, le=10_000, description="attention heads of every block (vision_config.num_heads)")
+    ffn_size: int = Field(
+        ge=1, le=10_000_000, description="MLP width (Qwen2.5-VL intermediate_size; Qwen2-VL mlp_ratio x embed_dim)"
+    )
+    patch_input_size: int = Field(
+        ge=1, le=10_000_000,
+        description="elements the patch embedding reads per patch: in_channels x temporal_patch_size x patch_size^2 "
+        "(3 x 2 x 14 x 14 = 1176)",
+    )
+    patches_per_image: int = Field(
+        ge=1, le=100_000_000,
+        description="patches of one image: (H/patch_size) x (W/patch_size); 1024 for the 448x448 image "
+        "Architecture.vision_tokens_per_image assumes",
+    )
+    merge_size: int = Field(
+        ge=1, le=64, description="spatial_merge_size m: m x m patches become one language-model token"
+    )
+    full_attention_layers: int = Field(
+        ge=0, le=1000,
+        description="blocks with attention over the whole image (Qwen2.5-VL fullatt_block_indexes; Qwen2-VL: all); "
+        "the others attend within windows of window_patches patches",
+    )
+    window_patches: int = Field(
+        ge=1, le=100_000_000,
+        description="patches in one attention window (Qwen2.5-VL (window_size / patch_size)^2 = 64; Qwen2-VL: "
+        "the whole image)",
+    )
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> VisionTower:
+        if self.hidden_size % self.heads:
+            raise ValueError(f"vision hidden_size={self.hidden_size} is not divisible by heads={self.heads}")
+        if self.patches_per_image % (self.merge_size ** 2):
+            raise ValueError(f"vision patches_per_image={self.patches_per_image} is not a multiple of "
+                             f"merge_size^2={self.merge_size ** 2}")
+        if self.full_attention_layers > self.layers:
+            raise ValueError(f"vision full_attention_layers={self.full_attention_layers} exceeds layers={self.layers}")
+        return self
+
+    @property
+    def tokens_per_image(self) -> int:
+        """Language-model tokens one image becomes: patches_per_image / merge_size^2."""
+        return self.patches_per_image // self.merge_size ** 2
+
+
 class Architecture(_Frozen):
     """A decoder-only transformer, described the way HF ``config.json`` files describe it.
 
@@ -182,6 +244,12 @@ class Architecture(_Frozen):
         description="language-model tokens one image becomes (Gemma 4 vision_soft_tokens_per_image; Qwen2-VL "
         "depends on the resolution: (H/28)*(W/28), 256 at 448x448 is the default taken here)",
     )
+    vision: VisionTower | None = Field(
+        default=None,
+        description="the vision encoder's shape for its own activations (Qwen2-VL / Qwen2.5-VL / Gemma 3); "
+        "None = not priced (text-only models, and the other vision-language families: their towers' parameters "
+        "are counted, their activations are not)",
+    )
     global_head_dim: int | None = Field(
         default=None, ge=1, le=100_000,
         description="head width of Gemma 4's full-attention layers (global_head_dim; the layers beyond "
@@ -239,6 +307,9 @@ class Architecture(_Frozen):
                 raise ValueError(f"{name}={value} exceeds n_layers={self.n_layers}")
         if self.n_moe_layers and self.n_experts == 1:
             raise ValueError(f"moe_layers={self.moe_layers} needs n_experts > 1")
+        if self.vision is not None and self.vision.tokens_per_image != self.vision_tokens_per_image:
+            raise ValueError(f"vision_tokens_per_image={self.vision_tokens_per_image} must equal the tower's "
+                             f"patches_per_image / merge_size^2 = {self.vision.tokens_per_image}")
         if self.router_top_groups > self.router_groups:
             raise ValueError(f"router_top_groups={self.router_top_groups} exceeds router_groups={self.router_groups}")
         if self.kv_lora_rank is None and (self.q_lora_rank is not None or self.v_head_dim is not None):
@@ -604,10 +675,11 @@ class ClusterSpec(_Frozen):
     cpu_adam_params_per_second: float = Field(
         default=4.0e9, ge=1e6, le=1e13,
         description="DeepSpeed CPU-Adam parameter updates per second per node. The default is an assumption, not a "
-        "measurement of a GPU host: about 30 threads at the 1.32e8 updates/s per thread measured for "
-        "DeepSpeedCPUAdam on the build machine (docs/validation.md section 5, _measurements/cpu_adam.json); "
-        "section 4's published run implies 1.4e9/s on its (unstated) host. Set it for your host "
-        "(--cpu-adam-params-per-second)",
+        "measurement of a GPU host: DeepSpeedCPUAdam did 1.16e9 updates/s on one thread of the 2-core build "
+        "machine (best of 9 steps, docs/validation.md section 5, _measurements/cpu_adam.json), so 4e9 is a few "
+        "such threads' worth; section 4's published run implies 1.4e9/s on its (unstated) host. Measure your "
+        "host with `zeroplanner probe --benchmarks` (applied by --cluster-from) or set "
+        "--cpu-adam-params-per-second",
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
     sequence_parallel_size: int = Field(
@@ -691,6 +763,15 @@ class TrainingSpec(_Frozen):
         "int8 weight all-gather; zero_quantized_gradients: int4 gradient reduce-scatter), which change the numerics "
         "(ZeRO++, arXiv 2306.10209)? Off: it never picks them unless the scenario sets them itself",
     )
+    bnb_4bit_quant_storage: QuantStorage = Field(
+        default="uint8",
+        description="QLoRA: the dtype bitsandbytes packs the 4-bit base weights into (transformers "
+        "BitsAndBytesConfig(bnb_4bit_quant_storage=...), set in the training script, not in the DeepSpeed config; "
+        "default uint8). ZeRO-3 shards the 4-bit base only when it is the training dtype ('bfloat16' for bf16, "
+        "'float16' for fp16) and the model is loaded with that torch_dtype, as PEFT's DeepSpeed guide does "
+        "(docs/source/accelerate/deepspeed.md, 'Use PEFT QLoRA and DeepSpeed with ZeRO3'); with uint8 the base "
+        "is priced whole on every GPU. No effect without qlora",
+    )
 
     @field_validator("lora_targets")
     @classmethod
@@ -706,6 +787,16 @@ class TrainingSpec(_Frozen):
             raise ValueError("qlora=True needs lora_rank >= 1")
         if self.qlora and self.precision == "fp32":
             raise ValueError("qlora needs precision bf16 or fp16 (compute dtype of the 4-bit base)")
+        storage = self.bnb_4bit_quant_storage
+        if self.qlora and storage != "uint8" and QUANT_STORAGE_PRECISION[storage] != self.precision:
+            # DeepSpeed casts every floating-point parameter that is not the training dtype to it
+            # (runtime/engine.py _cast_module_mixed_precision: ``p.data.to(param_dtype)`` for CASTABLE_DTYPES),
+            # which converts the packed 4-bit codes as if they were numbers
+            allowed = [k for k, v in QUANT_STORAGE_PRECISION.items() if v == self.precision]
+            raise ValueError(
+                f"bnb_4bit_quant_storage={storage!r} with precision {self.precision}: allowed 'uint8' or the "
+                f"training dtype {allowed[0]!r} (DeepSpeed casts float parameters to the training dtype, which "
+                "would corrupt the packed 4-bit weights)")
         return self
 
 

@@ -11,6 +11,8 @@ import pytest
 from zeroplanner import build_scenario, estimate, plan
 from zeroplanner.cli import main
 
+from tests.helpers import SHARED_HF_CONFIGS as SHARED_HF
+
 ESTIMATE_KEYS = {"parameters", "trainable_parameters", "data_parallel_degree", "per_gpu_bytes", "gpu_memory_bytes",
                  "per_node_cpu_bytes", "nvme_bytes", "fits_gpu", "fits_cpu", "fits", "communication",
                  "compute_seconds_per_step", "step_seconds", "tokens_per_second", "warnings"}
@@ -108,3 +110,30 @@ def test_bad_hf_config_content(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "estimate", "--hf-config", str(big)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "limit" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["-7e9", "-7B", "-7", "-0.5"])
+def test_a_negative_number_gets_the_options_range_message(capsys, value):
+    # argparse alone reads "-7e9" as an option and says "expected one argument" (its matcher knows -7 and -.7)
+    with pytest.raises(SystemExit) as exc:
+        main(["estimate", "--params", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--params must be an integer in [1000000, 1000000000000000] (got '{value}')" in err
+
+
+def test_an_hf_config_file_names_the_model(capsys, tmp_path):
+    # a model read from a file is named after it: the folder of a config.json (hub snapshot / save_pretrained),
+    # else the file's stem; a _name_or_path inside the file wins
+    def model_name(path):
+        main(["estimate", "--hf-config", str(path), "--json"])  # exit 0 or 1 (fits or not): both print the JSON
+        return json.loads(capsys.readouterr().out)["inputs"]["model"]
+
+    cfg = json.loads((SHARED_HF / "gpt-oss-20b.json").read_text())
+    folder = tmp_path / "my-finetune"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert model_name(folder / "config.json") == "my-finetune"
+    assert model_name(SHARED_HF / "gpt-oss-20b.json") == "gpt-oss-20b"
+    (tmp_path / "named.json").write_text(json.dumps({**cfg, "_name_or_path": "org/model"}))
+    assert model_name(tmp_path / "named.json") == "org/model"

@@ -64,6 +64,7 @@ EXAMPLES: dict[str, tuple[object, dict]] = {
     "tiled_mlp": (True, {}),
     "tiled_loss": (True, {}),
     "checkpoint_offload": (True, {"checkpointing": "full"}),
+    "bnb_4bit_quant_storage": ("bfloat16", {"lora_rank": 16, "qlora": True, "stage": 3}),
     "autotp_size": (2, {}),
 }
 NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param", "tiled_mlp", "tiled_loss", "checkpoint_offload"}

@@ -422,6 +422,32 @@ def test_cluster_from_a_real_no_cuda_probe_changes_host_only():
     estimate(replace(default_scenario(), cluster=cluster))
 
 
+def test_cpu_adam_benchmark_runs_deepspeeds_op_and_sets_the_clusters_rate():
+    # DeepSpeedCPUAdam for real on this host (the offload_optimizer step's op); its rate becomes the cluster's
+    # cpu_adam_params_per_second, which the offload step time divides by (costmodel/compute.py)
+    pytest.importorskip("deepspeed")
+    estimate, default_scenario, replace = _core()
+    from zeroplanner.probe import benchmark_cpu_adam
+
+    r = benchmark_cpu_adam(params=4_000_000, repeats=3, threads=1, timeout_seconds=300)
+    assert r["ok"], r["message"]
+    assert r["threads"] == 1 and r["best_seconds"] <= r["median_seconds"]
+    assert r["params_per_second"] == pytest.approx(4_000_000 / r["best_seconds"])
+    base = default_scenario().cluster
+    result = {**inventory(), "benchmarks": {"cpu_adam": r}}
+    changes, notes = cluster_changes(result, base)
+    assert changes["cpu_adam_params_per_second"] == r["params_per_second"]
+    assert any(n.startswith("CPU-Adam: ") for n in notes)
+    s = replace(default_scenario(), cluster=cluster_from_probe(result, base))
+    fast = replace(s, cluster=replace(s.cluster, cpu_adam_params_per_second=2 * r["params_per_second"]))
+    off = dict(zero=replace(s.zero, stage=2, offload_optimizer=replace(s.zero.offload_optimizer, device="cpu")))
+    # the host's CPU-Adam time is the parameters updated per node / the rate: twice the rate, half the time
+    assert estimate(replace(s, **off)).optimizer_seconds_per_step == pytest.approx(
+        2 * estimate(replace(fast, **off)).optimizer_seconds_per_step)
+    with pytest.raises(ValueError, match="benchmarks.cpu_adam.params_per_second"):
+        cluster_changes({**result, "benchmarks": {"cpu_adam": {**r, "params_per_second": -1}}}, base)
+
+
 def test_cluster_from_a_cuda_probe_file(tmp_path):
     """A probe written on a CUDA machine: the pure mapping (no torch), from its JSON file."""
     _estimate, default_scenario, _replace = _core()

@@ -2,9 +2,13 @@
 files spell them) at widths of 64, so transformers builds them in milliseconds on the meta device and runs them on
 CPU. Used by the reader tests (exact counts against the meta build) and by the activation census of
 ``benchmarks/make_validation.py`` (docs/validation.md, "Activation census: 2024-26 families"). Data, and the
-bytes the census sees differently from a GPU run (:func:`census_seen_differently_bytes`)."""
+bytes the census sees differently from a GPU run (:func:`census_seen_differently_bytes`); for the
+vision-language models the census with one image (:func:`measure_vision_activation_bytes`, torch imported
+inside it), the matching prediction and the named CPU-vs-GPU differences."""
 
 from __future__ import annotations
+
+import copy
 
 BASE: dict = dict(  # the widths every small config starts from
     hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -113,19 +117,170 @@ def census_attention(label: str) -> str:
 
 
 NOT_CENSUSED = {
-    "gemma3": "vision-language: the census builds causal LMs only (gemma3_text is censused)",
-    "gemma4": "vision-language: the census builds causal LMs only (gemma4_text is censused)",
-    "llama4": "vision-language: the census builds causal LMs only (llama4_text is censused)",
-    "qwen2_vl": "vision-language: the census builds causal LMs only",
-    "qwen2_5_vl": "vision-language: the census builds causal LMs only",
+    "gemma4": "vision-language: its tower's activations are not priced (gemma4_text is censused)",
+    "llama4": "vision-language: its tower's activations are not priced (llama4_text is censused)",
 }
 """Small configs the activation census does not run, and why."""
 
+VISION_CENSUS = ("qwen2_5_vl", "qwen2_vl", "gemma3")
+"""Vision-language small configs the census runs with an image (:func:`measure_vision_activation_bytes`): the
+towers costmodel/vision.py prices."""
+
 
 def census_labels() -> list[str]:
-    """The :data:`SMALL` labels the activation census runs (all but :data:`NOT_CENSUSED`) and :data:`CENSUS_EXTRA`,
-    sorted."""
-    return sorted([label for label in SMALL if SMALL[label]["model_type"] not in NOT_CENSUSED] + list(CENSUS_EXTRA))
+    """The :data:`SMALL` labels the causal-LM activation census runs (all but :data:`NOT_CENSUSED` and
+    :data:`VISION_CENSUS`) and :data:`CENSUS_EXTRA`, sorted."""
+    skip = set(NOT_CENSUSED) | set(VISION_CENSUS)
+    return sorted([label for label in SMALL if SMALL[label]["model_type"] not in skip] + list(CENSUS_EXTRA))
+
+
+def vision_census_config(label: str) -> dict:
+    """The :data:`VISION_CENSUS` config ``label`` as the census runs it: :func:`census_config` plus a multimodal
+    rotary section that fits the small head width (mrope_section sums to head_dim / 2 = 8; the released files'
+    [16, 24, 24] is for 128-wide heads); for gemma3 the nested configs at vocabulary 512 with a 224-pixel image
+    (16 x 16 patches of 14 pooled into 16 tokens). Raises KeyError for a label not in :data:`VISION_CENSUS`."""
+    if label not in VISION_CENSUS:
+        raise KeyError(label)
+    if label == "gemma3":  # nested text_config; a 224-pixel image of 256 patches pooled 4 x 4 into 16 tokens
+        cfg = copy.deepcopy(SMALL[label])
+        cfg["text_config"].update(vocab_size=512, max_position_embeddings=1024)
+        cfg["vision_config"].update(image_size=224, vision_use_head=False)
+        return dict(cfg, mm_tokens_per_image=16, image_token_index=5, boi_token_index=6, eoi_token_index=7)
+    return dict(census_config(label), rope_parameters=dict(rope_type="default", rope_theta=1_000_000.0,
+                                                          mrope_section=[2, 3, 3]))
+
+
+def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", freeze_vision: bool = False,
+                                    attn_implementation: str = "sdpa", seq_len: int = CENSUS_SEQ_LEN,
+                                    seed: int = 0) -> dict[str, int]:
+    """Bytes a real transformers vision-language model keeps for backward after one training forward with one
+    image, measured on CPU, split between the vision tower and the language model.
+
+    As ``calibrate.measure_activation_bytes`` (bf16 cast, train mode, ``use_cache=False``, every tensor autograd
+    saves counted once by storage, parameters and buffers excluded; full checkpointing = HF's
+    ``activation_checkpointing_enable`` with ``use_reentrant=True``, which checkpoints the vision blocks too) for
+    ``AutoModelForImageTextToText`` built from :func:`vision_census_config`, with one image of the tower's
+    ``patches_per_image`` patches (a square grid, random pixel values: Qwen's flattened patches with
+    ``image_grid_thw`` = (1, g, g) after a vision-start marker; Gemma 3's (1, 3, H, W) image with
+    ``token_type_ids``) whose tokens stand in the sequence: ``seq_len`` text tokens + the image's tokens.
+    ``freeze_vision``: the tower's (and projector's) parameters get ``requires_grad=False`` (as ms-swift
+    ``freeze_vit`` / LLaMA-Factory ``freeze_vision_tower`` do).
+
+    Attribution: a tensor saved while the tower's forward runs (Gemma 3: and its projector's) is the tower's; in
+    backward everything recomputed after the gradient reaches the tower's output is the tower's (the tower runs
+    first, so its blocks are recomputed last), the rest the language model's. Recomputed bytes are divided by the block (layer) count as
+    in ``measure_activation_bytes``.
+
+    Returns bytes: ``tower`` (saved + one block recomputed), ``language`` (saved + the logits when not saved +
+    one layer recomputed), ``total`` (their sum), and ``parameters`` (count). Needs torch and transformers.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from ..catalog.hfconfig import architecture_from_hf_config
+
+    cfg = vision_census_config(label)
+    vision = architecture_from_hf_config(cfg).vision
+    cfg = dict(cfg)
+    model_type = cfg.pop("model_type")
+    torch.manual_seed(seed)
+    config = AutoConfig.for_model(model_type, **cfg)
+    model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation)
+    model = model.to(torch.bfloat16)
+    model.train()
+    gemma = model_type == "gemma3"
+    towers = [model.model.vision_tower, model.model.multi_modal_projector] if gemma else [model.model.visual]
+    if freeze_vision:
+        for param in (param for t in towers for param in t.parameters()):
+            param.requires_grad_(False)
+    if checkpointing == "full":
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
+    excluded = {t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())}
+
+    state = {"phase": "forward", "in_tower": 0, "tower_backward": False}
+    saved: dict[str, dict[int, int]] = {"tower": {}, "language": {}, "tower_recompute": {}, "language_recompute": {}}
+    keep: list = []
+
+    def pack(t):
+        s = t.untyped_storage()
+        ptr = s.data_ptr()
+        if not ptr or ptr in excluded or t.device.type == "meta" or any(ptr in d for d in saved.values()):
+            return t
+        if state["phase"] == "forward":
+            where = "tower" if state["in_tower"] else "language"
+        else:
+            where = "tower_recompute" if state["tower_backward"] else "language_recompute"
+        saved[where][ptr] = s.nbytes()
+        keep.append(t)
+        return t
+
+    def enter(*_):
+        state["in_tower"] += 1
+
+    def leave(_module, _args, output):
+        state["in_tower"] -= 1
+        out = output if isinstance(output, torch.Tensor) else output.pooler_output
+        if out.requires_grad:
+            out.register_hook(lambda grad: state.update(tower_backward=True))
+
+    for t in towers:
+        t.register_forward_pre_hook(enter)
+    towers[-1].register_forward_hook(leave)
+    for t in towers[:-1]:
+        t.register_forward_hook(lambda *_: state.update(in_tower=state["in_tower"] - 1))
+
+    side = int(round(vision.patches_per_image ** 0.5))
+    tokens = vision.tokens_per_image
+    gen = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(16, config.text_config.vocab_size, (1, seq_len + tokens), generator=gen)
+    ids[0, 5:5 + tokens] = config.image_token_id
+    kinds = (ids == config.image_token_id).int()
+    if gemma:  # SiglipVisionModel reads (images, channels, H, W); Gemma3Model needs token_type_ids in training
+        patch = int(round((vision.patch_input_size // 3) ** 0.5))  # 3 channels x patch_size^2
+        inputs = dict(pixel_values=torch.randn(1, 3, side * patch, side * patch, generator=gen),
+                      token_type_ids=kinds.long())
+    else:  # Qwen: flattened patches with their (t, h, w) grid after a vision-start marker
+        ids[0, 4] = config.vision_start_token_id
+        inputs = dict(pixel_values=torch.randn(vision.patches_per_image, vision.patch_input_size, generator=gen),
+                      image_grid_thw=torch.tensor([[1, side, side]]), mm_token_type_ids=kinds)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(input_ids=ids, labels=ids, use_cache=False, **inputs)
+        state["phase"] = "backward"
+        logits_ptr = out.logits.untyped_storage().data_ptr()
+        logits = 0 if logits_ptr in saved["language"] else out.logits.untyped_storage().nbytes()
+        out.loss.backward()
+    full = checkpointing == "full"
+    tower_bytes = sum(saved["tower"].values()) + (sum(saved["tower_recompute"].values()) // vision.layers
+                                                  if full else 0)
+    layers = int(config.text_config.num_hidden_layers)
+    language = sum(saved["language"].values()) + logits + (sum(saved["language_recompute"].values()) // layers
+                                                            if full else 0)
+    return {"tower": int(tower_bytes), "language": int(language), "total": int(tower_bytes + language),
+            "parameters": int(sum(p.numel() for p in model.parameters()))}
+
+
+def predicted_vision_activation_bytes(label: str, *, checkpointing: str = "none", freeze_vision: bool = False,
+                                      flash_attention: bool = True, seq_len: int = CENSUS_SEQ_LEN) -> dict[str, float]:
+    """The cost model's activation bytes for the :func:`measure_vision_activation_bytes` run of ``label`` (bf16,
+    micro-batch 1, one image, ``seq_len`` text tokens): ``tower`` (the activation term's vision part), ``language``
+    (the rest: the sequence includes the image's tokens) and ``total``. Needs no torch."""
+    from .. import catalog
+    from ..catalog.hfconfig import architecture_from_hf_config
+    from ..costmodel import Candidates, make_context
+    from ..costmodel.activations import activation_parts
+    from ..specs import ClusterSpec, NetworkSpec, Scenario, TrainingSpec
+
+    arch = architecture_from_hf_config(vision_census_config(label), name="tiny")
+    cluster = ClusterSpec(gpu=catalog.gpu("A100-80GB"), gpus_per_node=1, nodes=1,
+                          network=NetworkSpec(name="none", link_gbps=100))
+    training = TrainingSpec(precision="bf16", micro_batch=1, grad_accum=1, seq_len=seq_len,
+                            checkpointing=checkpointing, flash_attention=flash_attention, images_per_sample=1,
+                            freeze_vision=freeze_vision)
+    sc = Scenario(model=arch, cluster=cluster, training=training)
+    parts = {k: float(v.reshape(-1)[0]) for k, v in activation_parts(make_context(sc), Candidates.from_scenario(sc))
+             .items()}
+    tower = parts.pop("vision")
+    return {"tower": tower, "language": sum(parts.values()), "total": tower + sum(parts.values())}
 
 
 def _mla_cpu_math_minus_flash_bytes(arch, seq_len: int) -> float:
@@ -166,3 +321,63 @@ def census_seen_differently_bytes(label: str, checkpointing: str, seq_len: int =
         extra -= tables * (1.0 - 1.0 / arch.n_layers)
         reasons.append("rotary tables held by the checkpointed layers' keyword arguments, seen in 1/L of them")
     return extra, "; ".join(reasons)
+
+
+def vision_census_seen_differently_bytes(label: str, *, checkpointing: str = "none", freeze_vision: bool = False,
+                                         attn_implementation: str = "sdpa") -> tuple[float, str]:
+    """Bytes to add to the cost model's tower prediction (:func:`predicted_vision_activation_bytes`) so that it
+    counts what the CPU census of :func:`measure_vision_activation_bytes` counts where the two differ for a reason
+    that is not a pricing error, and the reasons (``(0.0, "")`` when they agree). Every term is derived from the
+    shapes and was matched to the byte by the census (docs/validation.md section 6):
+
+    - sdpa on CPU, trainable Qwen tower: transformers runs the non-flash_attention_2 path per window (per image
+      for Qwen2-VL) and joins the outputs (``torch.cat``), a new a_b·P·e tensor that the proj Linear keeps, in
+      every recorded block; flash_attention_2's varlen kernel (what is priced) returns the output the proj reads
+      (SigLIP has no such join: CPU sdpa's output is already laid out (b, s, heads, d));
+    - LayerNorm (Qwen2-VL, SigLIP): CPU ``layer_norm`` keeps mean and rstd in the input's dtype (bf16, 2 bytes
+      each per row), CUDA in fp32 (priced): (2·a_b - 8)·P per recorded norm (two per block, one in the merger or
+      SigLIP's post_layernorm);
+    - full checkpointing: the fp32 rotary cos/sin tables stay alive as keyword arguments of the checkpointed
+      blocks but are saved tensors only inside each recomputed block, which the census divides by the block count:
+      it sees 1/L of them.
+    Raises KeyError for a label not in :data:`VISION_CENSUS`. Needs no torch."""
+    from ..catalog.hfconfig import architecture_from_hf_config
+
+    v = architecture_from_hf_config(vision_census_config(label)).vision
+    full = checkpointing == "full"
+    if freeze_vision and not full:
+        return 0.0, ""  # nothing is recorded in a frozen tower
+    p, e, ab = float(v.patches_per_image), float(v.hidden_size), 2.0
+    recorded = 1 if full else v.layers  # blocks whose tensors the census counts (one recomputed under full)
+    extra, reasons = 0.0, []
+    if attn_implementation == "sdpa" and not freeze_vision and v.family != "gemma3":
+        extra += recorded * ab * p * e
+        reasons.append("CPU sdpa's per-window path concatenates the attention outputs into a new proj input")
+    if v.family in ("qwen2_vl", "gemma3"):
+        extra += (2 * recorded + 1) * (2.0 * ab - 8.0) * p
+        reasons.append("CPU layer_norm keeps mean and rstd in bf16 (CUDA: fp32)")
+    if full and v.family != "gemma3":  # SigLIP has learned positions, no rotary tables
+        tables = 2.0 * 4.0 * p * (v.hidden_size // v.heads)
+        extra -= tables * (1.0 - 1.0 / v.layers)
+        reasons.append("rotary tables held by the checkpointed blocks' keyword arguments, seen in 1/L of them")
+    return extra, "; ".join(reasons)
+
+
+def vision_census_language_gap_bytes(label: str, *, checkpointing: str = "none",
+                                     attn_implementation: str = "sdpa") -> tuple[float, str]:
+    """Bytes the census of ``label``'s language model saves beyond the cost model's prediction, with their
+    measured cause, where the cost model does not price them (``(0.0, "")`` elsewhere). Gemma 3 with sdpa and no
+    checkpointing: the image tokens attend to each other bidirectionally (Gemma3Model builds the mask from
+    ``token_type_ids``), so every layer hands sdpa an explicit (1, 1, s, s) bf16 mask, which it saves, and
+    transformers' ``use_gqa_in_sdpa`` refuses the kernel's own GQA with a mask, so K and V are repeated to
+    n_heads: L·(a_b·s² + 2·a_b·s·(h_q - h_kv)) (measured per tensor: 4 x 41,472 + 4 x 36,864 bytes at s = 144).
+    The cost model prices the flash kernel (causal, GQA inside). Needs no torch."""
+    from ..catalog.hfconfig import architecture_from_hf_config
+
+    if label != "gemma3" or attn_implementation != "sdpa" or checkpointing != "none":
+        return 0.0, ""
+    arch = architecture_from_hf_config(vision_census_config(label))
+    s = float(CENSUS_SEQ_LEN + arch.vision_tokens_per_image)
+    gap = arch.n_layers * (2.0 * s * s + 2.0 * 2.0 * s * (arch.q_size - arch.kv_size))
+    return gap, ("the image tokens' bidirectional mask: an explicit (1, 1, s, s) mask saved per layer and K/V "
+                 "repeated to n_heads (use_gqa_in_sdpa refuses GQA with a mask)")

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import pathlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..specs import Architecture
+from ..specs import Architecture, VisionTower
 
 __all__ = [
     "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_CONFIG_INTEGER", "SUPPORTED_MODEL_TYPES",
@@ -552,9 +553,36 @@ def _gemma3(k: _Keys) -> dict[str, Any]:
     f = _gemma3_text(text)
     f["tied_embeddings"] = k.flag("tie_word_embeddings", default=f["tied_embeddings"])
     hv = vision.integer("hidden_size", default=768)
-    f.update(vision_params=_siglip_vision(vision) + hv + hv * f["hidden_size"],
-             vision_tokens_per_image=k.integer("mm_tokens_per_image", default=256))
+    tokens = k.integer("mm_tokens_per_image", default=256)
+    f.update(vision_params=_siglip_vision(vision) + hv + hv * f["hidden_size"], vision_tokens_per_image=tokens,
+             vision=_siglip_tower(vision, tokens))
     return f
+
+
+def _siglip_tower(v: _Keys, tokens: int) -> VisionTower:
+    """The activation shape of Gemma 3's SigLIP tower: (image_size / patch_size)^2 patches, average-pooled by
+    Gemma3MultiModalProjector (kernel = patches per side / tokens per side) into ``tokens`` tokens; every block
+    attends over the whole image. transformers refuses a pooled count that is not mm_tokens_per_image, so an
+    mm_tokens_per_image that is not a square dividing the patch grid is refused here."""
+    hv, heads = v.integer("hidden_size", default=768), v.integer("num_attention_heads", default=12)
+    side = v.integer("image_size", default=224) // v.integer("patch_size", default=16)
+    per_side = math.isqrt(tokens)
+    if side < 1 or per_side * per_side != tokens or side % per_side:
+        raise ValueError(f"config.json key 'mm_tokens_per_image' ({tokens}) must be a square whose side divides the "
+                         f"patch grid side image_size / patch_size = {side}")
+    if hv % heads:
+        raise ValueError(f"config.json key 'vision_config.num_attention_heads' ({heads}) must divide the tower "
+                         f"width {hv}")
+    patch_input = v.integer("num_channels", default=3) * v.integer("patch_size", default=16) ** 2
+    if hv > 1_000_000 or patch_input > 10_000_000:
+        raise ValueError("config.json 'vision_config' gives a tower width above 1000000 or num_channels x "
+                         "patch_size^2 above 10000000")
+    return VisionTower(family="gemma3", layers=v.integer("num_hidden_layers", default=12, maximum=1000),
+                       hidden_size=hv, heads=heads, ffn_size=v.integer("intermediate_size", default=3072,
+                                                                      maximum=10_000_000),
+                       patch_input_size=patch_input, patches_per_image=side * side, merge_size=side // per_side,
+                       full_attention_layers=v.integer("num_hidden_layers", default=12, maximum=1000),
+                       window_patches=side * side)
 
 
 def _gemma4_text(k: _Keys) -> dict[str, Any]:
@@ -803,10 +831,18 @@ def _qwen2_vl_text(k: _Keys) -> dict[str, Any]:
     return f
 
 
+_QWEN_VL_IMAGE_PIXELS = 448
+"""Side of the square image the Qwen-VL readers assume (pixels): Qwen2-VL's processor resizes to multiples of
+patch_size x spatial_merge_size (28), so a 448x448 image is (448/28)^2 = 256 tokens (Qwen2-VL paper, arXiv
+2409.12191 Sec. 2.1: a 224x224 image is 66 tokens including the two vision markers) of (448/14)^2 = 1024 patches."""
+
+
 def _qwen_vl_tower(k: _Keys, width_key: str, width_default: int, out_key: str):
     """What Qwen2-VL's and Qwen2.5-VL's vision towers share: the language model's fields, the vision_config keys,
     the tower width e and depth, the bias-free Conv3d patch embedding's parameters (e x channels x temporal_patch x
-    p x p), the spatial merge size m and the merger's output width."""
+    p x p), the spatial merge size m and the merger's output width, and the tower's activation shape fields
+    (:class:`zeroplanner.specs.VisionTower` without the attention layout) for a :data:`_QWEN_VL_IMAGE_PIXELS`
+    square image."""
     f = _qwen2_vl_text(k)
     v = k.sub("vision_config")
     e, depth = v.integer(width_key, default=width_default), v.integer("depth", default=32, maximum=1000)
@@ -814,31 +850,58 @@ def _qwen_vl_tower(k: _Keys, width_key: str, width_default: int, out_key: str):
     p, t, m = v.integer("patch_size", default=14), v.integer("temporal_patch_size", default=2), \
         v.integer("spatial_merge_size", default=2)
     out = v.integer(out_key, default=f["hidden_size"])
-    return f, v, e, depth, e * ch * t * p * p, m, out
+    heads = v.integer("num_heads", default=16)
+    if e % heads:
+        raise ValueError(f"config.json key 'vision_config.num_heads' ({heads}) must divide the tower width {e}")
+    side = _QWEN_VL_IMAGE_PIXELS // (p * m)  # merged tokens per image side
+    if side < 1:
+        raise ValueError(f"config.json keys 'vision_config.patch_size' x 'spatial_merge_size' ({p} x {m}) exceed "
+                         f"the {_QWEN_VL_IMAGE_PIXELS}-pixel image assumed")
+    for what, value, limit in (("the tower width", e, 1_000_000), ("in_channels x temporal_patch_size x "
+                                                                   "patch_size^2", ch * t * p * p, 10_000_000)):
+        if value > limit:
+            raise ValueError(f"config.json 'vision_config' gives {what} = {value}; at most {limit} is accepted")
+    shape = dict(layers=depth, hidden_size=e, heads=heads, patch_input_size=ch * t * p * p,
+                 patches_per_image=(side * m) ** 2, merge_size=m)
+    f["vision_tokens_per_image"] = side * side
+    return f, v, e, depth, e * ch * t * p * p, m, out, shape
 
 
 def _qwen2_vl(k: _Keys) -> dict[str, Any]:
     """Qwen2VLForConditionalGeneration: Qwen2VisionTransformerPretrainedModel = bias-free Conv3d patch embedding
     (embed_dim x 3 x temporal_patch x p x p), depth blocks of two biased LayerNorms, biased qkv and proj,
     biased fc1/fc2 (mlp_ratio * embed_dim), and PatchMerger (LayerNorm, Linear(m^2 e, m^2 e), Linear(m^2 e, h)
-    with biases, m = spatial_merge_size). Image tokens: (H/28)*(W/28); 256 (a 448x448 image) assumed."""
-    f, v, e, depth, patch, m, out = _qwen_vl_tower(k, "embed_dim", 1280, "hidden_size")
-    fm = v.integer("mlp_ratio", default=4) * e
+    with biases, m = spatial_merge_size). Every block attends over the whole image. Image tokens: (H/28)*(W/28);
+    256 (a 448x448 image) assumed."""
+    f, v, e, depth, patch, m, out, shape = _qwen_vl_tower(k, "embed_dim", 1280, "hidden_size")
+    fm = v.integer("mlp_ratio", default=4, maximum=1000) * e
     block = 4 * e + 3 * e * e + 3 * e + e * e + e + 2 * e * fm + fm + e
     merger = 2 * e + (m * m * e) ** 2 + m * m * e + m * m * e * out + out
-    f.update(vision_params=patch + depth * block + merger, vision_tokens_per_image=256)
+    vision = VisionTower(family="qwen2_vl", ffn_size=fm, full_attention_layers=depth,
+                         window_patches=shape["patches_per_image"], **shape)
+    f.update(vision_params=patch + depth * block + merger, vision=vision)
     return f
 
 
 def _qwen2_5_vl(k: _Keys) -> dict[str, Any]:
     """Qwen2_5_VLForConditionalGeneration: Qwen2.5-VL vision tower = Qwen2-VL's with RMSNorms (weight only),
     a biased SwiGLU MLP of intermediate_size, width hidden_size, and a merger (RMSNorm ln_q, two biased Linears)
-    into out_hidden_size. Image tokens as Qwen2-VL (256 assumed)."""
-    f, v, e, depth, patch, m, out = _qwen_vl_tower(k, "hidden_size", 3584, "out_hidden_size")
-    fv = v.integer("intermediate_size", default=3420)
+    into out_hidden_size. Blocks in fullatt_block_indexes (default [7, 15, 23, 31]) attend over the whole image,
+    the others within windows of window_size pixels (default 112: (112/14)^2 = 64 patches; transformers 5.24
+    vision_utils.get_vision_window_index). Image tokens as Qwen2-VL (256 assumed)."""
+    f, v, e, depth, patch, m, out, shape = _qwen_vl_tower(k, "hidden_size", 3584, "out_hidden_size")
+    fv = v.integer("intermediate_size", default=3420, maximum=10_000_000)
     block = 2 * e + 3 * e * e + 3 * e + e * e + e + 3 * e * fv + 2 * fv + e
     merger = e + (m * m * e) ** 2 + m * m * e + m * m * e * out + out
-    f.update(vision_params=patch + depth * block + merger, vision_tokens_per_image=256)
+    p = v.integer("patch_size", default=14)
+    window_side = v.integer("window_size", default=112) // m // p * m  # patches per window side
+    if window_side < 1:
+        raise ValueError(f"config.json key 'vision_config.window_size' must be at least patch_size x "
+                         f"spatial_merge_size = {p * m} pixels")
+    full = v.index_list("fullatt_block_indexes", depth, default=[i for i in (7, 15, 23, 31) if i < depth])
+    vision = VisionTower(family="qwen2_5_vl", ffn_size=fv, full_attention_layers=len(set(full)),
+                         window_patches=min(window_side ** 2, shape["patches_per_image"]), **shape)
+    f.update(vision_params=patch + depth * block + merger, vision=vision)
     return f
 
 
@@ -997,15 +1060,23 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"non-standard JSON constant {name} is not allowed")
 
 
+def name_from_path(path: str | os.PathLike[str]) -> str:
+    """The model name a config file's path gives: the folder of a ``config.json`` (a hub snapshot or a
+    ``save_pretrained`` folder names the model), otherwise the file's stem (``deepseek-v3.json`` ->
+    ``deepseek-v3``); at most 200 characters, "" when the path names nothing."""
+    p = pathlib.Path(path)
+    if p.is_dir() or p.name == "config.json":
+        folder = p if p.is_dir() else p.parent
+        return folder.resolve().name[:200]
+    return p.stem[:200]
+
+
 def _default_name(config: Mapping[str, Any], path: pathlib.Path | None, model_type: str) -> str:
     candidate = config.get("_name_or_path")
     if isinstance(candidate, str) and candidate.strip():
         return candidate.strip()[:200]
     if path is not None:
-        p = path if path.is_dir() else path.parent
-        if p.name:
-            return p.name[:200]
-        return path.stem[:200] or model_type
+        return name_from_path(path) or model_type
     return f"{model_type}-custom"
 
 

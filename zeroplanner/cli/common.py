@@ -4,6 +4,7 @@ table (:mod:`zeroplanner.inputs`) and reading them back into a Scenario, JSON ou
 from __future__ import annotations
 
 import argparse
+import re
 import difflib
 import json
 import math
@@ -36,6 +37,14 @@ def fail(option: str, message: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
+    # argparse takes "-7e9" or "-7B" for an option (its matcher knows only -7 and -.7), so "--params -7e9" said
+    # "expected one argument"; with these matched as negative numbers the option's own range message says why
+    _NEGATIVE = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[kKmMbBgGtT]?$")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = self._NEGATIVE
+
     def error(self, message: str) -> None:  # one line, exit 2, no usage dump
         self.exit(2, f"zeroplanner: error: {message}\n")
 
@@ -150,6 +159,11 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         hf = _read_json_file("--hf-config", args.hf_config)
         if not isinstance(hf, dict):
             fail("--hf-config", "must be a JSON object")
+        from ..catalog.hfconfig import name_from_path
+
+        named = hf.get("_name_or_path")
+        if not (isinstance(named, str) and named.strip()) and name_from_path(args.hf_config):
+            hf = {**hf, "_name_or_path": name_from_path(args.hf_config)}  # the model is named after its file
     for name, option in ((i.key, i.cli_flag) for i in INPUTS if i.kind in CATALOG_KINDS):
         value = getattr(args, name)
         names = {"model": catalog.model_names, "gpu": catalog.gpu_names, "network": catalog.network_names}[name]()

@@ -34,7 +34,8 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``zeroplanner probe`` / ``python -m zeroplanner.probe``."""
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     parser.add_argument("--benchmarks", action="store_true",
-                        help="also run the micro-benchmarks: matmul TFLOP/s, host<->device GB/s, collective busbw")
+                        help="also run the micro-benchmarks: matmul TFLOP/s, host<->device GB/s, collective busbw, "
+                             "DeepSpeed CPU-Adam updates/s")
     parser.add_argument("--nvme-path", default=".", help="directory an NVMe offload would use (free disk is read "
                         "there; default: the current directory)")
     parser.add_argument("--ranks", type=int, default=None,
@@ -103,6 +104,8 @@ def format_text(result: dict[str, Any]) -> str:
         lines.append(f"matmul: {m.get('message')}")
     if bench.get("host_transfer"):
         lines.append(f"transfer: {bench['host_transfer'].get('message')}")
+    if bench.get("cpu_adam"):
+        lines.append(f"CPU-Adam: {bench['cpu_adam'].get('message')}")
     coll = bench.get("collectives")
     if coll:
         lines.append(f"collectives: {coll.get('message')}")
@@ -118,7 +121,7 @@ def register(subparsers, add_scenario_options=None) -> None:
     """Add ``probe`` to the ``zeroplanner`` command (:mod:`zeroplanner.cli` registers each module)."""
     parser = subparsers.add_parser(
         "probe",
-        help="inventory this machine's GPUs, host RAM and disk; --benchmarks measures matmul, PCIe and collectives",
+        help="inventory this machine's GPUs, host RAM and disk; --benchmarks measures matmul, PCIe, collectives and CPU-Adam",
         description="Probe this machine: GPUs (memory free and total, compute capability, catalog match, peer "
         "access / NVLink), host RAM, free disk; with --benchmarks bf16 matmul TFLOP/s, host<->device GB/s and "
         "all-reduce / all-gather / reduce-scatter busbw with an alpha-beta fit. Save the --json output and pass it "

@@ -17,7 +17,9 @@ only each layer's input (2sbh) plus one layer's activations during its recomputa
 1604.06174).
 
 Approximate for the hybrid families: layers whose mixer is not softmax attention (Qwen3-Next Gated DeltaNet,
-Nemotron-H Mamba-2) are priced as the attention layer; the vision encoder's own activations are not included.
+Nemotron-H Mamba-2) are priced as the attention layer. The vision encoder's own activations (Qwen2-VL /
+Qwen2.5-VL / Gemma 3 towers) are :mod:`zeroplanner.costmodel.vision`'s, added as one part; the other
+vision-language families' towers are not priced.
 Attention is priced as the GPU flash kernel saves it (flash_attention_2 semantics): CPU sdpa's sliding-window mask
 and its math path for MLA's unequal head widths are not (docs/validation.md section 6 shows both).
 
@@ -31,6 +33,7 @@ import numpy as np
 
 from .context import Candidates, Context
 from .terms import TermParts, term
+from .vision import vision_activation_bytes
 
 _GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2", "gpt_oss"})
 """Families whose RMSNorm keeps its normalised output in fp32: Gemma's (1 + w) scaling in fp32 (transformers 5.24
@@ -324,6 +327,7 @@ ACTIVATION_GROUPS = {
     "final": ("final norm + lm_head inputs",),
     "inputs": ("token ids, labels, rotary tables",),
     "logits": ("logits + fp32 log-softmax", "soft-capped logits (tanh output)"),
+    "vision": ("vision tower",),
 }
 """The keys of :func:`activation_parts` and the labels of the :func:`activation_term` parts each one sums."""
 
@@ -345,6 +349,9 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
       computes a tied head's loss vocab-parallel, 1 for an untied lm_head, whose logits AutoTP gathers whole on
       every rank (``LinearLayer(gather_output=True)``, module_inject/auto_tp.py ``training_column_lm_head``;
       measured: tests/evidence/test_autotp_engine.py);
+    - the vision tower's saved tensors for images_per_sample x micro-batch images (Qwen2-VL / Qwen2.5-VL /
+      Gemma 3; :func:`zeroplanner.costmodel.vision.vision_activation_bytes`: trainable, or frozen under full
+      checkpointing, where transformers still records the checkpointed blocks);
     Every part was checked against the saved-tensor measurement (docs/validation.md).
     """
     sc = ctx.scenario
@@ -358,7 +365,11 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
          "t_V": float(ctx.tp) if m.tied_embeddings else 1.0,
          "r_b": 4.0 if (m.family in _FP32_ROTARY_FAMILIES or t.precision == "fp32") else 2.0,
          "n_b": 4.0 if m.family in _GEMMA_NORM_FAMILIES else (4.0 if t.precision == "fp32" else 2.0),
-         "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing)}
+         "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing),
+         "vision": vision_activation_bytes(  # the trainable tower's saved tensors (costmodel/vision.py)
+             m.vision, t.images_per_sample * cand.micro_batch, activation_bytes=4.0 if t.precision == "fp32" else 2.0,
+             checkpointing=cand.checkpointing, flash_attention=t.flash_attention,
+             trainable=not (t.freeze_vision or t.lora_rank))}
     return term("activations", x, [
         ("layer inputs + one layer recomputed", "L*a_b*s*b*h + layer", full & rms),
         ("layer inputs + one layer recomputed", "L*a_b*s*b*h + layer - a_b*s*b*h", full & (not rms)),
@@ -369,6 +380,7 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
         ("token ids, labels, rotary tables", "16*s*b", not rotary),
         ("logits + fp32 log-softmax", "(a_b+4)*s*b*V/t_V", True),
         ("soft-capped logits (tanh output)", "a_b*s*b*V/t_V", m.final_logit_softcapping),
+        ("vision tower", "vision", m.vision is not None and t.images_per_sample > 0),
     ])
 
 

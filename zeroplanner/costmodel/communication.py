@@ -94,8 +94,9 @@ def stage3_collective_counts(ctx: Context, cand: Candidates) -> dict[str, np.nda
     tests/evidence/test_zero3_collective_count.py (two models, two thresholds, no prefetch) and
     tests/evidence/test_steptime.py (prefetch buckets on the tiny Llama).
     """
-    if ctx.scenario.training.qlora:
-        # NF4 base weights are not partitioned (scenario_warnings); LoRA weights are below threshold
+    if ctx.scenario.training.qlora and not ctx.quantized_shardable:
+        # uint8-stored 4-bit base weights are not partitioned (context.qlora_base_shardable); LoRA weights are
+        # below threshold. With the training dtype as storage the base is gathered like a LoRA base.
         fwd = bwd = step = 0.0
     else:
         f_calls, _, b_calls, _ = ctx.stage3_fetch_schedule
@@ -229,7 +230,8 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     ag12 = ring_seconds(ctx, "all_gather", T * w + 0.0 * nf, n, gather_buckets, cross, cand.nodes)
 
     # stage 3: gathers of the partitioned (non-persistent) parameters, forward and backward, every micro-step
-    gathered = (T if qlora else P) - ctx.persistent_params
+    # QLoRA: the LoRA weights, plus the packed 4-bit base (w-byte elements) when it is partitioned
+    gathered = (ctx.stage3_partitioned_elements if qlora else P) - ctx.persistent_params
     gathered = max(gathered, 0.0)
     counts = stage3_collective_counts(ctx, cand)
     fetches = counts["all_gather_forward"]

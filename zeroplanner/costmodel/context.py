@@ -31,6 +31,90 @@ moments r/w 16 or 8, fp32 gradient read 4, 16-bit parameter write 2, 16-bit grad
 tensors); the step is memory-bound, so time = bytes / HBM bandwidth (roofline; Williams et al., CACM 2009)."""
 
 
+NF4_CODE_BYTES = 4 / 8
+"""Bytes of one 4-bit NF4 code per base weight (Dettmers et al., QLoRA, arXiv 2305.14314, Sec. 3 "4-bit
+NormalFloat"); bitsandbytes packs them into bnb_4bit_quant_storage elements (2 per uint8, 4 per bfloat16) without
+changing the bytes."""
+NF4_CONSTANT_BYTES = (8 / 64 + 32 / (64 * 256)) / 8
+"""Bytes of quantisation constants per 4-bit weight with double quantisation: one 8-bit absmax per 64-weight block
+plus one fp32 second-level constant per 256 blocks, 0.127 bits (QLoRA, arXiv 2305.14314, Sec. 3 "Double
+Quantization": "from 32/64 = 0.5 bits, to 8/64 + 32/(64 * 256) = 0.127 bits"; bitsandbytes' 4-bit blocksize 64).
+PEFT's ZeRO-3 example runs with it (``--use_nested_quant True``); without it they are 0.5 bits, not modelled.
+They live in each weight's ``quant_state``, not in a Parameter, so ZeRO-3 does not partition them."""
+
+
+def qlora_quantized_params(m) -> int:
+    """Elements bitsandbytes stores in 4 bits in a QLoRA model of architecture ``m``, whole model (not per
+    tensor-parallel rank).
+
+    transformers replaces every ``nn.Linear`` by ``bnb.nn.Linear4bit`` (integrations/bitsandbytes.py
+    ``replace_with_bnb_linear``: ``type(module) is nn.Linear``) except the output embedding and tied weights
+    (quantizers/base.py ``get_keys_to_not_convert``). What stays in the load dtype, subtracted here: embeddings
+    (``nn.Embedding``), lm_head, norm weights (per layer, final, q/k norms, MLA's low-rank norms), the Linear4bit
+    biases (kept as ordinary parameters), per-layer extra tensors, MoE routers and fused expert tensors
+    (``nn.Parameter`` of transformers 5's ``*TopKRouter`` / ``*Experts`` modules, not ``nn.Linear``). Other mixers (linear attention, Mamba) and the vision tower count as 4-bit: their few
+    non-linear tensors (convolutions, A_log) are not separated. Scaled like the parameter count when
+    ``parameter_count_override`` is set.
+    """
+    h = m.hidden_size
+    norms = (m.n_layers * m.norms_per_layer + m.final_norm) * m.norm_params + m.n_layers * m.layer_extra_params
+    q_out = m.q_size * (2 if m.gated_attention else 1)
+    if m.mla:
+        attn_kept = m.attention_params - sum(m._mla_matrices().values())  # the two low-rank norms, biases
+    else:
+        attn_kept = m.qk_norm_params + (q_out + 2 * m.kv_size) * m.qkv_bias + h * m.out_bias
+    mlp_bias = (m.mlp_params - m._mlp(m.ffn_size, False))
+    dense_bias = (m.dense_mlp_params - m._mlp(m.dense_width, False))
+    kept = (m.embedding_params + m.lm_head_params + norms + m.n_attention_layers * attn_kept
+            + m.n_dense_layers * dense_bias + m.n_moe_layers * (m.n_experts * mlp_bias + m.router_params))
+    if m.fused_experts and m.n_experts > 1:
+        kept += m.n_moe_layers * m.n_experts * m._mlp(m.ffn_size, False)
+    quantized = max(m.derived_parameter_count - m.extra_parameters - kept, 0)
+    if m.parameter_count_override:
+        quantized = int(quantized * m.parameter_count_override / max(m.derived_parameter_count, 1))
+    return quantized
+
+
+def largest_quantized_linear(m) -> int:
+    """Elements of the largest 4-bit weight, which bitsandbytes dequantises whole to the compute dtype before its
+    matmul (``bnb.functional.dequantize_4bit`` in ``MatMul4Bit`` forward and backward), one at a time: the largest
+    decoder-block matrix among the attention projections and the MLP (expert) matrices."""
+    h, f = m.hidden_size, m.ffn_size
+    q_out = m.q_size * (2 if m.gated_attention else 1)
+    if m.mla:
+        mats = list(m._mla_matrices().values())
+    elif m.fused_qkv:
+        mats = [h * (q_out + 2 * m.kv_size), m.q_size * h]
+    else:
+        mats = [h * q_out, h * m.kv_size, m.q_size * h]
+    gate_up = 2 if m.fused_gate_up and m.ffn_kind == "swiglu" else 1
+    if m.n_dense_layers:
+        mats += [gate_up * h * m.dense_width, m.dense_width * h]
+    if m.n_moe_layers and not (m.fused_experts and m.n_experts > 1):
+        mats += [h * f]
+    if m.shared_expert_ffn_size:
+        mats += [gate_up * h * m.shared_expert_ffn_size]
+    if m.other_mixer_largest_module:
+        mats.append(m.other_mixer_largest_module)
+    return int(max(mats))
+
+
+def qlora_base_shardable(training) -> bool:
+    """Whether ZeRO-3 partitions a QLoRA model's 4-bit base: only when ``bnb_4bit_quant_storage`` is the training
+    dtype (TrainingSpec refuses any other float). transformers loads a quantised model without
+    ``deepspeed.zero.Init`` (modeling_utils.py: ``needs_zero3_init = is_deepspeed_zero3_enabled() and not
+    _is_quantized``), quantised on the CPU so that DeepSpeed shards it when the engine starts (transformers #29587,
+    which added the quant_storage option "required for FSDP+QLoRA" and this path for ZeRO-3); PEFT's guide sets the
+    storage and torch_dtype to bfloat16 for ZeRO-3. With bitsandbytes' uint8 default users report ZeRO-3 keeping
+    a full copy per GPU (DeepSpeed #5819, peft #2016): priced whole. DeepSpeed's own code treats integer
+    parameters apart: it casts only floating-point tensors to the training dtype (partition_parameters.py
+    ``zero_wrapper_for_fp_tensor_constructor``: ``tensor.is_floating_point()``; engine.py CASTABLE_DTYPES) and its
+    all-reduce fetch path needs one dtype per coalesced gather (``get_only_unique_item(p.ds_tensor.dtype ...)``);
+    0.19.8's all-gather path groups by dtype, so whether it now shards uint8 storage is not measured here.
+    False without QLoRA; the stage is the candidate's (memory.py applies this at stage 3 only)."""
+    return bool(training.qlora and training.bnb_4bit_quant_storage != "uint8")
+
+
 @dataclass(frozen=True)
 class Candidates:
     """Equal-shaped arrays, one element per candidate configuration.
@@ -89,6 +173,14 @@ class Candidates:
     def take(self, index) -> Candidates:
         return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
+    @classmethod
+    def concat(cls, *parts: Candidates) -> Candidates:
+        """One flat (1-D) set of the candidates of ``parts``, in order: evaluating it once costs about what
+        evaluating one of them does (the cost of :func:`~zeroplanner.costmodel.evaluate.evaluate` is per call,
+        not per candidate, at these sizes)."""
+        return cls(**{f.name: np.concatenate([getattr(p, f.name).reshape(-1) for p in parts])
+                      for f in fields(cls)})
+
 
 @dataclass(frozen=True)
 class Context:
@@ -99,7 +191,7 @@ class Context:
     trainable: float  # trainable parameters per tensor-parallel rank
     frozen: float
     weight_bytes: float  # bytes per element of the 16-bit (or fp32) working copy
-    frozen_weight_bytes: float  # NF4 for QLoRA, else weight_bytes
+    frozen_weight_bytes: float  # QLoRA: one 4-bit code (NF4_CODE_BYTES), else weight_bytes
     grad_bytes: float  # gradient element bytes as communicated
     master_bytes: float  # fp32 master copy per trainable parameter (0 in pure fp32)
     optimizer_state_bytes: float
@@ -127,6 +219,25 @@ class Context:
     gpu_name: str = ""
     # stage 3, one micro-step (stage3_fetch_schedule): all-gather calls and elements, forward and backward
     stage3_fetch_schedule: tuple[int, int, int, int] = (0, 0, 0, 0)
+    # QLoRA (0 / False without it): base elements stored in 4 bits per tensor-parallel rank
+    # (qlora_quantized_params), whether ZeRO-3 partitions them (qlora_base_shardable), the largest 4-bit weight
+    # (largest_quantized_linear, elements), quantisation-constant bytes per 4-bit weight (NF4_CONSTANT_BYTES)
+    quantized_params: float = 0.0
+    quantized_shardable: bool = False
+    largest_quantized: float = 0.0
+    quant_constant_bytes: float = 0.0
+
+    @property
+    def stage3_partitioned_elements(self) -> float:
+        """Elements ZeRO-3 partitions and gathers, per tensor-parallel rank, counted in elements of the working
+        dtype (w bytes), as DeepSpeed's ``ds_numel`` counts them: Ψ; QLoRA with a shardable base: the 16-bit
+        parameters plus the 4-bit weights packed ``w / 0.5`` to an element (PEFT: 4 codes per bfloat16); QLoRA
+        with uint8 storage: the trainable (LoRA) parameters only, the base being kept whole."""
+        if not self.scenario.training.qlora:
+            return self.params
+        if not self.quantized_shardable:
+            return self.trainable
+        return self.params - self.quantized_params + self.quantized_params * self.frozen_weight_bytes / self.weight_bytes
 
 
 def module_parameter_shapes(m) -> list[tuple[int, tuple[int, ...]]]:
@@ -460,7 +571,7 @@ def make_context(scenario: Scenario) -> Context:
         trainable=float(trainable),
         frozen=float(frozen),
         weight_bytes=w,
-        frozen_weight_bytes=DTYPE_BYTES["nf4"] if t.qlora else w,
+        frozen_weight_bytes=NF4_CODE_BYTES if t.qlora else w,
         grad_bytes=w,
         master_bytes=4.0 if mixed else 0.0,
         optimizer_state_bytes=OPTIMIZER_STATE_BYTES[t.optimizer],
@@ -487,6 +598,10 @@ def make_context(scenario: Scenario) -> Context:
         hidden_size=int(m.hidden_size),
         gpu_name=gpu.name,
         stage3_fetch_schedule=schedule,
+        quantized_params=float(min(qlora_quantized_params(m) / tp, frozen)) if t.qlora else 0.0,
+        quantized_shardable=qlora_base_shardable(t),
+        largest_quantized=float(largest_quantized_linear(m) / tp) if t.qlora else 0.0,
+        quant_constant_bytes=NF4_CONSTANT_BYTES if t.qlora else 0.0,
     )
 
 

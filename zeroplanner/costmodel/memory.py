@@ -82,26 +82,50 @@ def parameter_parts(ctx: Context, cand: Candidates) -> TermParts:
     Stages 0-2 keep every weight; stage 3 its 1/N_d partition plus the persistent small tensors (kept whole, of
     which its own 1/N_d share is already in the partition), or with offload_param only those; the paper accounting
     ``wΨ/N_d``. zero_hpz_partition_size > 1 adds ZeRO++'s secondary partition ``wΨ/hpz``.
+
+    QLoRA: the frozen base is Ψ_q 4-bit weights (w_f = 0.5 B each, :data:`~.context.NF4_CODE_BYTES`) plus what
+    bitsandbytes leaves in the load dtype (Ψ_f - Ψ_q: embeddings, lm_head, norms, biases, MoE routers and fused
+    experts;
+    :func:`~.context.qlora_quantized_params`), and the quantisation constants c_q Ψ_q
+    (:data:`~.context.NF4_CONSTANT_BYTES`, whole on every GPU: they are not Parameters). At stage 3 the base is
+    partitioned over N_d (and moved to the host by offload_param) only when ``bnb_4bit_quant_storage`` is the
+    training dtype (:func:`~.context.qlora_base_shardable`); with uint8 storage it stays whole on every GPU
+    (DeepSpeed #5819, peft #2016), is not offloaded, and only the LoRA weights are partitioned; the hpZ secondary
+    copy then holds what ZeRO-3 partitions (Ψ_s, :attr:`~.context.Context.stage3_partitioned_elements`).
     """
     st = cand.stage
     paper = ctx.scenario.assumptions.accounting == "paper"
     qlora = ctx.scenario.training.qlora
     off_par = cand.offload_param > 0
     stage3 = (st == 3) & (not paper)
+    sharded = stage3 & ctx.quantized_shardable
+    whole_base = (st < 3) | (stage3 & ~sharded)  # QLoRA: the base is on every GPU in full
     x = {"Psi": ctx.params, "Psi_t": ctx.trainable, "Psi_f": ctx.frozen, "w": ctx.weight_bytes,
          "w_f": ctx.frozen_weight_bytes, "N_d": _n(ctx, cand), "Psi_persist": ctx.persistent_params,
          "hpz": np.maximum(cand.hpz, 1).astype(np.float64)}
-    # QLoRA + ZeRO-3: bitsandbytes 4-bit weights are not partitioned by most DeepSpeed versions and fall back to
-    # full copies (DeepSpeed #5819, peft #2016): the frozen base stays whole.
+    if qlora:
+        x.update({"Psi_q": ctx.quantized_params, "c_q": ctx.quant_constant_bytes})
+        frozen = [
+            ("4-bit base weights", "w_f*Psi_q", whole_base),
+            ("4-bit base weights", "w_f*Psi_q/N_d", sharded & ~off_par),
+            ("16-bit frozen weights (embeddings, lm_head, norms)", "w*(Psi_f-Psi_q)", whole_base),
+            ("16-bit frozen weights (embeddings, lm_head, norms)", "w*(Psi_f-Psi_q)/N_d", sharded & ~off_par),
+            ("4-bit quantisation constants", "c_q*Psi_q", True),
+        ]
+        # the persistent norms belong to the base, already counted whole when it is not partitioned
+        persist3 = sharded
+        x["Psi_s"] = ctx.stage3_partitioned_elements
+    else:
+        frozen = [("frozen base", "w_f*Psi_f", st < 3), ("frozen base", "w_f*Psi_f/N_d", stage3 & ~off_par)]
+        persist3 = stage3
     return term("parameters", x, [
-        ("frozen base", "w_f*Psi_f", (st < 3) | (stage3 & qlora)),
-        ("frozen base", "w_f*Psi_f/N_d", stage3 & ~off_par & (not qlora)),
+        *frozen,
         ("trainable", "w*Psi_t", st < 3),
         ("trainable", "w*Psi_t/N_d", stage3 & ~off_par),
-        ("persistent", "w*Psi_persist", stage3 & off_par),
-        ("persistent", "w*Psi_persist*(1-1/N_d)", stage3 & ~off_par),
+        ("persistent", "w*Psi_persist", persist3 & off_par),
+        ("persistent", "w*Psi_persist*(1-1/N_d)", persist3 & ~off_par),
         ("partition", "w*Psi/N_d", (st == 3) & paper),
-        ("hpZ secondary copy", "w*Psi/hpz", (st == 3) & (cand.hpz > 1)),
+        ("hpZ secondary copy", "w*Psi_s/hpz" if qlora else "w*Psi/hpz", (st == 3) & (cand.hpz > 1)),
     ])
 
 
@@ -179,6 +203,10 @@ def buffer_parts(ctx: Context, cand: Candidates) -> TermParts:
       parameters kept resident from forward into backward)), the gradient of the module being computed, and one
       reduce bucket (stage 3 with overlap_comm, its default, measured one ipg buffer, not two; the paper
       accounting doubles it like stages 1-2).
+    - QLoRA: bitsandbytes dequantises each 4-bit weight whole to the compute dtype before its matmul and frees it
+      after (``dequantize_4bit`` in ``MatMul4Bit``, forward and backward): one largest 4-bit weight Ψ_dq
+      (:func:`~.context.largest_quantized_linear`) at a time; the stage-3 gathered set is capped by the elements
+      ZeRO-3 partitions (:attr:`~.context.Context.stage3_partitioned_elements`, Ψ_s).
     """
     z = ctx.scenario.zero
     st = cand.stage
@@ -191,9 +219,15 @@ def buffer_parts(ctx: Context, cand: Candidates) -> TermParts:
     # Stage 3 keeps up to stage3_max_live_parameters gathered (within stage3_max_reuse_distance) from the end of
     # forward into backward (stage3.py PartitionedParameterCoordinator), beside the module being computed plus
     # the prefetch bucket.
+    qlora = ctx.scenario.training.qlora
+    # QLoRA: ZeRO-3 gathers its partitioned elements only (the LoRA weights, plus the packed 4-bit base when it
+    # is shardable: Context.stage3_partitioned_elements)
+    gatherable = ctx.stage3_partitioned_elements if qlora else ctx.params
     kept = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance,
-               max(ctx.params - ctx.persistent_params, 0.0))
-    x = {"w": ctx.weight_bytes, "Psi_t": ctx.trainable, "Psi": ctx.params,
+               max(gatherable - ctx.persistent_params, 0.0))
+    P = "Psi_s" if qlora else "Psi"
+    x = {"w": ctx.weight_bytes, "Psi_t": ctx.trainable, "Psi": ctx.params, "Psi_s": gatherable,
+         "Psi_dq": ctx.largest_quantized,
          "B": np.minimum(bucket, ctx.trainable) if paper else bucket, "B_ar": float(STAGE0_ALLREDUCE_BUCKET),
          "o": np.where(overlap_comm(ctx, cand), 2.0, 1.0), "B_live": float(z.stage3_max_live_parameters),
          "Psi_max": ctx.largest_module, "B_pf": float(z.stage3_prefetch_bucket_size), "kept": float(kept)}
@@ -202,9 +236,10 @@ def buffer_parts(ctx: Context, cand: Candidates) -> TermParts:
         ("all-reduce bucket", "min(B_ar, Psi_t)*w", st == 0),
         ("reduce bucket", "B*w*o", stage12),
         ("offload staging buffer", "Psi_max*w", stage12 & (cand.offload_optimizer > 0) & (not paper)),
-        ("gathered live parameters", "min(B_live, max(Psi_max+B_pf, kept), Psi)*w", st == 3),
+        ("gathered live parameters", f"min(B_live, max(Psi_max+B_pf, kept), {P})*w", st == 3),
         ("largest module's gradient", "Psi_max*w", st == 3),
         ("reduce bucket", "B*w*o" if paper else "B*w", st == 3),
+        ("dequantised 4-bit weight", "Psi_dq*w", qlora),
     ])
 
 
@@ -282,17 +317,22 @@ def host_parts(ctx: Context, cand: Candidates, buffers: OffloadBuffers = DEEPSPE
     par = cand.offload_param
     opt_cpu, opt_nvme = _optimizer_on_cpu(cand), _optimizer_on_nvme(cand)
     opt = cand.offload_optimizer
-    spills = ctx.params / x["N_d"] > x["M_cpu"]
+    # QLoRA: offload_param moves what ZeRO-3 partitions (Psi_s: the packed 4-bit base only when it is shardable,
+    # else the LoRA weights alone; the unpartitioned base stays on the GPU and is not counted here again)
+    P = "Psi_s" if ctx.scenario.training.qlora else "Psi"
+    x["Psi_s"] = ctx.stage3_partitioned_elements
+    spills = x[P] / x["N_d"] > x["M_cpu"]
     return term("host_memory", x, [
         ("optimizer states + fp32 master", "g*K*Psi_t/N_d", opt_cpu),
         ("pinned NVMe swap buffers (optimizer)", "g*n_ob*4*min(S_sub, Psi_t/N_d)", opt_nvme),
         ("fp32 gradients", "4*g*Psi_t/N_d", opt_cpu),
         ("16-bit host copies", "g*w*Psi_t/N_d", (opt > 0) & (not paper)),
         ("16-bit staging buffer", "g*Psi_max*w", (opt > 0) & (not paper) & (cand.stage <= 2)),
-        ("parameter partition", "g*Psi*w/N_d", par == 1),
-        ("parameters kept in host RAM (max_in_cpu)", "g*w*min(Psi/N_d, M_cpu)", (par == 2) & (not paper)),
+        ("parameter partition", f"g*{P}*w/N_d", par == 1),
+        ("parameters kept in host RAM (max_in_cpu)", f"g*w*min({P}/N_d, M_cpu)", (par == 2) & (not paper)),
         ("pinned NVMe swap buffers (parameters)", "g*n_pb*B_pb*w", par == 2),
-        ("pinned NVMe swap-out buffer (parameters)", "g*w*N_d*min(S_sub, Psi/N_d)", (par == 2) & spills & (not paper)),
+        ("pinned NVMe swap-out buffer (parameters)", f"g*w*N_d*min(S_sub, {P}/N_d)",
+         (par == 2) & spills & (not paper)),
     ])
 
 
@@ -315,12 +355,13 @@ def nvme_parts(ctx: Context, cand: Candidates) -> TermParts:
     paper = ctx.scenario.assumptions.accounting == "paper"
     K = (ctx.master_bytes if paper else 4.0) + ctx.optimizer_state_bytes
     x = {"g": float(ctx.gpus_per_node), "Psi_t": ctx.trainable, "Psi": ctx.params, "K": K, "N_d": _n(ctx, cand),
-         "w": ctx.weight_bytes}
+         "w": ctx.weight_bytes, "Psi_s": ctx.stage3_partitioned_elements}
+    P = "Psi_s" if ctx.scenario.training.qlora else "Psi"  # QLoRA: what ZeRO-3 partitions (host_parts)
     opt_nvme = _optimizer_on_nvme(cand)
     return term("nvme", x, [
         ("optimizer states + fp32 master", "g*K*Psi_t/N_d", opt_nvme),
         ("fp32 gradients", "4*g*Psi_t/N_d", opt_nvme & (not paper)),
-        ("parameter partition", "g*w*Psi/N_d", cand.offload_param == 2),
+        ("parameter partition", f"g*w*{P}/N_d", cand.offload_param == 2),
     ])
 
 

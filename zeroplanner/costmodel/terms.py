@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, reduce
+from functools import cache, cached_property, reduce
 from typing import Literal
 
 import numpy as np
@@ -50,7 +50,7 @@ class TermInfo:
     formula: str
     source: str
 
-    @property
+    @cached_property
     def name(self) -> str:
         """The lower-case name of ``Estimate.terms`` ("optimizer states")."""
         return self.label.lower()
@@ -60,8 +60,9 @@ _INFO = (
     TermInfo("parameters", "Parameters", "Parameters", r"M_{params}", "memory", "bytes", "#4c78a8",
              "Working copy of the weights each GPU holds: all of them below ZeRO-3, its 1/N_d partition "
              "(+ small persistent tensors) at ZeRO-3.",
-             "16-bit weights: Ψ·2 (stages 0-2), Ψ·2/N_d + persistent small tensors (stage 3); NF4 0.516 B/param for "
-             "a QLoRA base", "ZeRO paper Sec. 5; deepspeed/runtime/zero/stage3.py"),
+             "16-bit weights: Ψ·2 (stages 0-2), Ψ·2/N_d + persistent small tensors (stage 3); a QLoRA base: 0.5 B "
+             "per 4-bit weight (/N_d at stage 3 only with bnb_4bit_quant_storage = the training dtype) + 0.016 B "
+             "of constants", "ZeRO paper Sec. 5; deepspeed/runtime/zero/stage3.py; QLoRA arXiv 2305.14314 Sec. 3"),
     TermInfo("gradients", "Gradients", "Gradients", r"M_{grads}", "memory", "bytes", "#f58518",
              "Gradients each GPU holds at the step's gradient peak: working precision, plus the fp32 copy DeepSpeed "
              "hands to the optimizer; partitioned over N_d from ZeRO-2 (ZeRO-1 as measured).",
@@ -77,8 +78,10 @@ _INFO = (
              "Tensors saved for backward for one micro-batch, from the architecture; with full checkpointing only "
              "each layer's input plus one layer being recomputed.",
              "saved-for-backward tensors per layer s·b·h·(…) by block, times layers (or layer inputs only with full "
-             "checkpointing), plus 16-bit logits and fp32 log-softmax 6·s·b·V",
-             "Korthikanti et al. arXiv 2205.05198 Eq. 1-2, generalised (zeroplanner/costmodel/activations.py)"),
+             "checkpointing), plus 16-bit logits and fp32 log-softmax 6·s·b·V, plus the vision tower's blocks "
+             "over its images' patches (Qwen-VL, Gemma 3)",
+             "Korthikanti et al. arXiv 2205.05198 Eq. 1-2, generalised (zeroplanner/costmodel/activations.py, "
+             "vision.py)"),
     TermInfo("buffers", "Buffers", "Buffers", r"M_{buf}", "memory", "bytes", "#54a24b",
              "Communication buckets and the ZeRO-3 working set of gathered parameters.",
              "reduce bucket (x2 with overlap_comm); stage 3: gathered live parameters min(max_live, largest module "
@@ -211,7 +214,14 @@ SYMBOLS: dict[str, Symbol] = {
     "Psi_max": Symbol(r"\Psi_{max}", "parameters", "parameters of the largest module"),
     "N_d": Symbol(r"N_d", "GPUs", "data-parallel degree (GPUs that share the ZeRO partitions)"),
     "w": Symbol(r"w", "bytes/parameter", "bytes per working-precision element"),
-    "w_f": Symbol(r"w_f", "bytes/parameter", "bytes per frozen-base element (NF4 for QLoRA)"),
+    "w_f": Symbol(r"w_f", "bytes/parameter", "bytes per frozen-base element (QLoRA: one 4-bit code, 0.5)"),
+    "Psi_q": Symbol(r"\Psi_q", "parameters", "QLoRA base weights stored in 4 bits (the nn.Linear weights)"),
+    "c_q": Symbol(r"c_q", "bytes/parameter",
+                  "QLoRA quantisation constants per 4-bit weight (absmax per 64, double quantisation: 0.127 bits)"),
+    "Psi_s": Symbol(r"\Psi_s", "elements",
+                    "elements ZeRO-3 partitions, in working-dtype elements (QLoRA: LoRA weights, plus the packed "
+                    "4-bit base when bnb_4bit_quant_storage is the training dtype)"),
+    "Psi_dq": Symbol(r"\Psi_{dq}", "parameters", "largest 4-bit weight, dequantised to 16 bits for its matmul"),
     "m": Symbol(r"m", "bytes/parameter", "bytes per parameter of fp32 master weights"),
     "k": Symbol(r"k", "bytes/parameter", "bytes per parameter of optimizer states"),
     "K": Symbol(r"K", "bytes/parameter", "bytes per parameter of fp32 master weights + optimizer states"),
@@ -229,6 +239,8 @@ SYMBOLS: dict[str, Symbol] = {
                     "head dim)"),
     "r_b": Symbol(r"a_r", "bytes/element", "bytes per element of the rotary cos/sin tables (4: OLMo 2 keeps fp32)"),
     "layer": Symbol(r"A_{layer}", "bytes", "bytes one layer saves for backward (activations.layer_activation_bytes)"),
+    "vision": Symbol(r"A_{vision}", "bytes", "bytes the vision tower saves for backward for the micro-batch's "
+                     "images (costmodel/vision.py vision_activation_bytes)"),
     "t": Symbol(r"t", "GPUs", "tensor-parallel degree"),
     "t_V": Symbol(r"t_V", "GPUs", "vocabulary split of the logits per GPU: t with a tied (vocab-parallel) AutoTP "
                   "head, 1 with an untied one (AutoTP gathers its logits)"),
@@ -352,11 +364,17 @@ def evaluate_expr(expr: str, inputs: Mapping[str, object]) -> np.ndarray:
     return _evaluator(expr)(inputs)
 
 
+_ALL = np.asarray(True)
+
+
 def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str, object]]) -> TermParts:
     """Build a :class:`TermParts` from (label, expression, condition) rows; ``condition`` is a bool (array) or
     True. Each part is 0 where its condition is False."""
     out = []
     for label, expr, when in parts:
+        if when is True:  # applies to every candidate: np.where(True, x, 0.0) is x as float64, without the select
+            out.append(PartValue(label, expr, _ALL, np.asarray(evaluate_expr(expr, inputs), dtype=np.float64)))
+            continue
         applies = np.asarray(when, dtype=bool)
         out.append(PartValue(label, expr, applies, np.where(applies, evaluate_expr(expr, inputs), 0.0)))
     return TermParts(key, dict(inputs), tuple(out))

@@ -321,9 +321,12 @@ def generation_notes(scenario: Any, mode: Mode = "deepspeed", hf_auto: bool = Fa
         if z.offload_optimizer.device != "none":
             notes.append(Finding(
                 severity="warning", key="zero_optimization.offload_optimizer", rule="client_optimizer_offload",
-                message="With offload_optimizer the optimizer step runs on the CPU; bitsandbytes' 8-bit Adam runs "
-                "on the GPU only, so the 8-bit saving does not combine with ZeRO-Offload.",
-                fix="Use AdamW (DeepSpeedCPUAdam) with offload, or 8-bit Adam without offload.",
+                message="With offload_optimizer the optimizer step runs on the CPU, in the client's bitsandbytes "
+                "8-bit Adam (zero_force_ds_cpu_optimizer is false). bitsandbytes runs its optimizers on CPU only in "
+                "releases with its PR #1901 (merged 2026-03-18); older ones need CUDA and fail here. Priced: 2 bytes "
+                "of optimizer state per parameter on the host, updated at the host's CPU-Adam rate (bitsandbytes' "
+                "CPU speed is not measured).",
+                fix="Use a bitsandbytes release with CPU optimizers, or AdamW (DeepSpeedCPUAdam) with offload.",
             ))
     if t.optimizer == "sgd":
         notes.append(Finding(

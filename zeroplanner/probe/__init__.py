@@ -9,7 +9,8 @@ Three layers, each usable alone:
 - micro-benchmarks, each bounded in time: :func:`benchmark_matmul` (bf16 TFLOP/s), :func:`benchmark_host_transfer`
   (host<->device GB/s, pinned and pageable) and :func:`benchmark_collectives` (all-reduce / all-gather /
   reduce-scatter bus bandwidth over local ranks, NCCL on GPUs and gloo on CPU ranks, launched with torchrun), with a
-  least-squares alpha-beta fit per collective (:func:`fit_alpha_beta`).
+  least-squares alpha-beta fit per collective (:func:`fit_alpha_beta`), and :func:`benchmark_cpu_adam` (DeepSpeed's
+  CPU-Adam updates/s on this host's cores, the offload_optimizer step's rate).
 - :func:`cluster_from_probe` turns a probe result (or its JSON file, :func:`load_probe`) into the planner's
   :class:`~zeroplanner.specs.ClusterSpec` (:mod:`.cluster`). Fitting MFU to measured step times lives in
   :mod:`zeroplanner.calibrate.fits`.
@@ -29,6 +30,7 @@ Bandwidth units: GB/s = 1e9 bytes/s (nccl-tests and vendors use this); memory in
 from ._worker import COLLECTIVES, busbw_factor
 from .benchmarks import (
     benchmark_collectives,
+    benchmark_cpu_adam,
     benchmark_host_transfer,
     benchmark_matmul,
     fit_alpha_beta,
@@ -50,6 +52,7 @@ __all__ = [
     "benchmark_matmul",
     "benchmark_host_transfer",
     "benchmark_collectives",
+    "benchmark_cpu_adam",
     "fit_alpha_beta",
     "run_probe",
     "probe_in_subprocess",

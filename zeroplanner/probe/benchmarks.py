@@ -1,6 +1,6 @@
 """Micro-benchmarks, each bounded in time: bf16 matmul TFLOP/s, host<->device GB/s, collective bus bandwidth over
-local ranks (NCCL on GPUs, gloo on CPU ranks, launched with torchrun) with an alpha-beta fit per collective; and the
-whole probe (:func:`run_probe`), in this process or in a short-lived child (:func:`probe_in_subprocess`).
+local ranks (NCCL on GPUs, gloo on CPU ranks, launched with torchrun) with an alpha-beta fit per collective,
+DeepSpeed's CPU-Adam updates/s on this host; and the whole probe (:func:`run_probe`), in this process or in a short-lived child (:func:`probe_in_subprocess`).
 
 Bandwidth units: GB/s = 1e9 bytes/s (nccl-tests and vendors use this). torch is imported inside functions only."""
 
@@ -267,6 +267,69 @@ def _run_bounded(cmd: list[str], timeout_seconds: float, env: dict | None = None
         return proc.returncode if proc.returncode is not None else -9, out, err, True
 
 
+CPU_ADAM_CHILD = r"""
+import json, os, sys, time
+params, repeats, threads = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+import torch
+torch.set_num_threads(threads)
+import deepspeed
+from deepspeed.ops.adam import DeepSpeedCPUAdam
+p = torch.nn.Parameter(torch.randn(params))
+p.grad = torch.randn(params)
+opt = DeepSpeedCPUAdam([p], lr=1e-4, adamw_mode=True)
+opt.step()
+times = []
+for _ in range(repeats):
+    t0 = time.perf_counter()
+    opt.step()
+    times.append(time.perf_counter() - t0)
+print(json.dumps({"times": times, "deepspeed": deepspeed.__version__, "torch_threads": torch.get_num_threads()}))
+"""
+
+
+def benchmark_cpu_adam(params: int = 20_000_000, repeats: int = 5, threads: int | None = None,
+                       timeout_seconds: float = 120.0) -> dict[str, Any]:
+    """DeepSpeed's CPU-Adam (``deepspeed.ops.adam.DeepSpeedCPUAdam``, the op ZeRO-Offload's optimizer step runs on
+    the host) on this machine: one fp32 tensor of ``params`` elements with a gradient, AdamW mode, ``threads``
+    OpenMP/torch threads (default: every core, ``os.cpu_count()``), the fastest of ``repeats`` steps after a first
+    one (op load, state init; the fastest, as ``timeit`` advises, because other processes on the cores only ever
+    slow a step down: on this 2-core build machine under load the median of 5 varied 2x between runs), in a child
+    process bounded by ``timeout_seconds`` (DeepSpeed JIT-builds the op
+    on first use, which can take minutes on a fresh machine).
+
+    Returns ``ok``, ``message`` and, when it ran, ``params_per_second`` = params / fastest step (parameter updates
+    per second), ``params``, ``threads``, ``cpu_count``, ``best_seconds``, ``median_seconds``,
+    ``load_average_1min`` and ``deepspeed``.
+    With every core the figure is the node's rate: DeepSpeed runs one CPU-Adam per rank on its partition with the
+    rank's share of the cores, so the ranks together are bounded by the same cores and memory bandwidth (an
+    assumption: the per-rank split is not measured). A missing deepspeed, a failed build or the timeout gives
+    ``ok`` False and the reason, never an exception. Raises ``ValueError`` for arguments out of range.
+    """
+    if not (1 <= params <= 10**10) or not (1 <= repeats <= 1000):
+        raise ValueError(f"params={params} (1..1e10) and repeats={repeats} (1..1000)")
+    threads = threads or os.cpu_count() or 1
+    if threads < 1:
+        raise ValueError(f"threads={threads} must be >= 1")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    cmd = [sys.executable, "-c", CPU_ADAM_CHILD, str(int(params)), str(int(repeats)), str(int(threads))]
+    code, out, err, timed_out = _run_bounded(cmd, timeout_seconds, env)
+    if timed_out:
+        return {"ok": False, "message": f"CPU-Adam benchmark timed out after {timeout_seconds:g} s (DeepSpeed "
+                "builds its cpu_adam op on first use; run it once more)"}
+    try:
+        child = json.loads(out.strip().splitlines()[-1])
+        times = sorted(float(t) for t in child["times"])
+    except (ValueError, IndexError, KeyError, TypeError):
+        tail = " | ".join(err.strip().splitlines()[-3:])
+        return {"ok": False, "message": f"CPU-Adam benchmark failed (exit {code}): {tail[-500:] or 'no output'}"}
+    rate = params / times[0]
+    return {"ok": True, "params": int(params), "threads": int(child["torch_threads"]), "cpu_count": os.cpu_count(),
+            "best_seconds": times[0], "median_seconds": times[len(times) // 2], "params_per_second": rate, "load_average_1min": os.getloadavg()[0],
+            "deepspeed": child["deepspeed"],
+            "message": f"DeepSpeedCPUAdam: {rate:.3g} parameter updates/s with {child['torch_threads']} thread"
+                       + ("" if int(child["torch_threads"]) == 1 else "s")}
+
+
 def run_probe(
     benchmarks: bool = False,
     nvme_path: str | os.PathLike = ".",
@@ -277,7 +340,8 @@ def run_probe(
     timeout_seconds: float | None = None,
 ) -> dict[str, Any]:
     """:func:`inventory`, plus with ``benchmarks`` a ``benchmarks`` dict: ``matmul`` (one entry per GPU),
-    ``host_transfer`` (GPU 0) and ``collectives`` (:func:`benchmark_collectives`). Without CUDA the GPU
+    ``host_transfer`` (GPU 0), ``collectives`` (:func:`benchmark_collectives`) and ``cpu_adam``
+    (:func:`benchmark_cpu_adam`, with what is left of ``timeout_seconds``; skipped under 5 s). Without CUDA the GPU
     benchmarks report "no CUDA device: ..." and the collectives run on CPU ranks with gloo. Runs in this process
     (creates CUDA contexts); see :func:`probe_in_subprocess`.
 
@@ -306,6 +370,14 @@ def run_probe(
         bench["collectives"] = benchmark_collectives(
             ranks=ranks, message_bytes=message_bytes, iterations=iterations,
             budget_seconds=min(budget_seconds, launch_timeout / 2), timeout_seconds=launch_timeout)
+    adam_timeout = max(60.0, 4 * budget_seconds)
+    if timeout_seconds is not None:
+        adam_timeout = min(adam_timeout, timeout_seconds - (time.monotonic() - start) - 1.0)
+    if adam_timeout < 5.0:
+        bench["cpu_adam"] = {"ok": False, "message": "CPU-Adam benchmark skipped: under 5 s of the "
+                             f"{timeout_seconds:g} s timeout left"}
+    else:
+        bench["cpu_adam"] = benchmark_cpu_adam(timeout_seconds=adam_timeout)
     result["benchmarks"] = bench
     return result
 

@@ -66,6 +66,8 @@ def cluster_changes(probe: dict, base: Any) -> tuple[dict[str, Any], list[str]]:
       NVML, its free memory plus the planner's CUDA-context allowance (the probe's own context is in "used" and the
       planner charges a context separately: ``Assumptions.cuda_context_bytes``); ``pcie_gb_per_s`` = measured
       pinned host-to-device GB/s. ``nodes`` stays as in ``base`` (a one-machine probe describes one node).
+    - ``cpu_adam_params_per_second`` = the measured DeepSpeedCPUAdam rate on every core of the probed host
+      (``benchmarks.cpu_adam``, :func:`~zeroplanner.probe.benchmark_cpu_adam`), with or without GPUs.
     - a report of ``zeroplanner probe --distributed`` (a ``cluster`` object): ``nodes`` and ``gpus_per_node`` =
       the measured job's nodes and ranks per node (one rank per GPU, as DeepSpeed runs), and its ``world`` fit
       across the nodes sets the network as below.
@@ -156,6 +158,13 @@ def cluster_changes(probe: dict, base: Any) -> tuple[dict[str, Any], list[str]]:
             pcie = _number(transfer.get("h2d_pinned_gb_per_s"), "benchmarks.host_transfer.h2d_pinned_gb_per_s")
             gpu = replace(gpu, pcie_gb_per_s=pcie)
             notes.append(f"host->device: {pcie:.1f} GB/s pinned (measured)")
+
+    adam = bench.get("cpu_adam")
+    if isinstance(adam, dict) and adam.get("ok"):
+        rate = _number(adam.get("params_per_second"), "benchmarks.cpu_adam.params_per_second", minimum=1e6)
+        changes["cpu_adam_params_per_second"] = rate
+        notes.append(f"CPU-Adam: {rate:.3g} parameter updates/s per node (DeepSpeedCPUAdam measured with "
+                     f"{adam.get('threads', '?')} threads on this host)")
 
     layout = probe.get("cluster")
     if isinstance(layout, dict) and "nodes" in layout:  # a report of 'zeroplanner probe --distributed'

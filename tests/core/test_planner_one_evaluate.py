@@ -1,0 +1,34 @@
+"""plan() evaluates its candidate grid and the chart variants in ONE evaluate call (Candidates.concat), which
+halves a plan's time (benchmarks/bench_costmodel.py); the values must be exactly those of two separate calls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zeroplanner import build_scenario, plan
+from zeroplanner.costmodel import Candidates, evaluate, make_context
+from zeroplanner.planner import _split_values, _variant_candidates, candidate_grid, variant_options
+
+SCENARIOS = [
+    {},
+    {"model": "llama-2-70b", "nodes": 4, "network": "eth-100g"},
+    {"params": 1_300_000_000, "gpus_per_node": 1, "seq_len": 1024},
+    {"model": "llama-2-13b", "lora_rank": 16, "qlora": True, "gpus_per_node": 2},
+    {"model": "mixtral-8x7b", "gpus_per_node": 8, "checkpointing": "none", "micro_batch": 2},
+]
+
+
+@pytest.mark.parametrize("kw", SCENARIOS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
+def test_one_evaluate_call_gives_the_values_of_two(kw):
+    s = build_scenario(**kw)
+    ctx = make_context(s)
+    cand = candidate_grid(s)
+    _, vcand = _variant_candidates(s, np.array([s.cluster.nodes]))
+    main, var = _split_values(evaluate(ctx, Candidates.concat(cand, vcand)), cand.shape, vcand.shape)
+    for got, want in ((main, evaluate(ctx, cand)), (var, evaluate(ctx, vcand))):
+        assert set(got) == set(want)
+        for k in want:
+            assert np.array_equal(np.asarray(got[k]), np.asarray(want[k])), k
+    p = plan(s)
+    assert [o.model_dump() for o in p.variants] == [o.model_dump() for o in variant_options(s)]
