@@ -7,8 +7,10 @@ evaluated in one vectorised call. DeepSpeed AutoTP degrees 2, 4, 8 (:func:`autot
 per degree only on one node, in a full fine-tune, with the scenario at tp 1 and no tp-1 candidate at ZeRO-0/1/2
 fitting without offload (so tp 1 needs ZeRO-3 or offload): AutoTP's per-layer all-reduces need the node's NVLink
 (across nodes they would run at NIC speed, so it is never a multi-node candidate), and the rule keeps plan time
-unchanged whenever ZeRO-0/1/2 fit at tp 1. ``held`` (input keys of :data:`SEARCH_INPUTS`) fixes an axis at the scenario's
-value: ``plan(s, held={"stage"})`` searches only ``s.zero.stage`` (the CLI holds every option the user gave).
+unchanged whenever ZeRO-0/1/2 fit at tp 1 (measured: 1.7 ms for benchmarks/bench_costmodel.py's scenario before and
+after; 1.7 -> 5.0 ms for llama-3.1-8b on 8 x A100-40GB, where it applies). ``held`` (input keys of
+:data:`SEARCH_INPUTS`) fixes an axis at the scenario's value: ``plan(s, held={"stage"})`` searches only
+``s.zero.stage`` (the CLI holds every option the user gave).
 
 Ranking policy (documented, and tested against the seed article's recommendation table):
 1. Keep candidates that fit GPU memory (with the safety margin), host RAM (with DeepSpeed's 1.5x buffer factor)
@@ -18,8 +20,9 @@ Ranking policy (documented, and tested against the seed article's recommendation
    stage "to look advanced" often runs slower than ZeRO-2.
    Parameter offload (``offload_param``) is considered only when no candidate without it fits.
 3. Among equals prefer, in order: no offload (offload is a last resort: PCIe/CPU-bound; DeepSpeed #1130), the
-   smaller AutoTP degree (its all-reduces are serial with compute), stages 0-2 over stage 3 (2Ψ instead of 3Ψ per step; ZeRO paper Sec. 7), no ZeRO++, then the most GPU memory headroom
-   (ZeRO-2 frees gradients at ZeRO-1's communication volume), then throughput.
+   smaller AutoTP degree (its all-reduces are serial with compute), stages 0-2 over stage 3 (2Ψ instead of 3Ψ per
+   step; ZeRO paper Sec. 7), no ZeRO++, then the most GPU memory headroom (ZeRO-2 frees gradients at ZeRO-1's
+   communication volume), then throughput.
 """
 
 from __future__ import annotations
@@ -86,7 +89,8 @@ def _check_held(held) -> frozenset[str]:
 def _axis_values(cand: Candidates, tp: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Search axis name -> its column in the candidate grid (ZeRO++ as one code per (hpz, qwz, qgz); the AutoTP
     degree ``tp``, or one value when not given)."""
-    cols = {"AutoTP degree": np.ones(cand.shape, dtype=np.int64) if tp is None else tp, "ZeRO stage": cand.stage, "optimizer offload": cand.offload_optimizer,
+    cols = {"AutoTP degree": np.ones(cand.shape, dtype=np.int64) if tp is None else tp,
+            "ZeRO stage": cand.stage, "optimizer offload": cand.offload_optimizer,
             "parameter offload": cand.offload_param, "activation checkpointing": cand.checkpointing,
             "micro-batch split": cand.micro_batch, "overlap_comm": cand.overlap, "reduce bucket": cand.reduce_bucket,
             "ZeRO++": cand.hpz * 4 + cand.qwz * 2 + cand.qgz}
@@ -465,8 +469,9 @@ def autotp_degrees(scenario: Scenario, held, values, cand: Candidates) -> tuple[
     """The AutoTP degrees to add to the search, by the rule of the module docstring: one node, ``autotp_size`` not
     held, the scenario at tp 1, a full fine-tune (AutoTP with LoRA adapters is not priced), and no tp-1 candidate
     at ZeRO stage 0-2 that fits without offload (AutoTP shards the 16-bit weights and gradients that ZeRO-1/2 keep
-    whole; next to ZeRO-3, which shards them over the same GPUs, it changes little memory). Each degree divides the GPUs per node, the attention and KV heads (uneven head
-    splits are priced, but even ones do not waste the largest rank's memory) and, with Ulysses, world / sp."""
+    whole; next to ZeRO-3, which shards them over the same GPUs, it changes little memory). Each degree divides
+    the GPUs per node, the attention and KV heads (uneven head splits are priced, but even ones do not waste the
+    largest rank's memory) and, with Ulysses, world / sp."""
     c, m, t = scenario.cluster, scenario.model, scenario.training
     if (c.nodes != 1 or "autotp_size" in held or c.tensor_parallel_size != 1 or t.lora_rank or t.qlora
             or (values["fits"] & (cand.stage < 3) & (cand.offload_optimizer == 0)).any()):
@@ -519,12 +524,13 @@ def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand,
                   f"activations {gib(values['activations'][j]):.1f} GiB; here {gib(values['total'][best_i]):.1f} and "
                   f"{gib(values['activations'][best_i]):.1f} GiB)")
     step = values["step_seconds"][best_i]
-    return [head, f"AutoTP {d} (tensor_parallel.autotp_size {d}) splits each layer's linear weights, their gradients, "
-                  f"optimizer states and activations {d} ways inside the node and ZeRO-{best.stage} shards the rest "
-                  f"over world / {d} = {n} data-parallel ranks, so this configuration fits{versus}; the price is "
-                  f"{counts['forward']} all-reduces of one activation per micro-step in forward and "
-                  f"{counts['backward'] + counts['recompute']} in backward over the node's link, not overlapped: "
-                  f"{values['autotp_seconds'][best_i]:.3f} s of the {step:.3f} s step."]
+    why = (f"AutoTP {d} (tensor_parallel.autotp_size {d}) splits each layer's linear weights, their gradients, "
+           f"optimizer states and activations {d} ways inside the node and ZeRO-{best.stage} shards the rest over "
+           f"world / {d} = {n} data-parallel ranks, so this configuration fits{versus}; the price is "
+           f"{counts['forward']} all-reduces of one activation per micro-step in forward and "
+           f"{counts['backward'] + counts['recompute']} in backward over the node's link, not overlapped: "
+           f"{values['autotp_seconds'][best_i]:.3f} s of the {step:.3f} s step.")
+    return [head, why]
 
 
 def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternatives: int = 5, held=()) -> Plan:

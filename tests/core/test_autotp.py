@@ -11,15 +11,19 @@ import pytest
 
 from zeroplanner import catalog
 from zeroplanner.costmodel import estimate
-from zeroplanner.costmodel.communication import autotp_collectives_per_micro_step, autotp_terms, ring_seconds
+from zeroplanner.costmodel.communication import (
+    autotp_collectives_per_micro_step,
+    autotp_terms,
+    ring_seconds,
+)
 from zeroplanner.costmodel.context import Candidates, make_context
 from zeroplanner.deepspeed import from_deepspeed_config, to_deepspeed_config
 from zeroplanner.scenarios import build_scenario
 
 
 def _s(tp: int = 2, **kw):
-    values = dict(model="llama-2-7b", gpus_per_node=8, stage=2, micro_batch=2, grad_accum=4, seq_len=4096,
-                  checkpointing="none")
+    values = {"model": "llama-2-7b", "gpus_per_node": 8, "stage": 2, "micro_batch": 2, "grad_accum": 4,
+              "seq_len": 4096, "checkpointing": "none"}
     values.update(kw)
     return build_scenario(autotp_size=tp, **values)
 

@@ -20,8 +20,8 @@ from zeroplanner.scenarios import build_scenario
 
 
 def _z2(**kw):
-    values = dict(model="llama-3.1-8b", gpu="A100-40GB", gpus_per_node=8, seq_len=4096, micro_batch=1, grad_accum=8,
-                  stage=2)
+    values = {"model": "llama-3.1-8b", "gpu": "A100-40GB", "gpus_per_node": 8, "seq_len": 4096, "micro_batch": 1,
+              "grad_accum": 8, "stage": 2}
     values.update(kw)
     return build_scenario(**values)
 

@@ -36,11 +36,14 @@ import pytest
 pytest.importorskip("deepspeed")
 pytest.importorskip("transformers")
 
-from zeroplanner.catalog.hfconfig import architecture_from_hf_config  # noqa: E402
-from zeroplanner.costmodel import estimate  # noqa: E402
-from zeroplanner.costmodel.communication import autotp_collectives_per_micro_step, autotp_terms  # noqa: E402
-from zeroplanner.costmodel.context import Candidates, make_context  # noqa: E402
-from zeroplanner.scenarios import build_scenario  # noqa: E402
+from zeroplanner.catalog.hfconfig import architecture_from_hf_config
+from zeroplanner.costmodel import estimate
+from zeroplanner.costmodel.communication import (
+    autotp_collectives_per_micro_step,
+    autotp_terms,
+)
+from zeroplanner.costmodel.context import Candidates, make_context
+from zeroplanner.scenarios import build_scenario
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(300)]
 
@@ -124,7 +127,8 @@ for name, case in plan["cases"].items():
     snap()
     inner = opt.optimizer
     res["master"] = sum(p.numel() for g in inner.param_groups for p in g["params"])
-    res["moments"] = sum(v.numel() for s in inner.state.values() for k, v in s.items() if k in ("exp_avg", "exp_avg_sq"))
+    res["moments"] = sum(v.numel() for s in inner.state.values() for k, v in s.items()
+                         if k in ("exp_avg", "exp_avg_sq"))
     loss, res["fwd"], res["bwd_plain"] = micro_step(engine, ids, res)
     engine.step()
     engine.module.gradient_checkpointing_enable()  # transformers' default: torch.utils.checkpoint, non-reentrant
