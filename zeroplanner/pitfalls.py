@@ -84,6 +84,9 @@ RULES: dict[str, Rule] = {
                              "(mismatches with TrainingArguments raise ValueError)"),
     "tensor_parallel_size": Rule(checked_by="engine", source="engine.py _configure_tensor_parallel; "
                                  "ClusterSpec/Scenario: TP divides GPUs per node and heads"),
+    "sequence_parallel_size": Rule(checked_by="engine", source="DeepSpeedConfig (world / sequence_parallel_size); "
+                                   "parallel_state_sp.py initialize_sequence_parallel; ulysses_sp.py "
+                                   "UlyssesSPAttentionHF.__init__ (heads); HF: zero.Init's DeepSpeedConfig"),
     "offload_param_below_stage3": Rule(checked_by="runtime", source="only stage3.py reads offload_param"),
     "offload_optimizer_stage0": Rule(checked_by="runtime", source="no ZeRO optimizer at stage 0"),
     "nvme_optimizer_below_stage3": Rule(checked_by="runtime", source="stage_1_and_2.py cpu_offload"),

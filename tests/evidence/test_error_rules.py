@@ -463,6 +463,65 @@ def autotp_not_dividing_the_ranks(request, tmp_path):
     assert runs_ok(request, "autotp_2_of_2")["q_proj"] == [16, 32]  # 4 heads x 8 -> 2 per rank
 
 
+
+@evidence("sequence_parallel_size")
+def ulysses_degree_deepspeed_refuses(request, tmp_path, monkeypatch):
+    """Each condition lint reports for the Ulysses degree, in DeepSpeed 0.19.8's own code: (1) a degree that is not
+    a number >= 1 in DeepSpeedConfig (runtime/config.py, no mpu: world / sequence_parallel_size); (2) a fractional
+    degree or one that does not divide the world in parallel_state_sp.py initialize_sequence_parallel (stand-in world
+    of 8 ranks; 4 builds its groups); (3) a degree the heads do not take in ulysses_sp.py UlyssesSPAttentionHF
+    (stand-in SP group of 3 ranks for llama-2-7b's 32 heads, 7 for qwen2.5-7b's 4 KV heads); (4) under the HF
+    Trainer at ZeRO-3 the key in the JSON, where zero.Init's DeepSpeedConfig (no mpu) divides the world by it against
+    the Trainer's train_batch_size (the same config without the key passes)."""
+    import types
+
+    import deepspeed.runtime.sequence_parallel.parallel_state_sp as sp_state
+    from deepspeed.runtime.sequence_parallel import ulysses_sp
+
+    def with_sp(value, base=None):
+        return {**(base or mini()), "sequence_parallel_size": value}
+
+    base8 = scenario(2, nodes=1, gpus_per_node=8, micro=1, accum=1)
+    for raw, exc in (("4", TypeError), (None, TypeError), ([4], TypeError), (0, ZeroDivisionError),
+                     (-2, AssertionError)):
+        assert "sequence_parallel_size" in errors(with_sp(raw), base=base8), raw
+        with _deepspeed_world(8), pytest.raises(exc):
+            DeepSpeedConfig(with_sp(raw))
+    monkeypatch.setattr(sp_state, "dist", types.SimpleNamespace(
+        is_initialized=lambda: True, get_world_size=lambda *a, **k: 8, get_rank=lambda *a, **k: 0,
+        new_group=lambda ranks, *a, **k: tuple(ranks)))
+    for bad in (3, 2.5):
+        assert "sequence_parallel_size" in errors(with_sp(bad), base=base8), bad
+        with pytest.raises(RuntimeError, match="not divisible"):
+            sp_state.initialize_sequence_parallel(bad)
+    monkeypatch.setattr(sp_state, "_SEQUENCE_PARALLEL_GROUP", None)
+    monkeypatch.setattr(sp_state, "_SEQUENCE_DATA_PARALLEL_GROUP", None)
+    sp_state.initialize_sequence_parallel(4)
+    assert sp_state._SEQUENCE_PARALLEL_GROUP == (0, 1, 2, 3)
+    assert "sequence_parallel_size" not in errors(with_sp(4), base=base8)
+
+    monkeypatch.setattr(ulysses_sp, "register_all_to_all_group", lambda group: None)
+    for model, sp, match in (("llama-2-7b", 3, "Attention head count 32"), ("qwen2.5-7b", 7, "KV attention head")):
+        s = scenario(2, nodes=1, gpus_per_node=sp * 2, micro=1, accum=1, model=model)
+        assert "sequence_parallel_size" in errors(with_sp(sp), base=s), model
+        monkeypatch.setattr(ulysses_sp, "dist", types.SimpleNamespace(get_world_size=lambda *a, sp=sp, **k: sp,
+                                                                      get_rank=lambda *a, **k: 0))
+        m = s.model
+        with pytest.raises(ValueError, match=match):
+            ulysses_sp.UlyssesSPAttentionHF(attn=None, batch_size=1, attn_head_count=m.n_heads,
+                                            attn_head_size=m.hidden_size // m.n_heads, kv_head_count=m.kv_heads,
+                                            num_hidden_layers=m.n_layers, process_group=None,
+                                            seq_length_is_variable=True)
+
+    s3 = scenario(3, nodes=1, gpus_per_node=8, micro=1, accum=2)
+    s3 = s3.model_copy(update={"cluster": s3.cluster.model_copy(update={"sequence_parallel_size": 4})})
+    hf = to_deepspeed_config(s3, mode="hf_trainer")
+    assert "sequence_parallel_size" not in hf and library_findings(hf, s3, "hf_trainer") == []
+    keyed = with_sp(4, hf)
+    assert "sequence_parallel_size" in errors(keyed, "hf_trainer", base=s3)
+    found = library_findings(copy.deepcopy(keyed), s3, "hf_trainer")
+    assert [f.key for f in found] == ["sequence_parallel_size"] and "AssertionError" in found[0].message
+
 # -- config-only lint rules ----------------------------------------------------------------------------------------
 @evidence("integer_type")
 def integer_type_values_deepspeed_rejects(request, tmp_path):

@@ -102,11 +102,13 @@ def test_autotp_read_as_data_parallel_world_over_tp():
     assert s1.cluster.tensor_parallel_size == 1
 
 
-def test_sequence_parallel_block_is_stated_not_called_unread():
-    _, _, findings = _table_findings("lf_z3_alst.json", "hf_trainer")
+def test_sequence_parallel_block_is_read_and_priced_not_called_unread():
+    """lf_z3_alst.json's sequence_parallel block (size 4, ulysses.degree 4, tiling on; LLaMA-Factory alst_config.py)
+    is priced: Ulysses degree 4 on 8 GPUs, tiled MLP and loss (issue 13); no unknown-key finding for it."""
+    _, s, findings = _table_findings("lf_z3_alst.json", "hf_trainer")
     assert not [f for f in findings if f.key == "sequence_parallel" and f.rule == "unknown_key"]
-    sp = [f for f in findings if f.rule == "sequence_parallel_unpriced"]
-    assert len(sp) == 1 and "Ulysses degree 4" in sp[0].message and "Not priced" in sp[0].message
+    assert (s.cluster.sequence_parallel_size, s.training.tiled_mlp, s.training.tiled_loss) == (4, True, True)
+    assert not [f for f in findings if f.rule == "sequence_parallel_unpriced"]
 
 
 def test_stage3_auto_fill_agrees_with_itself():

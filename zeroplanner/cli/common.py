@@ -200,6 +200,12 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         for note in notes:  # what the probe changed (and left as given), on stderr so --json stays one object
             sys.stderr.write(f"zeroplanner: --cluster-from: {note}\n")
         scenario = scenario.model_copy(update={"cluster": cluster})
+    if scenario.cluster.sequence_parallel_size > 1:  # DeepSpeed's Ulysses rules (world size, heads)
+        from ..deepspeed.read import ulysses_problem
+
+        problem = ulysses_problem(scenario, scenario.cluster.sequence_parallel_size)
+        if problem is not None:
+            fail(BY_KEY["sequence_parallel_size"].cli_flag, problem)
     return scenario
 
 

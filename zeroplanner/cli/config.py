@@ -18,14 +18,20 @@ DeepSpeed alone (default) uses hjson (comments and trailing commas accepted, a d
 ``--hf-trainer`` means the HF Trainer / accelerate, which use ``json.load`` (strict JSON; a duplicate key silently
 keeps the last value) and fill ``"auto"``. It builds the scenario from the scenario options (model, cluster,
 sequence length, ...) overridden by what the config says (stage, offload, buckets, batch, precision, optimizer,
-``tensor_parallel.autotp_size``; ``--accelerate-config``: nodes and GPUs per node from accelerate's
-``num_machines`` / ``num_processes``), and prints the findings (reading + lint, the run-level rules shared with
+``tensor_parallel.autotp_size``, the Ulysses degree from ``sequence_parallel_size`` or LLaMA-Factory's
+``sequence_parallel`` block; ``--accelerate-config``: nodes and GPUs per node from accelerate's
+``num_machines`` / ``num_processes``, the Ulysses degree from its ``parallelism_config`` block), and prints the findings (reading + lint, the run-level rules shared with
 ``estimate``) and the estimate of that scenario, saying which model and shape it priced (a warning when no model
 was named). Where DeepSpeed (and, for ``--hf-trainer``, transformers) is installed the config is also handed to
 their own validation (:mod:`zeroplanner.deepspeed.library`; ``--no-library-check`` skips it). With ``--json``: one object
 ``{"inputs": {...} (every input as priced: the file's value where it set one), "fits": bool, "findings": [...], "errors": n, "warnings": n, "mode": ..., "priced": {"model", "model_from", "seq_len", ...},
 "from_config": {option: {"config": v, "command_line": v}}, "validated_by": [...] | null, "scenario": {"training": ..., "zero": ...}, "estimate": {...}}`` (estimate as in
 ``zeroplanner estimate --json``).
+
+With a Ulysses degree > 1 (``--sequence-parallel-size``) the DeepSpeed JSON carries ``sequence_parallel_size`` and
+``train_batch_size`` = micro x accumulation x world / sp; ``--hf-trainer`` leaves both to accelerate instead and
+prints the ``ParallelismConfig`` snippet (``parallelism_config`` in the JSON), and ``--accelerate`` writes the YAML's
+``parallelism_config`` block (:func:`zeroplanner.deepspeed.parallelism_config_kwargs`).
 
 ``config`` states the verdict of the config it writes (``verdict`` in the JSON: fits, GPU memory per GPU, host RAM
 per node) and, when it does not fit, the nearest configuration that does (:func:`zeroplanner.planner.nearest_fit`:
@@ -51,6 +57,8 @@ from ..deepspeed import (
     from_deepspeed_config,
     generation_notes,
     load_config_text,
+    parallelism_config_kwargs,
+    parallelism_config_snippet,
     to_accelerate_config,
     to_deepspeed_config,
 )
@@ -176,9 +184,17 @@ def run_config(args) -> int:
         return _error("--hf-auto: needs --hf-trainer ('auto' is resolved only by the HF Trainer / accelerate)")
     try:
         yaml_text = to_accelerate_config(scenario, str(args.output), args.main_process_ip) if args.accelerate else ""
-    except ValueError as exc:  # the message names the value: main_process_ip or deepspeed_config_file (-o)
-        return _error(f"{'--main-process-ip' if 'main_process_ip' in str(exc) else '-o'}: {exc}")
+    except ValueError as exc:  # the message names the value: main_process_ip, deepspeed_config_file (-o) or sp
+        option = next((o for k, o in (("main_process_ip", "--main-process-ip"),
+                                      ("sequence_parallel_size", "--sequence-parallel-size")) if k in str(exc)), "-o")
+        return _error(f"{option}: {exc}")
     config = to_deepspeed_config(scenario, mode=mode, total_num_steps=args.total_steps, hf_auto=args.hf_auto)
+    parallelism = None
+    if mode == "hf_trainer" and scenario.cluster.sequence_parallel_size > 1:
+        try:
+            parallelism = parallelism_config_kwargs(scenario)
+        except ValueError as exc:  # Ulysses with a tensor-parallel degree: not written
+            return _error(f"--sequence-parallel-size: {exc}")
     notes = generation_notes(scenario, mode, hf_auto=args.hf_auto, accelerate=args.accelerate,
                              main_process_ip=args.main_process_ip)
     findings = lint(config, scenario, mode)
@@ -208,7 +224,8 @@ def run_config(args) -> int:
     if args.json:
         obj = {"inputs": inputs, "fits": est.fits, "verdict": verdict, "nearest_fit": _option_json(nearest),
                "nothing_fits": short,
-               "config": config, "mode": mode, "notes": [n.model_dump() for n in notes],
+               "config": config, "mode": mode, "parallelism_config": parallelism,
+               "notes": [n.model_dump() for n in notes],
                "findings": [f.model_dump() for f in findings], "files": files}
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
         return status
@@ -223,6 +240,9 @@ def run_config(args) -> int:
 
         kwargs = ", ".join(f"{k}={v!r}" for k, v in hf_training_arguments(scenario, files[0] if files else
                                                                           "ds_config.json").items())
+        if parallelism is not None:  # Ulysses: accelerate's ParallelismConfig, handed over by TrainingArguments
+            sys.stderr.write(parallelism_config_snippet(scenario))
+            kwargs += ", parallelism_config=parallelism_config"
         sys.stderr.write(f"TrainingArguments({kwargs})\n")
     sys.stderr.write(f"verdict: {scenario.model.name}, ZeRO-{scenario.zero.stage}: {est.summary().splitlines()[0]}"
                      "\n")
@@ -258,7 +278,11 @@ def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
         "model": scenario.model.name, "model_from": model_from, "parameters": scenario.parameters,
         "seq_len": t.seq_len, "gpu": c.gpu.name, "gpus_per_node": c.gpus_per_node, "nodes": c.nodes,
         "network": c.network.name, "tensor_parallel_size": c.tensor_parallel_size,
-        "data_parallel_degree": c.data_parallel_degree, "checkpointing": t.checkpointing,
+        "sequence_parallel_size": c.sequence_parallel_size,
+        "data_parallel_degree": c.data_parallel_degree,
+        # sample streams of the batch arithmetic: world / (tp x sp) (zeroplanner.deepspeed.deepspeed_batch_world_size)
+        "batch_data_parallel_degree": c.world_size // c.tensor_parallel_size // c.sequence_parallel_size,
+        "checkpointing": t.checkpointing,
         "checkpointing_from": "--checkpointing" if getattr(args, "checkpointing", None) else "default",
     }
     notes = []
@@ -280,6 +304,8 @@ _FROM_CONFIG = (
     ("--reduce-bucket-size", lambda s: s.zero.reduce_bucket_size),
     ("--allgather-bucket-size", lambda s: s.zero.allgather_bucket_size),
     ("tensor-parallel degree", lambda s: s.cluster.tensor_parallel_size),
+    ("--sequence-parallel-size", lambda s: s.cluster.sequence_parallel_size),
+    ("--tiled-mlp", lambda s: s.training.tiled_mlp), ("--tiled-loss", lambda s: s.training.tiled_loss),
 )
 
 
@@ -317,10 +343,11 @@ def _merge_library(table: list[Finding], library: list[Finding]) -> list[Finding
 
 
 def _accelerate_shape(path: str) -> dict[str, int]:
-    """``{"nodes": n, "gpus_per_node": g}`` from an accelerate config YAML (``yaml.safe_load``: plain data, no tags
-    executed; at most MAX_CONFIG_BYTES). accelerate's keys (accelerate ``commands/config/config_args.py``
-    ClusterConfig): ``num_machines`` nodes, ``num_processes`` processes in all, one per GPU. Raises UsageError
-    naming ``--accelerate-config``."""
+    """``{"nodes": n, "gpus_per_node": g, "sequence_parallel_size": sp}`` from an accelerate config YAML
+    (``yaml.safe_load``: plain data, no tags executed; at most MAX_CONFIG_BYTES). accelerate's keys (accelerate
+    ``commands/config/config_args.py`` ClusterConfig): ``num_machines`` nodes, ``num_processes`` processes in all,
+    one per GPU, and, when there is a ``parallelism_config`` block, its ``parallelism_config_sp_size`` (the Ulysses
+    degree accelerate sets up, ``sp_backend`` deepspeed). Raises UsageError naming ``--accelerate-config``."""
     import yaml
 
     from .common import fail
@@ -348,6 +375,18 @@ def _accelerate_shape(path: str) -> dict[str, int]:
         if processes % machines:
             fail(option, f"num_processes {processes} is not a multiple of num_machines {machines}")
         out["gpus_per_node"] = processes // machines
+    pc = cfg.get("parallelism_config")
+    if pc is not None:  # accelerate's launcher copies parallelism_config_* into its arguments (_validate_launch_command)
+        if not isinstance(pc, dict):
+            fail(option, "parallelism_config must be a mapping of parallelism_config_* keys")
+        sp = pc.get("parallelism_config_sp_size", 1)
+        if isinstance(sp, bool) or not isinstance(sp, int) or not 1 <= sp <= 1024:
+            fail(option, f"parallelism_config_sp_size must be an integer in [1, 1024] (got {sp!r})")
+        backend = pc.get("parallelism_config_sp_backend", "deepspeed")
+        if sp > 1 and backend != "deepspeed":
+            fail(option, f"parallelism_config_sp_backend {backend!r}: accelerate allows only 'deepspeed' "
+                 "(parallelism_config.py)")
+        out["sequence_parallel_size"] = sp
     return out
 
 
@@ -439,14 +478,16 @@ def run_check(args) -> int:
         }
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
     else:
-        z, t = scenario.zero, scenario.training
+        z, t, c = scenario.zero, scenario.training, scenario.cluster
         lines = [_finding_line(f) for f in findings]
+        sp = c.sequence_parallel_size
         lines.append(
             f"Read as: ZeRO-{z.stage}, offload_optimizer={z.offload_optimizer.device}, "
             f"offload_param={z.offload_param.device}, {t.precision}, {t.optimizer}, micro-batch {t.micro_batch} x "
-            f"gradient accumulation {t.grad_accum} x data-parallel degree {scenario.cluster.data_parallel_degree}"
-            + (f" (tensor-parallel {scenario.cluster.tensor_parallel_size})"
-               if scenario.cluster.tensor_parallel_size > 1 else "")
+            f"gradient accumulation {t.grad_accum} x data-parallel degree "
+            f"{c.world_size // c.tensor_parallel_size // sp}"
+            + (f" (tensor-parallel {c.tensor_parallel_size})" if c.tensor_parallel_size > 1 else "")
+            + (f" (Ulysses sequence-parallel {sp}: {sp} GPUs per sample)" if sp > 1 else "")
         )
         origin = "default, no model named" if priced["model_from"] == "default" else priced["model_from"]
         lines.append(
@@ -455,6 +496,9 @@ def run_check(args) -> int:
             f"{priced['network']}, activation checkpointing {priced['checkpointing']}"
             + (" (default: a DeepSpeed config does not say; --checkpointing)"
                if priced["checkpointing_from"] == "default" else "")
+            + (f", Ulysses degree {sp}" if sp > 1 else "")
+            + ("".join(f", {name}" for name, on in (("tiled MLP", t.tiled_mlp), ("tiled loss", t.tiled_loss),
+                                                    ("checkpoint offload", t.checkpoint_offload)) if on))
         )
         summary = est.summary() if hasattr(est, "summary") else ""
         lines.append(summary)

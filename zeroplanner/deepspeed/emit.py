@@ -170,6 +170,76 @@ def _scheduler_block(mode: Mode, total_num_steps: int | None) -> dict[str, Any]:
     return {"type": "WarmupLR", "params": params}
 
 
+def deepspeed_batch_world_size(scenario: Any) -> int:
+    """Ranks of DeepSpeed's batch arithmetic for a generated config: world / Ulysses degree. With Ulysses
+    DeepSpeedConfig (runtime/config.py ``__init__``) divides the world size by ``sequence_parallel_size`` (or the
+    Ulysses mpu's degree): each group of sp ranks consumes one sample stream, while ZeRO still shards over all
+    world / tp ranks (the sequence-data-parallel group, :func:`zeroplanner.costmodel.ulysses.zero_shard_degree`).
+    The tensor-parallel degree does not divide it: a generated config carries AutoTP itself
+    (``tensor_parallel.autotp_size``), and ``deepspeed.initialize`` then builds DeepSpeedConfig with no mpu, so
+    ``_batch_assertion`` counts every rank (measured with DeepSpeedConfig: ``32 != 1 * 8 * 8`` for
+    micro 1 x accumulation 8 x data-parallel 4 on 8 ranks with autotp_size 2; read.py ``batch_world_size``)."""
+    c = _scenario_of(scenario).cluster
+    return c.world_size // c.sequence_parallel_size
+
+
+def deepspeed_train_batch_size(scenario: Any) -> int:
+    """``train_batch_size`` DeepSpeed asserts for the scenario: micro-batch x accumulation x
+    :func:`deepspeed_batch_world_size` (``DeepSpeedConfig._batch_assertion``, DeepSpeed #6914)."""
+    s = _scenario_of(scenario)
+    return int(s.training.micro_batch * s.training.grad_accum * deepspeed_batch_world_size(s))
+
+
+ULYSSES_ATTN_IMPLEMENTATION = "sdpa"
+"""The core attention written into accelerate's Ulysses settings: transformers' default for the catalog's models
+and what the cost model's Ulysses activation term assumes (costmodel/ulysses.py: sdpa/flash). It must equal the
+model's ``attn_implementation`` (ulysses_sp.py ``register_with_transformers`` raises otherwise); ``eager`` is refused
+there, ``flash_attention_2`` also works where installed (accelerate concept_guides/sequence_parallelism.md)."""
+
+
+def parallelism_config_kwargs(scenario: Any) -> dict[str, Any]:
+    """Keyword arguments of ``accelerate.ParallelismConfig`` (accelerate 1.15.0 parallelism_config.py) for the
+    scenario's Ulysses degree: ``sp_backend="deepspeed"``, ``sp_size`` = the degree, ``dp_replicate_size`` 1 and
+    ``dp_shard_size`` = world / sp (accelerate's rule ``dp_replicate_size x dp_shard_size x sp_size =
+    num_processes``, concept_guides/sequence_parallelism.md; ``data_parallel_size`` = world / sp is the factor
+    accelerate writes into ``train_batch_size``, equal to DeepSpeed's :func:`deepspeed_batch_world_size`), and the
+    ``DeepSpeedSequenceParallelConfig`` fields as a dict under ``"sp_handler"``: ``sp_seq_length_is_variable``
+    true, ``sp_attn_implementation`` :data:`ULYSSES_ATTN_IMPLEMENTATION`.
+
+    Raises ``ValueError`` when the Ulysses degree is 1 (nothing to configure) or the scenario also has a
+    tensor-parallel degree > 1 (accelerate's DeepSpeed Ulysses path hands DeepSpeed the Ulysses mpu, which has no
+    tensor-parallel group: not a combination zeroplanner can write or has checked)."""
+    s = _scenario_of(scenario)
+    c = s.cluster
+    if c.sequence_parallel_size <= 1:
+        raise ValueError("sequence_parallel_size is 1: no ParallelismConfig is needed")
+    if c.tensor_parallel_size > 1:
+        raise ValueError(f"sequence_parallel_size {c.sequence_parallel_size} with tensor_parallel_size "
+                         f"{c.tensor_parallel_size}: accelerate's DeepSpeed Ulysses path has no tensor-parallel "
+                         "group; use one of the two")
+    return {
+        "sp_backend": "deepspeed",
+        "sp_size": int(c.sequence_parallel_size),
+        "dp_replicate_size": 1,
+        "dp_shard_size": int(c.world_size // c.sequence_parallel_size),
+        "sp_handler": {"sp_seq_length_is_variable": True, "sp_attn_implementation": ULYSSES_ATTN_IMPLEMENTATION},
+    }
+
+
+def parallelism_config_snippet(scenario: Any) -> str:
+    """Python for the HF Trainer / accelerate with the scenario's Ulysses degree (:func:`parallelism_config_kwargs`):
+    ``ParallelismConfig(...)`` with a ``DeepSpeedSequenceParallelConfig``, to pass as
+    ``TrainingArguments(parallelism_config=...)`` or ``Accelerator(parallelism_config=...)``. Raises ``ValueError``
+    as :func:`parallelism_config_kwargs` does."""
+    kw = parallelism_config_kwargs(scenario)
+    handler = ", ".join(f"{k}={v!r}" for k, v in kw["sp_handler"].items())
+    sizes = ", ".join(f"{k}={kw[k]!r}" for k in ("sp_backend", "sp_size", "dp_replicate_size", "dp_shard_size"))
+    return ("from accelerate import ParallelismConfig\n"
+            "from accelerate.utils import DeepSpeedSequenceParallelConfig\n"
+            f"parallelism_config = ParallelismConfig({sizes}, "
+            f"sp_handler=DeepSpeedSequenceParallelConfig({handler}))\n")
+
+
 def to_deepspeed_config(
     scenario: Any, mode: Mode = "deepspeed", total_num_steps: int | None = None, torch_adam: bool = False,
     hf_auto: bool = False,
@@ -191,9 +261,10 @@ def to_deepspeed_config(
     (V100, T4) is written as fp16 with dynamic loss scaling (:data:`FP16_BLOCK`), never as a ``bf16`` block;
     :func:`generation_notes` says so.
 
-    Content: ``train_batch_size`` = micro * grad_accum * data-parallel degree (DeepSpeed's assertion in
-    ``DeepSpeedConfig._batch_assertion``; * world size with AutoTP, whose degree the config itself carries, so
-    DeepSpeedConfig counts every rank), the precision block (at most one of bf16/fp16 enabled; fp16 with dynamic
+    Content: ``train_batch_size`` = :func:`deepspeed_train_batch_size` (DeepSpeed's assertion in
+    ``DeepSpeedConfig._batch_assertion``; with Ulysses under the HF Trainer ``"auto"``, see the code),
+    ``sequence_parallel_size`` when the scenario's Ulysses degree is > 1 (raw DeepSpeed only; under HF/accelerate the
+    degree goes in :func:`parallelism_config_kwargs` / :func:`to_accelerate_config`), the precision block (at most one of bf16/fp16 enabled; fp16 with dynamic
     loss scaling keys), optimizer (AdamW, Adam, SGD; none for 8-bit Adam, see :func:`generation_notes`), scheduler
     (WarmupLR, or WarmupDecayLR when ``total_num_steps`` is given or in HF mode), ``gradient_clipping``,
     ``zero_optimization`` with the scenario's ZeRO keys (offload blocks only when offloading; ``stage3_*`` and
@@ -221,20 +292,26 @@ def to_deepspeed_config(
     hf = mode == "hf_trainer"
     auto = hf and hf_auto  # "auto" also where the plan has a value (the Trainer then fills its own)
     precision = hardware_precision(s)
-    # the Trainer's train_batch_size counts every process (hf_auto_values); equal to the plan's without TP. So does
-    # DeepSpeed's own batch assertion when the config carries tensor_parallel.autotp_size (deepspeed.initialize
-    # builds DeepSpeedConfig with no mpu: _batch_assertion uses dist.get_world_size(); read.py batch_world_size)
-    tp_from_config = s.cluster.tensor_parallel_size > 1
-    batch = hf_auto_values(s)["train_batch_size"] if hf or tp_from_config else int(s.global_batch_size)
+    sp = s.cluster.sequence_parallel_size
+    # the Trainer's train_batch_size counts every process (hf_auto_values); equal to the plan's without TP. With
+    # Ulysses under the HF Trainer it is "auto": the Trainer fills micro x accumulation x all processes and accelerate
+    # replaces that by micro x accumulation x data_parallel_size (accelerator.py _prepare_deepspeed), so no concrete
+    # value satisfies both (trainer_config_process raises on a mismatch).
+    batch = hf_auto_values(s)["train_batch_size"] if hf else deepspeed_train_batch_size(s)
 
     config: dict[str, Any] = {
-        "train_batch_size": AUTO if auto else int(batch),
+        "train_batch_size": AUTO if auto or (hf and sp > 1) else int(batch),
         "train_micro_batch_size_per_gpu": AUTO if auto else int(t.micro_batch),
         "gradient_accumulation_steps": AUTO if auto else int(t.grad_accum),
         "gradient_clipping": AUTO if hf else DEFAULT_GRADIENT_CLIPPING,
         "steps_per_print": 100,
         "wall_clock_breakdown": False,
     }
+    if sp > 1 and not hf:
+        # DeepSpeedConfig divides the world size by it when no mpu is passed (runtime/config.py __init__); with the
+        # Ulysses mpu it uses the mpu's degree, the same number. Not under the HF Trainer: there ZeRO-3's zero.Init
+        # (from_pretrained, no mpu) would divide the world by it against the Trainer's train_batch_size.
+        config["sequence_parallel_size"] = int(sp)
     if auto:
         # The Trainer fills both from args.bf16/args.fp16 and checks they do not conflict; a GPU without bf16
         # gets no bf16 block at all.
@@ -357,7 +434,9 @@ def generation_notes(scenario: Any, mode: Mode = "deepspeed", hf_auto: bool = Fa
             severity="info", key="", rule="hf_plan_values",
             message="batch sizes, precision and bucket sizes are the plan's values (the run that was priced); the "
             "HF Trainer keeps them and raises if TrainingArguments disagree. 'auto' is left only in the optimizer, "
-            "scheduler and gradient_clipping, which the Trainer fills from TrainingArguments.",
+            "scheduler and gradient_clipping, which the Trainer fills from TrainingArguments"
+            + (" (and, with Ulysses, train_batch_size: see below)." if s.cluster.sequence_parallel_size > 1
+               else "."),
             fix="Use the TrainingArguments printed with the config; --hf-auto lets the Trainer choose batch and "
             "bucket sizes instead (a different run from the one priced). Raw deepspeed.initialize does not resolve "
             "'auto'.",
@@ -369,6 +448,39 @@ def generation_notes(scenario: Any, mode: Mode = "deepspeed", hf_auto: bool = Fa
             "effect only where the model calls it (Megatron-style). HF models checkpoint via "
             "model.gradient_checkpointing_enable().",
             fix="",
+        ))
+    sp = s.cluster.sequence_parallel_size
+    if sp > 1 and mode == "deepspeed":
+        notes.append(Finding(
+            severity="info", key="sequence_parallel_size", rule="ulysses_setup",
+            message=f"sequence_parallel_size {sp} sets DeepSpeed's batch arithmetic (train_batch_size = micro x "
+            f"accumulation x {s.cluster.world_size // s.cluster.tensor_parallel_size} / {sp} ranks, runtime/config.py); "
+            "it does not split the sequence by itself.",
+            fix=f"In the script: mpu = UlyssesSPAttentionHF.register_with_transformers(model_name_or_path=model, "
+            f"core_attn_implementation={ULYSSES_ATTN_IMPLEMENTATION!r}, sequence_parallel_size={sp}, "
+            f"micro_batch_size={t.micro_batch}, seq_length_is_variable=True), deepspeed.initialize(..., mpu=mpu), and "
+            "wrap the DataLoader in UlyssesSPDataLoaderAdapter (deepspeed/runtime/sequence_parallel/ulysses_sp.py).",
+        ))
+    elif sp > 1:
+        notes.append(Finding(
+            severity="info", key="train_batch_size", rule="ulysses_setup",
+            message=f"Ulysses degree {sp} under the HF Trainer / accelerate: it is set by ParallelismConfig("
+            f"sp_backend='deepspeed', sp_size={sp}, dp_shard_size={s.cluster.world_size // sp}), not by the JSON; "
+            "train_batch_size is 'auto' because the Trainer fills micro x accumulation x all processes and accelerate "
+            "then replaces it by micro x accumulation x data_parallel_size (accelerator.py _prepare_deepspeed).",
+            fix="Pass TrainingArguments(parallelism_config=...) (zeroplanner config --hf-trainer prints it) or "
+            "launch with the accelerate YAML's parallelism_config block (--accelerate).",
+        ))
+    tiled = [name for name, on in (("tiled MLP", t.tiled_mlp), ("tiled loss", t.tiled_loss),
+                                   ("activation-checkpoint offload", t.checkpoint_offload)) if on]
+    if tiled:
+        notes.append(Finding(
+            severity="info", key="", rule="alst_code",
+            message=f"priced with {', '.join(tiled)} (ALST, arXiv 2506.13996 Sec. 3.2-3.3): none of them is a "
+            "DeepSpeed config key, so the generated config does not switch them on.",
+            fix="Apply them in the training code: DeepSpeed's TiledMLP and TiledFusedLogitsLoss "
+            "(deepspeed/runtime/sequence_parallel/ulysses_sp.py) or Liger's fused cross-entropy "
+            "(TrainingArguments(use_liger_kernel=True)); checkpoint offload as ALST does it.",
         ))
     if accelerate and s.cluster.nodes > 1 and main_process_ip is None:
         notes.append(Finding(
@@ -398,8 +510,13 @@ def to_accelerate_config(scenario: Any, deepspeed_config_file: str = "ds_config.
     when not given, which :func:`generation_notes` warns about), ``main_process_port`` (default
     :data:`ACCELERATE_MAIN_PROCESS_PORT`) and a comment on ``machine_rank``: 0 on node 0, 1 .. N-1 on the others.
 
+    With a Ulysses degree > 1 it adds the ``parallelism_config`` block (keys ``parallelism_config_*`` as
+    accelerate's launcher copies them into its arguments, commands/launch.py ``_validate_launch_command``; values from
+    :func:`parallelism_config_kwargs`): ``sp_backend`` deepspeed, ``sp_size``, ``dp_shard_size`` = world / sp.
+
     Raises ``ValueError`` naming ``deepspeed_config_file``, ``main_process_ip`` (not a host name or address:
-    letters, digits, ``.``, ``-``, ``_``, ``:``) or ``main_process_port`` (outside 1-65535).
+    letters, digits, ``.``, ``-``, ``_``, ``:``) or ``main_process_port`` (outside 1-65535), or, with Ulysses,
+    ``sequence_parallel_size`` (:func:`parallelism_config_kwargs`).
     """
     s = _scenario_of(scenario)
     if not isinstance(deepspeed_config_file, str) or not deepspeed_config_file or "\n" in deepspeed_config_file:
@@ -442,6 +559,21 @@ def to_accelerate_config(scenario: Any, deepspeed_config_file: str = "ds_config.
         "main_training_function: main",
         f"num_machines: {nodes}",
         f"num_processes: {int(s.cluster.world_size)}",
+    ]
+    if s.cluster.sequence_parallel_size > 1:
+        kw = parallelism_config_kwargs(s)
+        lines += [
+            "# Ulysses sequence parallelism: accelerate launch exports these (utils/launch.py "
+            "prepare_extend_env_parallelism_config) and the Accelerator builds ParallelismConfig from them",
+            "parallelism_config:",
+            f"  parallelism_config_dp_replicate_size: {kw['dp_replicate_size']}",
+            f"  parallelism_config_dp_shard_size: {kw['dp_shard_size']}",
+            f"  parallelism_config_sp_size: {kw['sp_size']}",
+            f"  parallelism_config_sp_backend: {kw['sp_backend']}",
+            "  parallelism_config_sp_seq_length_is_variable: true",
+            f"  parallelism_config_sp_attn_implementation: {kw['sp_handler']['sp_attn_implementation']}",
+        ]
+    lines += [
         "rdzv_backend: static",
         f"same_network: {'true' if nodes > 1 else 'false'}",
         "use_cpu: false",

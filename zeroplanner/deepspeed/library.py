@@ -12,8 +12,11 @@ the rules of :mod:`zeroplanner.deepspeed.lint` are all there is (the tests keep 
   ``train_batch_size`` that is not micro x accumulation x world.
 * then DeepSpeed's ``DeepSpeedConfig`` (``deepspeed/runtime/config.py``: every pydantic sub-config with
   ``extra="forbid"``, removed keys, the batch assertion, precision checks) on the (filled) dict, with the world
-  size ``deepspeed.initialize`` gives it (:func:`zeroplanner.deepspeed.batch_world_size`: the data-parallel degree,
-  or all ranks when AutoTP comes from the config). ``DeepSpeedConfig`` takes its world size from
+  size ``deepspeed.initialize`` gives it (the ranks of :func:`zeroplanner.deepspeed.batch_world_size`: over the
+  tensor-parallel degree, or all ranks when AutoTP comes from the config; with Ulysses and no
+  ``sequence_parallel_size`` key, divided by the degree as the Ulysses mpu does). Under the HF Trainer with Ulysses,
+  accelerate's batch rewrite (micro x accumulation x world / sp) and mpu are applied first, and at ZeRO-3 with a
+  ``sequence_parallel_size`` key zero.Init's own DeepSpeedConfig (no mpu) is built too. ``DeepSpeedConfig`` takes its world size from
   ``deepspeed.comm`` (its ``mpu`` argument is only consulted after ``dist.get_rank()`` succeeds, i.e. after a
   distributed init), so while it runs the ``dist`` name inside ``deepspeed.runtime.config`` is replaced by a stand-in
   answering rank 0 and that world size; nothing else is patched and the name is restored afterwards.
@@ -134,7 +137,7 @@ def _training_arguments(config: dict[str, Any], scenario: Scenario) -> tuple[Any
         return default
 
     args = types.SimpleNamespace(
-        world_size=batch_world_size(config, scenario),
+        world_size=batch_world_size(config, scenario, "hf_trainer"),
         per_device_train_batch_size=t.micro_batch,
         gradient_accumulation_steps=t.grad_accum,
         max_grad_norm=pick("max_grad_norm", "gradient_clipping", defaults["max_grad_norm"]),
@@ -233,11 +236,20 @@ def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode) ->
             return None
     out: list[Finding] = []
     filled: dict[str, Any] | None = copy.deepcopy(config)
+    sp = scenario.cluster.sequence_parallel_size
+    ranks = batch_world_size(config, scenario, "hf_trainer")  # what dist.get_world_size() answers
+    world = ranks if "sequence_parallel_size" in config or sp <= 1 else ranks // sp
     if mode == "hf_trainer":
         filled = _hf_fill(config, scenario, out)
         if filled is None:
             return out
-    with _deepspeed_world(batch_world_size(config, scenario)):
+        if "sequence_parallel_size" in filled and _get(filled, "zero_optimization.stage") == 3:
+            _zero_init_check(filled, ranks, out)
+        world = ranks
+        if sp > 1:
+            filled = _accelerate_ulysses(filled, ranks // sp)
+            world = ranks // sp
+    with _deepspeed_world(world):
         try:
             DeepSpeedConfig(filled)
         except Exception as exc:  # DeepSpeed raises pydantic, assertion, value, type and its own errors
@@ -252,6 +264,35 @@ def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode) ->
                 out.append(Finding(severity="error", key="", rule="deepspeed_rejects",
                                    message=f"{where}DeepSpeed's own DeepSpeedConfig raises {type(exc).__name__}: "
                                    f"{first}.{hint}", fix=""))
+    return out
+
+
+def _zero_init_check(filled: dict[str, Any], ranks: int, out: list[Finding]) -> None:
+    """At ZeRO-3 the HF Trainer's ``from_pretrained`` builds the model inside ``deepspeed.zero.Init`` with the filled
+    config and no mpu (transformers modeling_utils.py ``deepspeed.zero.Init(config_dict_or_path=deepspeed_config())``;
+    partition_parameters.py ``DeepSpeedConfig(config_dict_or_path, mpu)``): DeepSpeedConfig on all ``ranks``."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    with _deepspeed_world(ranks):
+        try:
+            DeepSpeedConfig(copy.deepcopy(filled))
+        except Exception as exc:  # the batch assertion (AssertionError) and whatever else DeepSpeed raises
+            first = str(exc).splitlines()[0][:300] if str(exc) else ""
+            out.append(Finding(severity="error", key="sequence_parallel_size", rule="deepspeed_rejects",
+                               message="after the HF Trainer's fill, the DeepSpeedConfig that ZeRO-3's zero.Init "
+                               f"builds in from_pretrained (no mpu) raises {type(exc).__name__}: {first}.", fix=""))
+
+
+def _accelerate_ulysses(filled: dict[str, Any], data_parallel_size: int) -> dict[str, Any]:
+    """What accelerate does to the filled config before ``deepspeed.initialize`` when ``ParallelismConfig`` has
+    ``sp_backend="deepspeed"`` and ``sp_size > 1`` (accelerator.py ``_prepare_deepspeed``): ``train_batch_size`` =
+    micro x accumulation x ``data_parallel_size``; it then passes the Ulysses mpu, so DeepSpeedConfig ignores a
+    ``sequence_parallel_size`` key (runtime/config.py: the mpu branch comes first)."""
+    out = copy.deepcopy(filled)
+    micro, accum = _number(out.get("train_micro_batch_size_per_gpu")), _number(out.get("gradient_accumulation_steps"))
+    if micro is not None and accum is not None:
+        out["train_batch_size"] = int(micro) * int(accum) * int(data_parallel_size)
+    out.pop("sequence_parallel_size", None)
     return out
 
 

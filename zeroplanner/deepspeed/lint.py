@@ -40,6 +40,11 @@ offload_client_optimizer      error/info ZeRO-Offload without an optimizer block
 small_buckets_multinode       warning    buckets < 1e8 elements on a multi-node run (seed: 5e7 -> 2e8 gave 2.1x)
 hpz_not_dividing              error/warn zero_hpz_partition_size must divide the data-parallel degree
                                          (groups.py asserts); not dividing GPUs per node: warning
+sequence_parallel_size        error/warn the Ulysses degree (sequence_parallel_size, LLaMA-Factory's
+                                         sequence_parallel block): not a whole number >= 1 (DeepSpeedConfig
+                                         raises), not dividing the world (parallel_state_sp.py) or the heads
+                                         (UlyssesSPAttentionHF); under the HF Trainer the key at ZeRO-3 breaks
+                                         zero.Init's batch assertion, and alone it turns no Ulysses on: warning
 nvme_without_path             error      ZeRO-3 NVMe offload without nvme_path (deepspeed.initialize fails)
 ============================  =========  ========================================================================
 
@@ -72,9 +77,10 @@ from .keys import (
     REMOVED_ZERO_KEYS,
     Finding,
     Mode,
+    _short,
     clip_key,
 )
-from .read import batch_world_size
+from .read import batch_world_size, deepspeed_sequence_parallel_size, lf_sequence_parallel, ulysses_problem
 
 SMALL_BUCKET_ELEMENTS = 100_000_000
 """Buckets below this on a multi-node run are flagged. The seed article's multi-node ZeRO-2 run was slow at 5e7 and
@@ -258,7 +264,7 @@ def _rule_nonpositive(config: dict[str, Any], out: list[Finding]) -> None:
                                          else "."))
 
 
-def _rule_batch(config: dict[str, Any], scenario: Scenario | None, out: list[Finding]) -> None:
+def _rule_batch(config: dict[str, Any], scenario: Scenario | None, mode: Mode, out: list[Finding]) -> None:
     values = {k: _number(config.get(k)) for k in _BATCH_KEYS}
     tb, mb, ga = (values[k] for k in _BATCH_KEYS)
     if all(v is None for v in values.values()):
@@ -269,7 +275,7 @@ def _rule_batch(config: dict[str, Any], scenario: Scenario | None, out: list[Fin
         return
     if any(v is not None and v <= 0 for v in values.values()):
         return  # nonpositive_value reports it
-    world = batch_world_size(config, scenario) if scenario is not None else None
+    world = batch_world_size(config, scenario, mode) if scenario is not None else None
     if tb is not None and mb is not None and ga is not None:
         if world is not None and tb != mb * ga * world:
             _add(out, "error", "train_batch_size", "batch_mismatch",
@@ -294,6 +300,63 @@ def _rule_batch(config: dict[str, Any], scenario: Scenario | None, out: list[Fin
             _add(out, "error", "train_batch_size", "batch_mismatch",
                  f"train_batch_size {int(tb)} is not divisible by the data-parallel degree {world} "
                  "(DeepSpeed #6914).", f"Use a multiple of {world}.")
+
+
+def _rule_sequence_parallel(config: dict[str, Any], scenario: Scenario | None, mode: Mode,
+                            out: list[Finding]) -> None:
+    """The Ulysses degree a config gives (DeepSpeed's ``sequence_parallel_size``, LLaMA-Factory's
+    ``sequence_parallel`` block): can DeepSpeed run it on this cluster and model?"""
+    key = "sequence_parallel_size"
+    degrees: list[tuple[str, int]] = []
+    if key in config:
+        raw = config[key]
+        value = deepspeed_sequence_parallel_size(raw)
+        if value is None:
+            number = _number(raw)
+            if number is not None and number >= 1:
+                why = (f"DeepSpeedConfig computes a fractional world size (world / {raw}) and DeepSpeed's Ulysses "
+                       "groups refuse a fractional degree (parallel_state_sp.py initialize_sequence_parallel: "
+                       "RuntimeError, not divisible)")
+            elif number is not None:
+                why = ("DeepSpeedConfig divides the world size by it (runtime/config.py, no mpu): 0 raises "
+                       "ZeroDivisionError, a negative degree fails the batch assertion")
+            else:
+                why = ("DeepSpeedConfig divides the world size by it (runtime/config.py, no mpu) and raises "
+                       "TypeError on a string, null or a container")
+            _add(out, "error", key, "sequence_parallel_size", f"sequence_parallel_size {_short(raw)} is not a whole "
+                 f"number >= 1: {why}.", "Write the Ulysses degree as an integer (1: no sequence parallelism).")
+        else:
+            degrees.append((key, value))
+            if mode == "hf_trainer" and value > 1:
+                if _stage(config) == 3:
+                    _add(out, "error", key, "sequence_parallel_size", f"sequence_parallel_size {value} in a ZeRO-3 "
+                         "config under the HF Trainer: from_pretrained builds the model in deepspeed.zero.Init with "
+                         "this config and no mpu (transformers modeling_utils.py; partition_parameters.py "
+                         "DeepSpeedConfig(config, mpu)), whose batch assertion divides the world by "
+                         f"{value} while the Trainer filled train_batch_size over all processes "
+                         "(trainer_config_process).", "Leave sequence_parallel_size out of the JSON and set "
+                         f"ParallelismConfig(sp_backend=\"deepspeed\", sp_size={value}) (zeroplanner config "
+                         "--hf-trainer --accelerate writes it).")
+                _add(out, "warning", key, "sequence_parallel_size", "under the HF Trainer / accelerate this key "
+                     "turns no Ulysses on: accelerate sets Ulysses up from ParallelismConfig(sp_backend="
+                     f"\"deepspeed\", sp_size={value}) (accelerator.py _prepare_deepspeed) and hands DeepSpeed "
+                     "its mpu, which DeepSpeedConfig prefers to this key.", "Set sp_size in TrainingArguments("
+                     "parallelism_config=...) or the accelerate YAML's parallelism_config block, and leave the "
+                     "key out.")
+    block = config.get("sequence_parallel")
+    lf = lf_sequence_parallel(block)
+    if lf is not None:
+        degrees.append(("sequence_parallel", lf[0]))
+    if scenario is None:
+        return
+    for where, degree in degrees[:1]:  # the priced one: DeepSpeed's key when valid, else the block's
+        problem = ulysses_problem(scenario, degree)
+        if problem is not None:
+            _add(out, "error", where, "sequence_parallel_size", f"{problem}: DeepSpeed's Ulysses setup raises "
+                 "(world: parallel_state_sp.py initialize_sequence_parallel, LLaMA-Factory's "
+                 "create_ulysses_sp_group; heads: ulysses_sp.py UlyssesSPAttentionHF.__init__).",
+                 "Use a degree that divides the GPU count and the attention heads (and divides or is a multiple of "
+                 "the key/value heads).")
 
 
 def _rule_precision(config: dict[str, Any], out: list[Finding]) -> None:
@@ -511,7 +574,8 @@ def lint(config: Any, scenario: Scenario | None = None, mode: Mode = "deepspeed"
     _rule_removed(config, out)
     _rule_integers(config, out)
     _rule_nonpositive(config, out)
-    _rule_batch(config, scenario, out)
+    _rule_batch(config, scenario, mode, out)
+    _rule_sequence_parallel(config, scenario, mode, out)
     _rule_precision(config, out)
     _rule_offload_stage(config, out)
     _rule_auto(config, mode, scenario, out)

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from ..costmodel.context import attention_tp_share
+from ..costmodel.ulysses import check_ulysses
 from ..specs import OffloadSpec, Scenario, TrainingSpec, ZeroSpec
 from .emit import hf_auto_values
 from .keys import (
@@ -231,7 +232,7 @@ class _Reader:
         self.base = base
         self.hf = hf
         self.stage = stage
-        self.batch_world = base.cluster.data_parallel_degree
+        self.batch_world = batch_world_size({}, base, "hf_trainer" if hf else "deepspeed")
         self.findings: list[Finding] = []
         self._fill_auto()
 
@@ -245,12 +246,12 @@ class _Reader:
         t = base.training
         self.auto["train_batch_size"] = t.micro_batch * t.grad_accum * self.batch_world
 
-    def set_tensor_parallel(self, tp: int, batch_world: int) -> None:
-        """Price with tensor-parallel degree ``tp`` from here on; DeepSpeed's batch arithmetic (and the Trainer's
-        train_batch_size fill) runs over ``batch_world`` ranks (see :func:`batch_world_size`)."""
-        cluster = self.base.cluster.model_copy(update={"tensor_parallel_size": tp})
+    def set_parallel(self, config: dict[str, Any], tp: int, sp: int) -> None:
+        """Price with tensor-parallel degree ``tp`` and Ulysses degree ``sp`` from here on; DeepSpeed's batch
+        arithmetic (and the Trainer's train_batch_size fill) runs over :func:`batch_world_size` ranks."""
+        cluster = self.base.cluster.model_copy(update={"tensor_parallel_size": tp, "sequence_parallel_size": sp})
         self.base = self.base.model_copy(update={"cluster": cluster})
-        self.batch_world = batch_world
+        self.batch_world = batch_world_size(config, self.base, "hf_trainer" if self.hf else "deepspeed")
         self._fill_auto()
 
     def note(self, severity: Severity, key: str, message: str, fix: str = "", rule: str = "") -> None:
@@ -445,8 +446,10 @@ def from_deepspeed_config(
     mode, or "full" if the base has none; absent -> the base's, since HF models checkpoint outside the config), and
     every modelled ``zero_optimization`` key incl. the ``stage3_*`` aliases, offload blocks and ZeRO++ keys, and
     ``tensor_parallel.autotp_size`` (the cluster's tensor-parallel degree: ZeRO and the batch arithmetic run over
-    world / autotp_size). LLaMA-Factory's ``sequence_parallel`` block and ``sequence_parallel_size`` are read and
-    stated in an info finding but not priced (no sequence-parallel dimension in the cost model yet).
+    world / autotp_size), and the Ulysses degree from DeepSpeed's ``sequence_parallel_size`` or LLaMA-Factory's
+    ``sequence_parallel`` block (the cluster's ``sequence_parallel_size``; the block's sequence tiling sets
+    ``tiled_mlp`` and ``tiled_loss``; the batch arithmetic runs over :func:`batch_world_size`). A degree the world
+    size or the model's heads cannot take is priced as the base's (lint reports the error).
 
     Returns ``(scenario, findings)``. Findings: unknown keys (error inside DeepSpeed's strict blocks, warning at the
     top level, which DeepSpeed ignores), ``"auto"`` resolutions, and values that had to be reinterpreted for pricing
@@ -473,8 +476,9 @@ def from_deepspeed_config(
     r.findings.extend(findings)
     tp = _read_tensor_parallel(r, config)
     if tp != base.cluster.tensor_parallel_size:
-        r.set_tensor_parallel(tp, base.cluster.world_size if config_autotp_size(config) > 1
-                              else base.cluster.world_size // tp)
+        r.set_parallel(config, tp, base.cluster.sequence_parallel_size)
+    sp, tiling = _read_sequence_parallel(r, config)
+    r.set_parallel(config, tp, sp)
 
     for key in config:
         if not isinstance(key, str):
@@ -514,18 +518,18 @@ def from_deepspeed_config(
                "torch).", "optimizer_mapped")
         optimizer = "adam"
 
+    tiled = {"tiled_mlp": True, "tiled_loss": True} if tiling else {}
     try:
         training = TrainingSpec.model_validate({
             **bt.model_dump(), "precision": precision, "optimizer": optimizer, "micro_batch": micro,
-            "grad_accum": accum, "checkpointing": checkpointing,
+            "grad_accum": accum, "checkpointing": checkpointing, **tiled,
         })
     except ValueError as exc:  # e.g. QLoRA in the base and fp32 in the config
         r.note("info", "", f"training settings from the config do not fit the scenario "
                f"({str(exc).splitlines()[-1][:200]}); priced with the scenario's.", "", "unpriced")
         training = bt
     zero = ZeroSpec.model_validate(zero_fields)
-    _read_sequence_parallel(r, config)
-    cluster = {**base.cluster.model_dump(), "tensor_parallel_size": tp}
+    cluster = {**base.cluster.model_dump(), "tensor_parallel_size": tp, "sequence_parallel_size": sp}
     scenario = Scenario.model_validate({**base.model_dump(), "cluster": cluster, "training": training.model_dump(),
                                         "zero": zero.model_dump()})
     return scenario, r.findings
@@ -539,15 +543,31 @@ def config_autotp_size(config: Any) -> int:
     return value if value is not None and value > 1 else 1
 
 
-def batch_world_size(config: Any, scenario: Scenario) -> int:
-    """The world size DeepSpeedConfig's batch arithmetic uses for this config (``_batch_assertion``,
-    ``_set_batch_related_parameters``): ``dist.get_world_size()`` -- all ranks -- when the tensor parallelism comes
-    from the config's ``tensor_parallel.autotp_size`` (``deepspeed.initialize`` builds DeepSpeedConfig with no mpu,
-    deepspeed/__init__.py), else the data-parallel degree (an mpu reports it). The HF Trainer's
-    ``train_batch_size`` fill uses ``args.world_size``, all processes, too."""
-    if config_autotp_size(config) > 1:
-        return scenario.cluster.world_size
-    return scenario.cluster.data_parallel_degree
+def batch_world_size(config: Any, scenario: Scenario, mode: Mode = "deepspeed") -> int:
+    """The world size of the batch rule ``train_batch_size == micro * accumulation * world`` for this config and
+    client.
+
+    Ranks first: ``dist.get_world_size()`` -- all ranks -- when the tensor parallelism comes from the config's
+    ``tensor_parallel.autotp_size`` (``deepspeed.initialize`` builds DeepSpeedConfig with no mpu,
+    deepspeed/__init__.py), else the ranks over tensor parallelism (a Megatron mpu reports its data-parallel size).
+    Then Ulysses (``scenario.cluster.sequence_parallel_size`` = sp > 1):
+
+    * ``mode="deepspeed"``: ranks / sp. DeepSpeedConfig (runtime/config.py ``__init__``) divides the world size by the
+      config's ``sequence_parallel_size`` when there is no mpu, and by the Ulysses mpu's
+      ``get_sequence_parallel_world_size()`` when there is one (``UlyssesSPAttentionHF.register_with_transformers``
+      returns it; it has no ``get_data_parallel_world_size``).
+    * ``mode="hf_trainer"``: ranks. The Trainer checks a concrete ``train_batch_size`` against
+      ``args.world_size`` (all processes) x micro x accumulation (transformers integrations/deepspeed.py
+      ``trainer_config_process``); accelerate then replaces it by micro x accumulation x
+      ``ParallelismConfig.data_parallel_size`` before ``deepspeed.initialize`` (accelerator.py
+      ``_prepare_deepspeed``), which :func:`zeroplanner.deepspeed.to_accelerate_config` sets to ranks / sp.
+
+    The HF Trainer's ``train_batch_size`` fill uses ``args.world_size``, all processes, too."""
+    c = scenario.cluster
+    ranks = c.world_size if config_autotp_size(config) > 1 else c.world_size // c.tensor_parallel_size
+    if mode == "deepspeed" and c.sequence_parallel_size > 1:
+        return ranks // c.sequence_parallel_size
+    return ranks
 
 
 def _peek_stage(config: dict[str, Any]) -> int | None:
@@ -611,32 +631,143 @@ def _read_tensor_parallel(r: _Reader, config: dict[str, Any]) -> int:
     return tp
 
 
-def _read_sequence_parallel(r: _Reader, config: dict[str, Any]) -> None:
-    """LLaMA-Factory's ``sequence_parallel`` block and DeepSpeed's ``sequence_parallel_size``: read and stated;
-    the cost model has no sequence-parallel dimension yet, so neither is priced."""
-    block = config.get("sequence_parallel")
-    if isinstance(block, dict):
-        size = block.get("size")
-        ulysses = block.get("ulysses") if isinstance(block.get("ulysses"), dict) else {}
-        degree = ulysses.get("degree", size)
-        tiling = block.get("tiling") if isinstance(block.get("tiling"), dict) else {}
-        parts = [f"enabled={_short(block.get('enabled'))}", f"mode={_short(block.get('mode'))}",
-                 f"Ulysses degree {_short(degree)}"]
-        if tiling:
-            parts.append(f"tiling enabled={_short(tiling.get('enabled'))} "
-                         f"chunk_size={_short(tiling.get('chunk_size'))}")
-        r.note("info", "sequence_parallel", "the sequence_parallel block is LLaMA-Factory's, not DeepSpeed's "
-               "(DeepSpeedConfig does not read it; LLaMA-Factory sets up Ulysses from it, ../shared/ds-configs/"
-               f"README.md): {', '.join(parts)}. Not priced: zeroplanner has no sequence-parallel dimension yet, so "
-               "activations are priced for the full sequence on every GPU and ZeRO over the whole data-parallel "
-               "degree (with Ulysses, LLaMA-Factory's data-parallel degree is world / degree).",
-               "", "sequence_parallel_unpriced")
-    elif "sequence_parallel" in config:
-        r.obj("sequence_parallel", block)
+LF_SEQUENCE_PARALLEL_KEYS = frozenset({"enabled", "size", "mode", "ulysses", "tiling", "memory_optimizations"})
+"""Keys of LLaMA-Factory's ``sequence_parallel`` block, as its ``ALSTConfig.to_deepspeed_config`` writes them
+(hiyouga/LLaMA-Factory ``src/llamafactory/model/model_utils/alst_config.py``): ``enabled``, ``size`` (its
+``sequence_parallel_size``), ``mode`` (always ``"ulysses"``), ``ulysses`` (``degree``, default ``size`` and capped
+at it; ``seq_length_is_variable``), ``tiling`` (``enabled``, ``chunk_size``: its ``alst_sequence_tiling``, "sequence
+tiling optimization for memory efficiency in long sequences") and ``memory_optimizations``."""
+
+
+def deepspeed_sequence_parallel_size(raw: Any) -> int | None:
+    """DeepSpeed's top-level ``sequence_parallel_size`` as a Ulysses degree: an integer-valued number >= 1 (``true``
+    is 1) -> ``int``; ``None`` for anything else. DeepSpeedConfig (runtime/config.py, no mpu) computes its world size
+    as ``dist.get_world_size() / sequence_parallel_size``; measured on DeepSpeed 0.19.8 with 8 ranks: ``"4"``,
+    ``null`` or a list raise TypeError, ``0`` ZeroDivisionError, ``-2`` the batch assertion, and ``2.5`` gives a
+    fractional world that DeepSpeed's Ulysses groups refuse (parallel_state_sp.py initialize_sequence_parallel:
+    RuntimeError, 'not divisible')."""
+    if isinstance(raw, bool):
+        return int(raw)
+    if isinstance(raw, (int, float)) and math.isfinite(raw) and raw >= 1 and raw == int(raw) and raw < 10**9:
+        return int(raw)
+    return None
+
+
+def lf_sequence_parallel(block: Any) -> tuple[int, bool] | None:
+    """LLaMA-Factory's ``sequence_parallel`` block -> ``(Ulysses degree, sequence tiling on)`` when it turns Ulysses
+    on, else ``None``. It does when ``enabled`` is true, ``mode`` is ``"ulysses"`` (or absent) and the degree
+    (``ulysses.degree``, else ``size``; capped at ``size`` as ``ALSTConfig._validate_config`` does) is an integer
+    > 1; tiling is ``tiling.enabled is true`` (alst_config.py; :data:`LF_SEQUENCE_PARALLEL_KEYS`)."""
+    if not isinstance(block, dict) or block.get("enabled") is not True or block.get("mode", "ulysses") != "ulysses":
+        return None
+    size = deepspeed_sequence_parallel_size(block.get("size"))
+    ulysses = block.get("ulysses") if isinstance(block.get("ulysses"), dict) else {}
+    degree = deepspeed_sequence_parallel_size(ulysses.get("degree")) if "degree" in ulysses else size
+    if degree is None:
+        return None
+    if size is not None and degree > size:
+        degree = size
+    if degree <= 1:
+        return None
+    tiling = block.get("tiling") if isinstance(block.get("tiling"), dict) else {}
+    return degree, tiling.get("enabled") is True
+
+
+def ulysses_problem(scenario: Scenario, sp_size: int) -> str | None:
+    """Why DeepSpeed's Ulysses cannot run ``sp_size`` on this cluster and model, or ``None``: the world size must be
+    a multiple of it (parallel_state_sp.py ``initialize_sequence_parallel`` raises RuntimeError; with a
+    tensor-parallel degree the cluster needs a multiple of tp x sp, :class:`zeroplanner.specs.ClusterSpec`), and
+    the heads must divide (``UlyssesSPAttentionHF.__init__`` raises ValueError;
+    :func:`zeroplanner.costmodel.ulysses.check_ulysses`)."""
+    c, m = scenario.cluster, scenario.model
+    if sp_size <= 1:
+        return None
+    tp = c.tensor_parallel_size
+    if c.world_size % (tp * sp_size):
+        return (f"Ulysses degree {sp_size} does not divide the world size {c.world_size} ({c.nodes} x "
+                f"{c.gpus_per_node} GPUs" + (f", with tensor-parallel degree {tp}: {c.world_size} / {tp} = "
+                                             f"{c.world_size // tp} ranks" if tp > 1 else "") + ")")
+    try:
+        check_ulysses(n_heads=m.n_heads, kv_heads=m.kv_heads, sp_size=sp_size)
+    except ValueError as exc:
+        return f"Ulysses degree {sp_size} does not fit {m.name}'s heads ({exc})"
+    return None
+
+
+def _read_sequence_parallel(r: _Reader, config: dict[str, Any]) -> tuple[int, bool | None]:
+    """The Ulysses degree to price and whether ALST's sequence tiling is on (``None``: the config does not say).
+
+    Two sources: DeepSpeed's ``sequence_parallel_size`` (:func:`deepspeed_sequence_parallel_size`; DeepSpeed reads it
+    only for its batch arithmetic, the sequence is split where the script registers Ulysses,
+    ``UlyssesSPAttentionHF.register_with_transformers``, or under HF/accelerate ``ParallelismConfig(sp_size=...)``)
+    and LLaMA-Factory's ``sequence_parallel`` block (:func:`lf_sequence_parallel`; sequence tiling there is priced as
+    tiled MLP and tiled loss, ALST's sequence tiling, arXiv 2506.13996 Sec. 3.2). When both give a degree the
+    DeepSpeed key is priced (a warning says they disagree). A degree the cluster or model cannot run
+    (:func:`ulysses_problem`; lint reports the error) is priced as the base's degree."""
+    base_sp = r.base.cluster.sequence_parallel_size
+    sp: int | None = None
+    source = ""
+    tiling: bool | None = None
+    if "sequence_parallel" in config:
+        block = config["sequence_parallel"]
+        if not isinstance(block, dict):
+            r.note("info", "sequence_parallel", f"{_short(block)} is not an object (LLaMA-Factory writes "
+                   "{\"enabled\": true, \"size\": N, ...}); DeepSpeed does not read the key. Not priced.", "",
+                   "sequence_parallel")
+        else:
+            for k in block:
+                if k not in LF_SEQUENCE_PARALLEL_KEYS:
+                    r.note("info", f"sequence_parallel.{k}", "LLaMA-Factory's sequence_parallel block has no such "
+                           "key (alst_config.py ALSTConfig.to_deepspeed_config); not priced.", "", "sequence_parallel")
+            lf = lf_sequence_parallel(block)
+            if lf is None:
+                r.note("info", "sequence_parallel", "LLaMA-Factory's sequence_parallel block (DeepSpeed does not "
+                       "read it) turns no Ulysses on here: it needs \"enabled\": true, mode \"ulysses\" and a degree "
+                       f"> 1 (alst_config.py). Priced with sequence-parallel degree {base_sp}.", "",
+                       "sequence_parallel")
+            else:
+                sp, tiling = lf
+                source = "sequence_parallel"
+                extra = ""
+                mem = block.get("memory_optimizations")
+                if isinstance(mem, dict) and mem.get("enabled") is True:
+                    extra = (" memory_optimizations (LLaMA-Factory's PyTorch memory profiling switch) is not "
+                             "priced.")
+                r.note("info", "sequence_parallel", f"LLaMA-Factory's sequence_parallel block (DeepSpeed does not "
+                       f"read it; LLaMA-Factory sets up Ulysses from it, alst_config.py): Ulysses degree {sp}"
+                       + (", sequence tiling on: priced with tiled MLP and tiled loss (ALST sequence tiling, arXiv "
+                          "2506.13996 Sec. 3.2)" if tiling else "") + "." + extra, "", "sequence_parallel")
     if "sequence_parallel_size" in config:
-        r.note("info", "sequence_parallel_size", f"sequence_parallel_size {_short(config['sequence_parallel_size'])} "
-               "read (DeepSpeedConfig divides the world size by it for the batch arithmetic); not priced: "
-               "zeroplanner has no sequence-parallel dimension yet.", "", "sequence_parallel_unpriced")
+        raw = config["sequence_parallel_size"]
+        value = deepspeed_sequence_parallel_size(raw)
+        if value is None:
+            r.note("info", "sequence_parallel_size", f"sequence_parallel_size {_short(raw)} is not a whole degree "
+                   f">= 1; priced with sequence-parallel degree {sp or base_sp}.", "", "sequence_parallel")
+        else:
+            if sp is not None and value != sp:
+                r.note("warning", "sequence_parallel_size", f"sequence_parallel_size {value} and the "
+                       f"sequence_parallel block's Ulysses degree {sp} disagree: DeepSpeed's batch arithmetic divides "
+                       f"the world by {value} (runtime/config.py), LLaMA-Factory builds its Ulysses groups from the "
+                       f"block. Priced with {value}.", "Make them equal.", "sequence_parallel_mismatch")
+            if not isinstance(raw, int) or isinstance(raw, bool):
+                r.note("info", "sequence_parallel_size", f"{_short(raw)} priced as the integer {value}.", "",
+                       "coerced")
+            sp, source = value, "sequence_parallel_size"
+    if sp is None:
+        return base_sp, tiling
+    if sp == 1:
+        return 1, tiling
+    problem = ulysses_problem(r.base, sp)
+    if problem is not None:
+        r.note("info", source, f"{problem}; priced with sequence-parallel degree {base_sp}.", "",
+               "sequence_parallel")
+        return base_sp, None
+    c = r.base.cluster
+    ranks = c.world_size if config_autotp_size(config) > 1 else c.world_size // c.tensor_parallel_size
+    r.note("info", source, f"Ulysses sequence-parallel degree {sp} read: priced with each sequence split over {sp} "
+           f"GPUs; DeepSpeed's batch arithmetic runs over {ranks} / {sp} = {ranks // sp} ranks (runtime/config.py: "
+           "world size / sequence_parallel_size, or the Ulysses mpu's).", "", "sequence_parallel")
+    return sp, tiling
 
 
 def _read_zero(r: _Reader, config: dict[str, Any]) -> dict[str, Any]:
