@@ -533,13 +533,20 @@ INPUTS: tuple[Input, ...] = (
           "the training dtype lets ZeRO-3 shard the 4-bit base (PEFT's DeepSpeed guide); uint8, bitsandbytes' "
           "default, keeps it whole on every GPU", path="training.bnb_4bit_quant_storage",
           widget=Widget("dropdown", "4-bit storage (quant_storage)", section="lora")),
+    # -- DeepSpeed AutoTP training (its cost-model use: costmodel/context.py shards, communication.py all-reduces) --
+    Input("autotp_size", "AutoTP tensor-parallel degree (GPUs)", "int", "cluster",
+          "DeepSpeed AutoTP training degree (tensor_parallel.autotp_size): each layer's linear weights split over "
+          "this many GPUs of one node, ZeRO over world / autotp_size (1 = none; must divide gpus_per_node)",
+          path="cluster.tensor_parallel_size", deepspeed=("tensor_parallel.autotp_size",),
+          widget=Widget("dropdown", "AutoTP degree", section="training",
+                        labels=tuple((str(n), n) for n in (1, 2, 4, 8)))),
 )
 """Every scenario input, in the order share links write them (new inputs go at the end)."""
 
 BY_KEY: dict[str, Input] = {i.key: i for i in INPUTS}
 BY_CONTROL: dict[str, Input] = {i.control_key: i for i in INPUTS if i.control_key}
 
-_EXTRA_FIELDS = {"tensor_parallel_size": "gpus_per_node", "parameter_count_override": "params"}
+_EXTRA_FIELDS = {"parameter_count_override": "params"}
 
 
 def field_inputs() -> dict[str, str]:

@@ -7,6 +7,12 @@ sequences (:data:`SP_MIN_SEQUENCE_TOKENS`) or when nothing fits without it, the 
 (:func:`sequence_parallel_options`: divisors of the GPUs per node that the heads allow). All are evaluated in one
 vectorised call. ``held`` (input keys of :data:`SEARCH_INPUTS`) fixes an axis at the scenario's
 value: ``plan(s, held={"stage"})`` searches only ``s.zero.stage`` (the CLI holds every option the user gave).
+DeepSpeed AutoTP degrees 2, 4, 8 (:func:`autotp_degrees`) join as one more grid per degree only on one node, in a
+full fine-tune without a Ulysses search, with the scenario at tp 1 and no tp-1 candidate at ZeRO-0/1/2 fitting
+without offload (so tp 1 needs ZeRO-3 or offload): AutoTP's per-layer all-reduces need the node's NVLink (across
+nodes they would run at NIC speed, so it is never a multi-node candidate), and the rule keeps plan time unchanged
+whenever ZeRO-0/1/2 fit at tp 1 (measured: 1.7 ms for benchmarks/bench_costmodel.py's scenario before and after;
+1.7 -> 5.0 ms for llama-3.1-8b on 8 x A100-40GB, where it applies).
 
 Ranking policy (documented, and tested against the seed article's recommendation table):
 1. Keep candidates that fit GPU memory (with the safety margin), host RAM (with DeepSpeed's 1.5x buffer factor)
@@ -16,8 +22,10 @@ Ranking policy (documented, and tested against the seed article's recommendation
    stage "to look advanced" often runs slower than ZeRO-2.
    Parameter offload (``offload_param``) is considered only when no candidate without it fits.
 3. Among equals prefer, in order: no offload (offload is a last resort: PCIe/CPU-bound; DeepSpeed #1130), the
-   smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), stages 0-2 over stage 3 (2Ψ instead of 3Ψ per step; ZeRO paper Sec. 7), no ZeRO++, then the most GPU memory headroom
-   (ZeRO-2 frees gradients at ZeRO-1's communication volume), then throughput.
+   smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), the smaller AutoTP degree (its
+   all-reduces are serial with compute), stages 0-2 over stage 3 (2Ψ instead of 3Ψ per step; ZeRO paper Sec. 7), no
+   ZeRO++, then the most GPU memory headroom (ZeRO-2 frees gradients at ZeRO-1's communication volume), then
+   throughput.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from .costmodel import Candidates, Estimate, estimate, evaluate, make_context
+from .costmodel.communication import autotp_collectives_per_micro_step
 from .costmodel.evaluate import estimate_from_values
 from .costmodel.context import CHECKPOINT_CODES, OFFLOAD_CODES
 from .specs import Architecture, Scenario, hardware_precision
@@ -66,6 +75,7 @@ SEARCH_INPUTS: dict[str, str] = {
     "zero_quantized_weights": "ZeRO++",
     "zero_quantized_gradients": "ZeRO++",
     "sequence_parallel_size": "sequence parallelism",
+    "autotp_size": "AutoTP degree",
 }
 """Input keys (:data:`zeroplanner.inputs.INPUTS`) the planner varies, and the search axis each one fixes when held.
 micro_batch and grad_accum are one axis (their product, the samples per GPU per step, is always kept); the three
@@ -80,18 +90,21 @@ def _check_held(held) -> frozenset[str]:
     return held
 
 
-def _axis_values(cand: Candidates) -> dict[str, np.ndarray]:
-    """Search axis name -> its column in the candidate grid (ZeRO++ as one code per (hpz, qwz, qgz))."""
-    cols = {"ZeRO stage": cand.stage, "optimizer offload": cand.offload_optimizer,
+def _axis_values(cand: Candidates, tp: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Search axis name -> its column in the candidate grid (ZeRO++ as one code per (hpz, qwz, qgz); the AutoTP
+    degree ``tp``, or one value when not given)."""
+    cols = {"AutoTP degree": np.ones(cand.shape, dtype=np.int64) if tp is None else tp,
+            "ZeRO stage": cand.stage, "optimizer offload": cand.offload_optimizer,
             "parameter offload": cand.offload_param, "activation checkpointing": cand.checkpointing,
             "micro-batch split": cand.micro_batch, "overlap_comm": cand.overlap, "reduce bucket": cand.reduce_bucket,
             "ZeRO++": cand.hpz * 4 + cand.qwz * 2 + cand.qgz, "sequence parallelism": cand.sp}
     return {a: np.asarray(cols[a]) for a in dict.fromkeys(SEARCH_INPUTS.values())}
 
 
-def varied_axes(cand: Candidates) -> list[str]:
-    """The search axes (:data:`SEARCH_INPUTS` names) on which the candidate grid holds more than one value."""
-    return [a for a, col in _axis_values(cand).items() if col.size and col.min() != col.max()]
+def varied_axes(cand: Candidates, tp: np.ndarray | None = None) -> list[str]:
+    """The search axes (:data:`SEARCH_INPUTS` names) on which the candidate grid holds more than one value (``tp``:
+    the AutoTP degree of each candidate, when the plan varied it)."""
+    return [a for a, col in _axis_values(cand, tp).items() if col.size and col.min() != col.max()]
 
 
 class _Out(BaseModel):
@@ -113,10 +126,14 @@ class Choice(_Out):
     zero_quantized_weights: bool = False
     zero_quantized_gradients: bool = False
     sequence_parallel_size: int = 1
+    autotp_size: int | None = None
+    """DeepSpeed AutoTP degree (``tensor_parallel.autotp_size``); None: the scenario's, unchanged."""
 
     @property
     def label(self) -> str:
         parts = [f"ZeRO-{self.stage}"]
+        if (self.autotp_size or 1) > 1:
+            parts.append(f"+ AutoTP {self.autotp_size}")
         off = []
         if self.offload_optimizer != "none":
             off.append(f"{self.offload_optimizer.upper() if self.offload_optimizer == 'cpu' else 'NVMe'} optimizer")
@@ -148,6 +165,8 @@ class Option(_Out):
 def _short(c: Choice) -> str:
     """A label without '&' (reasons are matched verbatim in HTML)."""
     parts = [f"ZeRO-{c.stage}"]
+    if (c.autotp_size or 1) > 1:
+        parts.append(f"autotp_size {c.autotp_size}")
     if c.offload_optimizer != "none":
         parts.append(f"offload_optimizer {c.offload_optimizer}")
     if c.offload_param != "none":
@@ -173,11 +192,9 @@ def step_breakdown(est: Estimate) -> str:
 
 def _why_not(best: Choice, best_est: Estimate, alt: Choice, alt_est: Estimate, tolerance: float,
              param_offload_excluded: bool) -> str:
-    """Why a faster alternative lost: the ranking rule that put the pick first."""
-    if best.sequence_parallel_size == alt.sequence_parallel_size:
-        gain = best_est.step_seconds / alt_est.step_seconds - 1.0
-    else:  # a different Ulysses degree trains a different batch per step: compare throughput
-        gain = alt_est.tokens_per_second / best_est.tokens_per_second - 1.0
+    """Why a faster alternative lost: the ranking rule that put the pick first. Faster is tokens/s (the step
+    seconds' ratio when both have the same data-parallel degree; an AutoTP candidate's step carries fewer tokens)."""
+    gain = alt_est.tokens_per_second / best_est.tokens_per_second - 1.0
     if gain <= 0.005:
         return ""
     head = f"{gain:.0%} faster than the pick, not picked: "
@@ -339,8 +356,9 @@ def candidate_grid(scenario: Scenario, held=(), sp_values: Sequence[int] | None 
     )
 
 
-def _choice_at(cand: Candidates, i: int) -> Choice:
+def _choice_at(cand: Candidates, i: int, tp: np.ndarray | None = None) -> Choice:
     return Choice(
+        autotp_size=None if tp is None else int(tp[i]),
         stage=int(cand.stage[i]),
         offload_optimizer=_OFFLOAD_NAMES[int(cand.offload_optimizer[i])],
         offload_param=_OFFLOAD_NAMES[int(cand.offload_param[i])],
@@ -380,6 +398,8 @@ def apply_choice(scenario: Scenario, choice: Choice, *, validate: bool = True) -
     c = scenario.cluster
     if c.sequence_parallel_size != choice.sequence_parallel_size:
         c = c.model_copy(update={"sequence_parallel_size": choice.sequence_parallel_size})
+    if choice.autotp_size is not None and choice.autotp_size != c.tensor_parallel_size:
+        c = c.model_copy(update={"tensor_parallel_size": choice.autotp_size})
     if validate:
         return Scenario.model_validate({**scenario.model_dump(), "zero": z.model_dump(), "training": t.model_dump(),
                                         "cluster": c.model_dump()})
@@ -387,8 +407,9 @@ def apply_choice(scenario: Scenario, choice: Choice, *, validate: bool = True) -
 
 
 def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: float = DEFAULT_TOLERANCE,
-                    gpu_memory_bytes: float = 0.0) -> np.ndarray:
-    """Indices of fitting candidates, best first, by the module's ranking policy."""
+                    gpu_memory_bytes: float = 0.0, tp: np.ndarray | None = None) -> np.ndarray:
+    """Indices of fitting candidates, best first, by the module's ranking policy (``tp``: each candidate's AutoTP
+    degree, when the plan varied it)."""
     fits = np.flatnonzero(values["fits"])
     if fits.size == 0:
         return fits
@@ -403,23 +424,25 @@ def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: 
     stage3 = (cand.stage[fits] == 3).astype(int)
     zpp = ((cand.hpz[fits] > 1) | (cand.qwz[fits] > 0)).astype(int)
     headroom = gpu_memory_bytes - values["total"][fits]
-    # among equals the smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), after offload
+    degree = np.ones(fits.size, dtype=np.int64) if tp is None else tp[fits]
+    # among equals the smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), after offload, then
+    # the smaller AutoTP degree
     sp = cand.sp[fits]
     # np.lexsort: last key is primary
-    order = np.lexsort((-tps, -headroom, zpp, stage3, sp, offloads, ~near))
+    order = np.lexsort((-tps, -headroom, zpp, stage3, degree, sp, offloads, ~near))
     return fits[order]
 
 
-def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, ranked, tolerance) -> list[str]:
+def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, ranked, tolerance, tp=None) -> list[str]:
     r: list[str] = []
-    n = scenario.cluster.data_parallel_degree
+    n = scenario.cluster.world_size // (best.autotp_size or scenario.cluster.tensor_parallel_size)
     usable = est.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)
     r.append(f"{best.label} fits: {gib(est.per_gpu_bytes.total):.1f} GiB of {gib(usable):.1f} GiB usable per GPU "
              f"({gib(est.gpu_memory_bytes):.1f} GiB less the {scenario.assumptions.gpu_memory_margin_fraction:.0%} "
              f"margin), {est.tokens_per_second:,.0f} tokens/s predicted ({est.step_seconds:.2f} s per step).")
     fastest = ranked[np.argmax(values["tokens_per_second"][ranked])]
     if values["tokens_per_second"][fastest] > est.tokens_per_second * 1.01:
-        fc = _choice_at(cand, int(fastest))
+        fc = _choice_at(cand, int(fastest), tp)
         r.append(f"The fastest fitting option, {fc.label}, is only "
                  f"{values['tokens_per_second'][fastest] / est.tokens_per_second - 1:.0%} faster (within the "
                  f"{tolerance:.0%} model tolerance); this choice is simpler or safer.")
@@ -429,6 +452,8 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
     no_offload = best.offload_optimizer == "none" and best.offload_param == "none"
     for st in range(best.stage if no_offload else 4):
         mask = (cand.stage == st) & (cand.offload_optimizer == 0) & (cand.offload_param == 0)
+        if tp is not None:
+            mask &= tp == (best.autotp_size or 1)
         if mask.any() and not values["fits_gpu"][mask].any():
             need = values["total"][mask].min()
             r.append(f"ZeRO-{st} without offload does not fit: at least {gib(need):.1f} GiB per GPU.")
@@ -528,9 +553,9 @@ def _held_text(scenario: Scenario, held: frozenset[str]) -> str:
     return ", ".join(f"{k}={_held_value(scenario, k)}" for k in SEARCH_INPUTS if k in held)
 
 
-def _search_reason(scenario: Scenario, held: frozenset[str], cand: Candidates) -> str:
+def _search_reason(scenario: Scenario, held: frozenset[str], cand: Candidates, tp: np.ndarray | None = None) -> str:
     """The reason line saying which search axes the plan varied and which options it held (and at what)."""
-    varied = varied_axes(cand)
+    varied = varied_axes(cand, tp)
     said = f"Varied: {', '.join(varied) if varied else 'nothing'} ({cand.stage.size} candidates)"
     if not held:
         return said + "; no option held."
@@ -541,7 +566,81 @@ def _held_value(scenario: Scenario, key: str):
     z, t = scenario.zero, scenario.training
     return {"offload_optimizer": z.offload_optimizer.device, "offload_param": z.offload_param.device,
             "checkpointing": t.checkpointing, "micro_batch": t.micro_batch, "grad_accum": t.grad_accum,
-            "sequence_parallel_size": scenario.cluster.sequence_parallel_size}.get(key, getattr(z, key, None))
+            "sequence_parallel_size": scenario.cluster.sequence_parallel_size,
+            "autotp_size": scenario.cluster.tensor_parallel_size}.get(key, getattr(z, key, None))
+
+
+AUTOTP_DEGREES = (2, 4, 8)
+"""AutoTP degrees the planner tries (powers of two up to one 8-GPU node: DeepSpeed's AutoTP training tutorial and
+the LLaMA-Factory / ms-swift presets use 2-8; more than a node is never tried, see :func:`autotp_degrees`)."""
+
+
+def autotp_degrees(scenario: Scenario, held, values, cand: Candidates) -> tuple[int, ...]:
+    """The AutoTP degrees to add to the search, by the rule of the module docstring: one node, ``autotp_size`` not
+    held, the scenario at tp 1, a full fine-tune (AutoTP with LoRA adapters is not priced), and no tp-1 candidate
+    at ZeRO stage 0-2 that fits without offload (AutoTP shards the 16-bit weights and gradients that ZeRO-1/2 keep
+    whole; next to ZeRO-3, which shards them over the same GPUs, it changes little memory). Each degree divides
+    the GPUs per node, the attention and KV heads (uneven head splits are priced, but even ones do not waste the
+    largest rank's memory) and, with Ulysses, world / sp."""
+    c, m, t = scenario.cluster, scenario.model, scenario.training
+    if (c.nodes != 1 or "autotp_size" in held or c.tensor_parallel_size != 1 or t.lora_rank or t.qlora
+            or (values["fits"] & (cand.stage < 3) & (cand.offload_optimizer == 0)).any()):
+        return ()
+    world = c.world_size // c.sequence_parallel_size
+    return tuple(d for d in AUTOTP_DEGREES
+                 if c.gpus_per_node % d == 0 and m.kv_heads % d == 0 and m.n_heads % d == 0 and world % d == 0)
+
+
+def _with_autotp(scenario: Scenario, held, cand: Candidates, values, tp: np.ndarray, degrees):
+    """The candidate grid, its values and AutoTP column with one more grid per degree appended (each evaluated with
+    its own context: the shards, the data-parallel degree and AutoTP's all-reduces change)."""
+    cands, vals, tps = [cand], [values], [tp]
+    for d in degrees:
+        sd = scenario.model_copy(update={"cluster": scenario.cluster.model_copy(update={"tensor_parallel_size": d})})
+        cd = candidate_grid(sd, held)
+        cands.append(cd)
+        vals.append(evaluate(make_context(sd), cd))
+        tps.append(np.full(cd.shape, d, dtype=np.int64))
+    n = cand.stage.size
+
+    def joined(k):  # per-candidate arrays are joined; entries that are not per candidate (scalars) are shared
+        a = values[k]
+        return np.concatenate([np.reshape(v[k], -1) for v in vals]) if np.ndim(a) and np.size(a) == n else a
+
+    return Candidates.concat(*cands), {k: joined(k) for k in values}, np.concatenate(tps)
+
+
+def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand, tp, degrees) -> list[str]:
+    """Why AutoTP was tried and was or was not picked (figures of the evaluated candidates)."""
+    if not degrees:
+        return []
+    plain = (tp == 1) & (cand.stage < 3) & (cand.offload_optimizer == 0)
+    need = gib(values["total"][plain].min()) if plain.any() else float("nan")
+    tried = ", ".join(str(d) for d in degrees)
+    head = (f"AutoTP degrees {tried} were tried because at tensor-parallel degree 1 no ZeRO-0/1/2 configuration "
+            f"fits without offload (at least {need:.1f} GiB per GPU); AutoTP stays inside the node (its per-layer "
+            "all-reduces across nodes would run at NIC speed, so the planner never spreads it over nodes).")
+    d = best.autotp_size or 1
+    if d == 1:
+        return [head + " The pick, at degree 1, is faster or simpler than every fitting AutoTP candidate."]
+    n = scenario.cluster.world_size // d
+    counts = autotp_collectives_per_micro_step(scenario.model, best.checkpointing)
+    same = (tp == 1) & (cand.stage == best.stage) & (cand.checkpointing == cand.checkpointing[best_i]) & \
+        (cand.offload_optimizer == cand.offload_optimizer[best_i]) & (cand.offload_param == cand.offload_param[best_i])
+    versus = ""
+    if same.any():
+        j = int(np.flatnonzero(same)[np.argmin(values["total"][same])])
+        versus = (f" (the same configuration at degree 1 needs {gib(values['total'][j]):.1f} GiB per GPU, "
+                  f"activations {gib(values['activations'][j]):.1f} GiB; here {gib(values['total'][best_i]):.1f} and "
+                  f"{gib(values['activations'][best_i]):.1f} GiB)")
+    step = values["step_seconds"][best_i]
+    why = (f"AutoTP {d} (tensor_parallel.autotp_size {d}) splits each layer's linear weights, their gradients, "
+           f"optimizer states and activations {d} ways inside the node and ZeRO-{best.stage} shards the rest over "
+           f"world / {d} = {n} data-parallel ranks, so this configuration fits{versus}; the price is "
+           f"{counts['forward']} all-reduces of one activation per micro-step in forward and "
+           f"{counts['backward'] + counts['recompute']} in backward over the node's link, not overlapped: "
+           f"{values['autotp_seconds'][best_i]:.3f} s of the {step:.3f} s step.")
+    return [head, why]
 
 
 def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternatives: int = 5, held=()) -> Plan:
@@ -580,7 +679,12 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         sp_searched = True
         cand = candidate_grid(scenario, held, sp_options)
         values = evaluate(ctx, cand)
-    ranked = rank_candidates(values, cand, tolerance, ctx.gpu_memory_bytes)
+    tp = np.full(cand.shape, scenario.cluster.tensor_parallel_size, dtype=np.int64)
+    # AutoTP is not searched together with Ulysses (their combination is not priced against the engine)
+    degrees = () if sp_searched else autotp_degrees(scenario, held, values, cand)
+    if degrees:
+        cand, values, tp = _with_autotp(scenario, held, cand, values, tp, degrees)
+    ranked = rank_candidates(values, cand, tolerance, ctx.gpu_memory_bytes, tp)
     variants = _variant_options_from(scenario, vvalues)
     if ranked.size == 0:
         est = estimate(scenario)
@@ -614,7 +718,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                                f"are {gib(act['logits']):.1f} GiB)")
         within = f" with the options held ({_held_text(scenario, held)})" if held else ""
         warn = [f"Nothing fits{within}. The candidate needing the least GPU memory "
-                f"({_choice_at(cand, smallest).label}) "
+                f"({_choice_at(cand, smallest, tp).label}) "
                 f"needs {gib(values['total'][smallest]):.1f} GiB per GPU of "
                 f"{gib(ctx.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB usable "
                 f"and {gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node; of it "
@@ -623,28 +727,30 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         warn += [f"As configured (ZeRO-{scenario.zero.stage}): {w_}" for w_ in est.warnings] + precision_note
         return Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=warn,
                     alternatives=[], variants=variants, candidates_evaluated=int(cand.stage.size),
-                    held=held_values, varied=varied_axes(cand))
+                    held=held_values, varied=varied_axes(cand, tp))
     best_i = int(ranked[0])
-    best = _choice_at(cand, best_i)
+    best = _choice_at(cand, best_i, tp)
     chosen = apply_choice(scenario, best, validate=False)
     est = estimate_from_values(chosen, values, best_i)
     alts: list[Option] = []
-    keys = np.stack([cand.stage, cand.offload_optimizer, cand.offload_param, cand.hpz], axis=1)
+    keys = np.stack([cand.stage, cand.offload_optimizer, cand.offload_param, cand.hpz, tp], axis=1)
     seen = {tuple(keys[best_i])}
     for i in ranked[1:]:
         key = tuple(keys[i])
         if key in seen:
             continue
         seen.add(key)
-        ch = _choice_at(cand, int(i))
+        ch = _choice_at(cand, int(i), tp)
         sc = apply_choice(scenario, ch, validate=False)
         alt_est = estimate_from_values(sc, values, int(i))
         alts.append(Option(label=ch.label, choice=ch, scenario=sc, estimate=alt_est,
                            why_not=_why_not(best, est, ch, alt_est, tolerance, False)))
         if len(alts) >= alternatives:
             break
-    reasons = (precision_note + _reasons(scenario, best, est, values, cand, ranked, tolerance)
-               + _sp_reasons(scenario, best, est, values, cand, ctx, sp_searched) + [_search_reason(scenario, held, cand)])
+    reasons = (precision_note + _reasons(scenario, best, est, values, cand, ranked, tolerance, tp)
+               + _sp_reasons(scenario, best, est, values, cand, ctx, sp_searched)
+               + _autotp_reasons(scenario, best, best_i, values, cand, tp, degrees)
+               + [_search_reason(scenario, held, cand, tp)])
     for a in alts:
         if a.why_not:
             reasons.append(f"Alternative {_short(a.choice)}: {a.why_not}")
@@ -652,7 +758,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     if po.size:
         j = int(po[np.argmax(values["tokens_per_second"][po])])
         if values["tokens_per_second"][j] > est.tokens_per_second * 1.01:
-            pc = _choice_at(cand, j)
+            pc = _choice_at(cand, j, tp)
             reasons.append(f"ZeRO-3 with offload_param {pc.offload_param} (micro-batch {pc.micro_batch} x "
                            f"{pc.grad_accum}) is predicted "
                            f"{values['tokens_per_second'][j] / est.tokens_per_second - 1:.0%} faster but offloads the "
@@ -666,7 +772,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         fits=True, choice=best, scenario=chosen, estimate=est,
         reasons=reasons,
         warnings=warnings, alternatives=alts, variants=variants, candidates_evaluated=int(cand.stage.size),
-        held=held_values, varied=varied_axes(cand),
+        held=held_values, varied=varied_axes(cand, tp),
     )
 
 

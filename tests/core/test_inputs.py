@@ -65,6 +65,7 @@ EXAMPLES: dict[str, tuple[object, dict]] = {
     "tiled_loss": (True, {}),
     "checkpoint_offload": (True, {"checkpointing": "full"}),
     "bnb_4bit_quant_storage": ("bfloat16", {"lora_rank": 16, "qlora": True, "stage": 3}),
+    "autotp_size": (2, {}),
 }
 NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param", "tiled_mlp", "tiled_loss", "checkpoint_offload"}
 """The app compares every stage and offload choice side by side (and the planner picks one), so it has no control

@@ -420,9 +420,12 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     - int64 input ids and labels (8 bytes each per token) and the rotary cos/sin tables shared by all layers
       (2·r_b·s·b·d_rot: the rotated width head_dim x rotary_fraction, r_b = a_b, 4 for OLMo 2's fp32 tables;
       none with learned positions);
-    - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t, and with
-      final_logit_softcapping (Gemma 2/4) the tanh output over the logits, a_b·s·b·V / t
-      (Gemma2ForCausalLM.forward: ``logits = torch.tanh(logits / cap) * cap``); with ``tiled_loss`` (DeepSpeed
+    - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t_V, and with
+      final_logit_softcapping (Gemma 2/4) the tanh output over the logits, a_b·s·b·V / t_V
+      (Gemma2ForCausalLM.forward: ``logits = torch.tanh(logits / cap) * cap``); t_V = t where DeepSpeed's AutoTP
+      computes a tied head's loss vocab-parallel, 1 for an untied lm_head, whose logits AutoTP gathers whole on
+      every rank (``LinearLayer(gather_output=True)``, module_inject/auto_tp.py ``training_column_lm_head``;
+      measured: tests/evidence/test_autotp_engine.py); with ``tiled_loss`` (DeepSpeed
       ``TiledFusedLogitsLoss``: backward inside forward, chunk by chunk) one chunk's (s_c tokens,
       :func:`loss_chunk_tokens`) plus the gradient of the lm_head input it fills, a_b·s·b·h / P;
     - with ``tiled_mlp`` one tile's MLP intermediates (:func:`tiled_mlp_tile_bytes`);
@@ -447,6 +450,7 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     x = {"L": float(m.n_layers), "s": float(sc.sequence_tokens), "b": cand.micro_batch.astype(np.float64),
          "h": float(m.hidden_size), "V": float(m.vocab_size), "a_b": 4.0 if t.precision == "fp32" else 2.0,
          "d_rot": _rotary_table_width(m), "t": float(ctx.tp), "p": sequence_parallel_degree(cand) if split else 1.0,
+         "t_V": float(ctx.tp) if m.tied_embeddings else 1.0,
          "r_b": 4.0 if (m.family in _FP32_ROTARY_FAMILIES or t.precision == "fp32") else 2.0,
          "n_b": 4.0 if m.family in _GEMMA_NORM_FAMILIES else (4.0 if t.precision == "fp32" else 2.0),
          "layer": layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing, cand.sp if split else None),
@@ -475,11 +479,11 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     ]
     if tiled:
         rows += [("one loss chunk's logits + fp32 log-softmax, lm_head input gradient (tiled loss)",
-                  "(a_b+4)*s_c*V/t + a_b*s/p*b*h", True),
-                 ("one loss chunk's soft-capped logits (tiled loss)", "a_b*s_c*V/t", m.final_logit_softcapping)]
+                  "(a_b+4)*s_c*V/t_V + a_b*s/p*b*h", True),
+                 ("one loss chunk's soft-capped logits (tiled loss)", "a_b*s_c*V/t_V", m.final_logit_softcapping)]
     else:
-        rows += [("logits + fp32 log-softmax", "(a_b+4)*s/p*b*V/t", True),
-                 ("soft-capped logits (tanh output)", "a_b*s/p*b*V/t", m.final_logit_softcapping)]
+        rows += [("logits + fp32 log-softmax", "(a_b+4)*s/p*b*V/t_V", True),
+                 ("soft-capped logits (tanh output)", "a_b*s/p*b*V/t_V", m.final_logit_softcapping)]
     # the vision tower's images are not split over the Ulysses ranks (each rank encodes them whole; not measured)
     rows.append(("vision tower", "vision", m.vision is not None and t.images_per_sample > 0))
     if not split:  # no candidate splits the sequence: the formulas as shown without Ulysses

@@ -154,6 +154,81 @@ def ulysses_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
                + ring_seconds(ctx, "all_gather", pos_msg * P, P, pos_calls, cross, nodes))
     return {"a2a_message_bytes_micro": message, "a2a_calls_micro": calls, "position_ids_bytes_micro": pos_msg,
             "seconds_micro": np.where(on, seconds, 0.0)}
+def autotp_collectives_per_micro_step(m, checkpointing: str = "none") -> dict[str, int]:
+    """Collectives DeepSpeed's AutoTP training issues in one micro-step (forward + backward), by where they happen.
+
+    Returns ``{"forward": n, "backward": n, "recompute": n}``: all-reduces of one activation tensor each
+    (``tokens x hidden`` elements per TP rank), plus ``"logits_all_gather"`` (0 or 1) and
+    ``"loss_all_reduce"`` (small all-reduces of per-token loss scalars). From deepspeed/module_inject/layers.py
+    (DeepSpeed 0.19.8):
+
+    - forward: every row-parallel linear (``LinearAllreduce``: attention ``o_proj``, MLP ``down_proj``) all-reduces
+      its output (``RowParallel.forward``; its backward sends nothing); a tied embedding is vocab-parallel and
+      all-reduces its output too (``VocabParallelEmbedding``);
+    - backward: every column-parallel linear (``LinearLayer``: ``q/k/v_proj`` or one fused ``qkv``, ``gate/up``
+      or one fused ``gate_up``, ``fc1``) all-reduces the gradient of its input (``ColumnParallel.backward``), one
+      call per linear, not one per block as in Megatron-LM's ``f`` operator; the lm_head is column-parallel
+      (``training_column_lm_head`` in module_inject/auto_tp.py) and adds one;
+    - the untied lm_head gathers its vocabulary-split logits (``gather_output``: one all-gather); a tied head
+      computes the loss vocabulary-parallel instead (three all-reduces of one fp32 scalar per token);
+    - full activation checkpointing, as transformers runs it (``torch.utils.checkpoint`` non-reentrant, its
+      default): the recomputation stops at the last tensor backward needs, before ``down_proj``'s all-reduce, so
+      each attention layer repeats only ``o_proj``'s. Selective (attention-core) recomputation repeats none.
+
+    Measured with DeepSpeed's comms logger on 2 CPU ranks (tests/evidence/test_autotp_engine.py), exactly.
+    """
+    attn, layers = m.n_attention_layers, m.n_layers
+    column_attn = 1 if m.fused_qkv else 3
+    column_mlp = 1 if (m.ffn_kind != "swiglu" or m.fused_gate_up) else 2
+    tied = bool(m.tied_embeddings)
+    return {
+        "forward": attn + layers + int(tied),
+        "backward": attn * column_attn + layers * column_mlp + 1,
+        "recompute": attn if checkpointing == "full" else 0,
+        "logits_all_gather": 0 if tied else 1,
+        "loss_all_reduce": 3 if tied else 0,
+    }
+
+
+LOSS_SCALAR_BYTES = 4
+"""A tied vocab-parallel loss all-reduces fp32 per-token scalars (max logit, sum of exponentials, target logit)."""
+
+
+def autotp_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+    """AutoTP's own collectives per micro-step, among the ``tensor_parallel_size`` ranks of one node (float arrays
+    shaped like ``cand``; zeros when tp = 1).
+
+    Counts: :func:`autotp_collectives_per_micro_step`. Message bytes (nccl-tests size) per all-reduce: tokens per
+    rank (micro_batch x sequence tokens / sequence_parallel_size) x hidden x the 16-bit activation bytes; the
+    logits all-gather's output is tokens x vocabulary x the same bytes. Time: :func:`ring_seconds` over the
+    intra-node link (AutoTP is one node: the planner never spreads it across nodes). None of it overlaps compute:
+    each all-reduce's result is the next kernel's input (``tp_overlap_comm``, which overlaps the backward
+    all-reduce with the weight-gradient GEMM, is not priced).
+
+    Returns "all_reduce_micro", "all_gather_micro" (message bytes), "count_micro", "seconds_micro".
+    """
+    zero = np.zeros(cand.shape)
+    tp = ctx.tp
+    if tp <= 1:
+        return {"all_reduce_micro": zero, "all_gather_micro": zero, "count_micro": zero, "seconds_micro": zero}
+    sc = ctx.scenario
+    m = sc.model
+    tokens = cand.micro_batch.astype(np.float64) * sc.sequence_tokens / sc.cluster.sequence_parallel_size
+    act = tokens * m.hidden_size * ctx.weight_bytes
+    plain = autotp_collectives_per_micro_step(m, "none")
+    full = autotp_collectives_per_micro_step(m, "full")
+    activations = plain["forward"] + plain["backward"] + np.where(cand.checkpointing == 2, full["recompute"], 0)
+    loss = plain["loss_all_reduce"] * tokens * LOSS_SCALAR_BYTES
+    logits = plain["logits_all_gather"] * tokens * m.vocab_size * ctx.weight_bytes
+    ranks = np.full(cand.shape, tp)
+    local = np.zeros(cand.shape, dtype=bool)
+    seconds = (ring_seconds(ctx, "all_reduce", activations * act, ranks, activations + 0.0 * act, local)
+               + ring_seconds(ctx, "all_reduce", loss + 0.0 * act, ranks, plain["loss_all_reduce"] + zero, local)
+               + ring_seconds(ctx, "all_gather", logits + 0.0 * act, ranks, plain["logits_all_gather"] + zero,
+                              local))
+    return {"all_reduce_micro": activations * act + loss, "all_gather_micro": logits + 0.0 * act,
+            "count_micro": activations + plain["loss_all_reduce"] + plain["logits_all_gather"] + zero,
+            "seconds_micro": seconds}
 
 
 def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
@@ -169,6 +244,8 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
       "a2a_seconds_micro", "all_to_all": Ulysses' all-to-alls and position_ids all-gathers per micro-step
       (seconds, exposed) and their message bytes per step (:func:`ulysses_terms`; 0 without sequence
       parallelism), included in "seconds" and "wire_bytes".
+      "tp_seconds_micro", "tp_all_reduce_micro": AutoTP's collectives per micro-step (:func:`autotp_terms`; not
+      overlapped; their bytes are included in "all_reduce"/"all_gather", their time in "seconds").
     """
     z = ctx.scenario.zero
     n = data_parallel_degree(ctx, cand)
@@ -249,6 +326,13 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
         # position_ids all-gather: each rank sends its b*s/P*8 bytes to P-1 ranks
         wire = wire + (a2a_bytes + ga * uly["position_ids_bytes_micro"] * sp) * (sp - 1.0) / sp
         seconds = seconds + ga * uly["seconds_micro"]
+    # AutoTP's collectives among the node's TP ranks, every micro-step, on the critical path (autotp_terms)
+    tp = autotp_terms(ctx, cand)
+    tp_frac = (ctx.tp - 1.0) / ctx.tp
+    ar_bytes = ar_bytes + ga * tp["all_reduce_micro"]
+    ag_bytes = ag_bytes + ga * tp["all_gather_micro"]
+    wire = wire + ga * tp_frac * (2.0 * tp["all_reduce_micro"] + tp["all_gather_micro"])
+    seconds = seconds + ga * tp["seconds_micro"]
     return {
         "all_to_all": a2a_bytes,
         "a2a_seconds_micro": uly["seconds_micro"],
@@ -257,6 +341,8 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
         "all_gather": ag_bytes + 0.0 * nf,
         "wire_bytes": wire,
         "seconds": seconds,
+        "tp_seconds_micro": tp["seconds_micro"],
+        "tp_all_reduce_micro": tp["all_reduce_micro"],
         "fwd_seconds_micro": fwd_micro,
         "bwd_seconds_micro": bwd_micro,
         "reduce_seconds_micro": reduce_micro,

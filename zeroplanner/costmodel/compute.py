@@ -200,7 +200,9 @@ def memory_bound_seconds_micro(ctx: Context, cand: Candidates) -> tuple[np.ndarr
     eager = not t.flash_attention or bool(m.attn_logit_softcapping)
     scores = (m.n_attention_layers * m.n_heads * sc.sequence_tokens * SCORE_BYTES_PER_ELEMENT[kind] / tp
               if eager else 0.0)
-    logits = m.vocab_size * LOGIT_BYTES_PER_ELEMENT[kind] / tp
+    # AutoTP gathers an untied lm_head's logits on every rank (the loss runs on all of them); a tied head's loss is
+    # vocab-parallel (activations.activation_term, t_V)
+    logits = m.vocab_size * LOGIT_BYTES_PER_ELEMENT[kind] / (tp if m.tied_embeddings else 1.0)
     recompute = np.select([cand.checkpointing == 2, cand.checkpointing == 1],
                           [FORWARD_BYTES_SHARE * (layer + scores), FORWARD_BYTES_SHARE * scores], 0.0)
     per_token = layer + scores + logits + recompute

@@ -483,6 +483,21 @@ def attention_tp_share(n_kv_heads: int, tp: int) -> float:
     return -(-n_kv_heads // tp) / n_kv_heads if tp > 1 else 1.0
 
 
+def autotp_replicated_params(m) -> int:
+    """Parameters DeepSpeed's AutoTP training keeps whole on every tensor-parallel rank (elements): the norms
+    (``norms_per_layer`` per layer, the final and embedding norms), the row-parallel layers' biases (o_proj,
+    down_proj: ``LinearAllreduce`` keeps the bias replicated, deepspeed/module_inject/layers.py) and, when the
+    embeddings are not tied, the input embedding and learned position embeddings (AutoTP replaces only linears;
+    a tied embedding is sharded over the vocabulary together with the lm_head). Everything else (the
+    attention and MLP projections, an untied lm_head split over the vocabulary) is divided by the TP degree.
+    Measured on 2 CPU ranks with autotp_size 2 (tests/evidence/test_autotp_engine.py): a tiny untied Llama keeps
+    ``embed_tokens`` [V, h] and every norm whole, its ``lm_head`` is [V/2, h]; tied, ``embed_tokens`` is [V/2, h]."""
+    norms = (m.n_layers * m.norms_per_layer + m.final_norm + m.embedding_norm) * m.norm_params
+    biases = m.hidden_size * (m.n_attention_layers * m.out_bias + m.n_layers * m.mlp_bias)
+    embedding = 0 if m.tied_embeddings else m.vocab_size * m.embed_width + m.learned_position_embeddings * m.hidden_size
+    return int(norms + biases + embedding)
+
+
 def make_context(scenario: Scenario) -> Context:
     """Derive the scalars the vectorised functions need. Pure; raises nothing beyond the Scenario's validation."""
     m, c, t = scenario.model, scenario.cluster, scenario.training
@@ -490,9 +505,11 @@ def make_context(scenario: Scenario) -> Context:
     attn_share = attention_tp_share(m.kv_heads, tp)
     # the largest AutoTP rank's extra attention weights when the heads do not split evenly (0 when they do)
     uneven = m.n_attention_layers * m.attention_params * (attn_share - 1.0 / tp)
-    params = scenario.parameters / tp + uneven
-    trainable = scenario.trainable_parameters / tp + (uneven if scenario.trainable_parameters == scenario.parameters
-                                                       else 0.0)
+    # what AutoTP leaves whole on every rank (norms, untied input embedding; autotp_replicated_params)
+    whole = min(autotp_replicated_params(m), scenario.parameters) * (1.0 - 1.0 / tp) if tp > 1 else 0.0
+    full = scenario.trainable_parameters == scenario.parameters
+    params = scenario.parameters / tp + uneven + whole
+    trainable = scenario.trainable_parameters / tp + ((uneven + whole) if full else 0.0)
     frozen = params - trainable if (t.lora_rank or t.freeze_vision) else 0.0
     mixed = t.precision != "fp32"
     w = DTYPE_BYTES[t.precision]

@@ -35,9 +35,10 @@ def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.
     overlapping does not hide (:func:`hidden_behind` with overlap_comm, all of it without). ZeRO-3's host work per
     module hook (``zero3_fetch_seconds`` x modules with parameters x 2, forward and backward) runs ahead of the GPU and is exposed only
     where it is longer than the GPU's micro-step; ZeRO-2/3 gradient hooks (``grad_hook_seconds`` x parameter
-    tensors) are serial with backward. Boundary collectives, the parameter upload, NVMe swapping and the optimizer
-    step are exposed. "comm_exposed_seconds" includes the ZeRO host overhead (fetch + hooks: the collectives'
-    coordination), "collectives_exposed_seconds" is the collectives alone.
+    tensors) are serial with backward, and so are AutoTP's per-layer all-reduces (communication.autotp_terms).
+    Boundary collectives, the parameter upload, NVMe swapping and the optimizer step are exposed.
+    "comm_exposed_seconds" includes the ZeRO host overhead (fetch + hooks: the collectives' coordination),
+    "collectives_exposed_seconds" is the collectives alone.
     """
     from .steptime_constants import FITTED
 
@@ -69,8 +70,10 @@ def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.
     hooked = st >= 2
     n = data_parallel_degree(ctx, cand)
     hooks = np.where(hooked & (n > 1), FITTED["grad_hook_seconds"] * ctx.param_tensors, 0.0)
-    collectives = comm["boundary_seconds"] + ga * ((fwd_exposed + bwd_exposed + a2a) if split
-                                                   else (fwd_exposed + bwd_exposed))
+    # Ulysses' all-to-alls and AutoTP's per-layer all-reduces are serial with compute (communication.ulysses_terms,
+    # communication.autotp_terms): exposed in full
+    micro = (fwd_exposed + bwd_exposed + a2a) if split else (fwd_exposed + bwd_exposed)
+    collectives = comm["boundary_seconds"] + ga * (micro + comm["tp_seconds_micro"])
     host = ga * (fetch_exposed + hooks)
     offload = (ga * (pcie_micro + ckpt_pcie) if offloading else ga * pcie_micro) + opt["pcie_seconds_boundary"] \
         + opt["nvme_seconds"]
@@ -125,6 +128,7 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
             "comm_wire_bytes": comm["wire_bytes"],
             "comm_seconds": comm["seconds"],
             "comm_exposed_seconds": comm_exposed,
+            "autotp_seconds": ga * comm["tp_seconds_micro"],  # AutoTP's all-reduces, exposed (in the above)
             "compute_seconds": comp["seconds"],
             "achieved_fraction": comp["achieved_fraction"],
             "collectives_exposed_seconds": parts["collectives_exposed_seconds"],

@@ -245,6 +245,8 @@ SYMBOLS: dict[str, Symbol] = {
     "p": Symbol(r"p", "GPUs", "Ulysses sequence-parallel degree (sequence_parallel_size; each GPU holds s/p tokens)"),
     "s_c": Symbol(r"s_c", "tokens", "tokens of one tiled-loss chunk (activations.loss_chunk_tokens)"),
     "A_tile": Symbol(r"A_{tile}", "bytes", "one TiledMLP tile's MLP intermediates (activations.tiled_mlp_tile_bytes)"),
+    "t_V": Symbol(r"t_V", "GPUs", "vocabulary split of the logits per GPU: t with a tied (vocab-parallel) AutoTP "
+                  "head, 1 with an untied one (AutoTP gathers its logits)"),
     "B": Symbol(r"B", "elements", "reduce bucket, elements (reduce_bucket_size)"),
     "B_ar": Symbol(r"B_{ar}", "elements", "stage-0 all-reduce bucket (DeepSpeed MEMORY_OPT_ALLREDUCE_SIZE)"),
     "o": Symbol(r"o", "x", "2 with overlap_comm (double buffering), else 1"),

@@ -171,13 +171,16 @@ def _scheduler_block(mode: Mode, total_num_steps: int | None) -> dict[str, Any]:
 
 
 def deepspeed_batch_world_size(scenario: Any) -> int:
-    """Ranks of DeepSpeed's batch arithmetic for a generated config: world / (tensor-parallel degree x Ulysses
-    degree). DeepSpeedConfig (runtime/config.py ``__init__``) takes the world size over tensor parallelism from the
-    mpu, and with Ulysses divides it by ``sequence_parallel_size`` (or the Ulysses mpu's degree): each group of sp
-    ranks consumes one sample stream, while ZeRO still shards over all world / tp ranks (the sequence-data-parallel
-    group, :func:`zeroplanner.costmodel.ulysses.zero_shard_degree`)."""
+    """Ranks of DeepSpeed's batch arithmetic for a generated config: world / Ulysses degree. With Ulysses
+    DeepSpeedConfig (runtime/config.py ``__init__``) divides the world size by ``sequence_parallel_size`` (or the
+    Ulysses mpu's degree): each group of sp ranks consumes one sample stream, while ZeRO still shards over all
+    world / tp ranks (the sequence-data-parallel group, :func:`zeroplanner.costmodel.ulysses.zero_shard_degree`).
+    The tensor-parallel degree does not divide it: a generated config carries AutoTP itself
+    (``tensor_parallel.autotp_size``), and ``deepspeed.initialize`` then builds DeepSpeedConfig with no mpu, so
+    ``_batch_assertion`` counts every rank (measured with DeepSpeedConfig: ``32 != 1 * 8 * 8`` for
+    micro 1 x accumulation 8 x data-parallel 4 on 8 ranks with autotp_size 2; read.py ``batch_world_size``)."""
     c = _scenario_of(scenario).cluster
-    return c.world_size // c.tensor_parallel_size // c.sequence_parallel_size
+    return c.world_size // c.sequence_parallel_size
 
 
 def deepspeed_train_batch_size(scenario: Any) -> int:
@@ -265,8 +268,9 @@ def to_deepspeed_config(
     loss scaling keys), optimizer (AdamW, Adam, SGD; none for 8-bit Adam, see :func:`generation_notes`), scheduler
     (WarmupLR, or WarmupDecayLR when ``total_num_steps`` is given or in HF mode), ``gradient_clipping``,
     ``zero_optimization`` with the scenario's ZeRO keys (offload blocks only when offloading; ``stage3_*`` and
-    ZeRO++ keys only at stage 3, the only stage that reads them), and ``activation_checkpointing`` when the scenario
-    checkpoints (the block configures ``deepspeed.checkpointing``; HF models checkpoint through
+    ZeRO++ keys only at stage 3, the only stage that reads them), ``tensor_parallel.autotp_size`` when the
+    scenario's AutoTP degree (``cluster.tensor_parallel_size``) is above 1, and ``activation_checkpointing`` when
+    the scenario checkpoints (the block configures ``deepspeed.checkpointing``; HF models checkpoint through
     ``gradient_checkpointing`` instead, so HF mode leaves it out). Every count is a Python ``int``.
 
     ``torch_adam=True`` adds ``"torch_adam": true`` to an Adam/AdamW block: DeepSpeed then uses torch.optim's
@@ -355,6 +359,12 @@ def to_deepspeed_config(
         zero["zero_quantized_weights"] = bool(z.zero_quantized_weights)
         zero["zero_quantized_gradients"] = bool(z.zero_quantized_gradients)
     config["zero_optimization"] = zero
+    tp = int(s.cluster.tensor_parallel_size)
+    if tp > 1:
+        # DeepSpeed AutoTP training: deepspeed.initialize shards the model's linears over autotp_size ranks and
+        # builds ZeRO over world / autotp_size (runtime/engine.py autotp_size, _configure_tensor_parallel;
+        # runtime/tensor_parallel/config.py TPTrainingConfig)
+        config["tensor_parallel"] = {"autotp_size": tp}
 
     if t.checkpointing != "none" and not hf:
         config["activation_checkpointing"] = {
