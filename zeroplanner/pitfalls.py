@@ -215,7 +215,16 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
     step = float(values["step_seconds"])
     exposed = float(values["comm_exposed_seconds"])
     share = exposed / step if step > 0 else 0.0
-    if share > COMMUNICATION_SHARE_LIMIT:
+    network = float(values.get("collectives_exposed_seconds", exposed))
+    host = max(0.0, exposed - network)  # ZeRO's host-side work: gradient hooks, ZeRO-3 fetch coordination
+    if share > COMMUNICATION_SHARE_LIMIT and host > network:
+        _add(out, "communication_share", "warning", "zero_optimization",
+             f"exposed communication is {share:.0%} of the step ({exposed:.3g} s of {step:.3g} s; > 30%, the seed "
+             f"article's threshold), most of it ZeRO's host-side work ({host:.3g} s of gradient hooks and ZeRO-3 "
+             f"fetch coordination per step), not the network ({network:.3g} s waiting on collectives)",
+             "Try more samples per micro-step (the hooks run once per parameter tensor per micro-step), ZeRO-2 if "
+             "it fits (fewer hooks, no per-module fetches), or fewer gradient accumulation steps.")
+    elif share > COMMUNICATION_SHARE_LIMIT:
         fixes = ["a faster network"]
         if stage == 3:
             fixes.insert(0, "ZeRO++ (zero_hpz_partition_size = GPUs per node, quantized weights and gradients)"
@@ -229,7 +238,9 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
             fixes.insert(0, "a larger batch per step (the all-reduce is paid once per step)")
         _add(out, "communication_share", "warning", "zero_optimization",
              f"exposed communication is {share:.0%} of the step ({exposed:.3g} s of {step:.3g} s; > 30%, the seed "
-             "article's threshold): the GPUs wait on the network", "Try " + ", ".join(fixes) + ".")
+             "article's threshold): the GPUs wait on the network"
+             + (f" ({network:.3g} s on collectives, {host:.3g} s in ZeRO's host-side hooks)" if host > 0.05 * exposed
+                else ""), "Try " + ", ".join(fixes) + ".")
     offloaded = [(name, spec) for name, spec in (("offload_optimizer", z.offload_optimizer),
                                                  ("offload_param", z.offload_param)) if spec.device != "none"]
     if not bool(values["fits_cpu"]):

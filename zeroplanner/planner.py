@@ -208,7 +208,7 @@ def _why_not(best: Choice, best_est: Estimate, alt: Choice, alt_est: Estimate, t
     if alt.stage == 3 and best.stage < 3:
         return head + (f"within the {tolerance:.0%} model tolerance; ZeRO-3 adds per-module parameter gathers "
                        "and host hooks the pick avoids (measured ZeRO-3 2.5-3.3x slower on small models, "
-                       "THROUGHPUT.md section 1).")
+                       "LianjiaTech/BELLE #402: BLOOM-560M on 2 GPUs).")
     zpp_alt = alt.zero_hpz_partition_size > 1 or alt.zero_quantized_weights or alt.zero_quantized_gradients
     zpp_best = best.zero_hpz_partition_size > 1 or best.zero_quantized_weights or best.zero_quantized_gradients
     if zpp_alt and not zpp_best:
@@ -443,7 +443,11 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
     fastest = ranked[np.argmax(values["tokens_per_second"][ranked])]
     if values["tokens_per_second"][fastest] > est.tokens_per_second * 1.01:
         fc = _choice_at(cand, int(fastest), tp)
-        r.append(f"The fastest fitting option, {fc.label}, is only "
+        label = fc.label
+        if label == best.label:  # it differs in a setting the label does not show (overlap_comm, bucket)
+            label += " with " + ", ".join(f"{k} {getattr(fc, k)}" for k in Choice.model_fields
+                                          if getattr(fc, k) != getattr(best, k))
+        r.append(f"The fastest fitting option, {label}, is only "
                  f"{values['tokens_per_second'][fastest] / est.tokens_per_second - 1:.0%} faster (within the "
                  f"{tolerance:.0%} model tolerance); this choice is simpler or safer.")
     if n == 1:
@@ -527,9 +531,20 @@ def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand: C
                          f"{gib(values['total'][i]):.1f} GiB per GPU, of it {_activation_text(ctx, cand, i)}: "
                          "no ZeRO stage shards activations, splitting the sequence does.")
             else:
-                tps = float(values["tokens_per_second"][fit].max())
-                r.append(f"With sequence_parallel_size={v} the best fitting candidate is predicted "
-                         f"{tps:,.0f} tokens/s, {best_tps / tps - 1:.0%} slower than with {p}.")
+                plain = fit & (cand.offload_optimizer == 0) & (cand.offload_param == 0)
+                pick_plain = best.offload_optimizer == "none" and best.offload_param == "none"
+                if pick_plain and not plain.any():
+                    tps = float(values["tokens_per_second"][fit].max())
+                    r.append(f"With sequence_parallel_size={v} only candidates with offload fit (the fastest "
+                             f"{tps:,.0f} tokens/s, against the pick's {est.tokens_per_second:,.0f}); offload is a "
+                             "last resort (PCIe/host-bound), so the larger degree without it is picked.")
+                else:
+                    tps = float(values["tokens_per_second"][plain if pick_plain else fit].max())
+                    rel = tps / est.tokens_per_second - 1.0
+                    r.append(f"With sequence_parallel_size={v} the fastest fitting candidate"
+                             f"{' without offload' if pick_plain else ''} is predicted {tps:,.0f} tokens/s, "
+                             f"{abs(rel):.0%} {'slower' if rel < 0 else 'faster'} than the pick "
+                             f"({est.tokens_per_second:,.0f} with {p}).")
     if p > 1:
         c = scenario.cluster
         s = scenario.sequence_tokens
@@ -885,14 +900,18 @@ def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, p
     """Largest parameter count each variant can train on the scenario's cluster (0 if none on the grid).
 
     Models are Llama-shaped (:meth:`Architecture.from_parameter_count`) on a log grid between ``low`` and
-    ``high``, with the scenario's training settings; the answer is the largest grid point that fits
-    (grid spacing 10**(log10(high/low)/(points-1)), 15% for the defaults).
+    ``high``, with the scenario's training settings (its Ulysses degree too: shapes whose heads it does not split
+    are skipped); the answer is the largest grid point that fits (grid spacing 10**(log10(high/low)/(points-1)),
+    15% for the defaults).
     """
     grid = np.geomspace(low, high, points)
     labels = [v[0] for v in VARIANTS]
     best = dict.fromkeys(labels, 0)
+    sp = scenario.cluster.sequence_parallel_size
     for p in grid:
         arch = Architecture.from_parameter_count(int(p))
+        if sp > 1 and (arch.n_heads % sp or (arch.kv_heads % sp and sp % arch.kv_heads)):
+            continue  # the scenario's Ulysses degree does not split this shape's heads (costmodel.ulysses rules)
         sc = scenario.model_copy(update={"model": arch})
         _, cand = _variant_candidates(sc, np.array([sc.cluster.nodes]))
         fits = evaluate(make_context(sc), cand)["fits"][:, 0]

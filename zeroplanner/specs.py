@@ -789,6 +789,9 @@ class TrainingSpec(_Frozen):
     def _check_qlora(self) -> TrainingSpec:
         if self.qlora and self.lora_rank == 0:
             raise ValueError("qlora=True needs lora_rank >= 1")
+        if not self.qlora and self.bnb_4bit_quant_storage != "uint8":
+            raise ValueError(f"bnb_4bit_quant_storage={self.bnb_4bit_quant_storage!r} is a QLoRA setting (the "
+                             "4-bit base's storage dtype): it needs qlora=True")
         if self.qlora and self.precision == "fp32":
             raise ValueError("qlora needs precision bf16 or fp16 (compute dtype of the 4-bit base)")
         storage = self.bnb_4bit_quant_storage
@@ -931,6 +934,12 @@ class Scenario(_Frozen):
         if t.checkpoint_offload and t.checkpointing != "full":
             raise ValueError(f"checkpoint_offload needs checkpointing='full' (got {t.checkpointing!r}): it moves "
                              "the checkpointed layer inputs to host RAM")
+        hpz, dp = self.zero.zero_hpz_partition_size, self.cluster.data_parallel_degree
+        if self.zero.stage == 3 and hpz > 1 and dp % min(hpz, dp):
+            raise ValueError(f"zero_hpz_partition_size={hpz} must divide the data-parallel degree {dp}: DeepSpeed "
+                             "asserts it when it builds the secondary-partition groups (utils/groups.py "
+                             "_create_zero_param_parallel_group); use the GPUs per node "
+                             f"({self.cluster.gpus_per_node}) or a divisor of it")
         return self
 
     @property

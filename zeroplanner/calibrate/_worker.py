@@ -442,7 +442,8 @@ def end_rank(status: int = 0) -> None:
     "terminate called without an active exception" (exit -6, SIGABRT; one of 4 launches in a CI run, tests/evidence/
     test_ds_real_run.py), the message libstdc++ prints when a joinable ``std::thread`` is destroyed, which happens
     when process-group threads meet the C++ static destructors at exit. A failed rank skips the barrier (its peers
-    may never reach one; the launcher's timeout ends them). Never returns.
+    may never reach one; the launcher's timeout ends them). After the barrier the rank also removes its DeepSpeed
+    CPU shared-memory all-reduce buffer (:func:`_unlink_shm_buffer`). Never returns.
     """
     try:
         if status == 0:
@@ -450,10 +451,30 @@ def end_rank(status: int = 0) -> None:
 
             if dist.is_available() and dist.is_initialized():
                 dist.barrier()
+                _unlink_shm_buffer()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
+
+
+
+def _unlink_shm_buffer() -> None:
+    """Remove this rank's ``/dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>``: DeepSpeed's CPU
+    all-reduce (deepspeed/ops/csrc/cpu/comm/shm.cpp ``shm_initialize``) creates one ~66 MiB segment per rank and
+    never calls its ``shared_close`` (the only ``shm_unlink``), so each CPU-rank launch left them in RAM (14 GiB of
+    them on the build machine after a day of test runs). Called after the final barrier: every rank mapped every
+    segment at initialisation, and a mapping outlives the unlinked name."""
+    import glob
+
+    port, rank = os.environ.get("MASTER_PORT"), os.environ.get("RANK")
+    if not (port and rank):
+        return
+    for path in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_{rank}"):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -449,8 +449,11 @@ def run_check(args) -> int:
                                 "not installed or --no-library-check).", fix=""))
     else:
         findings.append(Finding(severity="info", key="", rule="library_check",
-                                message="also validated by the installed libraries the way the client fills and reads "
-                                f"the config: {', then '.join(validated_by)}.", fix=""))
+                                message="also handed to the installed libraries' own config classes the way the client "
+                                f"fills and reads the config: {', then '.join(validated_by)}"
+                                + (" (any error they raised is among the findings above)."
+                                   if any(f.severity == "error" for f in findings) else "; they accepted it."),
+                                fix=""))
     findings += assumption_notes
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: order[f.severity])

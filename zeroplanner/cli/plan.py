@@ -91,6 +91,14 @@ def _storage_lines(storage: dict) -> str:
     return out
 
 
+def _with_picked_sp(scenario, p):
+    """The scenario with the plan's Ulysses degree (the largest-model table then answers for the picked split)."""
+    if not p.fits or p.choice.sequence_parallel_size == scenario.cluster.sequence_parallel_size:
+        return scenario
+    return scenario.model_copy(update={"cluster": scenario.cluster.model_copy(
+        update={"sequence_parallel_size": p.choice.sequence_parallel_size})})
+
+
 def cmd_recommend(args: argparse.Namespace) -> int:
     from ..planner import SEARCH_INPUTS, largest_model, longest_sequence, plan
 
@@ -117,7 +125,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         "candidates_evaluated": p.candidates_evaluated,
         "without_held": None if free is None else {
             "fits": free.fits, "choice": _choice_json(free.choice) if free.choice else None},
-        "largest_model_parameters": largest_model(scenario),
+        "largest_model_parameters": largest_model(_with_picked_sp(scenario, p)),
         "longest_sequence": longest_sequence(scenario),
     }
     if p.fits:
@@ -130,7 +138,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                      "Nothing fits with every option free either.\n")
     text += "".join(f"warning: {w}\n" for w in p.warnings)
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
-    text += "largest trainable model on this cluster (Llama-shaped, same training settings):\n" + "".join(
+    sp_note = (f", Ulysses sequence_parallel_size {p.choice.sequence_parallel_size} as picked"
+               if p.fits and p.choice.sequence_parallel_size > 1 else "")
+    text += f"largest trainable model on this cluster (Llama-shaped, same training settings{sp_note}):\n" + "".join(
         f"  {label:<36} {n / 1e9:8.1f} B parameters\n" for label, n in obj["largest_model_parameters"].items())
     text += (f"longest trainable sequence for {scenario.model.name} on this cluster (same training settings; Ulysses "
              "degrees over the whole cluster):\n" + "".join(

@@ -273,8 +273,8 @@ def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]
     if z.stage == 3 and c.data_parallel_degree > 1 and values.get("fetch_overhead_seconds", 0.0) > 0.1 * step:
         w.append(f"ZeRO-3's per-module host work (hooks, fetch coordination) is "
                  f"{values['fetch_overhead_seconds'] / step:.0%} of the step: the GPU waits for the host, as in the "
-                 "measured small-model runs (ZeRO-3 2.5-3.3x slower than ZeRO-1, shared/references/THROUGHPUT.md "
-                 "section 1); a larger micro-batch or ZeRO-1/2 hides it")
+                 "measured small-model runs (ZeRO-3 2.5-3.3x slower than ZeRO-1, LianjiaTech/BELLE #402: "
+                 "BLOOM-560M on 2 GPUs); a larger micro-batch or ZeRO-1/2 hides it")
     if not values["fits_gpu"]:
         w.append(f"GPU memory: needs {gib(values['total']):.1f} GiB per GPU, "
                  f"{gib(c.memory_per_gpu_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB "
