@@ -2,17 +2,27 @@
 with one slider served the same way in the same run.
 
 Measures
-- slider -> updated chart: the node-count slider's readout is set (Enter pressed) and the time until the last DOM
-  mutation inside the page's drawn bqplot figures and the verdict (at 1440 x 900 only the main chart is drawn; the
-  other charts are tabs) (the update is complete when no mutation follows for 0.4 s). The bare
-  page's equivalent is an IntSlider whose change makes the kernel update a Label. Median and p95 over N changes.
+- slider -> updated chart: the node-count slider's readout is set (Enter pressed) and the time until the page's
+  drawn bqplot figures and the verdict (at 1440 x 900 only the main chart is drawn; the other charts are tabs) stop
+  changing (the update is complete when no mutation follows for 0.4 s). The bare page's equivalent is an IntSlider
+  whose change makes the kernel update a Label. Two end points, both pages measured the same way:
+  * painted: the start of the browser frame that paints the last change (the frame timestamp handed to
+    ``requestAnimationFrame`` callbacks). A change made outside a frame callback (the bare page's Label, an HTML
+    widget) is painted by the next frame; a change made inside one (bqplot draws bars through a d3 transition,
+    which d3-timer runs in a ``requestAnimationFrame`` callback even at ``animation_duration=0``) is painted by
+    that frame. This is what a visitor sees, and it is the figure the issue-17 target is read from.
+  * last DOM mutation: when the last change was made. It counts the frame wait of bqplot's bars (up to one frame,
+    16.7 ms at 60 Hz) but not the same wait of the bare page's Label, which is made at once and painted a frame
+    later; printed for comparison with earlier runs.
+  Median and p95 over N changes, and the kernel messages (websocket frames) and bytes the page receives per change.
 - cold load: navigation to the first drawn bar (planner) or the rendered slider (bare page), each load with a fresh
   kernel, median over M loads.
 - widget models per planner page (counted in this process).
 Prints absolute times and the planner/bare ratios. Targets: slider-to-chart p95 < 150 ms (issue 4); p95 <= 1.5x
 and cold load <= 1.2x the bare page (issue 17).
 
-Run: ``python benchmarks/bench_app.py [--changes 30] [--loads 3]``.
+Run: ``python benchmarks/bench_app.py [--changes 30] [--loads 3]``. The servers are started by this process and
+inherit its environment (``PYTHONPATH`` included), so they import the same copy of the package.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -54,21 +65,64 @@ out = w.Label(value="1")
 slider.observe(lambda ch: setattr(out, "value", str(ch["new"] * 2)), names="value")
 w.VBox([slider, out])"""
 
-# Records the time of Enter (start) and of the last mutation inside the watched elements (end).
+# Installed before any page script (so that d3-timer binds the wrapped requestAnimationFrame): counts the websocket
+# frames and bytes received after Enter, and wraps each frame callback so that mutations it makes are known to be
+# painted by that frame (see the module docstring).
+INIT_JS = """(() => {
+  const zp = window.__zp = {t0: null, last: null, painted: null, count: 0, messages: 0, bytes: 0, observer: null};
+  const raf = window.requestAnimationFrame.bind(window);
+  zp.raf = raf;
+  window.requestAnimationFrame = cb => raf(ts => {
+    try { return cb(ts); } finally {
+      const records = zp.observer ? zp.observer.takeRecords() : [];
+      if (records.length && zp.t0 !== null) { zp.last = performance.now(); zp.count += records.length;
+                                              zp.painted = ts; }
+    }
+  });
+  const NativeWebSocket = window.WebSocket;
+  window.WebSocket = function (...args) {
+    const ws = new NativeWebSocket(...args);
+    ws.addEventListener('message', ev => { if (zp.t0 === null) return; const d = ev.data; zp.messages += 1;
+      zp.bytes += typeof d === 'string' ? d.length : (d.size || d.byteLength || 0); });
+    return ws;
+  };
+  window.WebSocket.prototype = NativeWebSocket.prototype;
+  Object.assign(window.WebSocket, NativeWebSocket);
+})()"""
+
+# Records the time of Enter (start) and of the last mutation inside the watched elements, and the frame that paints
+# it (a mutation made outside a frame callback is painted by the next frame).
 WATCH_JS = """(selector) => {
-  window.__zp = {t0: null, last: null, count: 0};
-  document.addEventListener('keydown', e => { if (e.key === 'Enter') { window.__zp.t0 = performance.now();
-                                              window.__zp.last = null; window.__zp.count = 0; } }, true);
-  const obs = new MutationObserver(() => { if (window.__zp.t0 !== null) { window.__zp.last = performance.now();
-                                                                         window.__zp.count += 1; } });
-  document.querySelectorAll(selector).forEach(el => obs.observe(el, {subtree: true, childList: true,
-                                                                     attributes: true, characterData: true}));
+  const zp = window.__zp;
+  document.addEventListener('keydown', e => { if (e.key === 'Enter') { zp.t0 = performance.now(); zp.last = null;
+      zp.painted = null; zp.count = 0; zp.messages = 0; zp.bytes = 0; } }, true);
+  zp.observer = new MutationObserver(records => { if (zp.t0 === null) return; const t = performance.now();
+      zp.last = t; zp.count += records.length; zp.painted = null;
+      zp.raf(ts => { if (zp.last === t) zp.painted = ts; }); });
+  document.querySelectorAll(selector).forEach(el => zp.observer.observe(el, {subtree: true, childList: true,
+                                                                           attributes: true, characterData: true}));
 }"""
 
 
-def cold_load(browser, url: str, ready_selector: str) -> float:
+class Change(NamedTuple):
+    """One slider change: seconds from Enter to the last watched mutation and to the frame that painted it; the
+    websocket messages and bytes the page received meanwhile."""
+
+    mutated_seconds: float
+    painted_seconds: float
+    messages: int
+    bytes: int
+
+
+def new_page(browser):
+    """A page at :data:`VIEWPORT` with :data:`INIT_JS` installed."""
     ctx = browser.new_context(viewport=VIEWPORT)
-    page = ctx.new_page()
+    ctx.add_init_script(INIT_JS)
+    return ctx, ctx.new_page()
+
+
+def cold_load(browser, url: str, ready_selector: str) -> float:
+    ctx, page = new_page(browser)
     t0 = time.perf_counter()
     page.goto(url, timeout=120_000)
     page.wait_for_selector(ready_selector, timeout=120_000)
@@ -77,9 +131,8 @@ def cold_load(browser, url: str, ready_selector: str) -> float:
     return elapsed
 
 
-def slider_latencies(browser, url: str, ready_selector: str, watch_selector: str, values: list[int]) -> list[float]:
-    ctx = browser.new_context(viewport=VIEWPORT)
-    page = ctx.new_page()
+def slider_latencies(browser, url: str, ready_selector: str, watch_selector: str, values: list[int]) -> list[Change]:
+    ctx, page = new_page(browser)
     page.goto(url, timeout=120_000)
     page.wait_for_selector(ready_selector, timeout=120_000)
     time.sleep(1.0)
@@ -95,9 +148,10 @@ def slider_latencies(browser, url: str, ready_selector: str, watch_selector: str
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             time.sleep(0.05)
-            st = page.evaluate("() => [window.__zp.t0, window.__zp.last, window.__zp.count, performance.now()]")
-            if st[1] is not None and st[3] - st[1] > QUIET_SECONDS * 1e3:
-                out.append((st[1] - st[0]) / 1e3)
+            st = page.evaluate("() => { const z = window.__zp; "
+                               "return [z.t0, z.last, z.painted, z.messages, z.bytes, performance.now()]; }")
+            if st[1] is not None and st[2] is not None and st[5] - st[1] > QUIET_SECONDS * 1e3:
+                out.append(Change((st[1] - st[0]) / 1e3, (st[2] - st[0]) / 1e3, st[3], st[4]))
                 break
         else:
             raise TimeoutError(f"no update after setting {value}")
@@ -151,17 +205,26 @@ def main(argv: list[str] | None = None) -> int:
             browser.close()
 
     def row(name, a, b):
-        print(f"{name:<34} planner {a * 1e3:8.1f} ms   bare {b * 1e3:8.1f} ms   ratio {a / b:6.2f}")
+        print(f"{name:<38} planner {a * 1e3:8.1f} ms   bare {b * 1e3:8.1f} ms   ratio {a / b:6.2f}")
 
+    app_painted, bare_painted = [c.painted_seconds for c in app_lat], [c.painted_seconds for c in bare_lat]
+    app_mutated, bare_mutated = [c.mutated_seconds for c in app_lat], [c.mutated_seconds for c in bare_lat]
     print(f"planner page vs bare Voila page with one slider ({len(values)} slider changes, {args.loads} cold loads)")
-    row("slider -> chart, median", statistics.median(app_lat), statistics.median(bare_lat))
-    row("slider -> chart, p95", p95(app_lat), p95(bare_lat))
+    row("slider -> chart painted, median", statistics.median(app_painted), statistics.median(bare_painted))
+    row("slider -> chart painted, p95", p95(app_painted), p95(bare_painted))
+    row("slider -> last DOM mutation, median", statistics.median(app_mutated), statistics.median(bare_mutated))
+    row("slider -> last DOM mutation, p95", p95(app_mutated), p95(bare_mutated))
     row("cold load, median", statistics.median(app_loads), statistics.median(bare_loads))
-    verdict = "meets" if p95(app_lat) < 0.150 else "MISSES"
-    print(f"target slider -> chart p95 < 150 ms: {verdict} ({p95(app_lat) * 1e3:.1f} ms)")
-    ratio, cold = p95(app_lat) / p95(bare_lat), statistics.median(app_loads) / statistics.median(bare_loads)
-    print(f"target p95 <= 1.5x bare: {'meets' if ratio <= 1.5 else 'MISSES'} ({ratio:.2f}x); "
-          f"cold load <= 1.2x bare: {'meets' if cold <= 1.2 else 'MISSES'} ({cold:.2f}x)")
+    print(f"{'kernel messages per change, median':<38} planner {statistics.median(c.messages for c in app_lat):8.0f}"
+          f"      bare {statistics.median(c.messages for c in bare_lat):8.0f}")
+    print(f"{'bytes received per change, median':<38} planner {statistics.median(c.bytes for c in app_lat):8.0f}"
+          f"      bare {statistics.median(c.bytes for c in bare_lat):8.0f}")
+    verdict = "meets" if p95(app_painted) < 0.150 else "MISSES"
+    print(f"target slider -> chart p95 < 150 ms: {verdict} ({p95(app_painted) * 1e3:.1f} ms)")
+    ratio, cold = p95(app_painted) / p95(bare_painted), statistics.median(app_loads) / statistics.median(bare_loads)
+    mutated = p95(app_mutated) / p95(bare_mutated)
+    print(f"target p95 <= 1.5x bare (painted): {'meets' if ratio <= 1.5 else 'MISSES'} ({ratio:.2f}x; to the last "
+          f"DOM mutation {mutated:.2f}x); cold load <= 1.2x bare: {'meets' if cold <= 1.2 else 'MISSES'} ({cold:.2f}x)")
     print(f"widget models per planner page: {widget_models()}")
     return 0
 
