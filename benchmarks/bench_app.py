@@ -14,7 +14,8 @@ Measures
   * last DOM mutation: when the last change was made. It counts the frame wait of bqplot's bars (up to one frame,
     16.7 ms at 60 Hz) but not the same wait of the bare page's Label, which is made at once and painted a frame
     later; printed for comparison with earlier runs.
-  Median and p95 over N changes, and the kernel messages (websocket frames) and bytes the page receives per change.
+  Both pages are open at once and each value is set on one, then the other (alternating which goes first), so a
+  shared machine's changing load falls on both alike. Median and p95 over N changes, and the kernel messages (websocket frames) and bytes the page receives per change.
 - cold load: navigation to the first drawn bar (planner) or the rendered slider (bare page), each load with a fresh
   kernel, median over M loads.
 - widget models per planner page (counted in this process).
@@ -131,17 +132,22 @@ def cold_load(browser, url: str, ready_selector: str) -> float:
     return elapsed
 
 
-def slider_latencies(browser, url: str, ready_selector: str, watch_selector: str, values: list[int]) -> list[Change]:
-    ctx, page = new_page(browser)
-    page.goto(url, timeout=120_000)
-    page.wait_for_selector(ready_selector, timeout=120_000)
-    time.sleep(1.0)
-    page.evaluate(WATCH_JS, watch_selector)
-    slider = page.locator(".widget-slider", has=page.locator("label.widget-label", has_text="Nodes")).first
-    readout = slider.locator(".widget-readout")
-    out = []
-    for value in values:
-        readout.click()
+class SliderPage:
+    """One page, open and watched, whose node slider is set by :meth:`change` (its readout typed, Enter pressed)."""
+
+    def __init__(self, browser, url: str, ready_selector: str, watch_selector: str) -> None:
+        self.ctx, self.page = new_page(browser)
+        self.page.goto(url, timeout=120_000)
+        self.page.wait_for_selector(ready_selector, timeout=120_000)
+        time.sleep(1.0)
+        self.page.evaluate(WATCH_JS, watch_selector)
+        slider = self.page.locator(".widget-slider", has=self.page.locator("label.widget-label", has_text="Nodes"))
+        self.readout = slider.first.locator(".widget-readout")
+
+    def change(self, value: int) -> Change:
+        """Set the slider to ``value`` and wait until the watched elements are quiet; TimeoutError after 15 s."""
+        page = self.page
+        self.readout.click()
         page.keyboard.press("Control+A")
         page.keyboard.type(str(value))
         page.keyboard.press("Enter")
@@ -151,11 +157,21 @@ def slider_latencies(browser, url: str, ready_selector: str, watch_selector: str
             st = page.evaluate("() => { const z = window.__zp; "
                                "return [z.t0, z.last, z.painted, z.messages, z.bytes, performance.now()]; }")
             if st[1] is not None and st[2] is not None and st[5] - st[1] > QUIET_SECONDS * 1e3:
-                out.append(Change((st[1] - st[0]) / 1e3, (st[2] - st[0]) / 1e3, st[3], st[4]))
-                break
-        else:
-            raise TimeoutError(f"no update after setting {value}")
-    ctx.close()
+                return Change((st[1] - st[0]) / 1e3, (st[2] - st[0]) / 1e3, st[3], st[4])
+        raise TimeoutError(f"no update after setting {value}")
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+def slider_latencies(pages: list[SliderPage], values: list[int]) -> list[list[Change]]:
+    """Each value set on every page in turn (the order alternating from one value to the next), so that the pages
+    are measured under the same load of a shared machine; one list of changes per page."""
+    out: list[list[Change]] = [[] for _ in pages]
+    for i, value in enumerate(values):
+        order = range(len(pages)) if i % 2 == 0 else reversed(range(len(pages)))
+        for k in order:
+            out[k].append(pages[k].change(value))
     return out
 
 
@@ -199,9 +215,11 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.loads):
                 app_loads.append(cold_load(browser, app_url, app_ready))
                 bare_loads.append(cold_load(browser, bare_url, bare_ready))
-            app_lat = slider_latencies(browser, app_url, app_ready, ".zp-app .bqplot, .zp-app .zp-verdict",
-                                       values)
-            bare_lat = slider_latencies(browser, bare_url, bare_ready, ".jp-OutputArea-output", values)
+            pages = [SliderPage(browser, app_url, app_ready, ".zp-app .bqplot, .zp-app .zp-verdict"),
+                     SliderPage(browser, bare_url, bare_ready, ".jp-OutputArea-output")]
+            app_lat, bare_lat = slider_latencies(pages, values)
+            for page in pages:
+                page.close()
             browser.close()
 
     def row(name, a, b):
