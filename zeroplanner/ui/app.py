@@ -447,7 +447,8 @@ class PlannerApp(w.VBox):
         self._follow_up()  # at once, not after FOLLOW_UP_DELAY_SECONDS: a script reads the result next
 
     def flush(self) -> None:
-        """Apply queued changes and recompute once (no-op when nothing is queued and a view exists)."""
+        """Apply queued changes and recompute once (no-op when nothing is queued, or the changes leave the state as
+        it is, and a view exists)."""
         changes, self._pending = self._pending, {}
         if not changes and self.view is not None:
             return
@@ -456,7 +457,8 @@ class PlannerApp(w.VBox):
         started = time.perf_counter()
         try:
             new_state = apply_changes(self.state, changes) if changes else self.state
-            view = derive(new_state)
+            # changes that leave the state as it is (a value set to what it was) cost no recompute and no message
+            view = None if self.view is not None and new_state == self.state else derive(new_state)
         except (ValidationError, ValueError, KeyError, TypeError) as exc:
             self.recomputes += 1
             self._rejected = changes
@@ -474,6 +476,10 @@ class PlannerApp(w.VBox):
                 f"{html.escape(str(exc))[:300]}). The charts still show the last valid setup; please report the "
                 "inputs that caused it.</div>"
             )
+            return
+        if view is None:
+            self._rejected = {}
+            self.message.value = ""
             return
         self.recomputes += 1
         self._rejected = {}
