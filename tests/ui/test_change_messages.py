@@ -16,13 +16,13 @@ import pytest
 pytest.importorskip("ipywidgets")
 pytest.importorskip("bqplot")
 
-from ipywidgets.widgets.widget import Widget  # noqa: E402
+from ipywidgets.widgets.widget import Widget
 
-from zeroplanner.deepspeed import to_deepspeed_config  # noqa: E402
-from zeroplanner.planner import plan as make_plan  # noqa: E402
-from zeroplanner.scenarios import build_scenario  # noqa: E402
-from zeroplanner.ui import PlannerApp  # noqa: E402
-from zeroplanner.ui import app as app_module  # noqa: E402
+from zeroplanner.deepspeed import to_deepspeed_config
+from zeroplanner.planner import plan as make_plan
+from zeroplanner.scenarios import build_scenario
+from zeroplanner.ui import PlannerApp
+from zeroplanner.ui import app as app_module
 
 
 @pytest.fixture()
