@@ -497,9 +497,9 @@ class PlannerApp(w.VBox):
     def _follow_up(self) -> None:
         """What a change updates besides the chart on screen and the verdict: the config preview
         (:meth:`_render_config`), the other controls (presets move them: model -> size, GPU -> memory, ...), the
-        share link, the open detail panel and the timing line. In a running kernel this runs :data:`FOLLOW_UP_DELAY_SECONDS` after :meth:`flush`, so the
-        chart and verdict messages leave the kernel first; once the share link shows a change, everything else on
-        the page shows it too."""
+        share link, the open detail panel and the timing line. In a running kernel this runs
+        :data:`FOLLOW_UP_DELAY_SECONDS` after :meth:`flush`, so the chart and verdict messages leave the kernel
+        first; once the share link shows a change, everything else on the page shows it too."""
         if self._follow_up_timer is not None:
             self._follow_up_timer.cancel()
             self._follow_up_timer = None
