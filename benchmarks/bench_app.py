@@ -17,7 +17,8 @@ Measures
     16.7 ms at 60 Hz) but not the same wait of the bare page's Label, which is made at once and painted a frame
     later; printed for comparison with earlier runs.
   Both pages are open at once and each value is set on one, then the other (alternating which goes first), so a
-  shared machine's changing load falls on both alike. Median and p95 over N changes, and the kernel messages (websocket frames) and bytes the page receives per change.
+  shared machine's changing load falls on both alike. Median and p95 over N changes, and the kernel messages
+  (websocket frames) and bytes the page receives per change.
 - cold load: navigation to the first drawn bar (planner) or the rendered slider (bare page), each load with a fresh
   kernel, median over M loads.
 - widget models per planner page (counted in this process).
