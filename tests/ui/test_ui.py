@@ -286,7 +286,10 @@ def test_config_preview_follows_variant_picker_and_hf_toggle():
     assert app.config_area.value == json.dumps(to_deepspeed_config(variant.scenario, mode="hf_trainer"), indent=2)
     assert '"auto"' in app.config_area.value
     assert "download=\"ds_config_hf_trainer.json\"" in app.config_actions.value.replace("'", '"')
-    assert "data:application/json;base64," in app.config_actions.value
+    # Download and Copy take the text the preview shows (read in the browser), so the buttons' HTML does not carry
+    # the config and is not re-sent when it changes; tests/browser/test_browser.py checks the downloaded file.
+    assert "querySelector('.zp-config textarea').value" in html.unescape(app.config_actions.value)
+    assert app.config_area.value not in app.config_actions.value
 
 
 def test_tooltip_names_the_term_and_its_gib():

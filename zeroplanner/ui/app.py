@@ -3,8 +3,9 @@ Voilà page ``notebooks/planner.ipynb``.
 
 Data flow (one direction): a control reports ``(key, value)`` -> the change is queued -> :meth:`PlannerApp.flush`
 applies every queued change to the frozen state at once (:func:`~zeroplanner.ui.state.apply_changes`), derives the
-view with one call to :func:`~zeroplanner.ui.state.derive` (the planner) and pushes it to the charts, the banner
-and the config preview. Watchers only queue changes and cause effects; nothing is computed inside them.
+view with one call to :func:`~zeroplanner.ui.state.derive` (the planner) and pushes it to the chart on screen and
+the banner; the config preview and the rest of the page follow a few milliseconds later
+(:data:`FOLLOW_UP_DELAY_SECONDS`). Watchers only queue changes and cause effects; nothing is computed inside them.
 
 Coalescing: the first change after a quiet period is applied at once (no added latency for a single slider move);
 changes arriving within ``debounce_seconds`` after that are queued and applied together when the window closes,
@@ -81,8 +82,8 @@ WEBSOCKET_LIMIT_MIB = 10
 longer paste closes the page's kernel connection and never reaches :meth:`PlannerApp.load_config`."""
 
 FOLLOW_UP_DELAY_SECONDS = 0.005
-"""Delay, seconds, between a change's chart/verdict/config update and its follow-up (other controls, share link,
-detail panel, timing; :meth:`PlannerApp._follow_up`). The kernel hands its messages to ipykernel's IOPub thread,
+"""Delay, seconds, between a change's chart/verdict update and its follow-up (config preview, other controls, share
+link, detail panel, timing; :meth:`PlannerApp._follow_up`). The kernel hands its messages to ipykernel's IOPub thread,
 which needs the GIL to send them; while the main thread computes, it gets the GIL only at the interpreter's switch
 interval (``sys.getswitchinterval()``, 5 ms by default). Returning to the event loop for this long first lets the
 visible updates leave before the follow-up's few milliseconds of work (the share query alone was a quarter of a
@@ -451,7 +452,8 @@ class PlannerApp(w.VBox):
         self._follow_up()  # at once, not after FOLLOW_UP_DELAY_SECONDS: a script reads the result next
 
     def flush(self) -> None:
-        """Apply queued changes and recompute once (no-op when nothing is queued and a view exists)."""
+        """Apply queued changes and recompute once (no-op when nothing is queued, or the changes leave the state as
+        it is, and a view exists)."""
         changes, self._pending = self._pending, {}
         if not changes and self.view is not None:
             return
@@ -460,7 +462,8 @@ class PlannerApp(w.VBox):
         started = time.perf_counter()
         try:
             new_state = apply_changes(self.state, changes) if changes else self.state
-            view = derive(new_state)
+            # changes that leave the state as it is (a value set to what it was) cost no recompute and no message
+            view = None if self.view is not None and new_state == self.state else derive(new_state)
         except (ValidationError, ValueError, KeyError, TypeError) as exc:
             self.recomputes += 1
             self._rejected = changes
@@ -479,6 +482,10 @@ class PlannerApp(w.VBox):
                 "inputs that caused it.</div>"
             )
             return
+        if view is None:
+            self._rejected = {}
+            self.message.value = ""
+            return
         self.recomputes += 1
         self._rejected = {}
         self.state = new_state
@@ -493,17 +500,18 @@ class PlannerApp(w.VBox):
             self._follow_up_timer = loop.call_later(FOLLOW_UP_DELAY_SECONDS, self._follow_up)
 
     def _follow_up(self) -> None:
-        """What a change updates besides the charts, the verdict and the config preview: the other controls
-        (presets move them: model -> size, GPU -> memory, ...), the share link, the open detail panel and the
-        timing line. In a running kernel this runs :data:`FOLLOW_UP_DELAY_SECONDS` after :meth:`flush`, so the
-        chart and verdict messages leave the kernel first; once the share link shows a change, everything else on
-        the page shows it too."""
+        """What a change updates besides the chart on screen and the verdict: the config preview
+        (:meth:`_render_config`), the other controls (presets move them: model -> size, GPU -> memory, ...), the
+        share link, the open detail panel and the timing line. In a running kernel this runs
+        :data:`FOLLOW_UP_DELAY_SECONDS` after :meth:`flush`, so the chart and verdict messages leave the kernel
+        first; once the share link shows a change, everything else on the page shows it too."""
         if self._follow_up_timer is not None:
             self._follow_up_timer.cancel()
             self._follow_up_timer = None
         if self.view is None:
             return
         view = self.view
+        self._render_config(view)
         self.controls.show(self.state)
         self._update_details()
         self.timing.value = (f"<span class='zp-muted'>Planned {len(view.memory.labels)} ZeRO variants in "
@@ -677,6 +685,8 @@ class PlannerApp(w.VBox):
         chart.update(view.scaling if name == "scaling" else view.time if name == "time" else view.memory)
 
     def _render(self, view: View) -> None:
+        """The chart on screen and the verdict: what a change must update first. The config preview follows in
+        :meth:`_follow_up` (:meth:`_render_config`)."""
         visible = self._visible()
         for name in self._charts:  # only the chart on screen is redrawn; the others when their tab opens
             if name == visible:
@@ -685,6 +695,10 @@ class PlannerApp(w.VBox):
             else:
                 self._stale.add(name)
         self.banner.value = view.banner_html
+
+    def _render_config(self, view: View) -> None:
+        """The config preview: variant picker, the note above the text (with the Download and Copy buttons), the
+        JSON text. A value equal to the one shown sends nothing (traitlets notifies only on a change)."""
         if tuple(self.variant_picker.options) != view.variant_options:
             with self.variant_picker.hold_trait_notifications():
                 picked = self.state.config_variant
@@ -693,10 +707,10 @@ class PlannerApp(w.VBox):
                 self.variant_picker.value = picked if picked in view.variant_options else RECOMMENDED
                 self.variant_picker.observe(lambda ch: self._queue("config_variant", ch["new"]), names="value")
         if view.config_error:
-            self.config_area.value = ""
-            self.config_actions.value = f"<div class='zp-error'>{html.escape(view.config_error)}</div>"
+            text = ""
+            actions = f"<div class='zp-error'>{html.escape(view.config_error)}</div>"
         else:
-            self.config_area.value = view.config_text
+            text = view.config_text
             note = ""
             picked = self.variant_picker.value
             if picked == RECOMMENDED and not getattr(view.plan, "fits", True):
@@ -705,20 +719,29 @@ class PlannerApp(w.VBox):
             elif picked in view.memory.labels and not view.memory.fits[view.memory.labels.index(picked)]:
                 note = (f"<div class='zp-error'>{html.escape(picked)} does not fit this cluster (GPU memory or host "
                         "RAM); this config would run out of memory.</div>")
-            self.config_actions.value = note + self._config_actions_html(view)
+            actions = note + self._config_actions_html(view.config_filename)
+        self.config_area.value = text
+        self.config_actions.value = actions
 
-    @staticmethod
-    def _config_actions_html(view: View) -> str:
-        uri = data_uri(view.config_text)
-        b64 = uri.split(",", 1)[1]
-        name = html.escape(view.config_filename)
+    _PREVIEW_TEXT_JS = "this.closest('.zp-config-box').querySelector('.zp-config textarea').value"
+    """Browser-side expression for the text the config preview shows."""
+
+    @classmethod
+    def _config_actions_html(cls, filename: str) -> str:
+        """Download and Copy buttons for the config preview. Both take the text the preview shows in the browser
+        (a ``data:`` URI made when Download is clicked; the clipboard API for Copy), so this HTML depends on the
+        file name only and is not re-sent when the config changes: it was a 3 kB message per slider change when
+        it carried the config as a base64 ``data:`` URI (benchmarks/bench_app.py). An edit made in the preview
+        is what is downloaded or copied."""
+        name = html.escape(filename)
+        download_js = f"this.href='data:application/json;charset=utf-8,'+encodeURIComponent({cls._PREVIEW_TEXT_JS})"
         copy_js = (
-            f"navigator.clipboard.writeText(atob('{b64}')).then(()=>{{this.textContent='Copied'}},"
+            f"navigator.clipboard.writeText({cls._PREVIEW_TEXT_JS}).then(()=>{{this.textContent='Copied'}},"
             "()=>{this.textContent='Copy failed: select the text below'})"
         )
         return (
-            f"<div style='margin:4px 0'><a class='zp-button zp-download' download='{name}' href='{uri}'>"
-            f"Download {name}</a>"
+            f"<div style='margin:4px 0'><a class='zp-button zp-download' download='{name}' href='#' "
+            f"onclick=\"{html.escape(download_js)}\">Download {name}</a>"
             f"<button class='zp-button zp-copy' onclick=\"{html.escape(copy_js)}\">Copy to clipboard</button></div>"
         )
 

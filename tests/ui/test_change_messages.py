@@ -1,0 +1,92 @@
+"""What one slider change sends to the page: the chart on screen and the verdict first, the config preview after
+(in the follow-up), and nothing for a widget whose value did not change.
+
+Counted with ``ipywidgets.Widget._send`` (each call is one comm message to the browser); benchmarks/bench_app.py
+counts the same messages in the real page (websocket frames, kernel status messages included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("bqplot")
+
+from ipywidgets.widgets.widget import Widget
+
+from zeroplanner.deepspeed import to_deepspeed_config
+from zeroplanner.planner import plan as make_plan
+from zeroplanner.scenarios import build_scenario
+from zeroplanner.ui import PlannerApp
+from zeroplanner.ui import app as app_module
+
+
+@pytest.fixture()
+def sent(monkeypatch):
+    """The widgets that sent a state update, in order, with the trait names each message carried."""
+    log: list[tuple[Widget, tuple[str, ...]]] = []
+    original = Widget._send
+
+    def record(self, msg, buffers=None):
+        if msg.get("method") == "update":
+            log.append((self, tuple(sorted(msg.get("state", {})))))
+        return original(self, msg, buffers)
+
+    monkeypatch.setattr(Widget, "_send", record)
+    return log
+
+
+def test_a_node_change_sends_chart_and_verdict_before_the_config_preview(sent):
+    app = PlannerApp(debounce_seconds=0.05)
+    slider = app.controls.widgets["nodes"]
+    before_text = app.config_area.value
+    seen_before_follow_up: list = []
+    sent.clear()
+
+    async def change():
+        slider.value = slider.value + 3
+        seen_before_follow_up.extend(w for w, _ in sent)  # the follow-up has not run: it waits on the loop
+        await asyncio.sleep(app_module.FOLLOW_UP_DELAY_SECONDS + 0.1)
+
+    asyncio.run(change())
+    assert app.memory_chart.bars in seen_before_follow_up and app.banner in seen_before_follow_up
+    assert app.config_area not in seen_before_follow_up
+    widgets = [w for w, _ in sent]
+    assert app.config_area in widgets  # sent by the follow-up
+    assert app.config_area.value != before_text  # train_batch_size follows the data-parallel degree
+    assert json.loads(app.config_area.value) == to_deepspeed_config(make_plan(app.state.scenario).scenario)
+
+
+def test_the_config_buttons_are_not_resent_when_only_the_config_text_changes(sent):
+    app = PlannerApp()
+    sent.clear()
+    app.controls.widgets["nodes"].value = 5
+    widgets = [w for w, _ in sent]
+    assert app.config_area in widgets
+    assert app.config_actions not in widgets  # Download / Copy read the preview's text in the browser
+    assert "querySelector('.zp-config textarea').value" in html.unescape(app.config_actions.value)
+
+
+def test_each_message_carries_only_changed_traits_and_each_widget_sends_once(sent):
+    app = PlannerApp()
+    sent.clear()
+    app.controls.widgets["nodes"].value = 5
+    widgets = [w for w, _ in sent]
+    assert len(widgets) == len(set(map(id, widgets)))  # one message per widget (hold_sync batches its traits)
+    bars = [keys for w, keys in sent if w is app.memory_chart.bars]
+    assert bars == [("y",)]  # the variants (x) are the same; only the GiB change
+    assert app.memory_chart.x_scale not in widgets and app.memory_chart.legend not in widgets
+
+
+def test_a_change_that_leaves_the_state_as_it_is_costs_no_recompute_and_sends_nothing(sent):
+    scenario = build_scenario()
+    app = PlannerApp()
+    recomputes = app.recomputes
+    sent.clear()
+    app.set(nodes=scenario.cluster.nodes)  # the value it already has
+    assert [w for w, _ in sent] == []
+    assert app.recomputes == recomputes
