@@ -30,7 +30,9 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import re
 import sys
+import time
 from typing import Any
 
 import zmq
@@ -39,7 +41,8 @@ from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebso
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager, ServerKernelManager
 from tornado import web
 from tornado.websocket import WebSocketClosedError
-from traitlets import Float, Int, Type, default
+from jupyter_server._tz import utcnow
+from traitlets import Bool, Float, Int, Type, default
 from voila.app import Voila
 from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.tornado.handler import TornadoVoilaHandler
@@ -212,17 +215,57 @@ def ready_preheated_kernel(kernel_manager: Any, notebook: str | None) -> bool:
     return head.done() and not head.cancelled() and head.exception() is None
 
 
+def pool_head(kernel_manager: Any, notebook: str | None) -> asyncio.Future | None:
+    """The task at the head of Voilà's pre-heated pool for ``notebook`` (the kernel the next visitor is handed:
+    ``VoilaKernelManager.get_rendered_notebook`` pops index 0), or None when the pool is empty or absent."""
+    pool = (getattr(kernel_manager, "_pools", None) or {}).get(notebook) or []
+    return pool[0] if pool else None
+
+
+def mark_handed_out(kernel_manager: Any, item: asyncio.Future) -> str | None:
+    """Set ``last_activity`` to now on the kernel of a finished pool task ``item`` (what Voilà handed a visitor)
+    and return its id; None when the task is not finished, failed, or its kernel is gone.
+
+    Why: Voilà's culler skips kernels in the pool (``VoilaKernelManager.cull_kernel_if_idle``), and a pooled kernel
+    keeps the ``last_activity`` of the moment it finished executing the page, possibly long ago. Once handed out
+    it leaves the pool and, until the page's websocket connects, has no connection: the next cull tick found it
+    idle for longer than ``cull_idle_timeout`` and shut it down while the visitor's page was still loading (the
+    page never drew). Marking it active when it is handed out gives the page the full idle timeout to connect,
+    as a freshly started kernel has.
+    """
+    if not item.done() or item.cancelled() or item.exception() is not None:
+        return None
+    kernel_id = (item.result() or {}).get("kernel_id")
+    kernel = getattr(kernel_manager, "_kernels", {}).get(kernel_id)
+    if kernel is None:
+        return None
+    kernel.last_activity = utcnow()
+    return kernel_id
+
+
 class CappedVoilaHandler(TornadoVoilaHandler):
     """Voilà's page handler, answering the "planner is full" page instead of queueing a visitor the server cannot
-    give a kernel."""
+    give a kernel, and marking a pre-heated kernel active when it is handed to a visitor (:func:`mark_handed_out`)."""
 
     @web.authenticated
     async def get(self, path: str | None = None) -> None:
         km = self.kernel_manager
+        notebook = self.notebook_path or path
         is_full = getattr(km, "is_full", None)
-        if is_full is not None and is_full() and not ready_preheated_kernel(km, self.notebook_path or path):
+        if is_full is not None and is_full() and not ready_preheated_kernel(km, notebook):
             raise KernelLimitReached(km.max_kernels)
-        await super().get(path)
+        # the head of the pool is the kernel this request is handed: Voila pops it before its first await
+        handed = pool_head(km, notebook)
+        if handed is not None:
+            if handed.done():
+                mark_handed_out(km, handed)
+            else:
+                handed.add_done_callback(lambda item: mark_handed_out(km, item))
+        try:
+            await super().get(path)
+        finally:
+            if handed is not None:  # and again once the page is written: the websocket connects after that
+                mark_handed_out(km, handed)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = (kwargs.get("exc_info") or (None, None, None))[1]
@@ -262,9 +305,21 @@ def _retrieve_closed_write(future: asyncio.Future) -> None:
         raise exc
 
 
+STATE_REQUEST = re.compile(rb'"comm_info_request"|"target_name":\s*"jupyter\.widget\.control"')
+"""A page's first request for its widgets' state, in a websocket frame from the page: the widget manager opens a
+comm to ``jupyter.widget.control`` and asks for every state, or, in ipywidgets' per-widget fallback
+(jupyter-widgets/ipywidgets#3633), starts with ``comm_info_request``."""
+
+STATE_REPLY = re.compile(rb'"method":\s*"update(_states)?"')
+"""A widget state in a kernel message to the page: ``update_states`` (every state on the control comm) or
+``update`` (one widget's state, the per-widget fallback's reply)."""
+
+
 class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
     """jupyter_server's kernel websocket connection, except that a kernel message written to a page whose websocket
-    is closing is dropped instead of leaving a failed task behind.
+    is closing is dropped instead of leaving a failed task behind, and (``log_timings``) it logs the server's part
+    of the page's wait: seconds from the page's widget-state request (:data:`STATE_REQUEST`) reaching the server to
+    the first widget state (:data:`STATE_REPLY`) written to the page.
 
     ``ZMQChannelsWebsocketConnection.write_message`` hands out tornado's ``WebSocketHandler.write_message``, whose
     returned future fails with ``WebSocketClosedError`` when the page closes while the message is in flight
@@ -274,12 +329,34 @@ class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
     (``Voila.kernel_websocket_connection_class``) and binder (``ServerApp.kernel_websocket_connection_class``).
     """
 
+    log_timings = Bool(False, config=True,
+                       help="Log the seconds from the page's widget-state request to the first widget state sent.")
+
+    _zp_requested_at: float | None = None
+    _zp_timed = False
+
+    def handle_incoming_message(self, incoming_msg: Any) -> None:
+        if self.log_timings and self._zp_requested_at is None and not self._zp_timed:
+            raw = incoming_msg.encode() if isinstance(incoming_msg, str) else bytes(incoming_msg)
+            if STATE_REQUEST.search(raw):
+                self._zp_requested_at = time.perf_counter()
+        super().handle_incoming_message(incoming_msg)
+
+    def _zp_time_reply(self, message: Any) -> None:
+        raw = message.encode() if isinstance(message, str) else bytes(message)
+        if STATE_REPLY.search(raw):
+            self._zp_timed = True
+            self.log.info("zeroplanner timing: kernel %s: first widget state sent %.3f s after the page's request",
+                          self.kernel_id, time.perf_counter() - self._zp_requested_at)
+
     @property
     def write_message(self):  # type: ignore[override]
         """``websocket_handler.write_message`` whose closed-page failure is retrieved (see the class doc)."""
         write = self.websocket_handler.write_message
 
         def send(message: Any, binary: bool = False) -> Any:
+            if self._zp_requested_at is not None and not self._zp_timed:
+                self._zp_time_reply(message)
             try:
                 future = write(message, binary=binary)
             except WebSocketClosedError:  # closed before the write began: tornado raises at once
@@ -313,5 +390,6 @@ class ZeroplannerVoila(Voila):
 __all__ = [
     "BeaconShutdownKernelHandler", "CappedVoilaHandler", "ClosingPageWebsocketConnection", "KernelLimitReached", "RETRY_AFTER_SECONDS",
     "SERVER_KERNEL_MANAGER_CLASS", "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila",
-    "full_page_html", "ready_preheated_kernel", "release_freed_memory", "with_planner_kernel",
+    "full_page_html", "mark_handed_out", "pool_head", "ready_preheated_kernel", "release_freed_memory",
+    "with_planner_kernel",
 ]
