@@ -10,6 +10,7 @@ import asyncio
 import re
 import sys
 import time
+import urllib.error
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -136,3 +137,14 @@ def test_a_pooled_kernel_handed_out_after_sitting_idle_is_not_culled_at_once(tmp
         # not since the pool finished executing it (over pool_wait_seconds)
         assert int(culled.group(1)) < pool_wait_seconds - 2, culled.group(0)
         assert int(culled.group(1)) >= idle_seconds
+        # a page reconnecting after its kernel was culled (a laptop waking up) gets a 404, and the server logs no
+        # traceback (jupyter_server's HTML error page needs a static_path Voila does not set:
+        # PlainErrorKernelWebsocketHandler); serve_app asserts the log has no "Traceback"
+        deadline = time.monotonic() + 30
+        while f"Kernel shutdown: {handed.group(1)}" not in log.read_text(errors="replace"):
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        with pytest.raises(urllib.error.HTTPError) as gone:
+            urllib.request.urlopen(f"{server.url}api/kernels/{handed.group(1)}/channels?session_id=s1", timeout=30)
+        assert gone.value.code == 404
+        assert gone.value.read().decode().startswith("404: ")

@@ -104,9 +104,11 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
 }
 """Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
 use the offline-clean template and ignore a ``?template=`` argument (a visitor cannot switch the page to another
-installed template), and keep one pre-heated kernel (the notebook already executed) ready so a page
-opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``; Voilà
-does not cull its pooled kernels, ``voila_kernel_manager.py``; its replacement starts after Voilà's default
+installed template), and keep :data:`DEFAULT_POOL_SIZE` pre-heated kernels (the notebook already executed) ready so
+a page opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``;
+``zeroplanner app --pool N`` sets ``default_pool_size``; Voilà does not cull its pooled kernels,
+``voila_kernel_manager.py``, and a kernel it hands out is marked active then,
+:func:`zeroplanner.server.voila_app.mark_handed_out`; each replacement starts after Voilà's default
 ``fill_delay`` of 1 s: with 0, visitors arriving together at a cap equal to their number lost a slot to the
 refill and one got the "full" page, tests/browser/test_browser_reliability.py), and cap the kernel count
 (:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.server.voila_app`). Kernels talk to the server over Unix

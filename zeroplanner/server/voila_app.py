@@ -18,6 +18,10 @@ workshop of unbounded size can run the server out of memory. This module caps th
   refill waits would wait with it.
 * :class:`ZeroplannerVoila` -- ``voila.app.Voila`` serving the page with :class:`CappedVoilaHandler`; what
   ``zeroplanner app`` launches.
+* Pre-executed kernels (Voilà's pool, ``zeroplanner app --pool N``): :func:`mark_handed_out` gives a pooled kernel
+  handed to a visitor the culler's whole idle timeout for its page to connect; with ``--log-timings``
+  :class:`ClosingPageWebsocketConnection` logs the server's time from the page's widget-state request to the first
+  widget state sent (``benchmarks/load_voila.py`` splits a visitor's wait with it, ``docs/reliability.md``).
 
 Imports voila and jupyter_server: only :mod:`zeroplanner.cli.app` (when the ``app`` command runs) and the server
 (by class name) import it.
@@ -46,6 +50,7 @@ from traitlets import Bool, Float, Int, Type, default
 from voila.app import Voila
 from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.tornado.handler import TornadoVoilaHandler
+from voila.tornado.kernel_websocket_handler import VoilaKernelWebsocketHandler
 
 from . import DEFAULT_MAX_KERNELS, IOPUB_HWM_MESSAGES, KERNEL_MODULE
 
@@ -368,17 +373,35 @@ class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
         return send
 
 
+class PlainErrorKernelWebsocketHandler(VoilaKernelWebsocketHandler):
+    """Voilà's kernel websocket handler, answering an error (e.g. HTTP 404 for a kernel that was culled) with a
+    plain-text body.
+
+    jupyter_server's ``JupyterHandler.write_error`` renders its ``404.html`` template, which calls tornado's
+    ``static_url``; Voilà's application has no ``static_path`` setting, so the rendering raised "You must define the
+    'static_path' setting in your application to use static_url" and the server logged "Uncaught exception in
+    write_error" with two tracebacks. Seen in a 15-visitor ``benchmarks/load_voila.py`` run: a page reconnected
+    after the culler had shut its kernel down (as a laptop waking from sleep does). The client is a websocket (the
+    widget manager), which reads only the status; the status and reason are unchanged.
+    """
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(f"{status_code}: {self._reason}\n")
+
+
 class ZeroplannerVoila(Voila):
-    """Voilà serving the page with :class:`CappedVoilaHandler` and the kernel-shutdown endpoint with
-    :class:`BeaconShutdownKernelHandler` (everything else unchanged), and kernel websockets through
-    :class:`ClosingPageWebsocketConnection`."""
+    """Voilà serving the page with :class:`CappedVoilaHandler`, the kernel-shutdown endpoint with
+    :class:`BeaconShutdownKernelHandler` and kernel websockets with :class:`PlainErrorKernelWebsocketHandler`
+    (everything else unchanged), and kernel websockets through :class:`ClosingPageWebsocketConnection`."""
 
     kernel_websocket_connection_class = Type(
         default_value=ClosingPageWebsocketConnection, klass=BaseKernelWebsocketConnection, config=True,
         help="The kernel websocket connection class (zeroplanner's drops writes to closing pages quietly).")
 
     def init_handlers(self) -> list:
-        replace = {TornadoVoilaHandler: CappedVoilaHandler, VoilaShutdownKernelHandler: BeaconShutdownKernelHandler}
+        replace = {TornadoVoilaHandler: CappedVoilaHandler, VoilaShutdownKernelHandler: BeaconShutdownKernelHandler,
+                   VoilaKernelWebsocketHandler: PlainErrorKernelWebsocketHandler}
         handlers = []
         for spec in super().init_handlers():
             if isinstance(spec, tuple) and len(spec) >= 2 and spec[1] in replace:
@@ -388,7 +411,7 @@ class ZeroplannerVoila(Voila):
 
 
 __all__ = [
-    "BeaconShutdownKernelHandler", "CappedVoilaHandler", "ClosingPageWebsocketConnection", "KernelLimitReached", "RETRY_AFTER_SECONDS",
+    "BeaconShutdownKernelHandler", "CappedVoilaHandler", "PlainErrorKernelWebsocketHandler", "ClosingPageWebsocketConnection", "KernelLimitReached", "RETRY_AFTER_SECONDS",
     "SERVER_KERNEL_MANAGER_CLASS", "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila",
     "full_page_html", "mark_handed_out", "pool_head", "ready_preheated_kernel", "release_freed_memory",
     "with_planner_kernel",
