@@ -148,3 +148,23 @@ def test_a_pooled_kernel_handed_out_after_sitting_idle_is_not_culled_at_once(tmp
             urllib.request.urlopen(f"{server.url}api/kernels/{handed.group(1)}/channels?session_id=s1", timeout=30)
         assert gone.value.code == 404
         assert gone.value.read().decode().startswith("404: ")
+
+
+def test_shutdown_forgets_voilas_request_info_for_the_kernel(tmp_path, monkeypatch):
+    """Voila keeps a pre-heated kernel's request info in a class-level dict it never clears
+    (voila/request_info_handler.py); the planner's kernel manager drops the entry when the kernel is shut down,
+    and only that entry."""
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+    from voila.request_info_handler import RequestInfoSocketHandler
+
+    from zeroplanner.server.voila_app import ZeroplannerKernelManager
+
+    async def no_kernel_to_stop(self, kernel_id, *args, **kwargs):
+        return None
+
+    monkeypatch.setattr(AsyncMappingKernelManager, "shutdown_kernel", no_kernel_to_stop)
+    monkeypatch.setattr(RequestInfoSocketHandler, "_cache", {"k1": '{"QUERY_STRING": "nodes=2"}', "k2": "{}"})
+    monkeypatch.setattr(RequestInfoSocketHandler, "_waiters", {"k1": object()})
+    km = ZeroplannerKernelManager(root_dir=str(tmp_path))
+    asyncio.run(km.shutdown_kernel("k1"))
+    assert RequestInfoSocketHandler._cache == {"k2": "{}"} and RequestInfoSocketHandler._waiters == {}

@@ -189,12 +189,33 @@ class ZeroplannerKernelManager(AsyncMappingKernelManager):
         await super().cull_kernel_if_idle(kernel_id)
 
     async def shutdown_kernel(self, kernel_id: str, *args: Any, **kwargs: Any) -> None:
-        await super().shutdown_kernel(kernel_id, *args, **kwargs)
-        release_freed_memory()
+        """jupyter_server's shutdown, then release what the server keeps for the kernel's session: Voilà's
+        request info for it (:func:`forget_request_info`) and freed heap pages (:func:`release_freed_memory`)."""
+        try:
+            await super().shutdown_kernel(kernel_id, *args, **kwargs)
+        finally:
+            forget_request_info(kernel_id)
+            release_freed_memory()
 
     async def shutdown_all(self, *args: Any, **kwargs: Any) -> None:
         self._zp_closing = True
         await super().shutdown_all(*args, **kwargs)
+
+
+def forget_request_info(kernel_id: str) -> bool:
+    """Drop Voilà's request info for ``kernel_id`` (returns whether there was any).
+
+    Voilà 0.5.13 hands a pre-heated kernel its visitor's request (query string, server name and port) through
+    ``RequestInfoSocketHandler`` (``voila/request_info_handler.py``): when the kernel has not yet connected to
+    ``voila/query/<kernel id>`` the payload is kept in the class-level ``_cache`` dict, which nothing ever clears,
+    not even after the kernel is shut down, so a long-running server keeps one entry per such visitor (Voilà's
+    pre-heated mode has a reported leak of its own, voila-dashboards/voila#1189). ``_waiters`` entries are removed
+    by Voilà when the kernel's websocket closes; a kernel killed mid-connection is dropped here as well."""
+    from voila.request_info_handler import RequestInfoSocketHandler
+
+    had = RequestInfoSocketHandler._cache.pop(kernel_id, None) is not None
+    RequestInfoSocketHandler._waiters.pop(kernel_id, None)
+    return had
 
 
 def release_freed_memory() -> bool:
@@ -413,6 +434,6 @@ class ZeroplannerVoila(Voila):
 __all__ = [
     "BeaconShutdownKernelHandler", "CappedVoilaHandler", "PlainErrorKernelWebsocketHandler", "ClosingPageWebsocketConnection", "KernelLimitReached", "RETRY_AFTER_SECONDS",
     "SERVER_KERNEL_MANAGER_CLASS", "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila",
-    "full_page_html", "mark_handed_out", "pool_head", "ready_preheated_kernel", "release_freed_memory",
+    "forget_request_info", "full_page_html", "mark_handed_out", "pool_head", "ready_preheated_kernel", "release_freed_memory",
     "with_planner_kernel",
 ]
