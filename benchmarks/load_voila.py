@@ -620,8 +620,40 @@ def workshop_section(runs: list[dict]) -> list[str]:
 
 
 SERVER_KEEPS = [
-    "- Where memory went after earlier runs: with 40 visitors the server's RSS went from 117 to 163 MiB and "
-    "stayed there (issue 15), about 1 MiB per visitor served.",
+    "- The starting point (issue 15): one wave of 40 visitors left the server's RSS at 163 MiB after culling, from "
+    "117 MiB before, about 1 MiB per visitor served, while the kernels went back to the one pre-heated kernel.",
+    "- Per-session structures read in jupyter_server 2.21.1 and Voila 0.5.13, and whether a kernel's shutdown or "
+    "cull releases them: `MappingKernelManager._kernels`, `_kernel_connections`, `_kernel_ports` (removed), "
+    "`_kernel_buffers` (the messages buffered for a page that went away without closing, e.g. a killed tab: "
+    "dropped with their ZeroMQ streams by `stop_buffering` at shutdown), the activity-watching IOPub stream "
+    "(closed), `ZMQChannelsWebsocketConnection._open_sessions` / `_open_sockets` (removed at disconnect), Voila's "
+    "pool and `notebook_data[...][\"kernel_ids\"]` (removed), and Voila's `RequestInfoSocketHandler._cache`: a "
+    "class-level dict of request info per pre-heated kernel that nothing clears. The kernel manager now drops "
+    "that entry at shutdown (`forget_request_info`, `zeroplanner/server/voila_app.py`; Voila's pre-heated mode "
+    "has a reported leak of its own, voila-dashboards/voila#1189). Growth of the Jupyter server with use is a "
+    "known upstream report (jupyter-server/jupyter_server#1235; about 1 MB per browser tab in "
+    "jupyterlab/jupyterlab#14634).",
+    "- tracemalloc of the server (`--tracemalloc`, 25 frames, snapshots after a full garbage collection after "
+    "each wave; 2 waves of 1 visitor, 2026-12-01 16:29 UTC): the traced Python heap went from 77.4 to 77.5 MiB "
+    "between the waves while the traced server's RSS went from 409 to 417 MiB; no allocation site grew by more "
+    "than 5 KiB. What stays is not live Python objects. Traced runs with 4-5 visitors per wave could not finish "
+    "here: the traced server was too slow under the shared machine's load (1-minute load average 10-100) for "
+    "the pages to connect before the culler's timeout.",
+    "- Small waves (3 waves of 3 visitors, pool of 3, 2026-12-01 16:47 UTC): the server's RSS after each wave's "
+    "cull was 133, 133 and 134 MiB (136 MiB before): nothing measurable is kept per session. The same run with "
+    "`PYTHONMALLOC=malloc` (the C allocator instead of pymalloc, so that `malloc_trim` can return more): 140, 140 "
+    "and 134 MiB (142 before), no better, so it is not used.",
+    "- So the server's growth is the high-water mark of a wave's concurrency (freed memory the allocator keeps, "
+    "reduced by the `gc.collect()` + `malloc_trim(0)` after each shutdown), reached in the first wave of a given "
+    "size and reused by later ones: the soak's per-wave table above gives the curve for 20 visitors a wave.",
+    "- Also fixed on the way: a pre-heated kernel handed out after sitting in the pool longer than the idle "
+    "timeout was culled as soon as the next cull tick came if its page had not connected yet (Voila skips only "
+    "kernels still in the pool, and the kernel's last activity was its pre-execution); it is now marked active "
+    "when handed out (`mark_handed_out`, `tests/server/test_pool.py`). A page reconnecting to a culled kernel "
+    "made the server log two tracebacks (jupyter_server's HTML error page needs a `static_path` Voila does not "
+    "set; 10 of the 12 tracebacks of one 15-visitor run on the overloaded machine, whose other 2 were kernels "
+    "that did not start within jupyter_client's 60 s); the kernel websocket handler now answers a plain-text "
+    "error (`PlainErrorKernelWebsocketHandler`).",
 ]
 """Findings of the leak hunt (issue 15), filled in from the soak's tracemalloc runs."""
 
