@@ -584,12 +584,12 @@ def workshop_section(runs: list[dict]) -> list[str]:
     lines = ["## For a workshop: what these runs mean", ""]
     per_kernel = [statistics.median(r["peak"]["kernels"].values()) for r in runs if r.get("peak")
                   and r["peak"]["kernels"]]
-    server_rest = [r["before"]["server"] for r in runs if r.get("before")]
+    server_rest = [r["before"]["server"] for r in runs if r.get("before") and not r.get("tracemalloc")]
     if per_kernel and server_rest:
         k_gib = statistics.median(per_kernel) / GIB
         lines.append(f"- Memory: each kernel (a visitor's, or a pre-executed one waiting in the pool) holds about "
                      f"{k_gib:.2f} GiB RSS; the server itself {min(server_rest) / MIB:.0f}-"
-                     f"{max(server_rest) / MIB:.0f} MiB. At rest the server costs its own memory plus "
+                     f"{max(server_rest) / MIB:.0f} MiB at rest (runs without tracemalloc). At rest the server costs its own memory plus "
                      f"`--pool` x {k_gib:.2f} GiB; with a room in, plan (`--pool` + visitors) x {k_gib:.2f} GiB "
                      "while the pool refills behind the visitors who took its kernels.")
     rows = []
