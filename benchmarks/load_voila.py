@@ -596,10 +596,12 @@ def workshop_section(runs: list[dict]) -> list[str]:
     for r in runs:
         sv = median_or_none([server_side_seconds(s) for s in r["sessions"]])
         t = median_or_none([s["tti_seconds"] for s in r["sessions"]])
+        rest = r.get("before")
         rows.append(f"| {r['n']} | {r.get('pool', 1)} | {len(r.get('waves') or [1])} | "
+                    f"{fmt_mib(rest['total']) + ' (server ' + fmt_mib(rest['server']) + ')' if rest else '-'} | "
                     f"{'-' if sv is None else f'{sv:.2f} s'} | {'-' if t is None else f'{t:.1f} s'} |")
-    lines += ["", "| visitors at once | pool | waves | server-side wait, median | time to interactive in this "
-              "run's browser, median |", "|---|---|---|---|---|", *rows, ""]
+    lines += ["", "| visitors at once | pool | waves | memory at rest (server + pool) | server-side wait, median | "
+              "time to interactive in this run's browser, median |", "|---|---|---|---|---|---|", *rows, ""]
     lines += [
         "- The server-side wait is what a room with its own laptops waits for the server: with the pool sized for "
         "the room, the page has already run its first plan and only the widget state is sent; without it, every "
