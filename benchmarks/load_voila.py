@@ -631,8 +631,9 @@ SERVER_KEEPS = [
     "(closed), `ZMQChannelsWebsocketConnection._open_sessions` / `_open_sockets` (removed at disconnect), Voila's "
     "pool and `notebook_data[...][\"kernel_ids\"]` (removed), and Voila's `RequestInfoSocketHandler._cache`: a "
     "class-level dict of request info per pre-heated kernel that nothing clears. The kernel manager now drops "
-    "that entry at shutdown (`forget_request_info`, `zeroplanner/server/voila_app.py`; Voila's pre-heated mode "
-    "has a reported leak of its own, voila-dashboards/voila#1189). Growth of the Jupyter server with use is a "
+    "that entry at shutdown (`forget_request_info`, `zeroplanner/server/voila_app.py`, added after the soak "
+    "below had started, so the soak ran without it; Voila's pre-heated mode has a reported leak of its own, "
+    "voila-dashboards/voila#1189). Growth of the Jupyter server with use is a "
     "known upstream report (jupyter-server/jupyter_server#1235; about 1 MB per browser tab in "
     "jupyterlab/jupyterlab#14634).",
     "- tracemalloc of the server (`--tracemalloc`, 25 frames, snapshots after a full garbage collection after "
@@ -648,6 +649,17 @@ SERVER_KEEPS = [
     "- So the server's growth is the high-water mark of a wave's concurrency (freed memory the allocator keeps, "
     "reduced by the `gc.collect()` + `malloc_trim(0)` after each shutdown), reached in the first wave of a given "
     "size and reused by later ones: the soak's per-wave table above gives the curve for 20 visitors a wave.",
+    "- Without a pool (`--pool 0`, 2026-12-01 17:32 UTC) the server rests at 104 MiB before any page was "
+    "rendered and at 142 MiB after one wave of 20 (after/before 1.364, over the 10% the single-wave check "
+    "allows). Not separated further; most likely the first render's templates and exporter, which every later "
+    "render reuses, plus the wave's high-water mark. With the shipped pool the pooled kernel's render happens "
+    "before the `before` figure (137 MiB with a pool of 3, 178 MiB with a pool of 20, the pooled pages "
+    "included), and the soak then stays flat.",
+    "- One wave of 40 simultaneous visitors (pool of 1, 2026-12-01 17:37 UTC) was stopped while its 40 kernels "
+    "started: the machine's available memory fell to 620 MiB (14 GB of its 24 GB were held in /dev/shm by "
+    "other jobs' files), and the run was stopped before the kernel's out-of-memory killer picked a process. Its "
+    "figures are not in this report; issue 15's own 40-visitor run on this machine, before these changes, "
+    "measured 40/40 correct and memory after/before 1.169.",
     "- Also fixed on the way: a pre-heated kernel handed out after sitting in the pool longer than the idle "
     "timeout was culled as soon as the next cull tick came if its page had not connected yet (Voila skips only "
     "kernels still in the pool, and the kernel's last activity was its pre-execution); it is now marked active "
