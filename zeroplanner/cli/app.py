@@ -21,7 +21,9 @@ import os
 from ..server import (
     CULL_SETTINGS,
     DEFAULT_MAX_KERNELS,
+    DEFAULT_POOL_SIZE,
     DEFAULT_PORT,
+    MAX_POOL_SIZE,
     PLANNER_NOTEBOOK_CELLS,
     repo_notebook,
     voila_argv,
@@ -67,6 +69,14 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                         default=int(CULL_SETTINGS["MappingKernelManager"]["cull_idle_timeout"]),
                         help="shut down a session's kernel after this many idle seconds with no page connected "
                              "(default %(default)s)")
+    parser.add_argument("--pool", type=_bounded_int("--pool", 0, MAX_POOL_SIZE), default=DEFAULT_POOL_SIZE,
+                        help="pre-executed kernels kept ready (default %(default)s; at most --max-kernels). Each "
+                             "costs about 130 MiB at rest; for a room, set it to the number of people who open the "
+                             "page in the same minute, so each gets a page that has already run its first plan "
+                             "(docs/reliability.md)")
+    parser.add_argument("--log-timings", action="store_true",
+                        help="log, per page, the server's seconds from the widget-state request to the first "
+                             "widget state sent (benchmarks/load_voila.py reads them)")
 
 
 def register(subparsers, add_scenario_options=None) -> None:
@@ -75,7 +85,8 @@ def register(subparsers, add_scenario_options=None) -> None:
         "app",
         help="open the interactive planner (Voilà page on 127.0.0.1)",
         description="Serve the planner page with Voilà on 127.0.0.1; idle kernels are culled and the number of "
-                    "sessions is capped (--max-kernels).",
+                    "sessions is capped (--max-kernels); --pool kernels are kept pre-executed for "
+                    "visitors arriving together.",
     )
     _add_options(parser)
     parser.set_defaults(func=run_app)
@@ -129,11 +140,16 @@ def run_app(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"zeroplanner app: error: {INSTALL_HINT}", file=sys.stderr)
         return 2
+    max_kernels = getattr(args, "max_kernels", DEFAULT_MAX_KERNELS)
+    pool = getattr(args, "pool", DEFAULT_POOL_SIZE)
+    if pool > max_kernels:
+        print(f"zeroplanner app: error: --pool {pool}: must be at most --max-kernels ({max_kernels}): pooled "
+              "kernels count against the cap", file=sys.stderr)
+        return 2
     if not port_is_free(args.port):
         print(f"zeroplanner app: error: --port {args.port}: already in use on 127.0.0.1; choose another with --port",
               file=sys.stderr)
         return 2
-    max_kernels = getattr(args, "max_kernels", DEFAULT_MAX_KERNELS)
     cull_idle = getattr(args, "cull_idle_seconds", None)
     try:
         page = page_path(getattr(args, "page", "planner"))
@@ -141,7 +157,7 @@ def run_app(args: argparse.Namespace) -> int:
         print(f"zeroplanner app: error: --page: {exc}", file=sys.stderr)
         return 2
     argv = voila_argv(page, port=args.port, open_browser=not args.no_browser, max_kernels=max_kernels,
-                      cull_idle_seconds=cull_idle)
+                      cull_idle_seconds=cull_idle, pool_size=pool, log_timings=getattr(args, "log_timings", False))
     print(f"zeroplanner app: serving http://127.0.0.1:{args.port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
     os.environ.update(voila_env())
     ZeroplannerVoila.launch_instance(argv=argv)

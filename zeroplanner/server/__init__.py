@@ -41,6 +41,17 @@ DEFAULT_MAX_KERNELS = 50
 30-50 people; each kernel holds about 0.1-0.2 GB (``docs/reliability.md``). Over it a visitor gets the "planner is
 full" page (:mod:`zeroplanner.server.voila_app`). ``zeroplanner app --max-kernels N`` changes it."""
 
+DEFAULT_POOL_SIZE = 1
+"""Pre-executed kernels kept ready for the page (Voilà's ``VoilaConfiguration.default_pool_size``): each has
+already imported the package and drawn the first plan, so a visitor who gets one waits only for the page to load
+its widgets. Each costs one kernel's memory at rest (about 130 MiB RSS, ``docs/reliability.md``). For a room, set
+``zeroplanner app --pool N`` to the number of people who open the page in the same minute (the whole room when a
+workshop starts together); a visitor who finds the pool empty gets a kernel started for them (the page then waits
+for its start, imports and first plan: tens of seconds under load, ``docs/reliability.md``)."""
+
+MAX_POOL_SIZE = 1000
+"""Largest ``--pool`` accepted (it must also be at most the kernel cap)."""
+
 BINDER_MAX_KERNELS = 8
 """Kernel cap on mybinder.org, whose containers have 1-2 GB of memory and serve one person."""
 
@@ -84,7 +95,7 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
         "template": TEMPLATE,
         "allow_template_override": "NO",
         "preheat_kernel": True,
-        "default_pool_size": 1,
+        "default_pool_size": DEFAULT_POOL_SIZE,
         "multi_kernel_manager_class": KERNEL_MANAGER_CLASS,
     },
     "ZeroplannerKernelManager": {"max_kernels": DEFAULT_MAX_KERNELS},
@@ -93,9 +104,11 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
 }
 """Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
 use the offline-clean template and ignore a ``?template=`` argument (a visitor cannot switch the page to another
-installed template), and keep one pre-heated kernel (the notebook already executed) ready so a page
-opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``; Voilà
-does not cull its pooled kernels, ``voila_kernel_manager.py``; its replacement starts after Voilà's default
+installed template), and keep :data:`DEFAULT_POOL_SIZE` pre-heated kernels (the notebook already executed) ready so
+a page opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``;
+``zeroplanner app --pool N`` sets ``default_pool_size``; Voilà does not cull its pooled kernels,
+``voila_kernel_manager.py``, and a kernel it hands out is marked active then,
+:func:`zeroplanner.server.voila_app.mark_handed_out`; each replacement starts after Voilà's default
 ``fill_delay`` of 1 s: with 0, visitors arriving together at a cap equal to their number lost a slot to the
 refill and one got the "full" page, tests/browser/test_browser_reliability.py), and cap the kernel count
 (:data:`DEFAULT_MAX_KERNELS`, :mod:`zeroplanner.server.voila_app`). Kernels talk to the server over Unix
@@ -137,13 +150,18 @@ def repo_notebook() -> Path:
 
 
 def voila_argv(notebook: str | Path, port: int = DEFAULT_PORT, open_browser: bool = False,
-               max_kernels: int | None = None, cull_idle_seconds: int | None = None) -> list[str]:
+               max_kernels: int | None = None, cull_idle_seconds: int | None = None,
+               pool_size: int | None = None, log_timings: bool = False) -> list[str]:
     """Command-line arguments for ``voila`` (or ``Voila.launch_instance(argv=...)``) serving ``notebook``.
 
     ``max_kernels`` overrides :data:`DEFAULT_MAX_KERNELS`; ``cull_idle_seconds`` overrides the idle timeout of
-    :data:`CULL_SETTINGS` (the culler then checks every ``min(60, max(1, cull_idle_seconds // 4))`` seconds).
-    Raises ``ValueError`` if ``port`` is outside 1..65535, ``max_kernels`` outside 1..10000 or
-    ``cull_idle_seconds`` outside 1..86400.
+    :data:`CULL_SETTINGS` (the culler then checks every ``min(60, max(1, cull_idle_seconds // 4))`` seconds);
+    ``pool_size`` overrides :data:`DEFAULT_POOL_SIZE` (0: no pre-executed kernel, every visitor's kernel starts on
+    request); ``log_timings`` makes each kernel websocket log the server's time from the page's widget-state
+    request to the first widget state sent (:class:`~zeroplanner.server.voila_app.ClosingPageWebsocketConnection`).
+    Raises ``ValueError`` if ``port`` is outside 1..65535, ``max_kernels`` outside 1..10000,
+    ``cull_idle_seconds`` outside 1..86400, or ``pool_size`` outside 0..:data:`MAX_POOL_SIZE` or above the kernel
+    cap (pooled kernels count against it).
     """
     if not 1 <= int(port) <= 65535:
         raise ValueError(f"port={port} must be between 1 and 65535")
@@ -153,6 +171,14 @@ def voila_argv(notebook: str | Path, port: int = DEFAULT_PORT, open_browser: boo
         if not 1 <= int(max_kernels) <= 10000:
             raise ValueError(f"max_kernels={max_kernels} must be between 1 and 10000")
         voila["ZeroplannerKernelManager"]["max_kernels"] = int(max_kernels)
+    if pool_size is not None:
+        cap = int(voila["ZeroplannerKernelManager"]["max_kernels"])
+        if not 0 <= int(pool_size) <= min(MAX_POOL_SIZE, cap):
+            raise ValueError(f"pool_size={pool_size} must be between 0 and {min(MAX_POOL_SIZE, cap)} (at most "
+                             f"max_kernels={cap}: pooled kernels count against the cap)")
+        voila["VoilaConfiguration"]["default_pool_size"] = int(pool_size)
+    if log_timings:
+        voila["ClosingPageWebsocketConnection"] = {"log_timings": True}
     if cull_idle_seconds is not None:
         if not 1 <= int(cull_idle_seconds) <= 86400:
             raise ValueError(f"cull_idle_seconds={cull_idle_seconds} must be between 1 and 86400")

@@ -18,6 +18,10 @@ workshop of unbounded size can run the server out of memory. This module caps th
   refill waits would wait with it.
 * :class:`ZeroplannerVoila` -- ``voila.app.Voila`` serving the page with :class:`CappedVoilaHandler`; what
   ``zeroplanner app`` launches.
+* Pre-executed kernels (Voilà's pool, ``zeroplanner app --pool N``): :func:`mark_handed_out` gives a pooled kernel
+  handed to a visitor the culler's whole idle timeout for its page to connect; with ``--log-timings``
+  :class:`ClosingPageWebsocketConnection` logs the server's time from the page's widget-state request to the first
+  widget state sent (``benchmarks/load_voila.py`` splits a visitor's wait with it, ``docs/reliability.md``).
 
 Imports voila and jupyter_server: only :mod:`zeroplanner.cli.app` (when the ``app`` command runs) and the server
 (by class name) import it.
@@ -30,7 +34,9 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import re
 import sys
+import time
 from typing import Any
 
 import zmq
@@ -39,10 +45,12 @@ from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebso
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager, ServerKernelManager
 from tornado import web
 from tornado.websocket import WebSocketClosedError
-from traitlets import Float, Int, Type, default
+from jupyter_server._tz import utcnow
+from traitlets import Bool, Float, Int, Type, default
 from voila.app import Voila
 from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.tornado.handler import TornadoVoilaHandler
+from voila.tornado.kernel_websocket_handler import VoilaKernelWebsocketHandler
 
 from . import DEFAULT_MAX_KERNELS, IOPUB_HWM_MESSAGES, KERNEL_MODULE
 
@@ -181,12 +189,33 @@ class ZeroplannerKernelManager(AsyncMappingKernelManager):
         await super().cull_kernel_if_idle(kernel_id)
 
     async def shutdown_kernel(self, kernel_id: str, *args: Any, **kwargs: Any) -> None:
-        await super().shutdown_kernel(kernel_id, *args, **kwargs)
-        release_freed_memory()
+        """jupyter_server's shutdown, then release what the server keeps for the kernel's session: Voilà's
+        request info for it (:func:`forget_request_info`) and freed heap pages (:func:`release_freed_memory`)."""
+        try:
+            await super().shutdown_kernel(kernel_id, *args, **kwargs)
+        finally:
+            forget_request_info(kernel_id)
+            release_freed_memory()
 
     async def shutdown_all(self, *args: Any, **kwargs: Any) -> None:
         self._zp_closing = True
         await super().shutdown_all(*args, **kwargs)
+
+
+def forget_request_info(kernel_id: str) -> bool:
+    """Drop Voilà's request info for ``kernel_id`` (returns whether there was any).
+
+    Voilà 0.5.13 hands a pre-heated kernel its visitor's request (query string, server name and port) through
+    ``RequestInfoSocketHandler`` (``voila/request_info_handler.py``): when the kernel has not yet connected to
+    ``voila/query/<kernel id>`` the payload is kept in the class-level ``_cache`` dict, which nothing ever clears,
+    not even after the kernel is shut down, so a long-running server keeps one entry per such visitor (Voilà's
+    pre-heated mode has a reported leak of its own, voila-dashboards/voila#1189). ``_waiters`` entries are removed
+    by Voilà when the kernel's websocket closes; a kernel killed mid-connection is dropped here as well."""
+    from voila.request_info_handler import RequestInfoSocketHandler
+
+    had = RequestInfoSocketHandler._cache.pop(kernel_id, None) is not None
+    RequestInfoSocketHandler._waiters.pop(kernel_id, None)
+    return had
 
 
 def release_freed_memory() -> bool:
@@ -212,17 +241,57 @@ def ready_preheated_kernel(kernel_manager: Any, notebook: str | None) -> bool:
     return head.done() and not head.cancelled() and head.exception() is None
 
 
+def pool_head(kernel_manager: Any, notebook: str | None) -> asyncio.Future | None:
+    """The task at the head of Voilà's pre-heated pool for ``notebook`` (the kernel the next visitor is handed:
+    ``VoilaKernelManager.get_rendered_notebook`` pops index 0), or None when the pool is empty or absent."""
+    pool = (getattr(kernel_manager, "_pools", None) or {}).get(notebook) or []
+    return pool[0] if pool else None
+
+
+def mark_handed_out(kernel_manager: Any, item: asyncio.Future) -> str | None:
+    """Set ``last_activity`` to now on the kernel of a finished pool task ``item`` (what Voilà handed a visitor)
+    and return its id; None when the task is not finished, failed, or its kernel is gone.
+
+    Why: Voilà's culler skips kernels in the pool (``VoilaKernelManager.cull_kernel_if_idle``), and a pooled kernel
+    keeps the ``last_activity`` of the moment it finished executing the page, possibly long ago. Once handed out
+    it leaves the pool and, until the page's websocket connects, has no connection: the next cull tick found it
+    idle for longer than ``cull_idle_timeout`` and shut it down while the visitor's page was still loading (the
+    page never drew). Marking it active when it is handed out gives the page the full idle timeout to connect,
+    as a freshly started kernel has.
+    """
+    if not item.done() or item.cancelled() or item.exception() is not None:
+        return None
+    kernel_id = (item.result() or {}).get("kernel_id")
+    kernel = getattr(kernel_manager, "_kernels", {}).get(kernel_id)
+    if kernel is None:
+        return None
+    kernel.last_activity = utcnow()
+    return kernel_id
+
+
 class CappedVoilaHandler(TornadoVoilaHandler):
     """Voilà's page handler, answering the "planner is full" page instead of queueing a visitor the server cannot
-    give a kernel."""
+    give a kernel, and marking a pre-heated kernel active when it is handed to a visitor (:func:`mark_handed_out`)."""
 
     @web.authenticated
     async def get(self, path: str | None = None) -> None:
         km = self.kernel_manager
+        notebook = self.notebook_path or path
         is_full = getattr(km, "is_full", None)
-        if is_full is not None and is_full() and not ready_preheated_kernel(km, self.notebook_path or path):
+        if is_full is not None and is_full() and not ready_preheated_kernel(km, notebook):
             raise KernelLimitReached(km.max_kernels)
-        await super().get(path)
+        # the head of the pool is the kernel this request is handed: Voila pops it before its first await
+        handed = pool_head(km, notebook)
+        if handed is not None:
+            if handed.done():
+                mark_handed_out(km, handed)
+            else:
+                handed.add_done_callback(lambda item: mark_handed_out(km, item))
+        try:
+            await super().get(path)
+        finally:
+            if handed is not None:  # and again once the page is written: the websocket connects after that
+                mark_handed_out(km, handed)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = (kwargs.get("exc_info") or (None, None, None))[1]
@@ -262,9 +331,21 @@ def _retrieve_closed_write(future: asyncio.Future) -> None:
         raise exc
 
 
+STATE_REQUEST = re.compile(rb'"comm_info_request"|"target_name":\s*"jupyter\.widget\.control"')
+"""A page's first request for its widgets' state, in a websocket frame from the page: the widget manager opens a
+comm to ``jupyter.widget.control`` and asks for every state, or, in ipywidgets' per-widget fallback
+(jupyter-widgets/ipywidgets#3633), starts with ``comm_info_request``."""
+
+STATE_REPLY = re.compile(rb'"method":\s*"update(_states)?"')
+"""A widget state in a kernel message to the page: ``update_states`` (every state on the control comm) or
+``update`` (one widget's state, the per-widget fallback's reply)."""
+
+
 class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
     """jupyter_server's kernel websocket connection, except that a kernel message written to a page whose websocket
-    is closing is dropped instead of leaving a failed task behind.
+    is closing is dropped instead of leaving a failed task behind, and (``log_timings``) it logs the server's part
+    of the page's wait: seconds from the page's widget-state request (:data:`STATE_REQUEST`) reaching the server to
+    the first widget state (:data:`STATE_REPLY`) written to the page.
 
     ``ZMQChannelsWebsocketConnection.write_message`` hands out tornado's ``WebSocketHandler.write_message``, whose
     returned future fails with ``WebSocketClosedError`` when the page closes while the message is in flight
@@ -274,12 +355,34 @@ class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
     (``Voila.kernel_websocket_connection_class``) and binder (``ServerApp.kernel_websocket_connection_class``).
     """
 
+    log_timings = Bool(False, config=True,
+                       help="Log the seconds from the page's widget-state request to the first widget state sent.")
+
+    _zp_requested_at: float | None = None
+    _zp_timed = False
+
+    def handle_incoming_message(self, incoming_msg: Any) -> None:
+        if self.log_timings and self._zp_requested_at is None and not self._zp_timed:
+            raw = incoming_msg.encode() if isinstance(incoming_msg, str) else bytes(incoming_msg)
+            if STATE_REQUEST.search(raw):
+                self._zp_requested_at = time.perf_counter()
+        super().handle_incoming_message(incoming_msg)
+
+    def _zp_time_reply(self, message: Any) -> None:
+        raw = message.encode() if isinstance(message, str) else bytes(message)
+        if STATE_REPLY.search(raw):
+            self._zp_timed = True
+            self.log.info("zeroplanner timing: kernel %s: first widget state sent %.3f s after the page's request",
+                          self.kernel_id, time.perf_counter() - self._zp_requested_at)
+
     @property
     def write_message(self):  # type: ignore[override]
         """``websocket_handler.write_message`` whose closed-page failure is retrieved (see the class doc)."""
         write = self.websocket_handler.write_message
 
         def send(message: Any, binary: bool = False) -> Any:
+            if self._zp_requested_at is not None and not self._zp_timed:
+                self._zp_time_reply(message)
             try:
                 future = write(message, binary=binary)
             except WebSocketClosedError:  # closed before the write began: tornado raises at once
@@ -291,17 +394,35 @@ class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
         return send
 
 
+class PlainErrorKernelWebsocketHandler(VoilaKernelWebsocketHandler):
+    """Voilà's kernel websocket handler, answering an error (e.g. HTTP 404 for a kernel that was culled) with a
+    plain-text body.
+
+    jupyter_server's ``JupyterHandler.write_error`` renders its ``404.html`` template, which calls tornado's
+    ``static_url``; Voilà's application has no ``static_path`` setting, so the rendering raised "You must define the
+    'static_path' setting in your application to use static_url" and the server logged "Uncaught exception in
+    write_error" with two tracebacks. Seen in a 15-visitor ``benchmarks/load_voila.py`` run: a page reconnected
+    after the culler had shut its kernel down (as a laptop waking from sleep does). The client is a websocket (the
+    widget manager), which reads only the status; the status and reason are unchanged.
+    """
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(f"{status_code}: {self._reason}\n")
+
+
 class ZeroplannerVoila(Voila):
-    """Voilà serving the page with :class:`CappedVoilaHandler` and the kernel-shutdown endpoint with
-    :class:`BeaconShutdownKernelHandler` (everything else unchanged), and kernel websockets through
-    :class:`ClosingPageWebsocketConnection`."""
+    """Voilà serving the page with :class:`CappedVoilaHandler`, the kernel-shutdown endpoint with
+    :class:`BeaconShutdownKernelHandler` and kernel websockets with :class:`PlainErrorKernelWebsocketHandler`
+    (everything else unchanged), and kernel websockets through :class:`ClosingPageWebsocketConnection`."""
 
     kernel_websocket_connection_class = Type(
         default_value=ClosingPageWebsocketConnection, klass=BaseKernelWebsocketConnection, config=True,
         help="The kernel websocket connection class (zeroplanner's drops writes to closing pages quietly).")
 
     def init_handlers(self) -> list:
-        replace = {TornadoVoilaHandler: CappedVoilaHandler, VoilaShutdownKernelHandler: BeaconShutdownKernelHandler}
+        replace = {TornadoVoilaHandler: CappedVoilaHandler, VoilaShutdownKernelHandler: BeaconShutdownKernelHandler,
+                   VoilaKernelWebsocketHandler: PlainErrorKernelWebsocketHandler}
         handlers = []
         for spec in super().init_handlers():
             if isinstance(spec, tuple) and len(spec) >= 2 and spec[1] in replace:
@@ -311,7 +432,8 @@ class ZeroplannerVoila(Voila):
 
 
 __all__ = [
-    "BeaconShutdownKernelHandler", "CappedVoilaHandler", "ClosingPageWebsocketConnection", "KernelLimitReached", "RETRY_AFTER_SECONDS",
+    "BeaconShutdownKernelHandler", "CappedVoilaHandler", "PlainErrorKernelWebsocketHandler", "ClosingPageWebsocketConnection", "KernelLimitReached", "RETRY_AFTER_SECONDS",
     "SERVER_KERNEL_MANAGER_CLASS", "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila",
-    "full_page_html", "ready_preheated_kernel", "release_freed_memory", "with_planner_kernel",
+    "forget_request_info", "full_page_html", "mark_handed_out", "pool_head", "ready_preheated_kernel", "release_freed_memory",
+    "with_planner_kernel",
 ]
