@@ -517,8 +517,6 @@ def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand: C
     p = best.sequence_parallel_size
     r: list[str] = []
     if searched and p > 1:
-        chosen = (cand.sp == p) & values["fits"]
-        best_tps = float(values["tokens_per_second"][chosen].max()) if chosen.any() else 0.0
         for v in sorted({int(x) for x in np.unique(cand.sp)} - {p}):
             if v > p:
                 continue

@@ -153,7 +153,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, list[dict]]:
     """case -> the per-rank results of one 2-rank launch (both cases, one after the other, in the same ranks)."""
-    from zeroplanner.calibrate import rank_results
+    from zeroplanner.calibrate import rank_results, wait_or_kill
 
     tmp = tmp_path_factory.mktemp("autotp")
     (tmp / "worker.py").write_text(WORKER)
@@ -170,17 +170,7 @@ def runs(tmp_path_factory) -> dict[str, list[dict]]:
         procs.append((subprocess.Popen([sys.executable, str(tmp / "worker.py"), str(tmp / "plan.json"), str(tmp)],
                                        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
                                        start_new_session=True), log))
-    try:
-        for proc, _ in procs:
-            proc.wait(timeout=max(1.0, LAUNCH_TIMEOUT_SECONDS - (time.monotonic() - t0)))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        for proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
+    wait_or_kill(procs, LAUNCH_TIMEOUT_SECONDS - (time.monotonic() - t0))
     out = {}
     for name in CASES:
         results, failed = rank_results(tmp, name, TP, "error")

@@ -21,6 +21,7 @@ import time
 import pytest
 
 from zeroplanner import catalog
+from zeroplanner.calibrate import wait_or_kill
 from zeroplanner.deepspeed import to_deepspeed_config
 from zeroplanner.catalog.hfconfig import architecture_from_hf_config
 from zeroplanner.specs import ClusterSpec, Scenario, TrainingSpec, ZeroSpec
@@ -109,18 +110,7 @@ def _launch(tmp_path, stage: int) -> list[dict]:
         procs.append((subprocess.Popen(
             [sys.executable, str(worker), str(cfg_path), str(model_path), str(out), str(SEQ_LEN)],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
-    deadline = time.monotonic() + LAUNCH_TIMEOUT_SECONDS
-    try:
-        for proc, _ in procs:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        for proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
+    wait_or_kill(procs, LAUNCH_TIMEOUT_SECONDS)
     results = []
     for rank, (proc, _) in enumerate(procs):
         log_text = (tmp_path / f"stage{stage}.rank{rank}.log").read_text()[-3000:]

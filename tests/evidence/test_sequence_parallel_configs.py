@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from zeroplanner.deepspeed import (
     to_accelerate_config,
     to_deepspeed_config,
 )
+from zeroplanner.calibrate import wait_or_kill
 from zeroplanner.scenarios import build_scenario
 
 pytest.importorskip("deepspeed")
@@ -259,22 +259,11 @@ def _launch(tmp_path, plan: dict, ranks: int, timeout_seconds: float = 600.0) ->
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks),
                    LOCAL_WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
                    CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore", PYTHONPATH=str(ROOT))
-        log = open(tmp_path / f"rank{rank}.log", "w")  # noqa: SIM115 - closed below
+        log = open(tmp_path / f"rank{rank}.log", "w")  # noqa: SIM115 - closed by wait_or_kill
         procs.append((subprocess.Popen([sys.executable, str(tmp_path / "worker.py"), str(tmp_path / "plan.json"),
                                         str(tmp_path)], env=env, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True), log))
-    deadline = time.monotonic() + timeout_seconds
-    try:
-        for proc, _ in procs:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        for proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
+    wait_or_kill(procs, timeout_seconds)
     results = []
     for rank in range(ranks):
         path = tmp_path / f"rank{rank}.json"

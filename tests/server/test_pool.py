@@ -13,7 +13,6 @@ import time
 import urllib.error
 import urllib.request
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 

@@ -50,6 +50,7 @@ __all__ = [
     "compare",
     "end_rank",
     "engine_config",
+    "wait_or_kill",
     "measure_activation_bytes",
     "predicted_activation_bytes",
     "run_calibration",
@@ -87,6 +88,27 @@ def rank_results(out_dir: Path, stem: str, ranks: int, error_key: str) -> tuple[
         else:
             failed.append((r, json.loads(e.read_text())[error_key] if e.exists() else None))
     return results, failed
+
+def wait_or_kill(procs, timeout_seconds: float) -> bool:
+    """Wait for the rank processes ``procs`` (``(subprocess.Popen, open log file)`` pairs, each started in its own
+    session) until ``timeout_seconds`` from now, kill every one still running, close the logs. Returns True when the
+    deadline passed first. Shared by the CPU-rank engine launches (:mod:`zeroplanner.calibrate.ulysses` and the
+    engine tests)."""
+    deadline = time.monotonic() + timeout_seconds
+    timed_out = False
+    try:
+        for proc, _ in procs:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        for proc, log in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+    return timed_out
+
 
 def tiny_hf_config(
     arch: Architecture,

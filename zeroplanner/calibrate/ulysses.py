@@ -64,7 +64,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import end_rank, rank_results
+from . import end_rank, rank_results, wait_or_kill
 
 TINY_ULYSSES_LLAMA: dict[str, Any] = {
     "model_type": "llama", "vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
@@ -339,19 +339,7 @@ def run_ulysses(
         procs.append((subprocess.Popen(
             [sys.executable, "-m", "zeroplanner.calibrate.ulysses", "--plan", str(plan_path), "--out", str(out)],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
-    deadline = time.monotonic() + timeout_seconds
-    timed_out = False
-    try:
-        for proc, _ in procs:
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        for proc, log in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.close()
+    timed_out = wait_or_kill(procs, timeout_seconds)
     results, failed = rank_results(out, f"ulysses_sp{sp_size}", sp_size, "traceback")
     errors = [f"rank {rank}: " + str(message)[-2000:] if message is not None else
               f"rank {rank}: no result; log tail:\n" + (out / f"sp{sp_size}.rank{rank}.log").read_text()[-2000:]

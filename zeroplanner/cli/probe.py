@@ -109,11 +109,10 @@ def format_text(result: dict[str, Any]) -> str:
     coll = bench.get("collectives")
     if coll:
         lines.append(f"collectives: {coll.get('message')}")
-        for key, fits in (coll.get("fits") or {}).items():
-            for name, fit in fits.items():
-                if fit.get("ok"):
-                    lines.append(f"  {key} {name}: busbw {fit['busbw_gb_per_s']:.3g} GB/s, "
-                                 f"alpha {fit['alpha_seconds'] * 1e6:.0f} us over {fit['ranks']} ranks")
+        from ..probe.benchmarks import fit_rows
+
+        lines += [f"  {key} {name}: busbw {fit['busbw_gb_per_s']:.3g} GB/s, alpha {fit['alpha_seconds'] * 1e6:.0f} us "
+                  f"over {fit['ranks']} ranks" for key, name, fit in fit_rows(coll) if fit.get("ok")]
     return "\n".join(line for line in lines if line)
 
 

@@ -179,6 +179,12 @@ def fit_alpha_beta(records: Sequence[dict]) -> dict[str, dict[str, Any]]:
     return fits
 
 
+def fit_rows(collectives: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(level, collective, fit)`` for every fit of a :func:`benchmark_collectives` result (or a distributed
+    report's ``benchmarks.collectives``), in their order: the rows the probe reports print."""
+    return [(level, name, fit) for level, fits in (collectives.get("fits") or {}).items() for name, fit in fits.items()]
+
+
 def benchmark_collectives(
     ranks: int | None = None,
     backend: str = "auto",
@@ -360,24 +366,22 @@ def run_probe(
     else:
         bench["matmul"] = [benchmark_matmul()]
         bench["host_transfer"] = benchmark_host_transfer()
-    launch_timeout = max(60.0, 4 * budget_seconds)
-    if timeout_seconds is not None:
-        launch_timeout = min(launch_timeout, timeout_seconds - (time.monotonic() - start) - 5.0)
-    if launch_timeout < 10.0:
-        bench["collectives"] = {"ok": False, "message": "collective benchmark skipped: under 10 s of the "
-                                f"{timeout_seconds:g} s timeout left"}
-    else:
-        bench["collectives"] = benchmark_collectives(
-            ranks=ranks, message_bytes=message_bytes, iterations=iterations,
-            budget_seconds=min(budget_seconds, launch_timeout / 2), timeout_seconds=launch_timeout)
-    adam_timeout = max(60.0, 4 * budget_seconds)
-    if timeout_seconds is not None:
-        adam_timeout = min(adam_timeout, timeout_seconds - (time.monotonic() - start) - 1.0)
-    if adam_timeout < 5.0:
-        bench["cpu_adam"] = {"ok": False, "message": "CPU-Adam benchmark skipped: under 5 s of the "
-                             f"{timeout_seconds:g} s timeout left"}
-    else:
-        bench["cpu_adam"] = benchmark_cpu_adam(timeout_seconds=adam_timeout)
+
+    def left(reserve_seconds: float) -> float:  # max(60, 4 x budget) s, or what is left of the bound less a reserve
+        cap = max(60.0, 4 * budget_seconds)
+        return cap if timeout_seconds is None else min(cap, timeout_seconds - (time.monotonic() - start)
+                                                       - reserve_seconds)
+
+    def skipped(what: str, minimum: float) -> dict[str, Any]:
+        return {"ok": False, "message": f"{what} skipped: under {minimum:g} s of the {timeout_seconds:g} s timeout left"}
+
+    launch_timeout = left(5.0)  # the torchrun teardown
+    bench["collectives"] = skipped("collective benchmark", 10.0) if launch_timeout < 10.0 else benchmark_collectives(
+        ranks=ranks, message_bytes=message_bytes, iterations=iterations,
+        budget_seconds=min(budget_seconds, launch_timeout / 2), timeout_seconds=launch_timeout)
+    adam_timeout = left(1.0)
+    bench["cpu_adam"] = skipped("CPU-Adam benchmark", 5.0) if adam_timeout < 5.0 else benchmark_cpu_adam(
+        timeout_seconds=adam_timeout)
     result["benchmarks"] = bench
     return result
 

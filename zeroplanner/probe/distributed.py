@@ -483,13 +483,14 @@ def format_report_text(report: dict[str, Any]) -> str:
         lines.append(f"note: {report['topology']['note']}")
     coll = (report.get("benchmarks") or {}).get("collectives") or {}
     lines.append(f"{'level':<11}{'collective':<16}{'ranks':>6}{'busbw GB/s':>12}{'alpha us':>10}{'max rel err':>13}")
-    for level, fits in (coll.get("fits") or {}).items():
-        for name, f in fits.items():
-            if f.get("ok"):
-                lines.append(f"{level:<11}{name:<16}{f['ranks']:>6}{f['busbw_gb_per_s']:>12.3g}"
-                             f"{f['alpha_seconds'] * 1e6:>10.0f}{f['max_relative_error']:>13.2f}")
-            else:
-                lines.append(f"{level:<11}{name:<16}{f.get('ranks', ''):>6}  {f.get('message')}")
+    from .benchmarks import fit_rows
+
+    for level, name, f in fit_rows(coll):
+        if f.get("ok"):
+            lines.append(f"{level:<11}{name:<16}{f['ranks']:>6}{f['busbw_gb_per_s']:>12.3g}"
+                         f"{f['alpha_seconds'] * 1e6:>10.0f}{f['max_relative_error']:>13.2f}")
+        else:
+            lines.append(f"{level:<11}{name:<16}{f.get('ranks', ''):>6}  {f.get('message')}")
     cl = report.get("cluster") or {}
     lines.append(f"cluster for --cluster-from: {cl.get('nodes')} nodes x {cl.get('gpus_per_node')} GPUs (ranks) "
                  f"per node, {cl.get('backend')}")

@@ -179,6 +179,18 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
+
+def _bar_table(css_class: str, headers: tuple[str, ...], colour: str, bar_px: int, rows) -> str:
+    """An HTML table of ``rows`` (``(cells, fraction)``: the first cell left-aligned, the others right-aligned,
+    then a bar ``fraction`` of ``bar_px`` wide); every cell is escaped."""
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" if j == 0 else
+                         f"<td style='text-align:right'>{html.escape(str(c))}</td>" for j, c in enumerate(cells))
+        + f"<td><div style='background:{colour};height:10px;width:{int(bar_px * fraction)}px'></div></td></tr>"
+        for cells, fraction in rows)
+    return (f"<table class='{css_class}'><tr>" + "".join(f"<th>{h}</th>" for h in headers) + "<th></th></tr>"
+            + body + "</table>")
+
 class PlannerApp(w.VBox):
     """The planner. ``PlannerApp()`` opens on the page's query string when it names a scenario (a shared link,
     :mod:`zeroplanner.share`), else on :func:`~zeroplanner.ui.state.default_state`; pass ``state=`` (an
@@ -544,27 +556,29 @@ class PlannerApp(w.VBox):
             self.longest_html.value = ("<div class='zp-muted'>Out of date: the setup changed. Press Update.</div>"
                                        + self._longest_table)
 
+    def _on_demand(self, fn, widget):
+        """``(scenario, fn(scenario))`` for the current scenario, or ``(scenario, None)`` with the error shown in
+        ``widget`` (an on-demand table's failure is shown, never raised into the page)."""
+        scenario = self.state.scenario
+        try:
+            return scenario, fn(scenario)
+        except Exception as exc:  # shown, not raised into the page
+            _log.debug("%s failed", getattr(fn, "__name__", fn), exc_info=True)
+            widget.value = f"<div class='zp-error'>{html.escape(error_message(exc))}</div>"
+            return scenario, None
+
     def compute_largest(self) -> dict[str, int]:
         """``zeroplanner.planner.largest_model`` for the current scenario, shown as a table (parameters, B).
         On demand only (about 0.3 s): the result is marked out of date when the setup changes."""
         from ..planner import largest_model
 
-        scenario = self.state.scenario
-        try:
-            result = largest_model(scenario)
-        except Exception as exc:  # shown, not raised into the page
-            _log.debug("largest_model failed", exc_info=True)
-            self.largest_html.value = f"<div class='zp-error'>{html.escape(error_message(exc))}</div>"
+        scenario, result = self._on_demand(largest_model, self.largest_html)
+        if result is None:
             return {}
         top = max(result.values(), default=0) or 1
-        rows = "".join(
-            f"<tr><td>{html.escape(label)}</td><td style='text-align:right'>"
-            f"{(f'{p / 1e9:,.1f} B' if p else 'none on the grid')}</td><td><div style='background:#4c78a8;"
-            f"height:10px;width:{int(240 * p / top)}px'></div></td></tr>"
-            for label, p in result.items()
-        )
-        self._largest_table = (f"<table class='zp-largest'><tr><th>variant</th><th>largest model (parameters)"
-                               f"</th><th></th></tr>{rows}</table>")
+        self._largest_table = _bar_table(
+            "zp-largest", ("variant", "largest model (parameters)"), "#4c78a8", 240,
+            [((label, f"{p / 1e9:,.1f} B" if p else "none on the grid"), p / top) for label, p in result.items()])
         self._largest_for = scenario
         self.largest_html.value = self._largest_table
         return result
@@ -574,23 +588,14 @@ class PlannerApp(w.VBox):
         degree that fits them). On demand, like :meth:`compute_largest`; out of date when the setup changes."""
         from ..planner import longest_sequence
 
-        scenario = self.state.scenario
-        try:
-            result = longest_sequence(scenario)
-        except Exception as exc:  # shown, not raised into the page
-            _log.debug("longest_sequence failed", exc_info=True)
-            self.longest_html.value = f"<div class='zp-error'>{html.escape(error_message(exc))}</div>"
+        scenario, result = self._on_demand(longest_sequence, self.longest_html)
+        if result is None:
             return {}
         top = max((r["seq_len"] for r in result.values()), default=0) or 1
-        rows = "".join(
-            f"<tr><td>{html.escape(label)}</td><td style='text-align:right'>"
-            f"{format(r['seq_len'], ',') if r['seq_len'] else 'none fits'}</td>"
-            f"<td style='text-align:right'>{r['sequence_parallel_size'] or ''}</td><td><div style='background:"
-            f"#72b7b2;height:10px;width:{int(160 * r['seq_len'] / top)}px'></div></td></tr>"
-            for label, r in result.items()
-        )
-        self._longest_table = (f"<table class='zp-longest'><tr><th>variant</th><th>longest sequence (tokens)</th>"
-                               f"<th>SP</th><th></th></tr>{rows}</table>")
+        self._longest_table = _bar_table(
+            "zp-longest", ("variant", "longest sequence (tokens)", "SP"), "#72b7b2", 160,
+            [((label, format(r["seq_len"], ",") if r["seq_len"] else "none fits", r["sequence_parallel_size"] or ""),
+              r["seq_len"] / top) for label, r in result.items()])
         self._longest_for = scenario
         self.longest_html.value = self._longest_table
         return result
