@@ -530,6 +530,13 @@ def from_deepspeed_config(
         training = bt
     zero = ZeroSpec.model_validate(zero_fields)
     cluster = {**base.cluster.model_dump(), "tensor_parallel_size": tp, "sequence_parallel_size": sp}
+    dp = base.cluster.world_size // tp
+    hpz = zero.zero_hpz_partition_size
+    if zero.stage == 3 and hpz > 1 and dp % min(hpz, dp):
+        # DeepSpeed refuses it (lint's hpz_not_dividing error says so); the rest of the config is priced without hpZ
+        r.note("info", "zero_optimization.zero_hpz_partition_size", f"zero_hpz_partition_size {hpz} does not divide "
+               f"the data-parallel degree {dp}, which DeepSpeed refuses: priced without hpZ.", "", "unpriced")
+        zero = zero.model_copy(update={"zero_hpz_partition_size": 1})
     scenario = Scenario.model_validate({**base.model_dump(), "cluster": cluster, "training": training.model_dump(),
                                         "zero": zero.model_dump()})
     return scenario, r.findings
