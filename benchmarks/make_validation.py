@@ -146,9 +146,9 @@ MODERN_NOTES = [
     "output, 8·a·s² bytes per layer; the final logits' tanh output) and gpt_oss (the sink column, softmax in "
     "bf16, top-k-then-softmax router, GptOssExperts' clamped GLU: 7 saved tensors of width f per pair; fp32 "
     "norm outputs). Full checkpointing now prices the recomputed layer's s² tensors (selective drops them).",
-    "Not run (zeroplanner/calibrate/families.py NOT_CENSUSED): gemma4 and llama4 with their vision towers, whose "
-    "activations the cost model does not price (their text models are censused). Qwen2-VL, Qwen2.5-VL and "
-    "Gemma 3 are censused with an image below.",
+    "Not run (zeroplanner/calibrate/families.py NOT_CENSUSED): llama4 with its vision tower, whose "
+    "activations the cost model does not price (its text model is censused). Qwen2-VL, Qwen2.5-VL, Gemma 3 and "
+    "Gemma 4 are censused with an image below.",
 ]
 
 
@@ -230,6 +230,17 @@ VISION_NOTES = [
     "which it keeps, and transformers repeats K and V to n_heads when a mask is given (use_gqa_in_sdpa). "
     "'With the named gap' adds those bytes (`calibrate/families.py` vision_census_language_gap_bytes). The cost "
     "model prices the flash kernel; eager attention and full checkpointing rows are within 5%.",
+    ("Gemma 4's tower (Gemma4VisionModel, the released file's patch_size 16 and standardize, one 12 x 12-patch "
+    "image pooled 3 x 3 into 16 tokens): every Gemma4RMSNorm runs in fp32 (its upcast, two fp32 statistics per "
+    "row, and with a scale the fp32 normalised tensor), four per block plus q_norm, k_norm and the unscaled "
+    "v_norm over head_dim; the normed, rotated q, k, v; the GeGLU MLP's 4 tensors of width f; once per tower "
+    "the patch input, int64 (x, y) positions, the bf16 axial cos/sin, the pooler's fp32 one-hot averaging "
+    "weights, standardize's fp32 scale and the embedder's norm. No CPU-vs-GPU difference but the 1/L rotary "
+    "tables under full checkpointing (CPU sdpa lays its output out (b, s, heads, d) as flash does). Frozen it "
+    "saves nothing even checkpointed: Gemma4VisionModel names no input-embedding layer, so "
+    "enable_input_require_grads hooks none in it. Its language model (use_bidirectional_attention 'vision', as "
+    "released) has Gemma 3's gap in its 5 sliding-window layers only (full-attention layers stay causal); "
+    "Gemma4Model refuses flash_attention_2, so a GPU run saves those masks too."),
 ]
 
 
@@ -244,11 +255,11 @@ def render_vision_activations(rows: list[dict]) -> list[str]:
     lines = [
         "### Vision-language models: the vision tower and the language model with the image's tokens",
         "",
-        "`calibrate/families.py` measure_vision_activation_bytes: the small qwen2_5_vl, qwen2_vl and gemma3 "
+        "`calibrate/families.py` measure_vision_activation_bytes: the small qwen2_5_vl, qwen2_vl, gemma3 and gemma4 "
         "configs (towers of 2 blocks, width 32, 4 heads; Qwen2.5-VL: one full-attention block, 64-patch windows) "
         "built with `AutoModelForImageTextToText` on CPU in bf16, one image after 128 text tokens, micro-batch 1: "
         "Qwen 448x448 (1024 patches, 256 tokens), Gemma 3 224x224 (256 SigLIP patches pooled 4 x 4 into 16 "
-        "tokens). Bytes saved while the tower (and Gemma 3's projector) runs, and recomputed after the gradient "
+        "tokens), Gemma 4 192x192 (144 patches of 16 pooled 3 x 3 into 16 tokens; tower head_dim 8). Bytes saved while the tower (and Gemma 3's projector) runs, and recomputed after the gradient "
         "reaches it, are the tower's; the rest the language model's.",
         "",
         "| small config | checkpointing | tower | attention | tower predicted | tower measured | error | "

@@ -117,12 +117,11 @@ def census_attention(label: str) -> str:
 
 
 NOT_CENSUSED = {
-    "gemma4": "vision-language: its tower's activations are not priced (gemma4_text is censused)",
     "llama4": "vision-language: its tower's activations are not priced (llama4_text is censused)",
 }
 """Small configs the activation census does not run, and why."""
 
-VISION_CENSUS = ("qwen2_5_vl", "qwen2_vl", "gemma3")
+VISION_CENSUS = ("qwen2_5_vl", "qwen2_vl", "gemma3", "gemma4")
 """Vision-language small configs the census runs with an image (:func:`measure_vision_activation_bytes`): the
 towers costmodel/vision.py prices."""
 
@@ -138,9 +137,17 @@ def vision_census_config(label: str) -> dict:
     """The :data:`VISION_CENSUS` config ``label`` as the census runs it: :func:`census_config` plus a multimodal
     rotary section that fits the small head width (mrope_section sums to head_dim / 2 = 8; the released files'
     [16, 24, 24] is for 128-wide heads); for gemma3 the nested configs at vocabulary 512 with a 224-pixel image
-    (16 x 16 patches of 14 pooled into 16 tokens). Raises KeyError for a label not in :data:`VISION_CENSUS`."""
+    (16 x 16 patches of 14 pooled into 16 tokens); for gemma4 the nested configs at vocabulary 512 with the released
+    file's patch_size 16, standardize and use_bidirectional_attention "vision" (google/gemma-4-26b-a4b config.json,
+    ../shared/hf-configs/gemma-4-26b-a4b.json), one 12 x 12-patch image pooled 3 x 3 into its 16 tokens. Raises
+    KeyError for a label not in :data:`VISION_CENSUS`."""
     if label not in VISION_CENSUS:
         raise KeyError(label)
+    if label == "gemma4":
+        cfg = copy.deepcopy(SMALL[label])
+        cfg["text_config"].update(vocab_size=512, max_position_embeddings=1024, use_bidirectional_attention="vision")
+        cfg["vision_config"].update(patch_size=16, standardize=True)
+        return dict(cfg, image_token_id=5, boi_token_id=6, eoi_token_id=7, video_token_id=8, audio_token_id=9)
     if label == "gemma3":  # nested text_config; a 224-pixel image of 256 patches pooled 4 x 4 into 16 tokens
         cfg = copy.deepcopy(SMALL[label])
         cfg["text_config"].update(vocab_size=512, max_position_embeddings=1024)
@@ -162,11 +169,12 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
     ``AutoModelForImageTextToText`` built from :func:`vision_census_config`, with one image of the tower's
     ``patches_per_image`` patches (a square grid, random pixel values: Qwen's flattened patches with
     ``image_grid_thw`` = (1, g, g) after a vision-start marker; Gemma 3's (1, 3, H, W) image with
-    ``token_type_ids``) whose tokens stand in the sequence: ``seq_len`` text tokens + the image's tokens.
+    ``token_type_ids``; Gemma 4's (1, P, 3·p²) patches in [0, 1] with their (x, y) ``image_position_ids`` and
+    ``mm_token_type_ids``) whose tokens stand in the sequence: ``seq_len`` text tokens + the image's tokens.
     ``freeze_vision``: the tower's (and projector's) parameters get ``requires_grad=False`` (as ms-swift
     ``freeze_vit`` / LLaMA-Factory ``freeze_vision_tower`` do).
 
-    Attribution: a tensor saved while the tower's forward runs (Gemma 3: and its projector's) is the tower's; in
+    Attribution: a tensor saved while the tower's forward runs (Gemma 3: and its projector's; Gemma 4: and embed_vision's) is the tower's; in
     backward everything recomputed after the gradient reaches the tower's output is the tower's (the tower runs
     first, so its blocks are recomputed last), the rest the language model's. Recomputed bytes are divided by the block (layer) count as
     in ``measure_activation_bytes``.
@@ -189,7 +197,12 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
     model = model.to(torch.bfloat16)
     model.train()
     gemma = model_type == "gemma3"
-    towers = [model.model.vision_tower, model.model.multi_modal_projector] if gemma else [model.model.visual]
+    if model_type == "gemma4":
+        towers = [model.model.vision_tower, model.model.embed_vision]
+    elif gemma:
+        towers = [model.model.vision_tower, model.model.multi_modal_projector]
+    else:
+        towers = [model.model.visual]
     if freeze_vision:
         for param in (param for t in towers for param in t.parameters()):
             param.requires_grad_(False)
@@ -235,7 +248,12 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
     ids = torch.randint(16, config.text_config.vocab_size, (1, seq_len + tokens), generator=gen)
     ids[0, 5:5 + tokens] = config.image_token_id
     kinds = (ids == config.image_token_id).int()
-    if gemma:  # SiglipVisionModel reads (images, channels, H, W); Gemma3Model needs token_type_ids in training
+    if model_type == "gemma4":  # the image processor's patches in [0, 1] with their (x, y) grid positions
+        ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+        inputs = dict(pixel_values=torch.rand(1, vision.patches_per_image, vision.patch_input_size, generator=gen),
+                      image_position_ids=torch.stack([xs.reshape(-1), ys.reshape(-1)], -1)[None],
+                      mm_token_type_ids=kinds.long())
+    elif gemma:  # SiglipVisionModel reads (images, channels, H, W); Gemma3Model needs token_type_ids in training
         patch = int(round((vision.patch_input_size // 3) ** 0.5))  # 3 channels x patch_size^2
         inputs = dict(pixel_values=torch.randn(1, 3, side * patch, side * patch, generator=gen),
                       token_type_ids=kinds.long())
@@ -339,25 +357,28 @@ def vision_census_seen_differently_bytes(label: str, *, checkpointing: str = "no
       SigLIP's post_layernorm);
     - full checkpointing: the fp32 rotary cos/sin tables stay alive as keyword arguments of the checkpointed
       blocks but are saved tensors only inside each recomputed block, which the census divides by the block count:
-      it sees 1/L of them.
+      it sees 1/L of them (Gemma 4's are in the working precision).
+    Gemma 4's tower has no other: its RMSNorms run in fp32 on both devices, and CPU sdpa, like CUDA's flash
+    kernel, lays its output out (b, s, heads, d), so o_proj reads the kernel output.
     Raises KeyError for a label not in :data:`VISION_CENSUS`. Needs no torch."""
     from ..catalog.hfconfig import architecture_from_hf_config
 
     v = architecture_from_hf_config(vision_census_config(label)).vision
     full = checkpointing == "full"
-    if freeze_vision and not full:
-        return 0.0, ""  # nothing is recorded in a frozen tower
+    if freeze_vision and (not full or v.family == "gemma4"):
+        return 0.0, ""  # nothing is recorded in a frozen tower (Gemma 4's: not even checkpointed)
     p, e, ab = float(v.patches_per_image), float(v.hidden_size), 2.0
     recorded = 1 if full else v.layers  # blocks whose tensors the census counts (one recomputed under full)
     extra, reasons = 0.0, []
-    if attn_implementation == "sdpa" and not freeze_vision and v.family != "gemma3":
+    if attn_implementation == "sdpa" and not freeze_vision and v.family in ("qwen2_vl", "qwen2_5_vl"):
         extra += recorded * ab * p * e
         reasons.append("CPU sdpa's per-window path concatenates the attention outputs into a new proj input")
     if v.family in ("qwen2_vl", "gemma3"):
         extra += (2 * recorded + 1) * (2.0 * ab - 8.0) * p
         reasons.append("CPU layer_norm keeps mean and rstd in bf16 (CUDA: fp32)")
     if full and v.family != "gemma3":  # SigLIP has learned positions, no rotary tables
-        tables = 2.0 * 4.0 * p * (v.hidden_size // v.heads)
+        # Qwen's tables are fp32; Gemma4VisionRotaryEmbedding casts its cos and sin to the working precision
+        tables = 2.0 * (ab if v.family == "gemma4" else 4.0) * p * v.head_width
         extra -= tables * (1.0 - 1.0 / v.layers)
         reasons.append("rotary tables held by the checkpointed blocks' keyword arguments, seen in 1/L of them")
     return extra, "; ".join(reasons)
@@ -371,13 +392,18 @@ def vision_census_language_gap_bytes(label: str, *, checkpointing: str = "none",
     ``token_type_ids``), so every layer hands sdpa an explicit (1, 1, s, s) bf16 mask, which it saves, and
     transformers' ``use_gqa_in_sdpa`` refuses the kernel's own GQA with a mask, so K and V are repeated to
     n_heads: L·(a_b·s² + 2·a_b·s·(h_q - h_kv)) (measured per tensor: 4 x 41,472 + 4 x 36,864 bytes at s = 144).
-    The cost model prices the flash kernel (causal, GQA inside). Needs no torch."""
+    Gemma 4 likewise, in its sliding-window layers only (measured: 5 x 41,472 + 5 x 18,432 bytes at s = 144;
+    Gemma4Model refuses flash_attention_2, so a GPU run saves them too). The cost model prices the flash kernel
+    (causal, GQA inside). Needs no torch."""
     from ..catalog.hfconfig import architecture_from_hf_config
 
-    if label != "gemma3" or attn_implementation != "sdpa" or checkpointing != "none":
+    if label not in ("gemma3", "gemma4") or attn_implementation != "sdpa" or checkpointing != "none":
         return 0.0, ""
     arch = architecture_from_hf_config(vision_census_config(label))
     s = float(CENSUS_SEQ_LEN + arch.vision_tokens_per_image)
-    gap = arch.n_layers * (2.0 * s * s + 2.0 * 2.0 * s * (arch.q_size - arch.kv_size))
+    # Gemma 4 (use_bidirectional_attention "vision", as the released files): only the sliding-window layers get the
+    # bidirectional overlay (create_masks_for_vision_model: full-attention layers stay causal, sdpa's is_causal)
+    layers = arch.sliding_window_layers if label == "gemma4" else arch.n_layers
+    gap = layers * (2.0 * s * s + 2.0 * 2.0 * s * (arch.q_size - arch.kv_size))
     return gap, ("the image tokens' bidirectional mask: an explicit (1, 1, s, s) mask saved per layer and K/V "
                  "repeated to n_heads (use_gqa_in_sdpa refuses GQA with a mask)")

@@ -654,9 +654,37 @@ def _gemma4(k: _Keys) -> dict[str, Any]:
     if k.config.get("vision_config") is not None:
         vision = k.sub("vision_config")
         hv = vision.integer("hidden_size", default=768)
-        f.update(vision_params=_gemma4_vision(vision) + hv * f["hidden_size"],
-                 vision_tokens_per_image=k.integer("vision_soft_tokens_per_image", default=280))
+        tokens = k.integer("vision_soft_tokens_per_image", default=280, maximum=1_000_000)
+        f.update(vision_params=_gemma4_vision(vision) + hv * f["hidden_size"], vision_tokens_per_image=tokens,
+                 vision=_gemma4_tower(vision, tokens))
     return f
+
+
+def _gemma4_tower(v: _Keys, tokens: int) -> VisionTower:
+    """The activation shape of Gemma4VisionModel (transformers 5.24): the image processor
+    (image_processing_gemma4.py) resizes an image to at most ``tokens`` x pooling_kernel_size^2 patches and pads it
+    to that count, so every image is that many patches of 3 x patch_size^2 pixels; Gemma4VisionPooler averages
+    kernel^2 patches into one token (merge_size = the kernel). Every block attends over the whole image, with
+    head_dim-wide heads and num_key_value_heads key/value heads (Gemma4VisionConfig defaults: 768 wide, 12 heads
+    of 64, 16 layers, MLP 3072, patch 16, kernel 3)."""
+    hv = v.integer("hidden_size", default=768, maximum=1_000_000)
+    heads = v.integer("num_attention_heads", default=12, maximum=10_000)
+    kv = v.integer("num_key_value_heads", default=heads, maximum=10_000)
+    if heads % kv:
+        raise ValueError(f"config.json key 'vision_config.num_key_value_heads' ({kv}) must divide "
+                         f"num_attention_heads ({heads})")
+    kernel = v.integer("pooling_kernel_size", default=3, maximum=64)
+    patch = v.integer("patch_size", default=16, maximum=1000)
+    layers = v.integer("num_hidden_layers", default=16, maximum=1000)
+    patches = tokens * kernel * kernel
+    if patches > 100_000_000:
+        raise ValueError(f"config.json keys 'vision_soft_tokens_per_image' x 'vision_config.pooling_kernel_size'^2 "
+                         f"give {patches} patches per image; at most 100000000 is accepted")
+    return VisionTower(family="gemma4", layers=layers, hidden_size=hv, heads=heads,
+                       ffn_size=v.integer("intermediate_size", default=3072, maximum=10_000_000),
+                       patch_input_size=3 * patch * patch, patches_per_image=patches, merge_size=kernel,
+                       full_attention_layers=layers, window_patches=patches,
+                       head_dim=v.integer("head_dim", default=64, maximum=100_000), kv_heads=kv)
 
 
 def _phi3(k: _Keys) -> dict[str, Any]:
