@@ -55,11 +55,14 @@ class VisionTower(_Frozen):
     SiglipVisionModel and Gemma3MultiModalProjector's average pool, merge_size = its kernel, one crop per image:
     pan-and-scan crops are not priced; Gemma 4: Gemma4VisionModel, whose Gemma4VisionPooler averages
     pooling_kernel_size^2 patches into one token, merge_size = that kernel, patches_per_image the image
-    processor's budget vision_soft_tokens_per_image x kernel^2, explicit head_dim and num_key_value_heads)."""
+    processor's budget vision_soft_tokens_per_image x kernel^2, explicit head_dim and num_key_value_heads;
+    Llama 4: Llama4VisionModel over one image_size tile plus its class token, pixel shuffle by
+    pixel_shuffle_ratio, merge_size = 1 / ratio)."""
 
-    family: Literal["qwen2_vl", "qwen2_5_vl", "gemma3", "gemma4"] = Field(
+    family: Literal["qwen2_vl", "qwen2_5_vl", "gemma3", "gemma4", "llama4"] = Field(
         description="the tower's layout (HF model_type of the model; gemma3: SigLIP + Gemma3MultiModalProjector; "
-        "gemma4: Gemma4VisionModel + Gemma4MultimodalEmbedder)"
+        "gemma4: Gemma4VisionModel + Gemma4MultimodalEmbedder; llama4: Llama4VisionModel + "
+        "Llama4MultiModalProjector)"
     )
     layers: int = Field(ge=1, le=1000, description="vision blocks (vision_config.depth)")
     hidden_size: int = Field(ge=1, le=1_000_000, description="tower width (Qwen2.5-VL hidden_size, Qwen2-VL embed_dim)")
@@ -97,6 +100,15 @@ class VisionTower(_Frozen):
     kv_heads: int | None = Field(
         default=None, ge=1, le=10_000,
         description="key/value heads (Gemma 4 vision_config.num_key_value_heads); None = heads",
+    )
+    class_tokens: int = Field(
+        default=0, ge=0, le=16,
+        description="tokens the blocks carry besides the patches (Llama 4: the class embedding, 1)",
+    )
+    adapter_size: int | None = Field(
+        default=None, ge=1, le=10_000_000,
+        description="width of the pixel-shuffle adapter MLP (Llama 4 vision_config.projector_input_dim = "
+        "projector_output_dim); None = no such adapter",
     )
 
     @model_validator(mode="after")
@@ -270,8 +282,8 @@ class Architecture(_Frozen):
     vision: VisionTower | None = Field(
         default=None,
         description="the vision encoder's shape for its own activations (Qwen2-VL / Qwen2.5-VL / Gemma 3 / "
-        "Gemma 4); None = not priced (text-only models, and the other vision-language families (Llama 4): their "
-        "towers' parameters are counted, their activations are not)",
+        "Gemma 4 / Llama 4); None = not priced (text-only models, and vision-language families read only through "
+        "transformers: their towers' parameters are counted, their activations are not)",
     )
     global_head_dim: int | None = Field(
         default=None, ge=1, le=100_000,

@@ -783,7 +783,39 @@ def _llama4(k: _Keys) -> dict[str, Any]:
     tower = hv + (grid + 1) * hv + hv * ch * patch * patch + 4 * hv + layers * layer + fv * pin + pout * pout
     projector = out * f["hidden_size"] + f["hidden_size"] * v.flag("multi_modal_projector_bias", default=False)
     f.update(vision_params=tower + projector, vision_tokens_per_image=int(grid * ratio * ratio))
+    f["vision"] = _llama4_tower(v, hv, fv, layers, ch, image // patch, patch, ratio, pin, pout, out)
     return f
+
+
+def _llama4_tower(v: _Keys, hv: int, fv: int, layers: int, ch: int, side: int, patch: int, ratio: float,
+                  pin: int, pout: int, out: int) -> VisionTower:
+    """The activation shape of Llama4VisionModel (transformers 5.24 modeling_llama4.py): one image_size tile of
+    side^2 patches plus the class token through every block; pixel_shuffle folds (1/ratio)^2 patches into one
+    token (merge_size = 1/ratio) whose 4·hidden_size channels Llama4VisionMLP2's fc1 reads; fc2 is
+    projector_output_dim square and Llama4MultiModalProjector reads vision_output_dim. transformers fails at the
+    first forward when those widths do not chain, so such a vision_config is refused here, naming the keys."""
+    heads = v.integer("num_attention_heads", default=16, maximum=10_000)
+    if hv % heads:
+        raise ValueError(f"config.json key 'vision_config.num_attention_heads' ({heads}) must divide the tower "
+                         f"width {hv}")
+    merge = round(1 / ratio)
+    if abs(merge * ratio - 1) > 1e-9 or side % merge:
+        raise ValueError(f"config.json key 'vision_config.pixel_shuffle_ratio' ({ratio}) must be 1/m for a whole m "
+                         f"dividing the patch grid side image_size / patch_size = {side}")
+    if fv != hv * merge * merge:
+        raise ValueError(f"config.json key 'vision_config.intermediate_size' ({fv}) must be hidden_size / "
+                         f"pixel_shuffle_ratio^2 = {hv * merge * merge} (the adapter's fc1 reads the shuffled "
+                         f"channels)")
+    if not pin == pout == out:
+        raise ValueError(f"config.json keys 'vision_config.projector_input_dim', 'projector_output_dim' and "
+                         f"'vision_output_dim' must be equal (got {pin}, {pout}, {out}): fc2 is square and the "
+                         f"projector reads its output")
+    if ch * patch * patch > 10_000_000 or side * side > 100_000_000:
+        raise ValueError("config.json 'vision_config' gives num_channels x patch_size^2 above 10000000 or more than "
+                         "100000000 patches")
+    return VisionTower(family="llama4", layers=layers, hidden_size=hv, heads=heads, ffn_size=fv,
+                       patch_input_size=ch * patch * patch, patches_per_image=side * side, merge_size=merge,
+                       full_attention_layers=layers, window_patches=side * side, class_tokens=1, adapter_size=pin)
 
 
 def _gpt_oss(k: _Keys) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The vision encoder's own activations: what a Qwen2-VL / Qwen2.5-VL / Gemma 3 / Gemma 4 vision tower saves for
-backward.
+"""The vision encoder's own activations: what a Qwen2-VL / Qwen2.5-VL / Gemma 3 / Gemma 4 / Llama 4 vision tower
+saves for backward.
 
 The tower is a ViT over the patches of every image (transformers 5.24 ``Qwen2VisionTransformerPretrainedModel``,
 ``Qwen2_5_VisionTransformerPretrainedModel``, Gemma 3's ``SiglipVisionModel``): a patch embedding, ``layers``
@@ -48,6 +48,17 @@ would also hand sdpa a (P, P) mask: not priced). Frozen, the tower saves nothing
 Gemma4VisionModel names no input-embedding layer, so ``enable_input_require_grads`` hooks none in it (measured:
 0 bytes).
 
+Llama 4 (``Llama4VisionModel``, modeling_llama4.py): SigLIP's block terms (LayerNorms, separate biased q, k, v,
+nn.GELU's 2 tensors of width f) over the patches plus the class token (``class_tokens``); its complex rotary
+multiplies by the ``freqs_ci`` buffer and saves no activation; eager: ``vision_eager_attention_forward`` keeps
+the softmax in the working precision only, a_b·a·P². Once per tower: the unfolded patches (Linear input,
+a_b·P·3p²), layernorm_pre and layernorm_post, and Llama4VisionPixelShuffleMLP: fc1's shuffled input a_b·P·e, the
+two GELUs' inputs and the last GELU's output (the projector's input), 4·a_b·T·c for the adapter width c
+(``adapter_size``); frozen under full checkpointing only the GELUs' inputs. Measured to the byte without
+checkpointing; under full checkpointing transformers 5.24 records no Llama 4 block at all (its reentrant
+checkpoint sees only keyword arguments, so no gradient reaches the blocks: calibrate.families
+VISION_CENSUS_UNSEEN), and the cost model prices the tower as it trains when the gradient does reach it.
+
 Full checkpointing (the vision blocks are ``GradientCheckpointingLayer`` modules, checkpointed with the language
 model's layers): each block keeps its input, a_b·P·e, and one block is recomputed in backward; the LayerNorm of
 the recomputed block reads the stored input (no new storage). Selective checkpointing drops the s² terms (eager
@@ -78,10 +89,10 @@ from ..specs import VisionTower
 
 _FULL, _SELECTIVE = 2, 1  # costmodel.context checkpointing codes (0 none, 1 selective, 2 full)
 
-_MLP_WIDTHS = {"qwen2_5_vl": 4.0, "qwen2_vl": 3.0, "gemma3": 2.0}
+_MLP_WIDTHS = {"qwen2_5_vl": 4.0, "qwen2_vl": 3.0, "gemma3": 2.0, "llama4": 2.0}
 """Tensors of width f one trainable block's MLP saves: SwiGLU gate, up, act(gate), product (Qwen2_5_VLMLP);
 quick_gelu fc1 output, sigmoid, product (Qwen2-VL VisionMlp); gelu_pytorch_tanh fc1 output, GELU output
-(SiglipMLP). Measured (docs/validation.md section 6)."""
+(SiglipMLP); nn.GELU fc1 output, GELU output (Llama4VisionMLP). Measured (docs/validation.md section 6)."""
 
 _ROTARY = frozenset({"qwen2_vl", "qwen2_5_vl"})
 """Towers with 2D rotary position embeddings (VisionRotaryEmbedding); SigLIP adds learned positions instead."""
@@ -143,7 +154,7 @@ def vision_block_bytes(v: VisionTower, images, activation_bytes: float, flash_at
     if v.family == "gemma4":  # a frozen Gemma 4 tower records nothing (module docstring)
         block = _gemma4_block_bytes(v, n, ab, flash_attention, drop_s2)
         return block if trainable else 0.0 * block
-    p = n * v.patches_per_image  # patches in the micro-batch
+    p = n * (v.patches_per_image + v.class_tokens)  # rows in the micro-batch (Llama 4: patches + class token)
     e, f, a = float(v.hidden_size), float(v.ffn_size), float(v.heads)
     linear_in = ab * p * e if trainable else 0.0 * p  # a Linear keeps its input only for its weight gradient
     # the MLP's saved tensors of width f; frozen: without the last (down_proj / fc2's input)
@@ -156,8 +167,10 @@ def vision_block_bytes(v: VisionTower, images, activation_bytes: float, flash_at
     else:
         layers = float(v.layers)
         windowed = (layers - v.full_attention_layers) / layers
-        pp = float(v.patches_per_image)
-        s2 = (4.0 + ab) * a * n * pp * (v.full_attention_layers / layers * pp + windowed * v.window_patches)
+        pp = float(v.patches_per_image + v.class_tokens)
+        # Llama 4's vision_eager_attention_forward: softmax in the working precision (no fp32 copy)
+        probs = ab if v.family == "llama4" else 4.0 + ab
+        s2 = probs * a * n * pp * (v.full_attention_layers / layers * pp + windowed * v.window_patches)
         core = linear_in + np.where(drop_s2, 0.0, s2)  # proj input + fp32 softmax and its copy per window
     return norms + qkv + core + widths * ab * p * f
 
@@ -176,16 +189,25 @@ def vision_activation_parts(v: VisionTower, images, *, activation_bytes: float, 
     ck = np.asarray(checkpointing)
     full = ck == _FULL
     p = n * v.patches_per_image
+    rows = n * (v.patches_per_image + v.class_tokens)  # what the blocks carry (Llama 4: + the class token)
     e, d = float(v.hidden_size), float(v.hidden_size // v.heads)
     block = vision_block_bytes(v, n, ab, flash_attention, drop_s2=ck == _SELECTIVE, trainable=trainable)
-    inputs = ab * p * e  # one block's stored input under full checkpointing
+    inputs = ab * rows * e  # one block's stored input under full checkpointing
     # the recomputed block's LayerNorm reads the stored input itself (no new storage); RMSNorm saves an fp32 upcast
     recomputed = block - (inputs if v.family not in ("qwen2_5_vl", "gemma4") else 0.0)
     blocks = np.where(full, v.layers * inputs + recomputed, v.layers * block)
     tokens = p / v.merge_size ** 2
     window = 2.0 * 8.0 * tokens if v.family == "qwen2_5_vl" else 0.0 * p
     linear_in = ab * p * e if trainable else 0.0
-    if v.family == "gemma4":
+    if v.family == "llama4":
+        # layernorm_pre and layernorm_post over the patches and the class token (input + fp32 mean and rstd);
+        # Llama4VisionPixelShuffleMLP: fc1's input (the shuffled copy of the patches, T rows of m²·e), the two
+        # nn.GELUs' inputs (fc1 and fc2 outputs, T rows of adapter_size) and the last GELU's output, which
+        # Llama4MultiModalProjector's Linear reads; frozen: only the GELUs' inputs
+        c = float(v.adapter_size or 0)
+        merger = 2.0 * _norm_bytes(v, rows, ab, trainable) + \
+            ((ab * p * e + 4.0 * ab * tokens * c) if trainable else 2.0 * ab * tokens * c)
+    elif v.family == "gemma4":
         # Gemma4VisionPooler: the fp32 one-hot averaging weights (P x T; the matmul keeps them for the input's
         # gradient), the bool mask that strips padding tokens; Gemma4MultimodalEmbedder: the unscaled
         # Gemma4RMSNorm over the T tokens and the projection's working-precision input
