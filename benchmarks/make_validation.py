@@ -146,9 +146,8 @@ MODERN_NOTES = [
     "output, 8·a·s² bytes per layer; the final logits' tanh output) and gpt_oss (the sink column, softmax in "
     "bf16, top-k-then-softmax router, GptOssExperts' clamped GLU: 7 saved tensors of width f per pair; fp32 "
     "norm outputs). Full checkpointing now prices the recomputed layer's s² tensors (selective drops them).",
-    "Not run (zeroplanner/calibrate/families.py NOT_CENSUSED): gemma4 and llama4 with their vision towers, whose "
-    "activations the cost model does not price (their text models are censused). Qwen2-VL, Qwen2.5-VL and "
-    "Gemma 3 are censused with an image below.",
+    "The vision-language small configs (Qwen2-VL, Qwen2.5-VL, Gemma 3, Gemma 4, Llama 4) are censused with an "
+    "image below; `families.NOT_CENSUSED` is empty.",
 ]
 
 
@@ -230,6 +229,31 @@ VISION_NOTES = [
     "which it keeps, and transformers repeats K and V to n_heads when a mask is given (use_gqa_in_sdpa). "
     "'With the named gap' adds those bytes (`calibrate/families.py` vision_census_language_gap_bytes). The cost "
     "model prices the flash kernel; eager attention and full checkpointing rows are within 5%.",
+    ("Gemma 4's tower (Gemma4VisionModel, the released file's patch_size 16 and standardize, one 12 x 12-patch "
+    "image pooled 3 x 3 into 16 tokens): every Gemma4RMSNorm runs in fp32 (its upcast, two fp32 statistics per "
+    "row, and with a scale the fp32 normalised tensor), four per block plus q_norm, k_norm and the unscaled "
+    "v_norm over head_dim; the normed, rotated q, k, v; the GeGLU MLP's 4 tensors of width f; once per tower "
+    "the patch input, int64 (x, y) positions, the bf16 axial cos/sin, the pooler's fp32 one-hot averaging "
+    "weights, standardize's fp32 scale and the embedder's norm. No CPU-vs-GPU difference but the 1/L rotary "
+    "tables under full checkpointing (CPU sdpa lays its output out (b, s, heads, d) as flash does). Frozen it "
+    "saves nothing even checkpointed: Gemma4VisionModel names no input-embedding layer, so "
+    "enable_input_require_grads hooks none in it. Its language model (use_bidirectional_attention 'vision', as "
+    "released) has Gemma 3's gap in its 5 sliding-window layers only (full-attention layers stay causal); "
+    "Gemma4Model refuses flash_attention_2, so a GPU run saves those masks too."),
+    ("Llama 4's tower (Llama4VisionModel, one 224-pixel tile: 256 patches of 14 and the class token through "
+     "every block, pixel-shuffled 2 x 2 into 64 tokens): SigLIP's block terms over P + 1 rows (LayerNorms, "
+     "separate q, k, v; its complex rotary multiplies by the freqs_ci buffer and saves nothing else), nn.GELU "
+     "(2 tensors of width f); once per tower the unfolded patches, layernorm_pre and layernorm_post, and the "
+     "adapter (fc1's shuffled input, the two GELUs' inputs and the last GELU's output). Without checkpointing "
+     "it matches to the byte with CPU layer_norm's bf16 statistics named. Under full checkpointing the census "
+     "cannot see the priced blocks: transformers 5.24 Llama4VisionEncoder calls its layers with keyword "
+     "arguments only and GradientCheckpointingLayer gives the reentrant checkpoint only positional ones, so "
+     "the checkpoint sees no tensor input, its output requires no grad and the blocks record and train nothing "
+     "(torch warns 'None of the inputs have requires_grad=True'); 'as the census sees it' subtracts them "
+     "(`families.VISION_CENSUS_UNSEEN`) and matches to the byte, but those rows are not held to 5% as priced: "
+     "the cost model prices the tower as it trains when the gradient reaches it. Its language model under "
+     "eager attention: Llama 4's eager_attention_forward keeps the softmax in bf16 only ('llama4 doesn't cast "
+     "attn weights to fp32'), which is the named gap against the priced fp32 softmax."),
 ]
 
 
@@ -244,12 +268,15 @@ def render_vision_activations(rows: list[dict]) -> list[str]:
     lines = [
         "### Vision-language models: the vision tower and the language model with the image's tokens",
         "",
-        "`calibrate/families.py` measure_vision_activation_bytes: the small qwen2_5_vl, qwen2_vl and gemma3 "
-        "configs (towers of 2 blocks, width 32, 4 heads; Qwen2.5-VL: one full-attention block, 64-patch windows) "
+        "`calibrate/families.py` measure_vision_activation_bytes: the small qwen2_5_vl, qwen2_vl, gemma3, gemma4 "
+        "and llama4 configs (towers of 2 blocks, width 32, 4 heads; Qwen2.5-VL: one full-attention block, "
+        "64-patch windows) "
         "built with `AutoModelForImageTextToText` on CPU in bf16, one image after 128 text tokens, micro-batch 1: "
         "Qwen 448x448 (1024 patches, 256 tokens), Gemma 3 224x224 (256 SigLIP patches pooled 4 x 4 into 16 "
-        "tokens). Bytes saved while the tower (and Gemma 3's projector) runs, and recomputed after the gradient "
-        "reaches it, are the tower's; the rest the language model's.",
+        "tokens), Gemma 4 192x192 (144 patches of 16 pooled 3 x 3 into 16 tokens; tower head_dim 8), Llama 4 "
+        "one 224x224 tile (256 patches + the class token, shuffled into 64 tokens). Bytes saved while the tower "
+        "(and the projector or embedder) runs, and recomputed after the gradient reaches it, are the tower's; the "
+        "rest the language model's.",
         "",
         "| small config | checkpointing | tower | attention | tower predicted | tower measured | error | "
         "as the census sees it | language predicted | language measured | error | with the named gap |",

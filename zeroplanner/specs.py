@@ -53,10 +53,16 @@ class VisionTower(_Frozen):
     token. Read from ``vision_config`` by :mod:`zeroplanner.catalog.hfconfig` (Qwen2-VL / Qwen2.5-VL:
     transformers 5.24 Qwen2VisionTransformerPretrainedModel / Qwen2_5_VisionTransformerPretrainedModel; Gemma 3:
     SiglipVisionModel and Gemma3MultiModalProjector's average pool, merge_size = its kernel, one crop per image:
-    pan-and-scan crops are not priced)."""
+    pan-and-scan crops are not priced; Gemma 4: Gemma4VisionModel, whose Gemma4VisionPooler averages
+    pooling_kernel_size^2 patches into one token, merge_size = that kernel, patches_per_image the image
+    processor's budget vision_soft_tokens_per_image x kernel^2, explicit head_dim and num_key_value_heads;
+    Llama 4: Llama4VisionModel over one image_size tile plus its class token, pixel shuffle by
+    pixel_shuffle_ratio, merge_size = 1 / ratio)."""
 
-    family: Literal["qwen2_vl", "qwen2_5_vl", "gemma3"] = Field(
-        description="the tower's layout (HF model_type of the model; gemma3: SigLIP + Gemma3MultiModalProjector)"
+    family: Literal["qwen2_vl", "qwen2_5_vl", "gemma3", "gemma4", "llama4"] = Field(
+        description="the tower's layout (HF model_type of the model; gemma3: SigLIP + Gemma3MultiModalProjector; "
+        "gemma4: Gemma4VisionModel + Gemma4MultimodalEmbedder; llama4: Llama4VisionModel + "
+        "Llama4MultiModalProjector)"
     )
     layers: int = Field(ge=1, le=1000, description="vision blocks (vision_config.depth)")
     hidden_size: int = Field(ge=1, le=1_000_000, description="tower width (Qwen2.5-VL hidden_size, Qwen2-VL embed_dim)")
@@ -87,17 +93,46 @@ class VisionTower(_Frozen):
         description="patches in one attention window (Qwen2.5-VL (window_size / patch_size)^2 = 64; Qwen2-VL: "
         "the whole image)",
     )
+    head_dim: int | None = Field(
+        default=None, ge=1, le=100_000,
+        description="width of one attention head (Gemma 4 vision_config.head_dim); None = hidden_size // heads",
+    )
+    kv_heads: int | None = Field(
+        default=None, ge=1, le=10_000,
+        description="key/value heads (Gemma 4 vision_config.num_key_value_heads); None = heads",
+    )
+    class_tokens: int = Field(
+        default=0, ge=0, le=16,
+        description="tokens the blocks carry besides the patches (Llama 4: the class embedding, 1)",
+    )
+    adapter_size: int | None = Field(
+        default=None, ge=1, le=10_000_000,
+        description="width of the pixel-shuffle adapter MLP (Llama 4 vision_config.projector_input_dim = "
+        "projector_output_dim); None = no such adapter",
+    )
 
     @model_validator(mode="after")
     def _check_shape(self) -> VisionTower:
-        if self.hidden_size % self.heads:
+        if self.head_dim is None and self.hidden_size % self.heads:
             raise ValueError(f"vision hidden_size={self.hidden_size} is not divisible by heads={self.heads}")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"vision kv_heads={self.kv_heads} does not divide heads={self.heads}")
         if self.patches_per_image % (self.merge_size ** 2):
             raise ValueError(f"vision patches_per_image={self.patches_per_image} is not a multiple of "
                              f"merge_size^2={self.merge_size ** 2}")
         if self.full_attention_layers > self.layers:
             raise ValueError(f"vision full_attention_layers={self.full_attention_layers} exceeds layers={self.layers}")
         return self
+
+    @property
+    def head_width(self) -> int:
+        """Width of one attention head: head_dim, else hidden_size // heads."""
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.heads
+
+    @property
+    def key_value_heads(self) -> int:
+        """Key/value heads: kv_heads, else heads."""
+        return self.kv_heads if self.kv_heads is not None else self.heads
 
     @property
     def tokens_per_image(self) -> int:
@@ -246,9 +281,9 @@ class Architecture(_Frozen):
     )
     vision: VisionTower | None = Field(
         default=None,
-        description="the vision encoder's shape for its own activations (Qwen2-VL / Qwen2.5-VL / Gemma 3); "
-        "None = not priced (text-only models, and the other vision-language families: their towers' parameters "
-        "are counted, their activations are not)",
+        description="the vision encoder's shape for its own activations (Qwen2-VL / Qwen2.5-VL / Gemma 3 / "
+        "Gemma 4 / Llama 4); None = not priced (text-only models, and vision-language families read only through "
+        "transformers: their towers' parameters are counted, their activations are not)",
     )
     global_head_dim: int | None = Field(
         default=None, ge=1, le=100_000,

@@ -3,7 +3,8 @@
 
 ``calibrate.families.measure_vision_activation_bytes`` builds the small qwen2_5_vl / qwen2_vl configs of
 zeroplanner/calibrate/families.py with ``AutoModelForImageTextToText`` (transformers 5.24, CPU, bf16, sdpa), feeds
-one image after 128 text tokens (Qwen: 448x448; Gemma 3: 224x224), and counts every tensor autograd saves, split between the tower and the
+one image after 128 text tokens (Qwen: 448x448; Gemma 3: 224x224; Gemma 4: 144 patches of 16; Llama 4: one
+224-pixel tile), and counts every tensor autograd saves, split between the tower and the
 language model. Asserted: the tower within 5% as priced (GPU semantics) and to the byte once the CPU-vs-GPU
 differences named by ``vision_census_seen_differently_bytes`` are added; the language model within 5%. The
 stored rows of docs/validation.md section 6 are checked without torch in tests/core/test_vision_activations.py;
@@ -19,6 +20,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from zeroplanner.calibrate.families import (  # noqa: E402
+    VISION_CENSUS_UNSEEN,
     measure_vision_activation_bytes,
     predicted_vision_activation_bytes,
     vision_census_language_gap_bytes,
@@ -28,8 +30,12 @@ from zeroplanner.calibrate.families import (  # noqa: E402
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(300)]
 
 CASES = [(label, ck, freeze) for label in ("qwen2_5_vl", "gemma3") for ck in ("none", "full")
-         for freeze in (False, True)]
-"""Qwen2.5-VL (rotary, windows, RMSNorm) and Gemma 3 (SigLIP); Qwen2-VL is in the stored rows (tests/core)."""
+         for freeze in (False, True)] + \
+    [(label, ck, False) for label in ("gemma4", "llama4") for ck in ("none", "full")]
+"""Qwen2.5-VL (rotary, windows, RMSNorm), Gemma 3 (SigLIP) and Gemma 4 trainable (fp32 RMSNorms, q/k/v norms,
+axial rotary, pooler) and Llama 4 trainable (class token, pixel-shuffle adapter; under full checkpointing the
+census sees no blocks: families.VISION_CENSUS_UNSEEN); Qwen2-VL and the other frozen rows are in the stored rows
+(tests/core)."""
 
 
 @pytest.mark.parametrize("label,checkpointing,freeze", CASES,
@@ -41,6 +47,8 @@ def test_vision_census_live(label, checkpointing, freeze):
     assert pred["tower"] + extra == meas["tower"], reasons
     if freeze and checkpointing == "none":
         assert meas["tower"] == 0 == pred["tower"]  # autograd records nothing in a frozen tower
+    elif checkpointing == "full" and label in VISION_CENSUS_UNSEEN:
+        assert VISION_CENSUS_UNSEEN[label] in reasons and meas["tower"] < pred["tower"]
     else:
         assert pred["tower"] == pytest.approx(meas["tower"], rel=0.05)
     gap, cause = vision_census_language_gap_bytes(label, checkpointing=checkpointing)

@@ -60,9 +60,9 @@ SMALL: dict[str, dict] = {
                         num_experts_per_tok=1, interleave_moe_layer_step=2, head_dim=16),
     "llama4": dict(model_type="llama4", text_config=dict(BASE, intermediate_size_mlp=80, num_local_experts=4,
                                                           interleave_moe_layer_step=2, head_dim=16),
-                   vision_config=dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                   vision_config=dict(hidden_size=32, intermediate_size=128, num_hidden_layers=2,
                                       num_attention_heads=4, image_size=56, patch_size=14, projector_input_dim=64,
-                                      projector_output_dim=64, vision_output_dim=48, pixel_shuffle_ratio=0.5)),
+                                      projector_output_dim=64, vision_output_dim=64, pixel_shuffle_ratio=0.5)),
     "gpt_oss": dict(BASE, model_type="gpt_oss", num_local_experts=4, num_experts_per_tok=2, head_dim=16),
     "glm4": dict(BASE, model_type="glm4", head_dim=16),
     "glm4_moe": dict(BASE, model_type="glm4_moe", moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=1,
@@ -116,13 +116,10 @@ def census_attention(label: str) -> str:
     return "eager" if census_config(label)["model_type"] in CENSUS_EAGER else "sdpa"
 
 
-NOT_CENSUSED = {
-    "gemma4": "vision-language: its tower's activations are not priced (gemma4_text is censused)",
-    "llama4": "vision-language: its tower's activations are not priced (llama4_text is censused)",
-}
+NOT_CENSUSED: dict[str, str] = {}
 """Small configs the activation census does not run, and why."""
 
-VISION_CENSUS = ("qwen2_5_vl", "qwen2_vl", "gemma3")
+VISION_CENSUS = ("qwen2_5_vl", "qwen2_vl", "gemma3", "gemma4", "llama4")
 """Vision-language small configs the census runs with an image (:func:`measure_vision_activation_bytes`): the
 towers costmodel/vision.py prices."""
 
@@ -134,13 +131,39 @@ def census_labels() -> list[str]:
     return sorted([label for label in SMALL if SMALL[label]["model_type"] not in skip] + list(CENSUS_EXTRA))
 
 
+VISION_CENSUS_UNSEEN = {
+    "llama4": "under full checkpointing transformers 5.24 cuts the gradient below Llama 4's vision adapter: "
+              "Llama4VisionEncoder calls each layer with keyword arguments only (hidden_state=...), and "
+              "GradientCheckpointingLayer hands the reentrant checkpoint only positional ones "
+              "(partial(forward, **kwargs), *args), so it sees no tensor input, its output requires no grad (torch "
+              "warns 'None of the inputs have requires_grad=True') and the blocks record and train nothing; the cost "
+              "model prices the tower as it trains when the gradient reaches it (non-reentrant checkpointing)",
+}
+"""Vision census labels whose full-checkpointing tower the census cannot see as priced, and why: their rows are
+matched to the byte once the unseen bytes are named, but not held to 5% as priced."""
+
+
 def vision_census_config(label: str) -> dict:
     """The :data:`VISION_CENSUS` config ``label`` as the census runs it: :func:`census_config` plus a multimodal
     rotary section that fits the small head width (mrope_section sums to head_dim / 2 = 8; the released files'
     [16, 24, 24] is for 128-wide heads); for gemma3 the nested configs at vocabulary 512 with a 224-pixel image
-    (16 x 16 patches of 14 pooled into 16 tokens). Raises KeyError for a label not in :data:`VISION_CENSUS`."""
+    (16 x 16 patches of 14 pooled into 16 tokens); for gemma4 the nested configs at vocabulary 512 with the released
+    file's patch_size 16, standardize and use_bidirectional_attention "vision" (google/gemma-4-26b-a4b config.json,
+    ../shared/hf-configs/gemma-4-26b-a4b.json), one 12 x 12-patch image pooled 3 x 3 into its 16 tokens. Raises
+    KeyError for a label not in :data:`VISION_CENSUS`; for llama4 the nested configs at vocabulary 512 with one
+    224-pixel tile (256 patches of 14 and the class token, pixel-shuffled 2 x 2 into 64 tokens)."""
     if label not in VISION_CENSUS:
         raise KeyError(label)
+    if label == "llama4":  # one 224-pixel tile: 256 patches of 14 (+ the class token), shuffled into 64 tokens
+        cfg = copy.deepcopy(SMALL[label])
+        cfg["text_config"].update(vocab_size=512, max_position_embeddings=1024)
+        cfg["vision_config"].update(image_size=224)
+        return dict(cfg, image_token_index=5)
+    if label == "gemma4":
+        cfg = copy.deepcopy(SMALL[label])
+        cfg["text_config"].update(vocab_size=512, max_position_embeddings=1024, use_bidirectional_attention="vision")
+        cfg["vision_config"].update(patch_size=16, standardize=True)
+        return dict(cfg, image_token_id=5, boi_token_id=6, eoi_token_id=7, video_token_id=8, audio_token_id=9)
     if label == "gemma3":  # nested text_config; a 224-pixel image of 256 patches pooled 4 x 4 into 16 tokens
         cfg = copy.deepcopy(SMALL[label])
         cfg["text_config"].update(vocab_size=512, max_position_embeddings=1024)
@@ -162,11 +185,13 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
     ``AutoModelForImageTextToText`` built from :func:`vision_census_config`, with one image of the tower's
     ``patches_per_image`` patches (a square grid, random pixel values: Qwen's flattened patches with
     ``image_grid_thw`` = (1, g, g) after a vision-start marker; Gemma 3's (1, 3, H, W) image with
-    ``token_type_ids``) whose tokens stand in the sequence: ``seq_len`` text tokens + the image's tokens.
+    ``token_type_ids``; Gemma 4's (1, P, 3·p²) patches in [0, 1] with their (x, y) ``image_position_ids`` and
+    ``mm_token_type_ids``) whose tokens stand in the sequence: ``seq_len`` text tokens + the image's tokens.
     ``freeze_vision``: the tower's (and projector's) parameters get ``requires_grad=False`` (as ms-swift
     ``freeze_vit`` / LLaMA-Factory ``freeze_vision_tower`` do).
 
-    Attribution: a tensor saved while the tower's forward runs (Gemma 3: and its projector's) is the tower's; in
+    Attribution: a tensor saved while the tower's forward runs (Gemma 3 and Llama 4: and the projector's; Gemma 4: and
+    embed_vision's) is the tower's; in
     backward everything recomputed after the gradient reaches the tower's output is the tower's (the tower runs
     first, so its blocks are recomputed last), the rest the language model's. Recomputed bytes are divided by the block (layer) count as
     in ``measure_activation_bytes``.
@@ -189,7 +214,17 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
     model = model.to(torch.bfloat16)
     model.train()
     gemma = model_type == "gemma3"
-    towers = [model.model.vision_tower, model.model.multi_modal_projector] if gemma else [model.model.visual]
+    if model_type == "gemma4":
+        towers = [model.model.vision_tower, model.model.embed_vision]
+    elif model_type == "llama4":
+        towers = [model.vision_model, model.multi_modal_projector]
+        # transformers 5.24 Llama4ForConditionalGeneration.forward reads ``outputs.image_outputs`` from its language
+        # model's output, which has no such field (AttributeError after the loss); give it one (None: unused here)
+        model.language_model.register_forward_hook(lambda _m, _a, o: setattr(o, "image_outputs", None))
+    elif gemma:
+        towers = [model.model.vision_tower, model.model.multi_modal_projector]
+    else:
+        towers = [model.model.visual]
     if freeze_vision:
         for param in (param for t in towers for param in t.parameters()):
             param.requires_grad_(False)
@@ -235,7 +270,15 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
     ids = torch.randint(16, config.text_config.vocab_size, (1, seq_len + tokens), generator=gen)
     ids[0, 5:5 + tokens] = config.image_token_id
     kinds = (ids == config.image_token_id).int()
-    if gemma:  # SiglipVisionModel reads (images, channels, H, W); Gemma3Model needs token_type_ids in training
+    if model_type == "gemma4":  # the image processor's patches in [0, 1] with their (x, y) grid positions
+        ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+        inputs = dict(pixel_values=torch.rand(1, vision.patches_per_image, vision.patch_input_size, generator=gen),
+                      image_position_ids=torch.stack([xs.reshape(-1), ys.reshape(-1)], -1)[None],
+                      mm_token_type_ids=kinds.long())
+    elif model_type == "llama4":  # Llama4VisionModel reads (tiles, channels, H, W)
+        patch = int(round((vision.patch_input_size // 3) ** 0.5))
+        inputs = dict(pixel_values=torch.randn(1, 3, side * patch, side * patch, generator=gen).to(torch.bfloat16))
+    elif gemma:  # SiglipVisionModel reads (images, channels, H, W); Gemma3Model needs token_type_ids in training
         patch = int(round((vision.patch_input_size // 3) ** 0.5))  # 3 channels x patch_size^2
         inputs = dict(pixel_values=torch.randn(1, 3, side * patch, side * patch, generator=gen),
                       token_type_ids=kinds.long())
@@ -245,10 +288,11 @@ def measure_vision_activation_bytes(label: str, *, checkpointing: str = "none", 
                       image_grid_thw=torch.tensor([[1, side, side]]), mm_token_type_ids=kinds)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = model(input_ids=ids, labels=ids, use_cache=False, **inputs)
+        loss, logits_t = out.loss, out.logits
         state["phase"] = "backward"
-        logits_ptr = out.logits.untyped_storage().data_ptr()
-        logits = 0 if logits_ptr in saved["language"] else out.logits.untyped_storage().nbytes()
-        out.loss.backward()
+        logits_ptr = logits_t.untyped_storage().data_ptr()
+        logits = 0 if logits_ptr in saved["language"] else logits_t.untyped_storage().nbytes()
+        loss.backward()
     full = checkpointing == "full"
     tower_bytes = sum(saved["tower"].values()) + (sum(saved["tower_recompute"].values()) // vision.layers
                                                   if full else 0)
@@ -336,28 +380,46 @@ def vision_census_seen_differently_bytes(label: str, *, checkpointing: str = "no
       (SigLIP has no such join: CPU sdpa's output is already laid out (b, s, heads, d));
     - LayerNorm (Qwen2-VL, SigLIP): CPU ``layer_norm`` keeps mean and rstd in the input's dtype (bf16, 2 bytes
       each per row), CUDA in fp32 (priced): (2·a_b - 8)·P per recorded norm (two per block, one in the merger or
-      SigLIP's post_layernorm);
+      SigLIP's post_layernorm; Llama 4: two per block, layernorm_pre and layernorm_post, over P + 1 rows);
     - full checkpointing: the fp32 rotary cos/sin tables stay alive as keyword arguments of the checkpointed
       blocks but are saved tensors only inside each recomputed block, which the census divides by the block count:
-      it sees 1/L of them.
+      it sees 1/L of them (Gemma 4's are in the working precision).
+    Gemma 4's tower has no other: its RMSNorms run in fp32 on both devices, and CPU sdpa, like CUDA's flash
+    kernel, lays its output out (b, s, heads, d), so o_proj reads the kernel output.
     Raises KeyError for a label not in :data:`VISION_CENSUS`. Needs no torch."""
     from ..catalog.hfconfig import architecture_from_hf_config
 
     v = architecture_from_hf_config(vision_census_config(label)).vision
     full = checkpointing == "full"
-    if freeze_vision and not full:
-        return 0.0, ""  # nothing is recorded in a frozen tower
+    if freeze_vision and (not full or v.family == "gemma4"):
+        return 0.0, ""  # nothing is recorded in a frozen tower (Gemma 4's: not even checkpointed)
     p, e, ab = float(v.patches_per_image), float(v.hidden_size), 2.0
     recorded = 1 if full else v.layers  # blocks whose tensors the census counts (one recomputed under full)
     extra, reasons = 0.0, []
-    if attn_implementation == "sdpa" and not freeze_vision and v.family != "gemma3":
+    if attn_implementation == "sdpa" and not freeze_vision and v.family in ("qwen2_vl", "qwen2_5_vl"):
         extra += recorded * ab * p * e
         reasons.append("CPU sdpa's per-window path concatenates the attention outputs into a new proj input")
     if v.family in ("qwen2_vl", "gemma3"):
         extra += (2 * recorded + 1) * (2.0 * ab - 8.0) * p
         reasons.append("CPU layer_norm keeps mean and rstd in bf16 (CUDA: fp32)")
-    if full and v.family != "gemma3":  # SigLIP has learned positions, no rotary tables
-        tables = 2.0 * 4.0 * p * (v.hidden_size // v.heads)
+    if v.family == "llama4":  # two per block, layernorm_pre and layernorm_post, over the patches + class token
+        rows = p + v.class_tokens
+        if full:  # the checkpointed blocks record nothing (VISION_CENSUS_UNSEEN); frozen: nor does what follows
+            from ..costmodel.vision import _norm_bytes, vision_activation_parts
+
+            parts = vision_activation_parts(v, 1, activation_bytes=ab, checkpointing=2, trainable=not freeze_vision,
+                                            flash_attention=attn_implementation != "eager")
+            extra -= float(parts["blocks"])
+            if freeze_vision:  # only layernorm_pre (fed by the hooked patch embedding) records anything
+                extra -= float(parts["merger"]) - float(_norm_bytes(v, rows, ab, False))
+            reasons.append(VISION_CENSUS_UNSEEN["llama4"])
+        norms = (1 if freeze_vision else 2) if full else 2 * recorded + 2
+        extra += norms * (2.0 * ab - 8.0) * rows
+        reasons.append("CPU layer_norm keeps mean and rstd in bf16 (CUDA: fp32)")
+    if full and v.family not in ("gemma3", "llama4"):  # SigLIP: learned positions; Llama 4: its rotary table is
+        # a buffer (Llama4VisionRotaryEmbedding.freqs_ci), not an activation
+        # Qwen's tables are fp32; Gemma4VisionRotaryEmbedding casts its cos and sin to the working precision
+        tables = 2.0 * (ab if v.family == "gemma4" else 4.0) * p * v.head_width
         extra -= tables * (1.0 - 1.0 / v.layers)
         reasons.append("rotary tables held by the checkpointed blocks' keyword arguments, seen in 1/L of them")
     return extra, "; ".join(reasons)
@@ -371,13 +433,26 @@ def vision_census_language_gap_bytes(label: str, *, checkpointing: str = "none",
     ``token_type_ids``), so every layer hands sdpa an explicit (1, 1, s, s) bf16 mask, which it saves, and
     transformers' ``use_gqa_in_sdpa`` refuses the kernel's own GQA with a mask, so K and V are repeated to
     n_heads: L·(a_b·s² + 2·a_b·s·(h_q - h_kv)) (measured per tensor: 4 x 41,472 + 4 x 36,864 bytes at s = 144).
-    The cost model prices the flash kernel (causal, GQA inside). Needs no torch."""
+    Gemma 4 likewise, in its sliding-window layers only (measured: 5 x 41,472 + 5 x 18,432 bytes at s = 144;
+    Gemma4Model refuses flash_attention_2, so a GPU run saves them too). The cost model prices the flash kernel
+    (causal, GQA inside). Needs no torch."""
     from ..catalog.hfconfig import architecture_from_hf_config
 
-    if label != "gemma3" or attn_implementation != "sdpa" or checkpointing != "none":
+    if label == "llama4" and attn_implementation == "eager":
+        # Llama 4's eager_attention_forward keeps the softmax in bf16 ("llama4 doesn't cast attn weights to
+        # fp32", modeling_llama4.py); the cost model prices the fp32 softmax besides its bf16 copy
+        arch = architecture_from_hf_config(vision_census_config(label))
+        s = float(CENSUS_SEQ_LEN + arch.vision_tokens_per_image)
+        layers = arch.n_attention_layers if checkpointing == "none" else 1
+        return -layers * 4.0 * arch.n_heads * s * s, ("Llama 4's eager attention keeps no fp32 softmax (bf16 "
+                                                      "only), which the cost model prices")
+    if label not in ("gemma3", "gemma4") or attn_implementation != "sdpa" or checkpointing != "none":
         return 0.0, ""
     arch = architecture_from_hf_config(vision_census_config(label))
     s = float(CENSUS_SEQ_LEN + arch.vision_tokens_per_image)
-    gap = arch.n_layers * (2.0 * s * s + 2.0 * 2.0 * s * (arch.q_size - arch.kv_size))
+    # Gemma 4 (use_bidirectional_attention "vision", as the released files): only the sliding-window layers get the
+    # bidirectional overlay (create_masks_for_vision_model: full-attention layers stay causal, sdpa's is_causal)
+    layers = arch.sliding_window_layers if label == "gemma4" else arch.n_layers
+    gap = layers * (2.0 * s * s + 2.0 * 2.0 * s * (arch.q_size - arch.kv_size))
     return gap, ("the image tokens' bidirectional mask: an explicit (1, 1, s, s) mask saved per layer and K/V "
                  "repeated to n_heads (use_gqa_in_sdpa refuses GQA with a mask)")

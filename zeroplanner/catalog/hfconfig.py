@@ -654,9 +654,37 @@ def _gemma4(k: _Keys) -> dict[str, Any]:
     if k.config.get("vision_config") is not None:
         vision = k.sub("vision_config")
         hv = vision.integer("hidden_size", default=768)
-        f.update(vision_params=_gemma4_vision(vision) + hv * f["hidden_size"],
-                 vision_tokens_per_image=k.integer("vision_soft_tokens_per_image", default=280))
+        tokens = k.integer("vision_soft_tokens_per_image", default=280, maximum=1_000_000)
+        f.update(vision_params=_gemma4_vision(vision) + hv * f["hidden_size"], vision_tokens_per_image=tokens,
+                 vision=_gemma4_tower(vision, tokens))
     return f
+
+
+def _gemma4_tower(v: _Keys, tokens: int) -> VisionTower:
+    """The activation shape of Gemma4VisionModel (transformers 5.24): the image processor
+    (image_processing_gemma4.py) resizes an image to at most ``tokens`` x pooling_kernel_size^2 patches and pads it
+    to that count, so every image is that many patches of 3 x patch_size^2 pixels; Gemma4VisionPooler averages
+    kernel^2 patches into one token (merge_size = the kernel). Every block attends over the whole image, with
+    head_dim-wide heads and num_key_value_heads key/value heads (Gemma4VisionConfig defaults: 768 wide, 12 heads
+    of 64, 16 layers, MLP 3072, patch 16, kernel 3)."""
+    hv = v.integer("hidden_size", default=768, maximum=1_000_000)
+    heads = v.integer("num_attention_heads", default=12, maximum=10_000)
+    kv = v.integer("num_key_value_heads", default=heads, maximum=10_000)
+    if heads % kv:
+        raise ValueError(f"config.json key 'vision_config.num_key_value_heads' ({kv}) must divide "
+                         f"num_attention_heads ({heads})")
+    kernel = v.integer("pooling_kernel_size", default=3, maximum=64)
+    patch = v.integer("patch_size", default=16, maximum=1000)
+    layers = v.integer("num_hidden_layers", default=16, maximum=1000)
+    patches = tokens * kernel * kernel
+    if patches > 100_000_000:
+        raise ValueError(f"config.json keys 'vision_soft_tokens_per_image' x 'vision_config.pooling_kernel_size'^2 "
+                         f"give {patches} patches per image; at most 100000000 is accepted")
+    return VisionTower(family="gemma4", layers=layers, hidden_size=hv, heads=heads,
+                       ffn_size=v.integer("intermediate_size", default=3072, maximum=10_000_000),
+                       patch_input_size=3 * patch * patch, patches_per_image=patches, merge_size=kernel,
+                       full_attention_layers=layers, window_patches=patches,
+                       head_dim=v.integer("head_dim", default=64, maximum=100_000), kv_heads=kv)
 
 
 def _phi3(k: _Keys) -> dict[str, Any]:
@@ -755,7 +783,39 @@ def _llama4(k: _Keys) -> dict[str, Any]:
     tower = hv + (grid + 1) * hv + hv * ch * patch * patch + 4 * hv + layers * layer + fv * pin + pout * pout
     projector = out * f["hidden_size"] + f["hidden_size"] * v.flag("multi_modal_projector_bias", default=False)
     f.update(vision_params=tower + projector, vision_tokens_per_image=int(grid * ratio * ratio))
+    f["vision"] = _llama4_tower(v, hv, fv, layers, ch, image // patch, patch, ratio, pin, pout, out)
     return f
+
+
+def _llama4_tower(v: _Keys, hv: int, fv: int, layers: int, ch: int, side: int, patch: int, ratio: float,
+                  pin: int, pout: int, out: int) -> VisionTower:
+    """The activation shape of Llama4VisionModel (transformers 5.24 modeling_llama4.py): one image_size tile of
+    side^2 patches plus the class token through every block; pixel_shuffle folds (1/ratio)^2 patches into one
+    token (merge_size = 1/ratio) whose 4·hidden_size channels Llama4VisionMLP2's fc1 reads; fc2 is
+    projector_output_dim square and Llama4MultiModalProjector reads vision_output_dim. transformers fails at the
+    first forward when those widths do not chain, so such a vision_config is refused here, naming the keys."""
+    heads = v.integer("num_attention_heads", default=16, maximum=10_000)
+    if hv % heads:
+        raise ValueError(f"config.json key 'vision_config.num_attention_heads' ({heads}) must divide the tower "
+                         f"width {hv}")
+    merge = round(1 / ratio)
+    if abs(merge * ratio - 1) > 1e-9 or side % merge:
+        raise ValueError(f"config.json key 'vision_config.pixel_shuffle_ratio' ({ratio}) must be 1/m for a whole m "
+                         f"dividing the patch grid side image_size / patch_size = {side}")
+    if fv != hv * merge * merge:
+        raise ValueError(f"config.json key 'vision_config.intermediate_size' ({fv}) must be hidden_size / "
+                         f"pixel_shuffle_ratio^2 = {hv * merge * merge} (the adapter's fc1 reads the shuffled "
+                         f"channels)")
+    if not pin == pout == out:
+        raise ValueError(f"config.json keys 'vision_config.projector_input_dim', 'projector_output_dim' and "
+                         f"'vision_output_dim' must be equal (got {pin}, {pout}, {out}): fc2 is square and the "
+                         f"projector reads its output")
+    if ch * patch * patch > 10_000_000 or side * side > 100_000_000:
+        raise ValueError("config.json 'vision_config' gives num_channels x patch_size^2 above 10000000 or more than "
+                         "100000000 patches")
+    return VisionTower(family="llama4", layers=layers, hidden_size=hv, heads=heads, ffn_size=fv,
+                       patch_input_size=ch * patch * patch, patches_per_image=side * side, merge_size=merge,
+                       full_attention_layers=layers, window_patches=side * side, class_tokens=1, adapter_size=pin)
 
 
 def _gpt_oss(k: _Keys) -> dict[str, Any]:

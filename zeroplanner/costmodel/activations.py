@@ -18,8 +18,8 @@ only each layer's input (2sbh) plus one layer's activations during its recomputa
 
 Approximate for the hybrid families: layers whose mixer is not softmax attention (Qwen3-Next Gated DeltaNet,
 Nemotron-H Mamba-2) are priced as the attention layer. The vision encoder's own activations (Qwen2-VL /
-Qwen2.5-VL / Gemma 3 towers) are :mod:`zeroplanner.costmodel.vision`'s, added as one part; the other
-vision-language families' towers are not priced.
+Qwen2.5-VL / Gemma 3 / Gemma 4 / Llama 4 towers) are :mod:`zeroplanner.costmodel.vision`'s, added as one part;
+towers of families read only through transformers are not priced.
 Attention is priced as the GPU flash kernel saves it (flash_attention_2 semantics): CPU sdpa's sliding-window mask
 and its math path for MLA's unequal head widths are not (docs/validation.md section 6 shows both).
 
@@ -430,8 +430,8 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
       :func:`loss_chunk_tokens`) plus the gradient of the lm_head input it fills, a_b·s·b·h / P;
     - with ``tiled_mlp`` one tile's MLP intermediates (:func:`tiled_mlp_tile_bytes`);
     - the vision tower's saved tensors for images_per_sample x micro-batch images (Qwen2-VL / Qwen2.5-VL /
-      Gemma 3; :func:`zeroplanner.costmodel.vision.vision_activation_bytes`: trainable, or frozen under full
-      checkpointing, where transformers still records the checkpointed blocks), not split by sequence parallelism.
+      Gemma 3 / Gemma 4 / Llama 4; :func:`zeroplanner.costmodel.vision.vision_activation_bytes`: trainable, or frozen under
+      full checkpointing, where transformers still records the checkpointed blocks, except Gemma 4's), not split by sequence parallelism.
 
     Ulysses sequence parallelism (degree p = ``sequence_parallel_size``): every per-token part holds the GPU's
     s/p tokens (the layer term as :func:`layer_activation_bytes` splits it). Every part except the

@@ -1,4 +1,5 @@
-"""The vision encoder's own activations: what a Qwen2-VL / Qwen2.5-VL / Gemma 3 vision tower saves for backward.
+"""The vision encoder's own activations: what a Qwen2-VL / Qwen2.5-VL / Gemma 3 / Gemma 4 / Llama 4 vision tower
+saves for backward.
 
 The tower is a ViT over the patches of every image (transformers 5.24 ``Qwen2VisionTransformerPretrainedModel``,
 ``Qwen2_5_VisionTransformerPretrainedModel``, Gemma 3's ``SiglipVisionModel``): a patch embedding, ``layers``
@@ -30,6 +31,34 @@ fp32), ``m`` the merge size, ``T = P/m²`` tokens:
   pool keeps, a_b·P·e, and Gemma3RMSNorm over the T pooled tokens (fp32 upcast, rstd, normalised fp32 output,
   the fp32 (1 + weight) copy: 8·T·e + 4·T + 4·e) with the projection matmul's input a_b·T·e.
 
+Gemma 4 (transformers 5.24 ``Gemma4VisionModel`` and ``Gemma4MultimodalEmbedder``, modeling_gemma4.py): every
+norm is a Gemma4RMSNorm computed in fp32 whatever the working precision (``hidden_states.float()``, ``pow``,
+``mean``, ``torch.pow(ms, -0.5)``), which saves the fp32 upcast and two fp32 statistics per row, and with a scale
+the fp32 normalised tensor and the fp32 weight copy: 8·N·w + 8·N + 4·w over N rows of width w (unscaled:
+4·N·w + 8·N). A block: four scaled norms over e, the attention and MLP inputs (a_b·P·e each), q_norm and k_norm
+(scaled) and v_norm (unscaled) over ``head_dim`` d per head, the normed and rotated q, k, v the attention reads
+(a_b·P·d·(a + 2·kv)), flash: the kernel output, which is o_proj's input, and the fp32 log-sum-exp
+(a_b·P·a·d + 4·a·P); eager: the fp32 softmax and its copy, (4 + a_b)·a·P², and o_proj's input a_b·P·a·d; the
+GeGLU MLP's gate, up, GELU and product, 4·a_b·P·f. Once per tower: input_proj's input a_b·P·3p², the int64 (x, y)
+position indices (16·P) and the bool padding mask (P), the rotary cos and sin in the working precision
+(2·a_b·P·d), the pooler's fp32 one-hot averaging weights (4·P·T) and its bool token mask (T), standardize's fp32
+std_scale copy (4·e), the embedder's unscaled norm over T tokens of e and the projection's input (a_b·T·e). Each
+image is the image processor's budget of T·k² patches (image_processing_gemma4.py pads to it; a padded image
+would also hand sdpa a (P, P) mask: not priced). Frozen, the tower saves nothing, checkpointed or not:
+Gemma4VisionModel names no input-embedding layer, so ``enable_input_require_grads`` hooks none in it (measured:
+0 bytes).
+
+Llama 4 (``Llama4VisionModel``, modeling_llama4.py): SigLIP's block terms (LayerNorms, separate biased q, k, v,
+nn.GELU's 2 tensors of width f) over the patches plus the class token (``class_tokens``); its complex rotary
+multiplies by the ``freqs_ci`` buffer and saves no activation; eager: ``vision_eager_attention_forward`` keeps
+the softmax in the working precision only, a_b·a·P². Once per tower: the unfolded patches (Linear input,
+a_b·P·3p²), layernorm_pre and layernorm_post, and Llama4VisionPixelShuffleMLP: fc1's shuffled input a_b·P·e, the
+two GELUs' inputs and the last GELU's output (the projector's input), 4·a_b·T·c for the adapter width c
+(``adapter_size``); frozen under full checkpointing only the GELUs' inputs. Measured to the byte without
+checkpointing; under full checkpointing transformers 5.24 records no Llama 4 block at all (its reentrant
+checkpoint sees only keyword arguments, so no gradient reaches the blocks: calibrate.families
+VISION_CENSUS_UNSEEN), and the cost model prices the tower as it trains when the gradient does reach it.
+
 Full checkpointing (the vision blocks are ``GradientCheckpointingLayer`` modules, checkpointed with the language
 model's layers): each block keeps its input, a_b·P·e, and one block is recomputed in backward; the LayerNorm of
 the recomputed block reads the stored input (no new storage). Selective checkpointing drops the s² terms (eager
@@ -60,10 +89,10 @@ from ..specs import VisionTower
 
 _FULL, _SELECTIVE = 2, 1  # costmodel.context checkpointing codes (0 none, 1 selective, 2 full)
 
-_MLP_WIDTHS = {"qwen2_5_vl": 4.0, "qwen2_vl": 3.0, "gemma3": 2.0}
+_MLP_WIDTHS = {"qwen2_5_vl": 4.0, "qwen2_vl": 3.0, "gemma3": 2.0, "llama4": 2.0}
 """Tensors of width f one trainable block's MLP saves: SwiGLU gate, up, act(gate), product (Qwen2_5_VLMLP);
 quick_gelu fc1 output, sigmoid, product (Qwen2-VL VisionMlp); gelu_pytorch_tanh fc1 output, GELU output
-(SiglipMLP). Measured (docs/validation.md section 6)."""
+(SiglipMLP); nn.GELU fc1 output, GELU output (Llama4VisionMLP). Measured (docs/validation.md section 6)."""
 
 _ROTARY = frozenset({"qwen2_vl", "qwen2_5_vl"})
 """Towers with 2D rotary position embeddings (VisionRotaryEmbedding); SigLIP adds learned positions instead."""
@@ -79,6 +108,39 @@ def _norm_bytes(v: VisionTower, p, ab: float, trainable: bool):
     return ab * p * e + 8.0 * p
 
 
+def _gemma4_rms_bytes(rows, width: float, scaled: bool = True):
+    """One Gemma4RMSNorm over ``rows`` rows of ``width`` (computed in fp32 whatever the working precision:
+    ``hidden_states.float()``, ``pow(2).mean() + eps``, ``torch.pow(ms, -0.5)``): the fp32 upcast, the fp32
+    mean square and its pow, 4·rows·width + 8·rows; with a (trained) scale also the fp32 normalised tensor and the
+    fp32 copy of the weight, 4·rows·width + 4·width. Measured to the byte (docs/validation.md section 6)."""
+    base = 4.0 * rows * width + 8.0 * rows
+    return base + (4.0 * rows * width + 4.0 * width if scaled else 0.0)
+
+
+def _gemma4_block_bytes(v: VisionTower, n, ab: float, flash_attention: bool, drop_s2):
+    """One trainable Gemma4VisionEncoderLayer (transformers 5.24 modeling_gemma4.py) for ``n`` images: four scaled
+    Gemma4RMSNorms over the width e (input, post-attention, pre- and post-feedforward), the attention input
+    (read by q/k/v_proj) and the MLP input (read by gate/up_proj), a_b·P·e each; q_norm and k_norm (scaled) and
+    v_norm (unscaled) over head_dim d for a and kv heads; the rotated, normed q, k, v attention reads,
+    a_b·P·d·(a + 2·kv); flash: the kernel output (= o_proj's input: CPU and CUDA sdpa lay it out (b, s, heads, d),
+    so transformers' transpose is a view) and the fp32 log-sum-exp, a_b·P·a·d + 4·a·P; eager: the fp32 softmax and
+    its working-precision copy, (4 + a_b)·a·P², and o_proj's input (the transposed matmul output made contiguous),
+    a_b·P·a·d; the GeGLU MLP's gate and up outputs, the GELU output and the product, 4·a_b·P·f. K and V are
+    priced at kv heads (the released towers have kv = heads; eager's repeat_kv is then a no-op)."""
+    p = n * v.patches_per_image
+    e, f, a, kv, d = (float(v.hidden_size), float(v.ffn_size), float(v.heads), float(v.key_value_heads),
+                      float(v.head_width))
+    norms = 4.0 * _gemma4_rms_bytes(p, e) + 2.0 * ab * p * e
+    head_norms = _gemma4_rms_bytes(p * a, d) + _gemma4_rms_bytes(p * kv, d) + _gemma4_rms_bytes(p * kv, d, False)
+    qkv = ab * p * d * (a + 2.0 * kv)
+    if flash_attention:
+        core = ab * p * a * d + 4.0 * a * p
+    else:
+        pp = float(v.patches_per_image)
+        core = ab * p * a * d + np.where(drop_s2, 0.0, (4.0 + ab) * a * n * pp * pp)
+    return norms + head_norms + qkv + core + 4.0 * ab * p * f
+
+
 def vision_block_bytes(v: VisionTower, images, activation_bytes: float, flash_attention: bool,
                        drop_s2=False, trainable: bool = True) -> np.ndarray:
     """Bytes ONE vision block of ``v`` saves for backward for ``images`` images (float or array), averaged over
@@ -89,7 +151,10 @@ def vision_block_bytes(v: VisionTower, images, activation_bytes: float, flash_at
     bytes (shaped like ``images``)."""
     ab = float(activation_bytes)
     n = np.asarray(images, dtype=np.float64)
-    p = n * v.patches_per_image  # patches in the micro-batch
+    if v.family == "gemma4":  # a frozen Gemma 4 tower records nothing (module docstring)
+        block = _gemma4_block_bytes(v, n, ab, flash_attention, drop_s2)
+        return block if trainable else 0.0 * block
+    p = n * (v.patches_per_image + v.class_tokens)  # rows in the micro-batch (Llama 4: patches + class token)
     e, f, a = float(v.hidden_size), float(v.ffn_size), float(v.heads)
     linear_in = ab * p * e if trainable else 0.0 * p  # a Linear keeps its input only for its weight gradient
     # the MLP's saved tensors of width f; frozen: without the last (down_proj / fc2's input)
@@ -102,8 +167,10 @@ def vision_block_bytes(v: VisionTower, images, activation_bytes: float, flash_at
     else:
         layers = float(v.layers)
         windowed = (layers - v.full_attention_layers) / layers
-        pp = float(v.patches_per_image)
-        s2 = (4.0 + ab) * a * n * pp * (v.full_attention_layers / layers * pp + windowed * v.window_patches)
+        pp = float(v.patches_per_image + v.class_tokens)
+        # Llama 4's vision_eager_attention_forward: softmax in the working precision (no fp32 copy)
+        probs = ab if v.family == "llama4" else 4.0 + ab
+        s2 = probs * a * n * pp * (v.full_attention_layers / layers * pp + windowed * v.window_patches)
         core = linear_in + np.where(drop_s2, 0.0, s2)  # proj input + fp32 softmax and its copy per window
     return norms + qkv + core + widths * ab * p * f
 
@@ -122,16 +189,31 @@ def vision_activation_parts(v: VisionTower, images, *, activation_bytes: float, 
     ck = np.asarray(checkpointing)
     full = ck == _FULL
     p = n * v.patches_per_image
+    rows = n * (v.patches_per_image + v.class_tokens)  # what the blocks carry (Llama 4: + the class token)
     e, d = float(v.hidden_size), float(v.hidden_size // v.heads)
     block = vision_block_bytes(v, n, ab, flash_attention, drop_s2=ck == _SELECTIVE, trainable=trainable)
-    inputs = ab * p * e  # one block's stored input under full checkpointing
+    inputs = ab * rows * e  # one block's stored input under full checkpointing
     # the recomputed block's LayerNorm reads the stored input itself (no new storage); RMSNorm saves an fp32 upcast
-    recomputed = block - (inputs if v.family != "qwen2_5_vl" else 0.0)
+    recomputed = block - (inputs if v.family not in ("qwen2_5_vl", "gemma4") else 0.0)
     blocks = np.where(full, v.layers * inputs + recomputed, v.layers * block)
     tokens = p / v.merge_size ** 2
     window = 2.0 * 8.0 * tokens if v.family == "qwen2_5_vl" else 0.0 * p
     linear_in = ab * p * e if trainable else 0.0
-    if v.family == "gemma3":
+    if v.family == "llama4":
+        # layernorm_pre and layernorm_post over the patches and the class token (input + fp32 mean and rstd);
+        # Llama4VisionPixelShuffleMLP: fc1's input (the shuffled copy of the patches, T rows of m²·e), the two
+        # nn.GELUs' inputs (fc1 and fc2 outputs, T rows of adapter_size) and the last GELU's output, which
+        # Llama4MultiModalProjector's Linear reads; frozen: only the GELUs' inputs
+        c = float(v.adapter_size or 0)
+        merger = 2.0 * _norm_bytes(v, rows, ab, trainable) + \
+            ((ab * p * e + 4.0 * ab * tokens * c) if trainable else 2.0 * ab * tokens * c)
+    elif v.family == "gemma4":
+        # Gemma4VisionPooler: the fp32 one-hot averaging weights (P x T; the matmul keeps them for the input's
+        # gradient), the bool mask that strips padding tokens; Gemma4MultimodalEmbedder: the unscaled
+        # Gemma4RMSNorm over the T tokens and the projection's working-precision input
+        # (standardize, set in the released files: the fp32 copy of the std_scale buffer, 4·e; priced always)
+        merger = 4.0 * p * tokens + tokens + 4.0 * e + _gemma4_rms_bytes(tokens, e, False) + ab * tokens * e
+    elif v.family == "gemma3":
         # SigLIP post_layernorm; Gemma3MultiModalProjector: the avg pool's contiguous input, Gemma3RMSNorm over
         # the pooled tokens (fp32 upcast, rstd, (1 + weight) in fp32, the normalised fp32 output for the weight
         # gradient) and the projection matmul's input (for the weight gradient)
@@ -141,14 +223,24 @@ def vision_activation_parts(v: VisionTower, images, *, activation_bytes: float, 
     else:
         # ln_q, its output (the first Linear's input), the GELU's input (T rows of m²·e) and output
         merger = _norm_bytes(v, p, ab, trainable) + linear_in + ab * p * e + linear_in
+    patch = ab * p * v.patch_input_size if trainable else 0.0 * p
+    rotary = (2.0 * 4.0 * p * d if v.family in _ROTARY else 0.0) + window
+    if v.family == "gemma4":
+        # Gemma4VisionPatchEmbedder: besides input_proj's input, the int64 (x, y) position indices the two
+        # F.embedding lookups keep and the bool padding mask (torch.where; the pooler's masked_fill reuses it);
+        # Gemma4VisionRotaryEmbedding's cos and sin, cast to the working precision, over head_dim
+        patch = patch + 2.0 * 8.0 * p + p
+        rotary = 2.0 * ab * p * v.head_width
     parts = {
         "blocks": blocks,
-        "patch embedding": ab * p * v.patch_input_size if trainable else 0.0 * p,
-        "rotary and window indices": (2.0 * 4.0 * p * d if v.family in _ROTARY else 0.0) + window,
+        "patch embedding": patch,
+        "rotary and window indices": rotary,
         "merger": merger,
     }
     shape = np.broadcast(n, ck).shape
     on = np.ones(shape) if trainable else full.astype(np.float64) * np.ones(shape)
+    if v.family == "gemma4" and not trainable:
+        on = np.zeros(shape)  # a frozen Gemma 4 tower records nothing, checkpointed or not (module docstring)
     return {k: np.broadcast_to(np.asarray(x, dtype=np.float64), shape) * on for k, x in parts.items()}
 
 
