@@ -655,12 +655,13 @@ SERVER_KEEPS = [
     "render reuses, plus the wave's high-water mark. With the shipped pool the pooled kernel's render happens "
     "before the `before` figure (137 MiB with a pool of 3, 178 MiB with a pool of 20, the pooled pages "
     "included), and the soak then stays flat.",
-    "- One wave of 40 simultaneous visitors (pool of 1) was tried twice (2026-12-01 17:37 and 17:40 UTC) and "
-    "stopped both times while its 40 kernels ran and the 40 pages drew: the machine's available memory fell to "
-    "620 and 477 MiB (14 GB of its 24 GB were held in /dev/shm by other jobs' files), and each run was stopped "
-    "before the kernel's out-of-memory killer picked a process. Its figures are not in this report; issue 15's "
-    "own 40-visitor run on this machine, before these changes, measured 40/40 correct and memory after/before "
-    "1.169.",
+    "- One wave of 40 simultaneous visitors (pool of 1) was first tried twice (2026-12-01 17:37 and 17:40 UTC) "
+    "and stopped both times while its 40 kernels ran: the machine's available memory fell to 620 and 477 MiB, "
+    "because 14 GB of its 24 GB were held in /dev/shm by DeepSpeed's CPU all-reduce segments that the engine "
+    "tests' ranks left behind (DeepSpeed never unlinks them; the ranks now do, "
+    "`zeroplanner.calibrate._worker._unlink_shm_buffer`). With that memory back, run 3 above (2026-12-01 18:24 "
+    "UTC, the machine otherwise idle): 40/40 correct, memory after/before 1.089 (issue 15's starting run: "
+    "1.169).",
     "- Also fixed on the way: a pre-heated kernel handed out after sitting in the pool longer than the idle "
     "timeout was culled as soon as the next cull tick came if its page had not connected yet (Voila skips only "
     "kernels still in the pool, and the kernel's last activity was its pre-execution); it is now marked active "
