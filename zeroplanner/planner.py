@@ -682,16 +682,20 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     if cand.stage.size == 0:
         raise ValueError(f"held {sorted(held)}: no candidate configuration has these values together")
     held_values = {k: _held_value(scenario, k) for k in SEARCH_INPUTS if k in held}
+    # Ulysses as a search axis: for long sequences from the start (SP_MIN_SEQUENCE_TOKENS), else only when nothing
+    # fits without it, which the first evaluation tells
+    long = scenario.sequence_tokens >= SP_MIN_SEQUENCE_TOKENS
+    sp_options = sequence_parallel_options(scenario, held) if long else [1]
+    if len(sp_options) > 1:
+        cand = candidate_grid(scenario, held, sp_options)
     vlabels, vcand = _variant_candidates(scenario, np.array([scenario.cluster.nodes]))
     values, vvalues = _split_values(evaluate(ctx, Candidates.concat(cand, vcand)), cand.shape, vcand.shape)
-    sp_searched = False
-    long_or_short = scenario.sequence_tokens >= SP_MIN_SEQUENCE_TOKENS or not values["fits"].any()
-    sp_options = sequence_parallel_options(scenario, held) if long_or_short else [1]
-    if len(sp_options) > 1:
-        # Ulysses as a search axis: long sequences, or nothing fits without it (SP_MIN_SEQUENCE_TOKENS)
-        sp_searched = True
-        cand = candidate_grid(scenario, held, sp_options)
-        values = evaluate(ctx, cand)
+    if not long and not values["fits"].any():
+        sp_options = sequence_parallel_options(scenario, held)
+        if len(sp_options) > 1:
+            cand = candidate_grid(scenario, held, sp_options)
+            values = evaluate(ctx, cand)
+    sp_searched = len(sp_options) > 1
     tp = np.full(cand.shape, scenario.cluster.tensor_parallel_size, dtype=np.int64)
     # AutoTP is not searched together with Ulysses (their combination is not priced against the engine)
     degrees = () if sp_searched else autotp_degrees(scenario, held, values, cand)
