@@ -499,15 +499,23 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
     return r
 
 
-def _activation_text(ctx, cand: Candidates, i: int) -> str:
-    """``activations 154.5 GiB (layers 32.3, logits 94.0, ...)``: candidate ``i``'s activation bytes by group
-    (:data:`~zeroplanner.costmodel.activations.ACTIVATION_GROUPS`), GiB."""
+def _activation_parts_at(ctx, cand: Candidates, i: int, tp: np.ndarray | None = None) -> dict[str, float]:
+    """Candidate ``i``'s activation bytes by group (:data:`~zeroplanner.costmodel.activations.ACTIVATION_GROUPS`),
+    with the context of its AutoTP degree ``tp[i]`` when that is not ``ctx``'s (the AutoTP grids of
+    :func:`_with_autotp`)."""
     from .costmodel.activations import activation_parts
 
-    parts = activation_parts(ctx, cand.take(np.array([i])))
-    total = sum(float(v[0]) for v in parts.values())
-    inner = ", ".join(f"{k} {gib(float(v[0])):.1f}" for k, v in parts.items() if float(v[0]) > 0)
-    return f"activations {gib(total):.1f} GiB ({inner})"
+    if tp is not None and int(tp[i]) != ctx.tp:
+        sc = ctx.scenario
+        ctx = make_context(sc.model_copy(update={"cluster": sc.cluster.model_copy(
+            update={"tensor_parallel_size": int(tp[i])})}))
+    return {k: float(v[0]) for k, v in activation_parts(ctx, cand.take(np.array([i]))).items()}
+
+
+def _activation_text(parts: dict[str, float]) -> str:
+    """``activations 154.5 GiB (layers 32.3, logits 94.0, ...)``: :func:`_activation_parts_at`'s bytes, GiB."""
+    inner = ", ".join(f"{k} {gib(v):.1f}" for k, v in parts.items() if v > 0)
+    return f"activations {gib(sum(parts.values())):.1f} GiB ({inner})"
 
 
 def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand: Candidates, ctx,
@@ -526,7 +534,8 @@ def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand: C
                 i = int(np.flatnonzero(mask)[np.argmin(values["total"][mask])])
                 r.append(f"Sequence parallelism {p} is needed: with sequence_parallel_size={v} nothing fits; the "
                          f"candidate needing the least GPU memory ({_choice_at(cand, i).label}) needs "
-                         f"{gib(values['total'][i]):.1f} GiB per GPU, of it {_activation_text(ctx, cand, i)}: "
+                         f"{gib(values['total'][i]):.1f} GiB per GPU, of it "
+                         f"{_activation_text(_activation_parts_at(ctx, cand, i))}: "
                          "no ZeRO stage shards activations, splitting the sequence does.")
             else:
                 plain = fit & (cand.offload_optimizer == 0) & (cand.offload_param == 0)
@@ -727,9 +736,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                     remedies.insert(0, f"split the sequence with Ulysses sequence parallelism "
                                        f"(--sequence-parallel-size {int(c2.sp[j])} fits: "
                                        f"{gib(v2['total'][j]):.1f} GiB per GPU)")
-        from .costmodel.activations import activation_parts
-
-        act = {k: float(v[0]) for k, v in activation_parts(ctx, cand.take(np.array([smallest]))).items()}
+        act = _activation_parts_at(ctx, cand, smallest, tp)
         if not t.tiled_loss and act["logits"] > 0.25 * values["total"][smallest]:
             remedies.insert(0, f"compute the loss in chunks (--tiled-loss: the logits and their fp32 log-softmax "
                                f"are {gib(act['logits']):.1f} GiB)")
@@ -739,7 +746,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                 f"needs {gib(values['total'][smallest]):.1f} GiB per GPU of "
                 f"{gib(ctx.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB usable "
                 f"and {gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node; of it "
-                f"{_activation_text(ctx, cand, smallest)}. Options: "
+                f"{_activation_text(act)}. Options: "
                 + ", ".join(remedies) + "."]
         warn += [f"As configured (ZeRO-{scenario.zero.stage}): {w_}" for w_ in est.warnings] + precision_note
         return Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=warn,
