@@ -259,11 +259,7 @@ VISION_NOTES = [
 
 def render_vision_activations(rows: list[dict]) -> list[str]:
     """Subsection of section 6: the vision-language census rows (tower and language model) from stored rows."""
-    from zeroplanner.calibrate.families import (
-        predicted_vision_activation_bytes,
-        vision_census_language_gap_bytes,
-        vision_census_seen_differently_bytes,
-    )
+    from zeroplanner.calibrate.families import vision_census_comparison
 
     lines = [
         "### Vision-language models: the vision tower and the language model with the image's tokens",
@@ -284,13 +280,9 @@ def render_vision_activations(rows: list[dict]) -> list[str]:
     ]
     for r in rows:
         ck, freeze, attn = r["checkpointing"], r["freeze_vision"], r["attn_implementation"]
-        pred = predicted_vision_activation_bytes(r["label"], checkpointing=ck, freeze_vision=freeze,
-                                                 flash_attention=attn == "sdpa")
-        meas = r["measured"]
-        extra, _ = vision_census_seen_differently_bytes(r["label"], checkpointing=ck, freeze_vision=freeze,
-                                                        attn_implementation=attn)
+        c = vision_census_comparison(r)
+        pred, meas, (extra, _), (gap, _) = c["predicted"], c["measured"], c["seen_differently"], c["language_gap"]
         seen = _fmt(pred["tower"] + extra) if extra else "-"
-        gap, _ = vision_census_language_gap_bytes(r["label"], checkpointing=ck, attn_implementation=attn)
         with_gap = f"{_fmt(pred['language'] + gap)} ({_err(pred['language'] + gap, meas['language'])})" if gap else "-"
         lines.append(f"| {r['label']} | {ck} | {'frozen' if freeze else 'trainable'} | {attn} | "
                      f"{_fmt(pred['tower'])} | {_fmt(meas['tower'])} | {_err(pred['tower'], meas['tower'])} | "

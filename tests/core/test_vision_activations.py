@@ -24,9 +24,7 @@ from zeroplanner.calibrate.families import (
     SMALL,
     VISION_CENSUS,
     VISION_CENSUS_UNSEEN,
-    predicted_vision_activation_bytes,
-    vision_census_language_gap_bytes,
-    vision_census_seen_differently_bytes,
+    vision_census_comparison,
 )
 from zeroplanner.catalog.hfconfig import architecture_from_hf_config
 from zeroplanner.costmodel.activations import activation_bytes, activation_parts
@@ -60,12 +58,9 @@ def test_tower_and_language_model_against_the_stored_census(row):
     """Tower within 5% as priced (GPU semantics), and to the byte once the named CPU-vs-GPU differences are
     added; the language model with the image's tokens in its sequence within 5%, and within 1% once the one
     measured gap (Gemma 3's bidirectional image mask under sdpa) is added."""
-    ck, freeze, attn = row["checkpointing"], row["freeze_vision"], row["attn_implementation"]
-    pred = predicted_vision_activation_bytes(row["label"], checkpointing=ck, freeze_vision=freeze,
-                                             flash_attention=attn == "sdpa")
-    meas = row["measured"]
-    extra, reasons = vision_census_seen_differently_bytes(row["label"], checkpointing=ck, freeze_vision=freeze,
-                                                          attn_implementation=attn)
+    ck = row["checkpointing"]
+    c = vision_census_comparison(row)
+    pred, meas, (extra, reasons), (gap, cause) = c["predicted"], c["measured"], c["seen_differently"], c["language_gap"]
     assert pred["tower"] + extra == meas["tower"], reasons
     if ck == "full" and row["label"] in VISION_CENSUS_UNSEEN:
         assert VISION_CENSUS_UNSEEN[row["label"]] in reasons  # the census cannot see the priced blocks (named)
@@ -74,7 +69,6 @@ def test_tower_and_language_model_against_the_stored_census(row):
         assert pred["tower"] == pytest.approx(meas["tower"], rel=0.05)
     else:
         assert pred["tower"] == 0.0  # a frozen tower without checkpointing records nothing (measured)
-    gap, cause = vision_census_language_gap_bytes(row["label"], checkpointing=ck, attn_implementation=attn)
     if gap:
         assert pred["language"] + gap == pytest.approx(meas["language"], rel=0.01), cause
     else:

@@ -456,3 +456,21 @@ def vision_census_language_gap_bytes(label: str, *, checkpointing: str = "none",
     gap = layers * (2.0 * s * s + 2.0 * 2.0 * s * (arch.q_size - arch.kv_size))
     return gap, ("the image tokens' bidirectional mask: an explicit (1, 1, s, s) mask saved per layer and K/V "
                  "repeated to n_heads (use_gqa_in_sdpa refuses GQA with a mask)")
+
+
+def vision_census_comparison(row: dict) -> dict:
+    """One stored vision census row (``label``, ``checkpointing``, ``freeze_vision``, ``attn_implementation``,
+    ``measured``: {"tower", "language"} bytes) beside the cost model: ``predicted`` (the same keys,
+    :func:`predicted_vision_activation_bytes`; flash when the census ran sdpa), ``measured``, ``seen_differently``
+    ((bytes, reasons) of :func:`vision_census_seen_differently_bytes`) and ``language_gap`` ((bytes, cause) of
+    :func:`vision_census_language_gap_bytes`). The figures docs/validation.md renders and the census tests check.
+    Needs no torch."""
+    ck, freeze, attn = row["checkpointing"], row["freeze_vision"], row["attn_implementation"]
+    return {
+        "predicted": predicted_vision_activation_bytes(row["label"], checkpointing=ck, freeze_vision=freeze,
+                                                       flash_attention=attn == "sdpa"),
+        "measured": row["measured"],
+        "seen_differently": vision_census_seen_differently_bytes(row["label"], checkpointing=ck,
+                                                                 freeze_vision=freeze, attn_implementation=attn),
+        "language_gap": vision_census_language_gap_bytes(row["label"], checkpointing=ck, attn_implementation=attn),
+    }
