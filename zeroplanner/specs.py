@@ -970,7 +970,7 @@ class Scenario(_Frozen):
             raise ValueError(f"checkpoint_offload needs checkpointing='full' (got {t.checkpointing!r}): it moves "
                              "the checkpointed layer inputs to host RAM")
         hpz, dp = self.zero.zero_hpz_partition_size, self.cluster.data_parallel_degree
-        if self.zero.stage == 3 and hpz > 1 and dp % min(hpz, dp):
+        if self.zero.stage == 3 and not hpz_divides(hpz, dp):
             raise ValueError(f"zero_hpz_partition_size={hpz} must divide the data-parallel degree {dp}: DeepSpeed "
                              "asserts it when it builds the secondary-partition groups (utils/groups.py "
                              "_create_zero_param_parallel_group); use the GPUs per node "
@@ -989,6 +989,13 @@ class Scenario(_Frozen):
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.training.seq_len
+
+
+def hpz_divides(hpz: int, data_parallel_degree: int) -> bool:
+    """Whether DeepSpeed accepts ``zero_hpz_partition_size`` ``hpz`` on ``data_parallel_degree`` ranks: it asserts
+    that min(hpz, world) divides the world when it builds the secondary-partition groups (utils/groups.py
+    ``_create_zero_param_parallel_group``: ``_ensure_divisibility``). hpz 1 (no hpZ) always does."""
+    return hpz <= 1 or data_parallel_degree % min(hpz, data_parallel_degree) == 0
 
 
 def replace(obj: BaseModel, **changes: Any) -> Any:

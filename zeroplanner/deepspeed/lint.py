@@ -67,7 +67,7 @@ import math
 from typing import Any
 
 from ..pitfalls import scenario_pitfalls
-from ..specs import Scenario
+from ..specs import Scenario, hpz_divides
 from .emit import hf_auto_values
 from .keys import (
     AUTO,
@@ -519,7 +519,7 @@ def _rule_cluster(config: dict[str, Any], scenario: Scenario, out: list[Finding]
     if hpz is not None and hpz > 1 and stage == 3:
         world = cluster.data_parallel_degree
         size = min(int(hpz), world)
-        if world % size:
+        if not hpz_divides(int(hpz), world):
             _add(out, "error", "zero_optimization.zero_hpz_partition_size", "hpz_not_dividing",
                  f"zero_hpz_partition_size {int(hpz)} does not divide the data-parallel degree {world}; DeepSpeed "
                  "asserts it does when it builds the secondary-partition groups (utils/groups.py, "

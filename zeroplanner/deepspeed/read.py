@@ -12,7 +12,7 @@ from typing import Any
 
 from ..costmodel.context import attention_tp_share
 from ..costmodel.ulysses import check_ulysses
-from ..specs import OffloadSpec, Scenario, TrainingSpec, ZeroSpec
+from ..specs import OffloadSpec, Scenario, TrainingSpec, ZeroSpec, hpz_divides
 from .emit import hf_auto_values
 from .keys import (
     _AUTO_RULES,
@@ -532,7 +532,7 @@ def from_deepspeed_config(
     cluster = {**base.cluster.model_dump(), "tensor_parallel_size": tp, "sequence_parallel_size": sp}
     dp = base.cluster.world_size // tp
     hpz = zero.zero_hpz_partition_size
-    if zero.stage == 3 and hpz > 1 and dp % min(hpz, dp):
+    if zero.stage == 3 and not hpz_divides(hpz, dp):
         # DeepSpeed refuses it (lint's hpz_not_dividing error says so); the rest of the config is priced without hpZ
         r.note("info", "zero_optimization.zero_hpz_partition_size", f"zero_hpz_partition_size {hpz} does not divide "
                f"the data-parallel degree {dp}, which DeepSpeed refuses: priced without hpZ.", "", "unpriced")
