@@ -916,11 +916,15 @@ def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, p
     grid = np.geomspace(low, high, points)
     labels = [v[0] for v in VARIANTS]
     best = dict.fromkeys(labels, 0)
+    from .costmodel.ulysses import check_ulysses
+
     sp = scenario.cluster.sequence_parallel_size
     for p in grid:
         arch = Architecture.from_parameter_count(int(p))
-        if sp > 1 and (arch.n_heads % sp or (arch.kv_heads % sp and sp % arch.kv_heads)):
-            continue  # the scenario's Ulysses degree does not split this shape's heads (costmodel.ulysses rules)
+        try:
+            check_ulysses(n_heads=arch.n_heads, kv_heads=arch.kv_heads, sp_size=sp)
+        except ValueError:
+            continue  # the scenario's Ulysses degree does not split this shape's heads
         sc = scenario.model_copy(update={"model": arch})
         _, cand = _variant_candidates(sc, np.array([sc.cluster.nodes]))
         fits = evaluate(make_context(sc), cand)["fits"][:, 0]
