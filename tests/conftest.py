@@ -31,7 +31,9 @@ def pytest_sessionfinish(session, exitstatus):
     import glob
     import os
 
-    for path in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_*"):
+    from zeroplanner.calibrate._worker import SHM_BUFFER_PREFIX
+
+    for path in glob.glob(f"{SHM_BUFFER_PREFIX}{os.getuid()}_*"):
         try:
             if os.stat(path).st_mtime >= _SESSION_START - 1:
                 os.unlink(path)

@@ -459,6 +459,11 @@ def end_rank(status: int = 0) -> None:
 
 
 
+SHM_BUFFER_PREFIX = "/dev/shm/deepspeed_allreduce_buffer_"
+"""DeepSpeed's CPU all-reduce segments: ``<prefix><uid>_<addr>_<port>_<rank>`` (ops/csrc/cpu/comm/shm.cpp
+``SHM_BUFFER_NAME``, ``shm_initialize``)."""
+
+
 def _unlink_shm_buffer() -> None:
     """Remove this rank's ``/dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>``: DeepSpeed's CPU
     all-reduce (deepspeed/ops/csrc/cpu/comm/shm.cpp ``shm_initialize``) creates one ~66 MiB segment per rank and
@@ -470,7 +475,7 @@ def _unlink_shm_buffer() -> None:
     port, rank = os.environ.get("MASTER_PORT"), os.environ.get("RANK")
     if not (port and rank):
         return
-    for path in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_*_{port}_{rank}"):
+    for path in glob.glob(f"{SHM_BUFFER_PREFIX}{os.getuid()}_*_{port}_{rank}"):
         try:
             os.unlink(path)
         except OSError:
