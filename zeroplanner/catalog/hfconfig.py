@@ -482,6 +482,7 @@ def _qwen3_next(k: _Keys) -> dict[str, Any]:
     moe = _qwen_moe_layers(k, n, experts)
     f.update(
         qk_norm="head", qkv_bias=bias, out_bias=bias, gated_attention=True, attention_layers=full,
+        rotary_fraction=_rotary_fraction(k, 0.25),  # Qwen3NextConfig: partial_rotary_factor defaults to 0.25
         other_mixer_params=(n - full) * linear, other_mixer_largest_module=max(qkvz, out) if n > full else 0,
         linear_mixer=LinearMixer(kind="gated_deltanet", layers=n - full, key_heads=nk, key_head_dim=dk,
                                  value_heads=nv, value_head_dim=dv, conv_kernel=kernel) if n > full else None,

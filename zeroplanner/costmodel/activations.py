@@ -105,6 +105,10 @@ _FP32_ROTARY_FAMILIES = frozenset({"olmo2"})
 ``.to(x.dtype)`` of LlamaRotaryEmbedding.forward; measured: 4-byte tables)."""
 
 
+_NO_POSITION_FAMILIES = frozenset({"nemotron_h"})
+"""Families without position embeddings of any kind: NemotronHAttention.forward applies no rotary embedding and
+NemotronHModel builds no cos/sin tables (transformers 5.24 modeling_nemotron_h.py; measured: none saved)."""
+
 _SINK_FAMILIES = frozenset({"gpt_oss"})
 """Attention with a learned sink logit per head (GptOssAttention ``sinks``; modeling_gpt_oss.py)."""
 
@@ -330,6 +334,10 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             # Gemma4TextAttention.forward: v_norm (Gemma4RMSNorm with_scale=False) on the values: the fp32 upcast,
             # the mean square and its power per head
             q_k_v = q_k_v + (4.0 * sb * hk + 8.0 * sb * kv) * ta
+        if m.gated_attention:
+            # Qwen3NextAttention.forward: ``attn_output * torch.sigmoid(gate)`` keeps the sigmoid output beside the
+            # attention output, and o_proj keeps the product (measured: two more sbh-wide tensors per layer)
+            out_in = out_in + 2.0 * ab * sb * hq * ta
         # selective checkpointing drops the s^2 terms; under full checkpointing the recomputed layer saves them
         return q_k_v + core + np.where(checkpointing == 1, 0.0, core_s2) + out_in
 
@@ -415,7 +423,7 @@ def rotary_table_bytes(m, tokens: float, precision: str) -> float:
     2·r_b·tokens·d_rot with d_rot from :func:`_rotary_table_width` and r_b the working precision's element bytes
     (4 for OLMo 2's fp32 tables, :data:`_FP32_ROTARY_FAMILIES`); 0 with learned positions. The same quantity as
     :func:`activation_term`'s rotary part."""
-    if m.learned_position_embeddings > 0:
+    if m.learned_position_embeddings > 0 or m.family in _NO_POSITION_FAMILIES:
         return 0.0
     r_b = 4.0 if (m.family in _FP32_ROTARY_FAMILIES or precision == "fp32") else 2.0
     return 2.0 * r_b * float(tokens) * _rotary_table_width(m)
@@ -519,7 +527,7 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     sc = ctx.scenario
     m, t = sc.model, sc.training
     rms = m.norm_kind == "rmsnorm"
-    rotary = m.learned_position_embeddings <= 0
+    rotary = m.learned_position_embeddings <= 0 and m.family not in _NO_POSITION_FAMILIES
     full = cand.checkpointing == 2
     off = full & t.checkpoint_offload
     keep = full & (not t.checkpoint_offload)
