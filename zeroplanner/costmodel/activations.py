@@ -81,6 +81,9 @@ def linear_mixer_bytes(lm, sb, ab: float):
     A, D, dt_bias, initial_states, seq_idx, rmsnorm_weight, rstd, outproj_weight, outproj_bias)``; d_inner D =
     heads·head_dim, G groups of state N): in_proj's output zxbcdt a·(2·D + 2·G·N + heads), the ungated scan output
     out_x a·D and the fp32 norm rstd per group 4·G. Nothing of out_proj is saved besides (its input is recomputed).
+
+    Not divided by the tensor-parallel degree (how AutoTP shards these mixers is not measured: priced whole, an
+    upper bound); under Ulysses ``sb`` is the rank's local tokens, as for every per-token term (not measured).
     """
     if lm.kind == "mamba2":
         d, g = float(lm.value_width), float(lm.key_heads)
