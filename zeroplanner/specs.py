@@ -180,7 +180,8 @@ class Architecture(_Frozen):
     tests compare the count with ``transformers`` instantiated on the meta device.
 
     Layers may differ (2024-26 families): ``attention_layers`` of them hold the softmax attention the head fields
-    describe (MLA when ``kv_lora_rank`` is set) and the rest a mixer counted in ``other_mixer_params``;
+    describe (MLA when ``kv_lora_rank`` is set) and the rest a mixer counted in ``other_mixer_params`` (its shape,
+    for activations, in ``linear_mixer`` where it is a linear-attention or state-space mixer);
     ``moe_layers`` hold ``n_experts`` routed experts of ``ffn_size`` (+ a shared expert), ``dense_mlp_layers`` a
     dense MLP of ``dense_ffn_size``. Every new field defaults to the uniform layout, so older entries are unchanged.
     """
