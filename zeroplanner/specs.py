@@ -140,6 +140,38 @@ class VisionTower(_Frozen):
         return self.patches_per_image // self.merge_size ** 2
 
 
+class LinearMixer(_Frozen):
+    """The token mixer of a hybrid model's non-attention layers, by its widths (for their activations; their
+    parameters are counted in ``Architecture.other_mixer_params``).
+
+    - ``gated_deltanet``: Qwen3-Next's Qwen3NextGatedDeltaNet (transformers 5.24 modeling_qwen3_next.py): key_heads
+      x key_head_dim queries and keys (linear_num_key_heads, linear_key_head_dim), value_heads x value_head_dim
+      values and output gate (linear_num_value_heads, linear_value_head_dim);
+    - ``mamba2``: Nemotron-H's NemotronHMamba2Mixer (modeling_nemotron_h.py): value_heads x value_head_dim the
+      scanned x (mamba_num_heads, mamba_head_dim; d_inner their product), key_heads x key_head_dim each of B and C
+      (n_groups, ssm_state_size), as the queries/keys of the state-space duality (Dao & Gu, arXiv 2405.21060,
+      Sec. 5: C, B, x play Q, K, V).
+    """
+
+    kind: Literal["gated_deltanet", "mamba2"]
+    layers: int = Field(ge=1, le=1000, description="layers whose token mixer this is")
+    key_heads: int = Field(ge=1, le=100_000)
+    key_head_dim: int = Field(ge=1, le=100_000)
+    value_heads: int = Field(ge=1, le=100_000)
+    value_head_dim: int = Field(ge=1, le=100_000)
+    conv_kernel: int = Field(ge=1, le=1000, description="depthwise causal convolution width")
+
+    @property
+    def key_width(self) -> int:
+        """key_heads * key_head_dim (GDN: one of q, k; Mamba-2: one of B, C)."""
+        return self.key_heads * self.key_head_dim
+
+    @property
+    def value_width(self) -> int:
+        """value_heads * value_head_dim (GDN: v and the gate z; Mamba-2: d_inner, x and the gate z)."""
+        return self.value_heads * self.value_head_dim
+
+
 class Architecture(_Frozen):
     """A decoder-only transformer, described the way HF ``config.json`` files describe it.
 
@@ -148,7 +180,8 @@ class Architecture(_Frozen):
     tests compare the count with ``transformers`` instantiated on the meta device.
 
     Layers may differ (2024-26 families): ``attention_layers`` of them hold the softmax attention the head fields
-    describe (MLA when ``kv_lora_rank`` is set) and the rest a mixer counted in ``other_mixer_params``;
+    describe (MLA when ``kv_lora_rank`` is set) and the rest a mixer counted in ``other_mixer_params`` (its shape,
+    for activations, in ``linear_mixer`` where it is a linear-attention or state-space mixer);
     ``moe_layers`` hold ``n_experts`` routed experts of ``ffn_size`` (+ a shared expert), ``dense_mlp_layers`` a
     dense MLP of ``dense_ffn_size``. Every new field defaults to the uniform layout, so older entries are unchanged.
     """
@@ -231,6 +264,11 @@ class Architecture(_Frozen):
     )
     other_mixer_largest_module: int = Field(
         default=0, ge=0, le=10**15, description="largest single module among those other mixers"
+    )
+    linear_mixer: LinearMixer | None = Field(
+        default=None,
+        description="the shape of the other layers' mixer when it is a linear-attention or state-space mixer "
+        "(Qwen3-Next Gated DeltaNet, Nemotron-H Mamba-2), for its activations; None = none, or not described",
     )
     moe_layers: int | None = Field(
         default=None, ge=0, le=1000,
@@ -340,6 +378,9 @@ class Architecture(_Frozen):
             value = getattr(self, name)
             if value is not None and value > self.n_layers:
                 raise ValueError(f"{name}={value} exceeds n_layers={self.n_layers}")
+        if self.linear_mixer is not None and self.linear_mixer.layers + self.n_attention_layers > self.n_layers:
+            raise ValueError(f"linear_mixer.layers={self.linear_mixer.layers} + attention_layers="
+                             f"{self.n_attention_layers} exceeds n_layers={self.n_layers}")
         if self.n_moe_layers and self.n_experts == 1:
             raise ValueError(f"moe_layers={self.moe_layers} needs n_experts > 1")
         if self.vision is not None and self.vision.tokens_per_image != self.vision_tokens_per_image:

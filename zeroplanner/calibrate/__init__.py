@@ -22,6 +22,7 @@ a missing one raises :class:`CalibrationError` with the install hint. Measured D
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -653,6 +654,7 @@ def measure_activation_bytes(
     precision: Literal["bf16", "fp32"] = "bf16",
     attn_implementation: Literal["sdpa", "eager"] = "sdpa",
     seed: int = 0,
+    gpu_kernel_stand_ins: bool = False,
 ) -> dict[str, int]:
     """Bytes a real HF causal LM keeps for backward after one training forward pass, measured on CPU.
 
@@ -668,6 +670,12 @@ def measure_activation_bytes(
     Returns bytes: ``saved`` (forward), ``logits`` (the logits tensor the model returns, alive until backward),
     ``recompute_peak`` (one layer's saved bytes during its recomputation in backward; 0 without checkpointing),
     ``total`` = saved + logits (not already saved) + recompute_peak, and ``parameters`` (count).
+
+    ``gpu_kernel_stand_ins``: run the forward and backward inside
+    :func:`zeroplanner.calibrate.kernel_stand_ins.gpu_kernel_stand_ins`, so that Qwen3-Next's Gated DeltaNet core
+    and short convolution and Nemotron-H's fused Mamba-2 path save what their CUDA kernels (fla,
+    causal_conv1d, mamba_ssm) save, not what transformers' reference PyTorch implementations save; everything
+    outside those cores runs and is measured as without it.
     """
     _require("torch", "transformers")
     import torch
@@ -708,7 +716,11 @@ def measure_activation_bytes(
 
     gen = torch.Generator().manual_seed(seed + 1)
     ids = torch.randint(0, config.vocab_size, (micro_batch, seq_len), generator=gen)
-    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+    if gpu_kernel_stand_ins:
+        from .kernel_stand_ins import gpu_kernel_stand_ins as cores
+    else:
+        cores = contextlib.nullcontext
+    with cores(), torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         out = model(input_ids=ids, labels=ids, use_cache=False)
         state["phase"] = "backward"
         logits_ptr = out.logits.untyped_storage().data_ptr()

@@ -116,6 +116,20 @@ def census_attention(label: str) -> str:
     return "eager" if census_config(label)["model_type"] in CENSUS_EAGER else "sdpa"
 
 
+CENSUS_KERNEL_STAND_INS: dict[str, str] = {
+    "qwen3_next": "the Gated DeltaNet core saves fla's chunk_gated_delta_rule tensors (L2-normalised q and k with "
+                  "their fp32 rstd, the contiguous v, the fp32 chunk-local gate cumsum, beta and the (s, value heads, "
+                  "64) WY matrix in bf16) and the short convolution causal_conv1d's (its input)",
+    "nemotron_h": "the Mamba-2 mixer's fused conv + scan + gated norm + out_proj saves mamba_ssm's "
+                  "mamba_split_conv1d_scan_combined tensors (in_proj's output zxbcdt, the ungated scan output in "
+                  "bf16 and the fp32 per-group norm rstd)",
+}
+"""Labels the census also runs with ``measure_activation_bytes(..., gpu_kernel_stand_ins=True)``: their
+non-attention mixers' cores are CUDA-only kernels whose saved tensors zeroplanner/calibrate/kernel_stand_ins.py
+stands in for on CPU (the lists read from flash-linear-attention 0.6.0, causal_conv1d 1.7.0 and mamba_ssm 2.3.2,
+cited there); the plain rows measure transformers' reference PyTorch path, which saves fp32 per-chunk matrices the
+kernels do not. The cost model prices the kernel path."""
+
 NOT_CENSUSED: dict[str, str] = {}
 """Small configs the activation census does not run, and why."""
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..specs import Architecture, VisionTower
+from ..specs import Architecture, LinearMixer, VisionTower
 
 __all__ = [
     "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_CONFIG_INTEGER", "SUPPORTED_MODEL_TYPES",
@@ -482,7 +482,10 @@ def _qwen3_next(k: _Keys) -> dict[str, Any]:
     moe = _qwen_moe_layers(k, n, experts)
     f.update(
         qk_norm="head", qkv_bias=bias, out_bias=bias, gated_attention=True, attention_layers=full,
+        rotary_fraction=_rotary_fraction(k, 0.25),  # Qwen3NextConfig: partial_rotary_factor defaults to 0.25
         other_mixer_params=(n - full) * linear, other_mixer_largest_module=max(qkvz, out) if n > full else 0,
+        linear_mixer=LinearMixer(kind="gated_deltanet", layers=n - full, key_heads=nk, key_head_dim=dk,
+                                 value_heads=nv, value_head_dim=dv, conv_kernel=kernel) if n > full else None,
         dense_ffn_size=f["ffn_size"], ffn_size=k.integer("moe_intermediate_size", default=512),
     )
     if experts > 1 and moe:
@@ -1017,11 +1020,15 @@ def _nemotron_h(k: _Keys) -> dict[str, Any]:
         mlp_bias=k.flag("mlp_bias", default=False), attention_layers=pattern.count("*"),
         other_mixer_params=pattern.count("M") * mamba,
         other_mixer_largest_module=max(in_proj, out_proj) if "M" in pattern else 0,
+        linear_mixer=LinearMixer(kind="mamba2", layers=pattern.count("M"), key_heads=groups, key_head_dim=state,
+                                 value_heads=mh, value_head_dim=md, conv_kernel=kernel) if "M" in pattern else None,
         dense_mlp_layers=pattern.count("-"), moe_layers=moe if experts > 1 else 0,
         dropout=k.any_dropout("attention_dropout", "hidden_dropout"),
     )
     if moe and experts > 1:
         f.update(n_experts=experts, experts_per_token=k.integer("num_experts_per_tok", default=2), fused_experts=True,
+                 router_groups=k.integer("n_group", default=1), router_top_groups=k.integer("topk_group", default=1),
+                 router_norm_topk=k.flag("norm_topk_prob", default=True),
                  shared_expert_ffn_size=k.integer("moe_shared_expert_intermediate_size", default=7688, minimum=0)
                  if k.integer("n_shared_experts", default=1, minimum=0) else 0)
     return f

@@ -16,8 +16,9 @@ Checkpointing: "selective" recomputes the attention core (drops the s^2 terms; K
 only each layer's input (2sbh) plus one layer's activations during its recomputation (Chen et al., arXiv
 1604.06174).
 
-Approximate for the hybrid families: layers whose mixer is not softmax attention (Qwen3-Next Gated DeltaNet,
-Nemotron-H Mamba-2) are priced as the attention layer. The vision encoder's own activations (Qwen2-VL /
+Hybrid families: layers whose mixer is not softmax attention (Qwen3-Next Gated DeltaNet, Nemotron-H Mamba-2;
+``Architecture.linear_mixer``) are priced as their GPU kernels save them (:func:`linear_mixer_bytes`), and
+Nemotron-H's blocks hold one mixer or one MLP each. The vision encoder's own activations (Qwen2-VL /
 Qwen2.5-VL / Gemma 3 / Gemma 4 / Llama 4 towers) are :mod:`zeroplanner.costmodel.vision`'s, added as one part;
 towers of families read only through transformers are not priced.
 Attention is priced as the GPU flash kernel saves it (flash_attention_2 semantics): CPU sdpa's sliding-window mask
@@ -35,10 +36,66 @@ from .context import Candidates, Context
 from .terms import TermParts, term
 from .vision import vision_activation_bytes
 
-_GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2", "gpt_oss"})
+_GEMMA_NORM_FAMILIES = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "olmo2", "gpt_oss",
+                                  "nemotron_h", "qwen3_next"})
 """Families whose RMSNorm keeps its normalised output in fp32: Gemma's (1 + w) scaling in fp32 (transformers 5.24
-Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward) and OLMo 2's and gpt-oss's ``(self.weight * hidden_states)
-.to(input_dtype)`` (Olmo2RMSNorm / GptOssRMSNorm.forward), which multiply the weight before the cast."""
+Gemma2RMSNorm / Gemma3RMSNorm / Gemma4RMSNorm.forward), OLMo 2's and gpt-oss's ``(self.weight * hidden_states)
+.to(input_dtype)`` (Olmo2RMSNorm / GptOssRMSNorm.forward), which multiply the weight before the cast, and
+Nemotron-H's ``(self.weight.to(torch.float32) * hidden_states).to(input_dtype)`` (NemotronHRMSNorm.forward) and
+Qwen3-Next's ``output * (1.0 + self.weight.float())`` before ``type_as`` (Qwen3NextRMSNorm.forward)."""
+
+_FP32_NORM_WEIGHT_FAMILIES = frozenset({"nemotron_h", "qwen3_next"})
+"""Non-Gemma families whose RMSNorms (block and q/k norms) also save an fp32 copy of their weight (4 bytes per
+element per norm): ``self.weight.to(torch.float32)`` in NemotronHRMSNorm.forward and ``1.0 + self.weight.float()``
+in Qwen3NextRMSNorm.forward (the modules are bf16 under DeepSpeed's bf16 mode; measured: a (width,) fp32 tensor
+saved per norm). Gemma's norms save theirs too (``gemma_weight`` below)."""
+
+GDN_CHUNK_SIZE = 64
+"""fla's chunk length for the gated delta rule, the last dimension of the WY matrix A its autograd Function saves
+(flash-linear-attention / fla-core 0.6.0 fla/ops/gated_delta_rule/chunk.py ``chunk_gated_delta_rule``:
+``kwargs.pop('chunk_size', 64)``; chunk_fwd.py ``chunk_gated_delta_rule_fwd_intra``: A of (B, T, HV, BT) in k's
+dtype). transformers' Qwen3NextGatedDeltaNet passes no chunk_size."""
+
+
+def linear_mixer_bytes(lm, sb, ab: float):
+    """Bytes ONE linear-attention / state-space mixer layer saves for backward on the GPU kernel path that
+    transformers 5.24 takes in training with the kernels installed, the block norm and its output (the input
+    projections' saved input) excluded. ``lm`` the ``Architecture.linear_mixer``, ``sb`` tokens (float or array),
+    ``ab`` activation element bytes. Checked to the byte in bf16 against the CPU census with the kernels' saved
+    tensors stood in (zeroplanner/calibrate/kernel_stand_ins.py, docs/validation.md section 6).
+
+    Gated DeltaNet (Qwen3NextGatedDeltaNet.forward, nk x dk keys K = nk·dk, nv x dv values E = nv·dv):
+    - the short convolution (causal_conv1d 1.7.0 ``CausalConv1dFn.forward``: ``save_for_backward(x, weight, ...)``)
+      keeps its input, the concatenated q/k/v projection, a·(2K + E);
+    - the core (fla 0.6.0 ``ChunkGatedDeltaRuleFunction.forward`` with use_qk_l2norm_in_kernel:
+      ``save_for_backward(q, q_rstd, k, k_rstd, v, g, beta_raw, beta, A, ...)``): the L2-normalised q and k
+      (a·2K) and their fp32 rstd per head (8·nk), the contiguous v (a·E), the fp32 chunk-local cumsum of the gate
+      (4·nv), beta (a·nv; the same tensor as the sigmoid's output, which keeps it too) and the WY matrix A
+      (a·nv·:data:`GDN_CHUNK_SIZE`);
+    - the gate g = -exp(A_log) · softplus(a + dt_bias), in fp32: softplus's input and output (8·nv);
+    - Qwen3NextRMSNormGated (PyTorch in transformers 5.24 unless the Hub kernels are requested): the fp32 upcast
+      of the core output (4·E), the fp32 rsqrt per head (4·nv), the normalised output in the working precision
+      times the weight (2·a·E: both products kept), the fp32 gate and its SiLU (8·E), and out_proj's input (a·E).
+    Mamba-2 (NemotronHMamba2Mixer.forward in training: mamba_ssm 2.3.2 ``MambaSplitConv1dScanCombinedFn.forward``,
+    conv, scan, gated RMSNorm and out_proj fused, ``save_for_backward(zxbcdt, conv1d_weight, conv1d_bias, out_x,
+    A, D, dt_bias, initial_states, seq_idx, rmsnorm_weight, rstd, outproj_weight, outproj_bias)``; d_inner D =
+    heads·head_dim, G groups of state N): in_proj's output zxbcdt a·(2·D + 2·G·N + heads), the ungated scan output
+    out_x a·D and the fp32 norm rstd per group 4·G. Nothing of out_proj is saved besides (its input is recomputed).
+
+    Not divided by the tensor-parallel degree (how AutoTP shards these mixers is not measured: priced whole, an
+    upper bound); under Ulysses ``sb`` is the rank's local tokens, as for every per-token term (not measured).
+    """
+    if lm.kind == "mamba2":
+        d, g = float(lm.value_width), float(lm.key_heads)
+        zxbcdt = 2.0 * d + 2.0 * g * float(lm.key_head_dim) + float(lm.value_heads)
+        return ab * sb * (zxbcdt + d) + 4.0 * sb * g
+    k, e = float(lm.key_width), float(lm.value_width)
+    nk, nv = float(lm.key_heads), float(lm.value_heads)
+    conv = ab * sb * (2.0 * k + e)
+    core = ab * sb * 2.0 * k + 8.0 * sb * nk + ab * sb * e + 4.0 * sb * nv + ab * sb * nv + ab * sb * nv * GDN_CHUNK_SIZE
+    gate = 8.0 * sb * nv
+    norm = 4.0 * sb * e + 4.0 * sb * nv + 2.0 * ab * sb * e + 8.0 * sb * e + ab * sb * e
+    return conv + core + gate + norm
 
 _GEMMA4_FAMILIES = frozenset({"gemma4", "gemma4_text"})
 """Gemma4RMSNorm.forward (transformers 5.24): ``hidden * torch.pow(mean_sq, -0.5)`` saves the fp32 upcast, the mean
@@ -50,6 +107,10 @@ _FP32_ROTARY_FAMILIES = frozenset({"olmo2"})
 """Families whose rotary cos/sin tables stay fp32 (Olmo2RotaryEmbedding.forward returns them without the
 ``.to(x.dtype)`` of LlamaRotaryEmbedding.forward; measured: 4-byte tables)."""
 
+
+_NO_POSITION_FAMILIES = frozenset({"nemotron_h"})
+"""Families without position embeddings of any kind: NemotronHAttention.forward applies no rotary embedding and
+NemotronHModel builds no cos/sin tables (transformers 5.24 modeling_nemotron_h.py; measured: none saved)."""
 
 _SINK_FAMILIES = frozenset({"gpt_oss"})
 """Attention with a learned sink logit per head (GptOssAttention ``sinks``; modeling_gpt_oss.py)."""
@@ -63,17 +124,24 @@ _EXPERT_SAVED_WIDTHS = {"gpt_oss": 7.0}
 GptOssExperts._apply_gate reads gate and up as strided views of gate_up (the whole 2f kept) and saves the clamped
 gate, its sigmoid, up + 1, the GLU and the product: 2 + 5 (measured)."""
 
-_FP32_ROUTER_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "glm4_moe"})
+_FP32_ROUTER_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "glm4_moe", "nemotron_h"})
 """Routers that compute in fp32 from fp32 copies of their input and weight (``F.linear(hidden.type(float32),
-weight.type(float32))``: transformers 5.24 DeepseekV2TopkRouter / DeepseekV3TopkRouter / Glm4MoeTopkRouter.forward;
+weight.type(float32))``: transformers 5.24 DeepseekV2TopkRouter / DeepseekV3TopkRouter / Glm4MoeTopkRouter /
+NemotronHTopkRouter.forward;
 the weight copy is new because DeepSpeed's bf16 mode casts the module, measured)."""
 
-_SIGMOID_GROUP_ROUTER_FAMILIES = frozenset({"deepseek_v3", "glm4_moe"})
-"""Sigmoid scores with group-limited top-k (DeepseekV3TopkRouter / Glm4MoeTopkRouter.forward)."""
+_SIGMOID_GROUP_ROUTER_FAMILIES = frozenset({"deepseek_v3", "glm4_moe", "nemotron_h"})
+"""Sigmoid scores with group-limited top-k (DeepseekV3TopkRouter / Glm4MoeTopkRouter / NemotronHTopkRouter
+.forward)."""
 
-_FP32_ROUTING_WEIGHT_FAMILIES = frozenset({"mixtral", "deepseek_v2", "deepseek_v3", "glm4_moe"})
+_FP32_ROUTING_WEIGHT_FAMILIES = frozenset({"mixtral", "deepseek_v2", "deepseek_v3", "glm4_moe", "nemotron_h"})
 """Routers whose top-k weights stay fp32 into the experts (MixtralTopKRouter returns the fp32 softmax values; the
 Qwen routers cast them back with ``.to(router_logits.dtype)``)."""
+
+_FP32_LOGITS_FAMILIES = frozenset({"nemotron_h"})
+"""Models that return fp32 logits: ``logits = self.lm_head(hidden_states).float()`` (transformers 5.24
+NemotronHForCausalLM.forward; measured: the returned logits are 4 bytes per element), so the model's logits are
+4·s·b·V / t_V beside the loss's fp32 log-softmax instead of a_b·s·b·V / t_V."""
 
 _ALL_EXPERTS_FAMILIES = frozenset({"llama4", "llama4_text"})
 """MoE blocks that run every expert on every token, the non-selected ones with a zero score (Llama4TextMoe.forward:
@@ -190,8 +258,10 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # saved in fp32 (measured: 8 bytes per element with the fp32 upcast), not in the working precision
     nb = 4.0 if m.family in _GEMMA_NORM_FAMILIES else ab
     norm = ((4.0 + nb) * sb * h if rms else ab * sb * h) + stats
-    gemma_weight = m.family in _GEMMA_NORM_FAMILIES and m.family.startswith("gemma")
-    if gemma_weight:  # Gemma2/3RMSNorm save the fp32 (1 + weight.float()), Gemma4RMSNorm weight.float(): 4h
+    gemma_weight = (m.family in _GEMMA_NORM_FAMILIES and m.family.startswith("gemma")
+                    or m.family in _FP32_NORM_WEIGHT_FAMILIES)
+    if gemma_weight:
+        # Gemma2/3RMSNorm save the fp32 (1 + weight.float()), Gemma4RMSNorm and NemotronHRMSNorm weight.float(): 4h
         norm = norm + 4.0 * h
     if m.family in _GEMMA4_FAMILIES:
         norm = norm + 4.0 * sb  # Gemma4RMSNorm: the torch.pow(mean_sq, -0.5) output beside the mean square
@@ -267,6 +337,10 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             # Gemma4TextAttention.forward: v_norm (Gemma4RMSNorm with_scale=False) on the values: the fp32 upcast,
             # the mean square and its power per head
             q_k_v = q_k_v + (4.0 * sb * hk + 8.0 * sb * kv) * ta
+        if m.gated_attention:
+            # Qwen3NextAttention.forward: ``attn_output * torch.sigmoid(gate)`` keeps the sigmoid output beside the
+            # attention output, and o_proj keeps the product (measured: two more sbh-wide tensors per layer)
+            out_in = out_in + 2.0 * ab * sb * hq * ta
         # selective checkpointing drops the s^2 terms; under full checkpointing the recomputed layer saves them
         return q_k_v + core + np.where(checkpointing == 1, 0.0, core_s2) + out_in
 
@@ -300,7 +374,17 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # norms beyond the two pre-norms (Gemma's post-attention / post-feedforward, OLMo 2's, GLM-4's sandwich
     # norms, Gemma 4's MoE norms): each as a block norm on a hidden-width tensor
     extra_norms = max(0, m.norms_per_layer - 2) * norm
-    attention = norm + qkv_in + mixed + mla_proj + extra_norms
+    lm = m.linear_mixer
+    if lm is None:
+        attention = norm + qkv_in + mixed + mla_proj + extra_norms
+    else:
+        # hybrid layers, averaged over n_layers as the MLP kinds below: attention_layers hold ``mixed``, the
+        # linear_mixer layers :func:`linear_mixer_bytes`; both read the block norm's output (qkv_in). Layers with
+        # neither (Nemotron-H's MLP and MoE blocks) have no mixer norm either
+        n_att, n_lin = float(m.n_attention_layers), float(lm.layers)
+        share = (n_att + n_lin) / float(m.n_layers)
+        attention = (share * (norm + qkv_in) + (n_att * mixed + n_lin * linear_mixer_bytes(lm, sb, ab))
+                     / float(m.n_layers) + mla_proj + extra_norms)
     attention = attention + attn_drop
 
     # MLP block (Korthikanti 19sbh for f = 4h, generalised)
@@ -319,6 +403,10 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
     # TiledMLP saves only its input (the norm output, mlp_in); the intermediates exist for one tile at a time
     dense = mlp_in + (0.0 if t.tiled_mlp else width * ab * sb * m.dense_width / tp)
     layers = float(m.n_layers)
+    if lm is not None and m.norms_per_layer == 1:
+        # one norm per block (Nemotron-H NemotronHBlock: norm, then one mixer or one MLP): the MLP norm only in
+        # the MoE and dense-MLP blocks
+        mlp_norm = mlp_norm * (m.n_moe_layers + m.n_dense_layers) / layers
     mlp = mlp_norm + mlp_drop + (m.n_moe_layers / layers) * moe + (m.n_dense_layers / layers) * dense
     return attention + mlp
 
@@ -338,7 +426,7 @@ def rotary_table_bytes(m, tokens: float, precision: str) -> float:
     2·r_b·tokens·d_rot with d_rot from :func:`_rotary_table_width` and r_b the working precision's element bytes
     (4 for OLMo 2's fp32 tables, :data:`_FP32_ROTARY_FAMILIES`); 0 with learned positions. The same quantity as
     :func:`activation_term`'s rotary part."""
-    if m.learned_position_embeddings > 0:
+    if m.learned_position_embeddings > 0 or m.family in _NO_POSITION_FAMILIES:
         return 0.0
     r_b = 4.0 if (m.family in _FP32_ROTARY_FAMILIES or precision == "fp32") else 2.0
     return 2.0 * r_b * float(tokens) * _rotary_table_width(m)
@@ -420,7 +508,8 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     - int64 input ids and labels (8 bytes each per token) and the rotary cos/sin tables shared by all layers
       (2·r_b·s·b·d_rot: the rotated width head_dim x rotary_fraction, r_b = a_b, 4 for OLMo 2's fp32 tables;
       none with learned positions);
-    - the 16-bit logits the model returns and the fp32 log-softmax the loss saves, (a_b + 4)·s·b·V / t_V, and with
+    - the 16-bit logits the model returns (fp32 for :data:`_FP32_LOGITS_FAMILIES`) and the fp32 log-softmax the
+      loss saves, (a_b + 4)·s·b·V / t_V, and with
       final_logit_softcapping (Gemma 2/4) the tanh output over the logits, a_b·s·b·V / t_V
       (Gemma2ForCausalLM.forward: ``logits = torch.tanh(logits / cap) * cap``); t_V = t where DeepSpeed's AutoTP
       computes a tied head's loss vocab-parallel, 1 for an untied lm_head, whose logits AutoTP gathers whole on
@@ -441,7 +530,7 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
     sc = ctx.scenario
     m, t = sc.model, sc.training
     rms = m.norm_kind == "rmsnorm"
-    rotary = m.learned_position_embeddings <= 0
+    rotary = m.learned_position_embeddings <= 0 and m.family not in _NO_POSITION_FAMILIES
     full = cand.checkpointing == 2
     off = full & t.checkpoint_offload
     keep = full & (not t.checkpoint_offload)
@@ -482,7 +571,9 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
                   "(a_b+4)*s_c*V/t_V + a_b*s/p*b*h", True),
                  ("one loss chunk's soft-capped logits (tiled loss)", "a_b*s_c*V/t_V", m.final_logit_softcapping)]
     else:
-        rows += [("logits + fp32 log-softmax", "(a_b+4)*s/p*b*V/t_V", True),
+        fp32_logits = m.family in _FP32_LOGITS_FAMILIES
+        rows += [("logits + fp32 log-softmax", "(a_b+4)*s/p*b*V/t_V", not fp32_logits),
+                 ("logits + fp32 log-softmax", "(4+4)*s/p*b*V/t_V", fp32_logits),
                  ("soft-capped logits (tanh output)", "a_b*s/p*b*V/t_V", m.final_logit_softcapping)]
     # the vision tower's images are not split over the Ulysses ranks (each rank encodes them whole; not measured)
     rows.append(("vision tower", "vision", m.vision is not None and t.images_per_sample > 0))
