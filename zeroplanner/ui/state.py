@@ -253,15 +253,42 @@ class View:
     state: AppState
     plan: Any
     memory: MemoryView
-    time: TimeView
     banner_html: str
-    config_text: str
-    config_filename: str
-    config_error: str | None
     variant_options: tuple[str, ...]
     warnings: tuple[str, ...] = field(default_factory=tuple)
     variant_scenarios: tuple = ()
     """Scenario of each chart bar, in :attr:`MemoryView.labels` order."""
+
+    # What a change does not need before its chart and verdict are sent is computed when first read: the app
+    # reads the config preview in its follow-up (after the chart's messages have left the kernel) and the step-time
+    # view only while that tab is open. Profiled on the default scenario (180 node-slider derives, cProfile), the
+    # preview's json.dumps(indent=2) alone was about a tenth of derive's time (the indented encoder is pure Python).
+
+    @cached_property
+    def time(self) -> TimeView:
+        """Step time by part of every variant (:func:`time_view`), computed the first time it is read."""
+        return time_view(self.plan)
+
+    @cached_property
+    def _config(self) -> tuple[str, str, str | None]:
+        variant = self.state.config_variant if self.state.config_variant in self.variant_options else RECOMMENDED
+        return config_text(self.plan, variant, self.state.config_mode)
+
+    @property
+    def config_text(self) -> str:
+        """The config preview's text: the selected variant's DeepSpeed config (:func:`config_text`), computed the
+        first time it is read; "" when there is none (see :attr:`config_error`)."""
+        return self._config[0]
+
+    @property
+    def config_filename(self) -> str:
+        """File name for the preview's download (``ds_config.json`` or ``ds_config_hf_trainer.json``)."""
+        return self._config[1]
+
+    @property
+    def config_error(self) -> str | None:
+        """Why there is no config text (None when there is one)."""
+        return self._config[2]
 
     @cached_property
     def scaling(self) -> ScalingView:
@@ -567,17 +594,11 @@ def derive(state: AppState) -> View:
         zs = zeropp_scenario(state)
         plan = PlanWithExtras(plan, ((zeropp_label(state), zs, estimate(zs)),))
     variants = tuple(label for label, _, _ in _variants(plan) if label != RECOMMENDED)
-    variant = state.config_variant if state.config_variant in variants else RECOMMENDED
-    text, filename, cerr = config_text(plan, variant, state.config_mode)
     return View(
         state=state,
         plan=plan,
         memory=memory_view(plan),
-        time=time_view(plan),
         banner_html=banner_html(plan),
-        config_text=text,
-        config_filename=filename,
-        config_error=cerr,
         variant_options=(RECOMMENDED, *variants),
         warnings=tuple(str(w) for w in (_attr(plan, "warnings", []) or [])),
         variant_scenarios=tuple(sc for _, sc, _ in _variants(plan)),
