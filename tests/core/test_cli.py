@@ -137,3 +137,22 @@ def test_an_hf_config_file_names_the_model(capsys, tmp_path):
     assert model_name(SHARED_HF / "gpt-oss-20b.json") == "gpt-oss-20b"
     (tmp_path / "named.json").write_text(json.dumps({**cfg, "_name_or_path": "org/model"}))
     assert model_name(tmp_path / "named.json") == "org/model"
+
+
+def test_vision_language_output_states_the_image_tokens(capsys):
+    """A VL model's answer says what the language model was priced at: Qwen2.5-VL's vision_config (patch_size 14,
+    spatial_merge_size 2; the catalog's 448 x 448 image = 32 x 32 = 1,024 patches) merges 2 x 2 patches into one
+    token, 256 per image; 2 images on 2,048 text tokens = 2,560 tokens per sample."""
+    argv = ["estimate", "--model", "qwen2.5-vl-7b", "--gpu", "a100-80gb", "--images-per-sample", "2",
+            "--seq-len", "2048"]
+    d = run_json(capsys, *argv)
+    assert d["sequence"] == {"text_tokens": 2048, "images_per_sample": 2, "tokens_per_image": 256,
+                             "patches_per_image": 1024, "image_tokens": 512, "tokens": 2560,
+                             "vision_parameters": d["sequence"]["vision_parameters"], "vision_tower_trains": True}
+    assert d["sequence"]["vision_parameters"] > 0
+    main(argv)
+    assert ("per sample: 2,048 text + 2 image(s) x 256 tokens (1,024 patches merged) = 2,560 tokens through the "
+            "language model; vision tower") in capsys.readouterr().out
+    rec = run_json(capsys, "recommend", *argv[1:], "--freeze-vision")
+    assert rec["sequence"]["tokens"] == 2560 and rec["sequence"]["vision_tower_trains"] is False
+    assert run_json(capsys, "estimate", "--model", "llama-2-7b")["sequence"] is None  # text-only: no such line

@@ -31,6 +31,33 @@ RECOMMEND_DESCRIPTION = (
 )
 
 
+def sequence_json(scenario) -> dict | None:
+    """What the language model processes per sample for a vision-language model (None for a text-only one):
+    ``seq_len`` text tokens plus ``images_per_sample`` x the vision tokens per image (``Scenario.sequence_tokens``,
+    what the activations and FLOPs are priced at), and whether the vision tower trains."""
+    m, t = scenario.model, scenario.training
+    if m.vision_params == 0 and not m.vision_tokens_per_image:
+        return None
+    return {"text_tokens": t.seq_len, "images_per_sample": t.images_per_sample,
+            "tokens_per_image": m.vision_tokens_per_image,
+            "patches_per_image": m.vision.patches_per_image if m.vision is not None else None,
+            "image_tokens": t.images_per_sample * m.vision_tokens_per_image,
+            "tokens": scenario.sequence_tokens, "vision_parameters": m.vision_params,
+            "vision_tower_trains": bool(m.vision_params) and not t.freeze_vision and not t.lora_rank}
+
+
+def sequence_text(seq: dict | None) -> str:
+    """One line for :func:`sequence_json` ("" for a text-only model)."""
+    if seq is None:
+        return ""
+    tower = (f"vision tower ({seq['vision_parameters']:,} parameters) "
+             + ("trains" if seq["vision_tower_trains"] else "frozen"))
+    patches = f" ({seq['patches_per_image']:,} patches merged)" if seq["patches_per_image"] else ""
+    return (f"per sample: {seq['text_tokens']:,} text + {seq['images_per_sample']} image(s) x "
+            f"{seq['tokens_per_image']:,} tokens{patches} = {seq['tokens']:,} tokens through the language model; "
+            f"{tower}\n")
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     from ..costmodel import estimate
     from ..costmodel.deepspeed_estimator import deepspeed_row_for
@@ -43,9 +70,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     split = (f", Ulysses sequence_parallel_size {sp} (batch data-parallel degree {est.data_parallel_degree // sp}; "
              f"all-to-alls {est.sp_all_to_all_seconds_per_step:.3f} s per step)" if sp > 1 else "")
     text = (f"{scenario.model.name}: Ψ = {est.parameters:,} ({est.trainable_parameters:,} trainable), ZeRO-"
-            f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}{split}\n{rows}\n{est.summary()}\n"
+            f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}{split}\n"
+            + sequence_text(sequence_json(scenario)) + f"{rows}\n{est.summary()}\n"
             + "".join(f"warning: {w}\n" for w in est.warnings))
-    obj = {"inputs": inputs_json(args, scenario), **estimate_json(est)}
+    obj = {"inputs": inputs_json(args, scenario), **estimate_json(est), "sequence": sequence_json(scenario)}
     storage = offload_storage(scenario)
     obj.update(storage)
     text += _storage_lines(storage)
@@ -127,6 +155,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             "fits": free.fits, "choice": _choice_json(free.choice) if free.choice else None},
         "largest_model_parameters": largest_model(_with_picked_sp(scenario, p)),
         "longest_sequence": longest_sequence(scenario),
+        "sequence": sequence_json(scenario),
     }
     if p.fits:
         text = f"Recommended: {p.choice.label}\n" + "".join(f"- {r}\n" for r in p.reasons)
@@ -136,6 +165,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         if free is not None:
             text += (f"With every option free the planner picks: {free.choice.label}\n" if free.fits else
                      "Nothing fits with every option free either.\n")
+    text += sequence_text(obj["sequence"])
     text += "".join(f"warning: {w}\n" for w in p.warnings)
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
     sp_note = (f", Ulysses sequence_parallel_size {p.choice.sequence_parallel_size} as picked"
