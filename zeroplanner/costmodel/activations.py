@@ -115,6 +115,13 @@ NemotronHModel builds no cos/sin tables (transformers 5.24 modeling_nemotron_h.p
 _SINK_FAMILIES = frozenset({"gpt_oss"})
 """Attention with a learned sink logit per head (GptOssAttention ``sinks``; modeling_gpt_oss.py)."""
 
+_WORKING_PRECISION_SOFTMAX_FAMILIES = frozenset({"llama4", "llama4_text"})
+"""Eager attention whose softmax runs in the working precision, with no fp32 copy (transformers 5.24
+modeling_llama4.py eager_attention_forward: ``softmax(attn_weights, dim=-1)``, no ``dtype=float32``; its output
+is what the matmul with V keeps). On the llama4_text census config under eager attention (seq 128) the fp32 pricing
+was +31% (no checkpointing) / +21% (full) over the census, this one -0.0% / +0.5%
+(tests/evidence/test_activations_modern.py)."""
+
 _TOPK_SOFTMAX_ROUTER_FAMILIES = frozenset({"gpt_oss"})
 """Routers that take the top-k logits first and softmax only those, in the working precision (GptOssTopKRouter
 .forward: ``softmax(router_top_value, dim=1, dtype=router_top_value.dtype)``)."""
@@ -312,6 +319,10 @@ def layer_activation_bytes(ctx: Context, micro_batch: np.ndarray, checkpointing:
             cast = ab if (ab < 4.0 or drop) else 0.0  # in fp32 the cast is the softmax output itself
             cap = ab if m.attn_logit_softcapping else 0.0
             core_s2 = (4.0 + cast + cap + drop) * a * s * s * b / P * ta
+            if m.family in _WORKING_PRECISION_SOFTMAX_FAMILIES:
+                # the softmax output in the working precision (saved by softmax and by the matmul with V); with
+                # dropout also its 1-byte mask and output
+                core_s2 = (ab + drop * (1.0 + ab)) * a * s * s * b / P * ta
             if m.family in _SINK_FAMILIES:
                 # gpt-oss eager_attention_forward: the sink logit concatenated as column s + 1, the int64 argmax
                 # of the max subtraction, softmax in the working precision (its output, s + 1 wide, is what the
