@@ -318,7 +318,8 @@ VISION_NOTES = [
      "(`families.VISION_CENSUS_UNSEEN`) and matches to the byte, but those rows are not held to 5% as priced: "
      "the cost model prices the tower as it trains when the gradient reaches it. Its language model under "
      "eager attention: Llama 4's eager_attention_forward keeps the softmax in bf16 only ('llama4 doesn't cast "
-     "attn weights to fp32'), which is the named gap against the priced fp32 softmax."),
+     "attn weights to fp32'), and the cost model prices it so (`costmodel/activations.py` "
+     "_WORKING_PRECISION_SOFTMAX_FAMILIES)."),
 ]
 
 

@@ -452,14 +452,6 @@ def vision_census_language_gap_bytes(label: str, *, checkpointing: str = "none",
     (causal, GQA inside). Needs no torch."""
     from ..catalog.hfconfig import architecture_from_hf_config
 
-    if label == "llama4" and attn_implementation == "eager":
-        # Llama 4's eager_attention_forward keeps the softmax in bf16 ("llama4 doesn't cast attn weights to
-        # fp32", modeling_llama4.py); the cost model prices the fp32 softmax besides its bf16 copy
-        arch = architecture_from_hf_config(vision_census_config(label))
-        s = float(CENSUS_SEQ_LEN + arch.vision_tokens_per_image)
-        layers = arch.n_attention_layers if checkpointing == "none" else 1
-        return -layers * 4.0 * arch.n_heads * s * s, ("Llama 4's eager attention keeps no fp32 softmax (bf16 "
-                                                      "only), which the cost model prices")
     if label not in ("gemma3", "gemma4") or attn_implementation != "sdpa" or checkpointing != "none":
         return 0.0, ""
     arch = architecture_from_hf_config(vision_census_config(label))
