@@ -109,6 +109,28 @@ def test_family_only_transformers_knows_is_built_on_meta():
     assert granite.family == "granite" and "approximate" in granite.source and not granite.tied_embeddings
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("num_hidden_layers", 5_000_000, r"'num_hidden_layers' must be an integer 1-1,000 \(got 5000000\)"),
+    ("hidden_size", -64, r"'hidden_size' must be an integer 1-1,000,000 \(got -64\)"),
+    ("vocab_size", 10**9, r"'vocab_size' must be an integer 1-10,000,000"),
+])
+def test_family_only_transformers_knows_is_size_checked_before_it_is_built(key, value, message):
+    """transformers builds what it is given: a Starcoder2 config.json with 5,000,000 layers held 7.5 GB and was
+    still building after 180 s (new-user review); the size keys are checked against Architecture's ranges first,
+    and the error names the key (a negative width read as "not supported" before)."""
+    pytest.importorskip("transformers")
+    with pytest.raises(ValueError, match=message):
+        architecture_from_hf_config(dict(_GRANITE, **{key: value}))
+
+
+def test_family_only_transformers_knows_refuses_too_many_expert_modules():
+    pytest.importorskip("transformers")
+    cfg = dict(_GRANITE, model_type="granitemoe", num_local_experts=1000, num_experts_per_tok=2,
+               num_hidden_layers=900)
+    with pytest.raises(ValueError, match=r"layers x experts = 900 x 1,000 exceeds 200,000"):
+        architecture_from_hf_config(cfg)
+
+
 def test_unknown_to_transformers_and_encoder_decoder_are_refused():
     with pytest.raises(ValueError, match=r"'RefinedWebModel' is not supported.*auto_map is never run"):
         architecture_from_hf_config({"model_type": "RefinedWebModel", "auto_map": {"AutoConfig": "x.C"}})

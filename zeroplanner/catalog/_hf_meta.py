@@ -29,6 +29,53 @@ _VISION_NAMES = ("visual", "vision_tower", "vision_model", "vision_encoder", "mu
 """Sub-module names of the vision tower and its projector in transformers' vision-language classes."""
 
 
+_SIZE_KEYS: dict[str, int] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "depth", "n_layers"), 1000),
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "n_embed"), 1_000_000),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "n_inner", "moe_intermediate_size"), 10_000_000),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "num_kv_heads"), 10_000),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 10_000),
+    "vocab_size": 10_000_000, "head_dim": 100_000,
+}
+"""Config attributes that set how many modules and parameters the meta-device build creates, with the largest
+value accepted: the ranges :class:`~zeroplanner.specs.Architecture` accepts for the same quantities (n_layers
+<= 1000, hidden_size <= 1e6, ffn_size <= 1e7, heads and experts <= 10,000, vocab_size <= 1e7, head_dim <= 1e5).
+Checked before the build: transformers builds whatever it is given, and a config.json with 5,000,000 layers held
+7.5 GB and was still building after 180 s."""
+
+MAX_LAYER_EXPERT_MODULES = 200_000
+"""Largest layers x experts the meta build may create (each routed expert of a non-fused MoE is its own modules):
+DeepSeek-V3's 61 x 256 = 15,616 and Qwen3-235B-A22B's 94 x 128 = 12,032 are well inside."""
+
+
+def check_build_size(cfg: Any) -> None:
+    """Refuse a transformers config whose size attributes (:data:`_SIZE_KEYS`, in the text config and any
+    ``vision_config`` / ``audio_config``) are not integers in range, or whose layers x experts exceed
+    :data:`MAX_LAYER_EXPERT_MODULES`, before anything is built. Raises ``ValueError`` naming the key and the range."""
+    subs = [("", cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg)]
+    for sub in ("vision_config", "audio_config"):
+        value = getattr(cfg, sub, None)
+        if value is not None and not isinstance(value, (dict, list, str, int, float)):
+            subs.append((f"{sub}.", value))
+    for prefix, c in subs:
+        for key, limit in _SIZE_KEYS.items():
+            try:
+                value = getattr(c, key)
+            except Exception:  # per-layer attributes of heterogeneous configs raise on global access
+                continue
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+                raise ValueError(f"config.json key {prefix + key!r} must be an integer 1-{limit:,} (got {shown})")
+        layers = _text_value(c, "num_hidden_layers", "n_layer", "num_layers", "depth", default=1)
+        experts = _text_value(c, "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts",
+                              default=1)
+        if layers * experts > MAX_LAYER_EXPERT_MODULES:
+            raise ValueError(f"config.json: {prefix}layers x experts = {layers:,} x {experts:,} exceeds "
+                             f"{MAX_LAYER_EXPERT_MODULES:,} (the largest released MoE has about 16,000)")
+
+
 def _text_value(cfg: Any, *names: str, default: Any = None) -> Any:
     for name in names:
         try:
@@ -63,7 +110,9 @@ def architecture_from_transformers(data: Mapping[str, Any], name: str, where: st
     try:
         cfg = AutoConfig.for_model(model_type, **kwargs)
     except Exception as exc:  # transformers' own validation of the values
-        raise ValueError(f"HF config rejected by transformers' {model_type} config class: {exc}") from None
+        detail = " ".join(str(exc).split())[:300]
+        raise ValueError(f"HF config rejected by transformers' {model_type} config class: {detail}") from None
+    check_build_size(cfg)
     model = None
     errors = []
     for auto in (AutoModelForCausalLM, AutoModelForImageTextToText):
@@ -76,7 +125,7 @@ def architecture_from_transformers(data: Mapping[str, Any], name: str, where: st
         except Exception as exc:
             errors.append(f"{auto.__name__}: {exc}")
     if model is None:
-        detail = f" ({'; '.join(errors)[:300]})" if errors else ""
+        detail = f" ({' '.join('; '.join(errors).split())[:300]})" if errors else ""
         raise ValueError(
             f"HF config model_type {model_type!r} is not supported: transformers has no causal-LM or "
             f"image-text-to-text class for it{detail}; supported: {supported} (built-in)"
