@@ -283,7 +283,7 @@ def sequence_parallel_options(scenario: Scenario, held=(), *, within_node: bool 
         return out
     for d in _divisors(c.gpus_per_node if within_node else c.world_size)[1:]:
         try:
-            check_ulysses(n_heads=m.n_heads, kv_heads=m.kv_heads, sp_size=d)
+            check_ulysses(n_heads=m.n_heads, kv_heads=m.kv_heads, sp_size=d, linear_mixer=m.linear_mixer)
         except ValueError:
             continue
         if scenario.sequence_tokens % d == 0 and c.world_size % (c.tensor_parallel_size * d) == 0:
@@ -922,7 +922,7 @@ def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, p
     for p in grid:
         arch = Architecture.from_parameter_count(int(p))
         try:
-            check_ulysses(n_heads=arch.n_heads, kv_heads=arch.kv_heads, sp_size=sp)
+            check_ulysses(n_heads=arch.n_heads, kv_heads=arch.kv_heads, sp_size=sp, linear_mixer=arch.linear_mixer)
         except ValueError:
             continue  # the scenario's Ulysses degree does not split this shape's heads
         sc = scenario.model_copy(update={"model": arch})

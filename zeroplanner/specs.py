@@ -996,9 +996,10 @@ class Scenario(_Frozen):
 
             tokens = self.sequence_tokens
             try:
-                check_ulysses(n_heads=m.n_heads, kv_heads=m.kv_heads, sp_size=sp)
+                check_ulysses(n_heads=m.n_heads, kv_heads=m.kv_heads, sp_size=sp, linear_mixer=m.linear_mixer)
             except ValueError as exc:
-                raise ValueError(f"sequence_parallel_size={sp} does not fit {m.name}'s heads: "
+                what = "layers" if m.linear_mixer is not None else "heads"
+                raise ValueError(f"sequence_parallel_size={sp} does not fit {m.name}'s {what}: "
                                  + str(exc).replace("sp_size", "sequence_parallel_size")) from None
             if tokens % sp:
                 up = -(-tokens // sp) * sp

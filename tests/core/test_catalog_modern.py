@@ -61,6 +61,13 @@ TRANSCRIBED: dict[str, tuple[str, dict]] = {
         num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
         num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[], vocab_size=151936,
         tie_word_embeddings=False, max_position_embeddings=40960)),
+    "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B-Instruct", dict(
+        model_type="qwen3_next", hidden_size=2048, intermediate_size=5120, moe_intermediate_size=512,
+        shared_expert_intermediate_size=512, num_hidden_layers=48, full_attention_interval=4,
+        num_attention_heads=16, num_key_value_heads=2, head_dim=256, num_experts=512, num_experts_per_tok=10,
+        decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True, linear_conv_kernel_dim=4,
+        linear_key_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32, linear_value_head_dim=128,
+        partial_rotary_factor=0.25, vocab_size=151936, tie_word_embeddings=False, max_position_embeddings=262144)),
     "qwen2.5-vl-3b": ("Qwen/Qwen2.5-VL-3B-Instruct", _qwen25_vl(2048, 11008, 36, 16, 2, 151936, True)),
     "qwen2.5-vl-7b": ("Qwen/Qwen2.5-VL-7B-Instruct", _qwen25_vl(3584, 18944, 28, 28, 4, 152064, False)),
     "qwen2.5-vl-72b": ("Qwen/Qwen2.5-VL-72B-Instruct", _qwen25_vl(8192, 29568, 80, 64, 8, 152064, False)),

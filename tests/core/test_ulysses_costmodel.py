@@ -231,3 +231,26 @@ def test_sweep_and_candidates_default_to_no_sequence_parallelism():
     assert float(v["step_seconds"].item()) == estimate(sc).step_seconds
     assert "sequence_parallel_size" not in v  # the long-context figures appear only when something splits
     assert np.isfinite(float(v["tokens_per_second"].item()))
+
+
+def test_ulysses_is_refused_for_recurrent_mixers_and_never_searched():
+    """DeepSpeed's UlyssesSPAttentionHF replaces the attention function only; Nemotron-H's Mamba-2 layers (and
+    Qwen3-Next's Gated DeltaNet) would scan 1/sp of the sequence each (new-user review: the planner picked
+    "Ulysses SP 8" for nemotron-3-nano at 131,072 tokens)."""
+    from zeroplanner.catalog.hfconfig import architecture_from_hf_config
+    from zeroplanner.planner import plan, sequence_parallel_options
+
+    from tests.helpers import SHARED_HF_CONFIGS
+
+    arch = architecture_from_hf_config(SHARED_HF_CONFIGS / "nemotron-3-nano-30b-a3b.json")
+    assert arch.linear_mixer is not None and arch.linear_mixer.kind == "mamba2"
+    with pytest.raises(ValueError, match=r"sequence_parallel_size=2 does not fit .*mamba2 layers would each see "
+                                         r"1/2 of the sequence"):
+        build_scenario(architecture=arch, gpu="h100-80gb", seq_len=8192, sequence_parallel_size=2)
+    sc = build_scenario(architecture=arch, gpu="h100-80gb", nodes=2, network="ib-ndr-8x", seq_len=131072)
+    assert sequence_parallel_options(sc) == [1]
+    assert sequence_parallel_options(sc, within_node=False) == [1]
+    assert plan(sc).choice is None or plan(sc).choice.sequence_parallel_size == 1
+    with pytest.raises(ValueError, match="mamba2 layers"):
+        U.check_ulysses(n_heads=32, kv_heads=2, sp_size=2, linear_mixer=arch.linear_mixer)
+    U.check_ulysses(n_heads=32, kv_heads=2, sp_size=1, linear_mixer=arch.linear_mixer)  # sp 1: nothing split

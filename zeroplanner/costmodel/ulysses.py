@@ -37,14 +37,27 @@ import numpy as np
 _ATTENTION_KINDS = ("q", "k", "v", "out")
 
 
-def check_ulysses(*, n_heads: int, kv_heads: int, sp_size: int, seq_len: Any = None) -> None:
-    """Raise ``ValueError`` naming the field where DeepSpeed 0.19.8 refuses the combination.
+def check_ulysses(*, n_heads: int, kv_heads: int, sp_size: int, seq_len: Any = None,
+                  linear_mixer: Any = None) -> None:
+    """Raise ``ValueError`` naming the field where DeepSpeed 0.19.8 refuses the combination, or where it would
+    train a different model.
 
     Rules (``ulysses_sp.py``: ``UlyssesSPAttentionHF.__init__``, ``UlyssesSPDataLoaderAdapter.refill``;
     ``parallel_state_sp.py``: ``initialize_sequence_parallel``): ``sp_size >= 1`` (1 = no sequence parallelism),
     ``n_heads % sp_size == 0``, ``kv_heads % sp_size == 0`` or ``sp_size % kv_heads == 0``, and every sequence length
-    a multiple of ``sp_size``. ``seq_len`` may be an int or an int array (checked elementwise).
+    a multiple of ``sp_size``. ``seq_len`` may be an int or an int array (checked elementwise). ``linear_mixer``
+    (``Architecture.linear_mixer``: Qwen3-Next's Gated DeltaNet, Nemotron-H's Mamba-2 layers) refuses any
+    ``sp_size > 1``: ``UlyssesSPAttentionHF.register_with_transformers`` replaces the attention function that
+    transformers' attention layers call (its ``ALL_ATTENTION_FUNCTIONS`` entry) and the data loader hands each rank
+    1/sp of the sequence, so a recurrent mixer, which calls no attention function, would scan only its rank's slice:
+    a different model, not a slower one.
     """
+    if linear_mixer is not None and sp_size > 1:
+        kind = getattr(linear_mixer, "kind", linear_mixer)
+        raise ValueError(f"sp_size={sp_size}: Ulysses sequence parallelism splits the sequence for attention "
+                         f"layers only; this model's {kind} layers would each see 1/{sp_size} of the sequence "
+                         "(DeepSpeed's UlyssesSPAttentionHF wraps the attention function, not recurrent mixers); "
+                         "use sequence_parallel_size 1")
     if int(sp_size) != sp_size or sp_size < 1:
         raise ValueError(f"sp_size={sp_size}: must be an integer >= 1")
     if n_heads < 1 or kv_heads < 1 or n_heads % kv_heads:

@@ -695,7 +695,7 @@ def ulysses_problem(scenario: Scenario, sp_size: int) -> str | None:
                 f"{c.gpus_per_node} GPUs" + (f", with tensor-parallel degree {tp}: {c.world_size} / {tp} = "
                                              f"{c.world_size // tp} ranks" if tp > 1 else "") + ")")
     try:
-        check_ulysses(n_heads=m.n_heads, kv_heads=m.kv_heads, sp_size=sp_size)
+        check_ulysses(n_heads=m.n_heads, kv_heads=m.kv_heads, sp_size=sp_size, linear_mixer=m.linear_mixer)
     except ValueError as exc:
         return f"Ulysses degree {sp_size} does not fit {m.name}'s heads ({exc})"
     return None
