@@ -156,3 +156,18 @@ def test_vision_language_output_states_the_image_tokens(capsys):
     rec = run_json(capsys, "recommend", *argv[1:], "--freeze-vision")
     assert rec["sequence"]["tokens"] == 2560 and rec["sequence"]["vision_tower_trains"] is False
     assert run_json(capsys, "estimate", "--model", "llama-2-7b")["sequence"] is None  # text-only: no such line
+
+
+def test_answers_state_what_they_assume_about_the_model(capsys, tmp_path):
+    """Review finding: the hybrid kernels and the transformers-path approximations never reached the output."""
+    main(["estimate", "--model", "nemotron-3-nano-30b-a3b", "--gpu", "h100-80gb", "--stage", "3", "--json"])
+    d = json.loads(capsys.readouterr().out)  # fits or not, the assumptions are stated
+    assert any("mamba2 layers' activations are priced as the GPU kernels save them" in a and "4.1x" in a
+               for a in d["assumptions"])
+    assert run_json(capsys, "estimate", "--model", "llama-2-7b")["assumptions"] == []
+    pytest.importorskip("transformers")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(dict(model_type="granite", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)), encoding="utf-8")
+    rec = run_json(capsys, "recommend", "--hf-config", str(cfg))
+    assert any("read by transformers on the meta device" in a and "approximate" in a for a in rec["assumptions"])

@@ -58,6 +58,32 @@ def sequence_text(seq: dict | None) -> str:
             f"{tower}\n")
 
 
+def model_assumptions(scenario) -> list[str]:
+    """What the answer assumes about the model that its numbers do not show, one sentence each: a model read by
+    transformers on the meta device (exact count, approximate activations / FLOPs), recurrent mixers priced as
+    their GPU kernels save them, a quantised checkpoint trained dequantised."""
+    m = scenario.model
+    out = []
+    if m.source.startswith("transformers "):
+        out.append(f"{m.family} is read by transformers on the meta device: parameter count, largest module and "
+                   "tied weights exact; activations, FLOPs and LoRA sizes approximate (Llama-like layers of the "
+                   "text config)")
+    if m.linear_mixer is not None:
+        # whole-model census ratios, reference path / kernel path, of the small configs at 128 tokens
+        # (docs/validation.md section 6: qwen3_next 5,296,684 / 2,865,196; nemotron_h 6,260,524 / 1,515,164)
+        kernels, ratio = (("flash-linear-attention's chunk_gated_delta_rule and causal-conv1d", "1.8x")
+                          if m.linear_mixer.kind == "gated_deltanet" else
+                          ("mamba_ssm's mamba_split_conv1d_scan_combined", "4.1x"))
+        out.append(f"the {m.linear_mixer.layers} {m.linear_mixer.kind} layers' activations are priced as the GPU "
+                   f"kernels save them ({kernels}); without those packages transformers runs a PyTorch reference "
+                   f"that keeps more ({ratio} the whole model's activations in the small census config, "
+                   "docs/validation.md section 6)")
+    if "checkpoint: logical parameters" in m.source:
+        out.append("a quantised checkpoint: priced as its logical parameters trained in the training precision "
+                   "(ZeRO fine-tuning loads it dequantised)")
+    return out
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     from ..costmodel import estimate
     from ..costmodel.deepspeed_estimator import deepspeed_row_for
@@ -72,8 +98,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     text = (f"{scenario.model.name}: Ψ = {est.parameters:,} ({est.trainable_parameters:,} trainable), ZeRO-"
             f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}{split}\n"
             + sequence_text(sequence_json(scenario)) + f"{rows}\n{est.summary()}\n"
-            + "".join(f"warning: {w}\n" for w in est.warnings))
-    obj = {"inputs": inputs_json(args, scenario), **estimate_json(est), "sequence": sequence_json(scenario)}
+            + "".join(f"warning: {w}\n" for w in est.warnings)
+            + "".join(f"assumes: {a}\n" for a in model_assumptions(scenario)))
+    obj = {"inputs": inputs_json(args, scenario), **estimate_json(est), "sequence": sequence_json(scenario),
+           "assumptions": model_assumptions(scenario)}
     storage = offload_storage(scenario)
     obj.update(storage)
     text += _storage_lines(storage)
@@ -156,6 +184,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         "largest_model_parameters": largest_model(_with_picked_sp(scenario, p)),
         "longest_sequence": longest_sequence(scenario),
         "sequence": sequence_json(scenario),
+        "assumptions": model_assumptions(scenario),
     }
     if p.fits:
         text = f"Recommended: {p.choice.label}\n" + "".join(f"- {r}\n" for r in p.reasons)
@@ -167,6 +196,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                      "Nothing fits with every option free either.\n")
     text += sequence_text(obj["sequence"])
     text += "".join(f"warning: {w}\n" for w in p.warnings)
+    text += "".join(f"assumes: {a}\n" for a in obj["assumptions"])
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
     sp_note = (f", Ulysses sequence_parallel_size {p.choice.sequence_parallel_size} as picked"
                if p.fits and p.choice.sequence_parallel_size > 1 else "")
