@@ -165,6 +165,12 @@ def test_answers_state_what_they_assume_about_the_model(capsys, tmp_path):
     assert any("mamba2 layers' activations are priced as the GPU kernels save them" in a and "4.1x" in a
                for a in d["assumptions"])
     assert run_json(capsys, "estimate", "--model", "llama-2-7b")["assumptions"] == []
+    custom = tmp_path / "custom.json"
+    custom.write_text(json.dumps(dict(model_type="llama", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                      num_attention_heads=4, vocab_size=1000,
+                                      auto_map={"AutoModelForCausalLM": "modeling_x.X"})), encoding="utf-8")
+    assert any("custom code (auto_map): never run" in a
+               for a in run_json(capsys, "estimate", "--hf-config", str(custom))["assumptions"])
     pytest.importorskip("transformers")
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(dict(model_type="granite", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
