@@ -128,3 +128,34 @@ def test_vision_tower_params_match_transformers_and_freezing_removes_their_state
     saved = answers[False]["optimizer_states"] - answers[True]["optimizer_states"]
     assert saved == pytest.approx(12 * vision / 8, rel=1e-9)
     assert answers[False]["parameters"] == pytest.approx(answers[True]["parameters"], rel=1e-9)
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "full"])
+def test_vision_tower_flops_follow_the_6n_rule_and_freezing_leaves_the_forward(checkpointing):
+    """The tower's FLOPs per sample, on top of the language model's (whose sequence already holds the image
+    tokens): 6·Ψ_v per patch row trained, 2·Ψ_v frozen (no backward at all: frozen weights, pixel inputs), plus
+    2·Ψ_v recomputed under full checkpointing when trained (compute.vision_flops_per_token). Review finding:
+    --freeze-vision left the compute time unchanged."""
+    from zeroplanner.costmodel.compute import flops_per_token
+
+    def flops(images, freeze):
+        sc = build_scenario(model="qwen2.5-vl-7b", gpu="A100-80GB", seq_len=2048, checkpointing=checkpointing)
+        sc = replace(sc, training=replace(sc.training, images_per_sample=images, freeze_vision=freeze))
+        model, executed, _ = flops_per_token(make_context(sc), Candidates.from_scenario(sc))
+        return _one(model) * sc.sequence_tokens, _one(executed) * sc.sequence_tokens
+
+    vl = catalog.model("qwen2.5-vl-7b")
+    rows = 2 * vl.vision.patches_per_image  # two 448 x 448 images: 1,024 patches of 14 px each
+    text_model, text_exec = flops(0, False)
+    trained_model, trained_exec = flops(2, False)
+    frozen_model, frozen_exec = flops(2, True)
+    # the language model's share is the same for all three once the 512 image tokens are counted in its sequence
+    lm = build_scenario(model="qwen2.5-vl-7b", gpu="A100-80GB", seq_len=2048 + 512, checkpointing=checkpointing)
+    lm_model, lm_exec = (_one(x) * lm.sequence_tokens for x in flops_per_token(make_context(lm),
+                                                                           Candidates.from_scenario(lm))[:2])
+    recompute = 2.0 if checkpointing == "full" else 0.0
+    assert trained_model - lm_model == pytest.approx(6.0 * rows * vl.vision_params, rel=1e-9)
+    assert trained_exec - lm_exec == pytest.approx((6.0 + recompute) * rows * vl.vision_params, rel=1e-9)
+    assert frozen_model - lm_model == pytest.approx(2.0 * rows * vl.vision_params, rel=1e-9)
+    assert frozen_exec - lm_exec == pytest.approx(2.0 * rows * vl.vision_params, rel=1e-9)
+    assert text_model < lm_model  # no images: a shorter sequence and no tower

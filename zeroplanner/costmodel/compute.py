@@ -115,8 +115,36 @@ def flops_per_token(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndar
         # TiledMLP runs the dense MLP's forward again in backward (no_grad forward, recompute with grad per tile;
         # DeepSpeed 0.19.8 ulysses_sp.py TiledMLP docstring: "the forward occurs twice each iteration")
         recompute = recompute + 2.0 * m.n_dense_layers * m.dense_mlp_params / tp
-    model_arr = model + 0.0 * recompute
-    return model_arr, model_arr + recompute, fwd + 0.0 * recompute
+    v_model, v_recompute, v_fwd = vision_flops_per_token(sc, cand)
+    model_arr = model + v_model + 0.0 * recompute
+    return model_arr, model_arr + recompute + v_recompute, fwd + v_fwd + 0.0 * recompute
+
+
+def vision_flops_per_token(sc, cand: Candidates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The vision tower's (model, recompute, forward) FLOPs per language-model token on one rank (zero for a
+    text-only model, or a tower whose shape the reader does not know).
+
+    Per sample the tower encodes ``images_per_sample`` images of ``patches_per_image`` (+ class tokens) rows
+    through its ``vision_params`` weights: 2·Ψ_v per row forward (the 6N rule's forward, PaLM Appendix B), 6·Ψ_v
+    trained, 2·Ψ_v frozen (``freeze_vision`` or LoRA on the language model: no weight gradients, and the pixel
+    input needs no input gradient, so no backward at all), plus a recomputed forward under full checkpointing
+    for a trained tower (transformers' vision blocks honour ``gradient_checkpointing``). Every Ulysses rank
+    encodes its images whole (the language model's tokens are split, the images are not), so the per-token figure
+    is multiplied by sp. Approximations: the projector / merger weights are counted over all patch rows (they run
+    on the merged rows: Qwen2.5-VL's merger is ~7% of its tower's weights over 1/4 of the rows), and the tower's
+    attention core (4·rows²·width per block: at most ~12% of a Qwen2.5-VL full-attention block's FLOPs at 1,024
+    patches, less in its windowed blocks) is not counted."""
+    m, t = sc.model, sc.training
+    if m.vision is None or not t.images_per_sample or not m.vision_params:
+        zero = 0.0 * cand.sp
+        return zero, zero, zero
+    rows = float(t.images_per_sample * (m.vision.patches_per_image + m.vision.class_tokens))
+    per_token = rows * float(m.vision_params) / float(sc.sequence_tokens) * cand.sp.astype(np.float64)
+    trains = not (t.freeze_vision or t.lora_rank)
+    fwd = 2.0 * per_token
+    model = (6.0 if trains else 2.0) * per_token
+    recompute = np.where(cand.checkpointing == 2, fwd, 0.0) if trains else 0.0 * fwd
+    return model, recompute, fwd
 
 
 def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
