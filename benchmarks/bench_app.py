@@ -43,6 +43,16 @@ kernel messages / bytes per change     10 / 11.9k  9 / 8.9k
 ranged from 1.30x to 2.18x (p95, painted) after, 1.91x to 3.07x before: the issue-17 p95 target is met in some runs
 only. Cold load was 0.89x-1.62x in these runs, on both versions alike (0.87x-0.93x at a lower load earlier).
 
+Measured again 2026-12-01 19:15-20:20 UTC, same machine, no other job of ours running (but the VM's host CPU
+pressure, /proc/pressure/cpu "some", at 0-20%), 10 runs of the current page (``--changes 40 --loads 3``, two with
+``--changes 100 --loads 5``): slider -> chart painted p95 1.04x, 1.11x, 1.18x, 1.24x, 1.54x, 1.58x, 1.79x, 1.83x,
+1.94x, 2.11x (median 1.56x; the last three after the config preview and step-time view were made lazy, at the
+highest host pressure); median change 0.98x-1.48x; cold load 0.72x-1.58x (median 0.93x). In a kernel with the
+page, a change's flush took 8 ms median / 14 ms p95 wall (about 2.5x the same work in a quiet process). A gen-2
+garbage collection over the page's ~123,000 objects takes ~60 ms; ``gc.freeze()`` after the notebook cells was
+tried and reverted: logging the kernels' collections showed none during 40 changes (they happen while the cells
+run), so it could not have moved the p95.
+
 Run: ``python benchmarks/bench_app.py [--changes 30] [--loads 3]``. The servers are started by this process and
 inherit its environment (``PYTHONPATH`` included), so they import the same copy of the package.
 """
