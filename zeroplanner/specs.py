@@ -882,6 +882,12 @@ class TrainingSpec(_Frozen):
                 "would corrupt the packed 4-bit weights)")
         return self
 
+    @property
+    def trains_vision_tower(self) -> bool:
+        """Whether a vision-language model's tower trains: not with ``freeze_vision``, nor with LoRA / QLoRA (the
+        adapters go on the language model only). The one rule the activations, the FLOPs and the answers use."""
+        return not (self.freeze_vision or self.lora_rank)
+
 
 class OffloadSpec(_Frozen):
     """DeepSpeed ``offload_optimizer`` / ``offload_param`` block."""

@@ -43,7 +43,7 @@ def sequence_json(scenario) -> dict | None:
             "patches_per_image": m.vision.patches_per_image if m.vision is not None else None,
             "image_tokens": t.images_per_sample * m.vision_tokens_per_image,
             "tokens": scenario.sequence_tokens, "vision_parameters": m.vision_params,
-            "vision_tower_trains": bool(m.vision_params) and not t.freeze_vision and not t.lora_rank}
+            "vision_tower_trains": bool(m.vision_params) and t.trains_vision_tower}
 
 
 def sequence_text(seq: dict | None) -> str:
@@ -100,13 +100,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     sp = est.sequence_parallel_size
     split = (f", Ulysses sequence_parallel_size {sp} (batch data-parallel degree {est.data_parallel_degree // sp}; "
              f"all-to-alls {est.sp_all_to_all_seconds_per_step:.3f} s per step)" if sp > 1 else "")
+    sequence, assumptions = sequence_json(scenario), model_assumptions(scenario)
     text = (f"{scenario.model.name}: Ψ = {est.parameters:,} ({est.trainable_parameters:,} trainable), ZeRO-"
             f"{scenario.zero.stage}, data-parallel degree {est.data_parallel_degree}{split}\n"
-            + sequence_text(sequence_json(scenario)) + f"{rows}\n{est.summary()}\n"
+            + sequence_text(sequence) + f"{rows}\n{est.summary()}\n"
             + "".join(f"warning: {w}\n" for w in est.warnings)
-            + "".join(f"assumes: {a}\n" for a in model_assumptions(scenario)))
-    obj = {"inputs": inputs_json(args, scenario), **estimate_json(est), "sequence": sequence_json(scenario),
-           "assumptions": model_assumptions(scenario)}
+            + "".join(f"assumes: {a}\n" for a in assumptions))
+    obj = {"inputs": inputs_json(args, scenario), **estimate_json(est), "sequence": sequence,
+           "assumptions": assumptions}
     storage = offload_storage(scenario)
     obj.update(storage)
     text += _storage_lines(storage)

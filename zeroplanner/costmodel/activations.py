@@ -559,7 +559,7 @@ def activation_term(ctx: Context, cand: Candidates) -> TermParts:
          "vision": vision_activation_bytes(  # the trainable tower's saved tensors (costmodel/vision.py)
              m.vision, t.images_per_sample * cand.micro_batch, activation_bytes=4.0 if t.precision == "fp32" else 2.0,
              checkpointing=cand.checkpointing, flash_attention=t.flash_attention,
-             trainable=not (t.freeze_vision or t.lora_rank))}
+             trainable=t.trains_vision_tower)}
     rows = [
         ("layer inputs + one layer recomputed", "L*a_b*s/p*b*h + layer", keep & rms),
         ("layer inputs + one layer recomputed", "L*a_b*s/p*b*h + layer - a_b*s/p*b*h", keep & (not rms)),

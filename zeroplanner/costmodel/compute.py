@@ -140,7 +140,7 @@ def vision_flops_per_token(sc, cand: Candidates) -> tuple[np.ndarray, np.ndarray
         return zero, zero, zero
     rows = float(t.images_per_sample * (m.vision.patches_per_image + m.vision.class_tokens))
     per_token = rows * float(m.vision_params) / float(sc.sequence_tokens) * cand.sp.astype(np.float64)
-    trains = not (t.freeze_vision or t.lora_rank)
+    trains = t.trains_vision_tower
     fwd = 2.0 * per_token
     model = (6.0 if trains else 2.0) * per_token
     recompute = np.where(cand.checkpointing == 2, fwd, 0.0) if trains else 0.0 * fwd

@@ -53,9 +53,8 @@ def check_ulysses(*, n_heads: int, kv_heads: int, sp_size: int, seq_len: Any = N
     a different model, not a slower one.
     """
     if linear_mixer is not None and sp_size > 1:
-        kind = getattr(linear_mixer, "kind", linear_mixer)
         raise ValueError(f"sp_size={sp_size}: Ulysses sequence parallelism splits the sequence for attention "
-                         f"layers only; this model's {kind} layers would each see 1/{sp_size} of the sequence "
+                         f"layers only; this model's {linear_mixer.kind} layers would each see 1/{sp_size} of the sequence "
                          "(DeepSpeed's UlyssesSPAttentionHF wraps the attention function, not recurrent mixers); "
                          "use sequence_parallel_size 1")
     if int(sp_size) != sp_size or sp_size < 1:
