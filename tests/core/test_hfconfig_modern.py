@@ -131,6 +131,19 @@ def test_family_only_transformers_knows_refuses_too_many_expert_modules():
         architecture_from_hf_config(cfg)
 
 
+def test_auto_map_note_survives_a_long_source(tmp_path):
+    """The note that custom code was ignored ends the 500-character source whole, however long the file's path
+    (the answers' assumptions look for it there)."""
+    from zeroplanner.catalog.hfconfig import AUTO_MAP_NOTE
+
+    deep = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 200)
+    deep.mkdir(parents=True)
+    (deep / "config.json").write_text(json.dumps(dict(_GRANITE, model_type="llama",
+                                                      auto_map={"AutoModelForCausalLM": "x.Y"})), encoding="utf-8")
+    arch = architecture_from_hf_config(deep / "config.json")
+    assert len(arch.source) == 500 and arch.source.endswith(f"{AUTO_MAP_NOTE}: priced as llama")
+
+
 def test_unknown_to_transformers_and_encoder_decoder_are_refused():
     with pytest.raises(ValueError, match=r"'RefinedWebModel' is not supported.*auto_map is never run"):
         architecture_from_hf_config({"model_type": "RefinedWebModel", "auto_map": {"AutoConfig": "x.C"}})

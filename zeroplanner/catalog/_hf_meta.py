@@ -29,12 +29,16 @@ _VISION_NAMES = ("visual", "vision_tower", "vision_model", "vision_encoder", "mu
 """Sub-module names of the vision tower and its projector in transformers' vision-language classes."""
 
 
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "depth", "n_layers")
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+"""Config attribute names of the layer count and of the routed experts per layer across transformers' classes."""
+
 _SIZE_KEYS: dict[str, int] = {
-    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers", "depth", "n_layers"), 1000),
+    **dict.fromkeys(_LAYER_KEYS, 1000),
     **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "n_embed"), 1_000_000),
     **dict.fromkeys(("intermediate_size", "ffn_dim", "n_inner", "moe_intermediate_size"), 10_000_000),
     **dict.fromkeys(("num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "num_kv_heads"), 10_000),
-    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 10_000),
+    **dict.fromkeys(_EXPERT_KEYS, 10_000),
     "vocab_size": 10_000_000, "head_dim": 100_000,
 }
 """Config attributes that set how many modules and parameters the meta-device build creates, with the largest
@@ -68,9 +72,7 @@ def check_build_size(cfg: Any) -> None:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
                 shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
                 raise ValueError(f"config.json key {prefix + key!r} must be an integer 1-{limit:,} (got {shown})")
-        layers = _text_value(c, "num_hidden_layers", "n_layer", "num_layers", "depth", default=1)
-        experts = _text_value(c, "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts",
-                              default=1)
+        layers, experts = _text_value(c, *_LAYER_KEYS, default=1), _text_value(c, *_EXPERT_KEYS, default=1)
         if layers * experts > MAX_LAYER_EXPERT_MODULES:
             raise ValueError(f"config.json: {prefix}layers x experts = {layers:,} x {experts:,} exceeds "
                              f"{MAX_LAYER_EXPERT_MODULES:,} (the largest released MoE has about 16,000)")

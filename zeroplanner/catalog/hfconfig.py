@@ -1199,8 +1199,7 @@ def architecture_from_hf_config(
 
         label = name if name is not None else _default_name(data, path, model_type)
         arch = architecture_from_transformers(data, label, str(path) if path is not None else "dict")
-        note = _auto_map_note(data)
-        return arch.model_copy(update={"source": (arch.source + note)[:500]}) if note else arch
+        return arch.model_copy(update={"source": _source_with_auto_map_note(arch.source, data)})
     fields = {key: value for key, value in fields.items() if value is not None}
     hidden, heads = fields["hidden_size"], fields["n_heads"]
     if "head_dim" not in fields and hidden % heads:
@@ -1213,14 +1212,16 @@ def architecture_from_hf_config(
         method = method[:20] if isinstance(method, str) else "quantised"
         # fp8 (DeepSeek-V3) and mxfp4 (gpt-oss) checkpoints: ZeRO fine-tuning loads them dequantised
         source += f"; {method} checkpoint: logical parameters, trained in the TrainingSpec precision (bf16 assumed)"
-    return Architecture(name=label, family=model_type, source=(source + _auto_map_note(data))[:500], **fields)
+    return Architecture(name=label, family=model_type, source=_source_with_auto_map_note(source, data), **fields)
 
 
 AUTO_MAP_NOTE = "auto_map (custom code) ignored, never run"
 """Said in an Architecture's ``source`` when its config.json names custom code in ``auto_map``."""
 
 
-def _auto_map_note(data: Mapping[str, Any]) -> str:
-    """``source`` suffix for a config.json with an ``auto_map``: the custom classes it names are never imported;
+def _source_with_auto_map_note(source: str, data: Mapping[str, Any]) -> str:
+    """``source`` cut to Architecture's 500 characters, ending with :data:`AUTO_MAP_NOTE` for a config.json with an
+    ``auto_map`` (the note is kept whole: the answers look for it): the custom classes it names are never imported;
     the model is priced as the built-in (or transformers') ``model_type``, which the custom code may differ from."""
-    return f"; {AUTO_MAP_NOTE}: priced as {str(data.get('model_type'))[:50]}" if data.get("auto_map") else ""
+    note = f"; {AUTO_MAP_NOTE}: priced as {str(data.get('model_type'))[:50]}" if data.get("auto_map") else ""
+    return source[:500 - len(note)] + note
