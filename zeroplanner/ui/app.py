@@ -690,16 +690,17 @@ class PlannerApp(w.VBox):
         chart.update(view.scaling if name == "scaling" else view.time if name == "time" else view.memory)
 
     def _render(self, view: View) -> None:
-        """The chart on screen and the verdict: what a change must update first. The config preview follows in
-        :meth:`_follow_up` (:meth:`_render_config`)."""
+        """The verdict and the chart on screen: what a change must update first. The config preview follows in
+        :meth:`_follow_up` (:meth:`_render_config`). The verdict goes first: its message costs the browser less
+        than the bars', so both are more often painted by the same frame."""
         visible = self._visible()
+        self.banner.value = view.banner_html
         for name in self._charts:  # only the chart on screen is redrawn; the others when their tab opens
             if name == visible:
                 self._stale.discard(name)
                 self._update_chart(name, view)
             else:
                 self._stale.add(name)
-        self.banner.value = view.banner_html
 
     def _render_config(self, view: View) -> None:
         """The config preview: variant picker, the note above the text (with the Download and Copy buttons), the

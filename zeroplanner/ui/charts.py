@@ -33,6 +33,8 @@ _FIG_LAYOUT = dict(width=f"{FIGURE_WIDTH_PX}px", height=f"{FIGURE_HEIGHT_PX}px",
 """Fixed figure sizes: a figure whose size follows its container is re-laid out (axes, every bar) whenever text
 elsewhere on the page changes width, which costs hundreds of ms in the browser."""
 _MARGIN = {"top": 36, "bottom": 52, "left": 64, "right": 16}
+_STATUS_ROW_PX = 20
+"""Extra top margin of the memory chart: its "fits" / "OOM" row sits between the title and the plot."""
 _X_TICKS = {"font-size": "11px"}
 """Variant ticks are short names (:func:`short_label`) written level, so they neither overlap nor reach past the
 figure; the full names are in the legend's key and in every bar's tooltip."""
@@ -152,13 +154,14 @@ def ticks_key_html(labels) -> str:
             + " · ".join(items) + "</div>")
 
 
-def _figure(title: str, marks, axes, legend: str = "top-right", **layout) -> dict:
+def _figure(title: str, marks, axes, legend: str = "top-right", margin_top_px: int = _MARGIN["top"],
+            **layout) -> dict:
     """Figure settings shared by the charts (legends are HTML under the figure, never over the data)."""
     return dict(
         marks=marks,
         axes=axes,
         title=title,
-        fig_margin=dict(_MARGIN),
+        fig_margin={**_MARGIN, "top": margin_top_px},
         layout=w.Layout(**{**_FIG_LAYOUT, **layout}),
         legend_location=legend,
         legend_style={"stroke-width": 0, "fill": "white", "fill-opacity": 0.8},
@@ -168,7 +171,7 @@ def _figure(title: str, marks, axes, legend: str = "top-right", **layout) -> dic
 
 class MemoryChart(bq.Figure):
     """Stacked bars: per-GPU memory of every variant by term (GiB), the GPU's capacity as a labelled dashed line,
-    and a "fits" / "OOM" label over each bar. The axis runs to about the GPU's memory (:data:`OFFSCALE_FACTOR`);
+    and "fits" / "OOM" for each bar in a row above the plot. The axis runs to about the GPU's memory (:data:`OFFSCALE_FACTOR`);
     bars beyond it reach the top edge and carry their value. Hovering a segment shows its GiB and the cost-model
     terms (formula names)."""
 
@@ -187,10 +190,14 @@ class MemoryChart(bq.Figure):
         self.capacity_label = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="start", default_size=11,
                                        y_offset=-7, x_offset=-30, scales=scales)
         self.legend = w.HTML()
+        # "fits" / "OOM" in a row above the plot (y = the axis top, unclipped), not on each bar's top: labels that
+        # move with their bars are a second bqplot mark redrawn on nearly every change (its data update, draw and
+        # the figure's legend rebuild were a third of the browser's script time per node-slider change, Chrome
+        # profiler); the row is redrawn only when a verdict or the axis top changes.
         self.fit_labels = bq.Label(x=[], y=[], text=[], colors=[FIT_COLOR], align="middle", default_size=12,
-                                   font_weight="bold", y_offset=-6, scales=scales)
+                                   font_weight="bold", y_offset=-6, scales=scales, apply_clip=False)
         self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=12,
-                                   font_weight="bold", y_offset=-6, scales=scales)
+                                   font_weight="bold", y_offset=-6, scales=scales, apply_clip=False)
         self.offscale_labels = bq.Label(x=[], y=[], text=[], colors=["white"], align="middle", default_size=11,
                                         font_weight="bold", scales=scales)
         self.tooltip_html = w.HTML(layout=w.Layout(max_width="420px"))
@@ -205,7 +212,8 @@ class MemoryChart(bq.Figure):
         ]
         super().__init__(**_figure("Memory per GPU (GiB)",
                                    [self.bars, self.capacity, self.capacity_label, self.fit_labels,
-                                    self.oom_labels, self.offscale_labels], axes))
+                                    self.oom_labels, self.offscale_labels], axes,
+                                   margin_top_px=_MARGIN["top"] + _STATUS_ROW_PX))
 
     def update(self, view: MemoryView) -> None:
         self._view = view
@@ -225,8 +233,7 @@ class MemoryChart(bq.Figure):
         fit = [i for i, ok in enumerate(view.fits_gpu) if ok]
         oom = [i for i, ok in enumerate(view.fits_gpu) if not ok]
         for mark, idx, word in ((self.fit_labels, fit, "fits"), (self.oom_labels, oom, "OOM")):
-            assign(mark, x=[ticks[i] for i in idx], y=[float(min(view.total_gib[i], top / 1.08)) for i in idx],
-                   text=[word for _ in idx])
+            assign(mark, x=[ticks[i] for i in idx], y=[top for _ in idx], text=[word for _ in idx])
         off = [i for i, t in enumerate(view.total_gib) if t > top]
         assign(self.offscale_labels, x=[ticks[i] for i in off], y=[top * 0.8 for _ in off],
                text=[f"{view.total_gib[i]:,.0f}↑" for i in off])
