@@ -4,7 +4,7 @@ bring your own config.json.
 - The main sliders, the verdict, the main chart and the DeepSpeed config preview are all inside the viewport
   without scrolling.
 - In every chart (each tab opened in turn) no two tick labels overlap and none reaches outside its figure
-  (bounding boxes from the DOM).
+  (bounding boxes from the DOM); the memory chart's "fits" / "OOM" row lies above the bars and under the title.
 - Uploading a HF config.json from ../shared/hf-configs/ changes the verdict and the config; a malformed one shows an
   error naming the key and the page keeps working. A narrower window falls back to one column.
 """
@@ -100,6 +100,51 @@ def assert_ticks_readable(name: str, data: dict) -> int:
                          or a["y"] + a["h"] <= b["y"] + 0.5 or b["y"] + b["h"] <= a["y"] + 0.5)
                 assert apart, f"{name}: tick labels {a['text']!r} and {b['text']!r} overlap: {a} {b}"
     return count
+
+
+STATUS_JS = """fig => {
+  const rect = e => { const r = e.getBoundingClientRect(); return {x: r.x, y: r.y, w: r.width, h: r.height}; };
+  const texts = [...fig.querySelectorAll('svg text')];
+  return {fig: rect(fig),
+          status: texts.filter(t => ['fits', 'OOM'].includes(t.textContent.trim())).map(t => ({text: t.textContent, ...rect(t)})),
+          title: texts.filter(t => t.textContent.trim() === 'Memory per GPU (GiB)').map(rect),
+          plot: rect(fig.querySelector('rect.plotarea_background')),
+          bars: [...fig.querySelectorAll('.bargroup rect')].map(rect).filter(b => b.h > 0)};
+}"""
+
+
+def _apart(a: dict, b: dict) -> bool:
+    return (a["x"] + a["w"] <= b["x"] + 0.5 or b["x"] + b["w"] <= a["x"] + 0.5
+            or a["y"] + a["h"] <= b["y"] + 0.5 or b["y"] + b["h"] <= a["y"] + 0.5)
+
+
+@pytest.mark.parametrize("query", ["", "?model=llama-2-70b&nodes=4&network=eth-25g"])
+def test_fit_row_sits_above_the_bars_under_the_title(browser, app_url, query):
+    """The memory chart's "fits" / "OOM" row: one label per bar, inside the figure, above the plot area (so above
+    every bar: bars are clipped to it, and off-scale ones reach its top edge), clear of the title and of each
+    other."""
+    ctx = browser.new_context(viewport=VIEWPORT)
+    pg = ctx.new_page()
+    try:
+        pg.goto(app_url + query, timeout=120_000)
+        pg.wait_for_selector(".zp-app .bqplot svg .bargroup rect", timeout=120_000)
+        pg.wait_for_timeout(500)
+        data = visible_figure(pg).evaluate(STATUS_JS)
+    finally:
+        ctx.close()
+    f, status, bars = data["fig"], data["status"], data["bars"]
+    assert len(status) == len({round(b["x"]) for b in bars}) >= 8, data
+    assert len(data["title"]) == 1, data
+    plot_top = data["plot"]["y"]
+    for t in status:
+        assert t["x"] >= f["x"] and t["x"] + t["w"] <= f["x"] + f["w"] and t["y"] >= f["y"], (t, f)
+        assert t["y"] + t["h"] <= plot_top + 0.5, f"{t['text']!r} reaches into the plot: {t}, plot top {plot_top}"
+        assert _apart(t, data["title"][0]), (t, data["title"][0])
+    for i, a in enumerate(status):
+        for b in status[i + 1:]:
+            assert _apart(a, b), (a, b)
+    if query:  # ZeRO-0 of a 70B model is off the scale and does not fit
+        assert any(t["text"] == "OOM" for t in status), status
 
 
 def upload(pg, path: Path) -> None:

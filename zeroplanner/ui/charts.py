@@ -33,8 +33,14 @@ _FIG_LAYOUT = dict(width=f"{FIGURE_WIDTH_PX}px", height=f"{FIGURE_HEIGHT_PX}px",
 """Fixed figure sizes: a figure whose size follows its container is re-laid out (axes, every bar) whenever text
 elsewhere on the page changes width, which costs hundreds of ms in the browser."""
 _MARGIN = {"top": 36, "bottom": 52, "left": 64, "right": 16}
-_STATUS_ROW_PX = 20
-"""Extra top margin of the memory chart: its "fits" / "OOM" row sits between the title and the plot."""
+_STATUS_ROW_PX = 42
+"""Extra top margin of the memory chart: its "fits" / "OOM" row sits between the title and the plot. bqplot puts
+the title's 20 px text box 2 px below the middle of the top margin (Chromium's bounding boxes), so a 78 px margin
+ends the title 2 px above the row."""
+_STATUS_BASELINE_PX = 17
+"""How far above the plot's top edge the row's labels are placed. A bqplot Label's 12 px text box runs from about
+4 px above to 10 px below its offset point (Chromium's bounding boxes), so at 17 px the row ends 1 px above the
+edge and stays clear of off-scale bars, which reach it (tests/browser/test_browser_layout.py)."""
 _X_TICKS = {"font-size": "11px"}
 """Variant ticks are short names (:func:`short_label`) written level, so they neither overlap nor reach past the
 figure; the full names are in the legend's key and in every bar's tooltip."""
@@ -195,9 +201,11 @@ class MemoryChart(bq.Figure):
         # the figure's legend rebuild were a third of the browser's script time per node-slider change, Chrome
         # profiler); the row is redrawn only when a verdict or the axis top changes.
         self.fit_labels = bq.Label(x=[], y=[], text=[], colors=[FIT_COLOR], align="middle", default_size=12,
-                                   font_weight="bold", y_offset=-6, scales=scales, apply_clip=False)
+                                   font_weight="bold", y_offset=-_STATUS_BASELINE_PX, scales=scales,
+                                   apply_clip=False)
         self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=12,
-                                   font_weight="bold", y_offset=-6, scales=scales, apply_clip=False)
+                                   font_weight="bold", y_offset=-_STATUS_BASELINE_PX, scales=scales,
+                                   apply_clip=False)
         self.offscale_labels = bq.Label(x=[], y=[], text=[], colors=["white"], align="middle", default_size=11,
                                         font_weight="bold", scales=scales)
         self.tooltip_html = w.HTML(layout=w.Layout(max_width="420px"))
