@@ -53,6 +53,20 @@ garbage collection over the page's ~123,000 objects takes ~60 ms; ``gc.freeze()`
 tried and reverted: logging the kernels' collections showed none during 40 changes (they happen while the cells
 run), so it could not have moved the p95.
 
+Measured again 2026-12-01 22:30-23:15 UTC, same machine (host CPU pressure 0-26%), after the memory chart's
+"fits" / "OOM" labels moved from each bar's top to a fixed row above the plot and the verdict was sent before the
+bars (commits a8b628d, abccdbd): 9 runs of ``--changes 40`` (``--loads 1`` or ``3``): slider -> chart painted p95
+1.24x, 1.24x, 1.27x, 1.33x, 1.38x, 1.47x, 1.48x, 1.62x, 1.71x (median 1.38x; the 1.5x target met in 7 of 9);
+median change 0.98x-1.47x; cold load 0.90x-1.06x; 8 messages / 8.3 kB per change (9 / 8.9 kB before). The
+labels that moved with their bars were a second bqplot mark redrawn on nearly every change: its data update,
+draw and the figure's legend rebuild (bqplot rebuilds the legend group on every mark's ``data_updated``, legend
+shown or not). Chrome's profiler over 20 changes: script time in widget updates 10.3 ms per change before, 5.4 ms
+after. In the live page the verdict leaves the kernel 9.6 ms (median, 30 changes, a hook timing the kernel's
+sends) after the slider's message arrives, against 2.9 ms for the same ``derive`` in an idle kernel: the
+browser draws on the same 2 cores meanwhile. A 20 ms ``FOLLOW_UP_DELAY_SECONDS`` instead of 5 ms made no
+difference (A/B, 60 changes each, both pages open at once), nor did CSS containment of the verdict, figures,
+controls and config preview (render time per change in Chrome traces, alternated runs, within the noise).
+
 Run: ``python benchmarks/bench_app.py [--changes 30] [--loads 3]``. The servers are started by this process and
 inherit its environment (``PYTHONPATH`` included), so they import the same copy of the package.
 """
