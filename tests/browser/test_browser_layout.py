@@ -106,7 +106,8 @@ STATUS_JS = """fig => {
   const rect = e => { const r = e.getBoundingClientRect(); return {x: r.x, y: r.y, w: r.width, h: r.height}; };
   const texts = [...fig.querySelectorAll('svg text')];
   return {fig: rect(fig),
-          status: texts.filter(t => ['fits', 'OOM'].includes(t.textContent.trim())).map(t => ({text: t.textContent, ...rect(t)})),
+          status: texts.filter(t => ['fits', 'OOM'].includes(t.textContent.trim()))
+                       .map(t => ({text: t.textContent, ...rect(t)})),
           title: texts.filter(t => t.textContent.trim() === 'Memory per GPU (GiB)').map(rect),
           plot: rect(fig.querySelector('rect.plotarea_background')),
           bars: [...fig.querySelectorAll('.bargroup rect')].map(rect).filter(b => b.h > 0)};

@@ -691,8 +691,8 @@ class PlannerApp(w.VBox):
 
     def _render(self, view: View) -> None:
         """The verdict and the chart on screen: what a change must update first. The config preview follows in
-        :meth:`_follow_up` (:meth:`_render_config`). The verdict goes first: its message costs the browser less
-        than the bars', so both are more often painted by the same frame."""
+        :meth:`_follow_up` (:meth:`_render_config`). The verdict's message is sent before the bars' (measured
+        together with the memory chart's fixed fits/OOM row: benchmarks/bench_app.py docstring, not on its own)."""
         visible = self._visible()
         self.banner.value = view.banner_html
         for name in self._charts:  # only the chart on screen is redrawn; the others when their tab opens

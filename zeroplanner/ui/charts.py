@@ -177,8 +177,8 @@ def _figure(title: str, marks, axes, legend: str = "top-right", margin_top_px: i
 
 class MemoryChart(bq.Figure):
     """Stacked bars: per-GPU memory of every variant by term (GiB), the GPU's capacity as a labelled dashed line,
-    and "fits" / "OOM" for each bar in a row above the plot. The axis runs to about the GPU's memory (:data:`OFFSCALE_FACTOR`);
-    bars beyond it reach the top edge and carry their value. Hovering a segment shows its GiB and the cost-model
+    and "fits" / "OOM" for each bar in a row above the plot. The axis runs to about the GPU's memory
+    (:data:`OFFSCALE_FACTOR`); bars beyond it reach the top edge and carry their value. Hovering a segment shows its GiB and the cost-model
     terms (formula names)."""
 
     def __init__(self) -> None:
@@ -200,12 +200,11 @@ class MemoryChart(bq.Figure):
         # move with their bars are a second bqplot mark redrawn on nearly every change (its data update, draw and
         # the figure's legend rebuild were a third of the browser's script time per node-slider change, Chrome
         # profiler); the row is redrawn only when a verdict or the axis top changes.
-        self.fit_labels = bq.Label(x=[], y=[], text=[], colors=[FIT_COLOR], align="middle", default_size=12,
-                                   font_weight="bold", y_offset=-_STATUS_BASELINE_PX, scales=scales,
-                                   apply_clip=False)
-        self.oom_labels = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="middle", default_size=12,
-                                   font_weight="bold", y_offset=-_STATUS_BASELINE_PX, scales=scales,
-                                   apply_clip=False)
+        def status_row(colour: str) -> bq.Label:
+            return bq.Label(x=[], y=[], text=[], colors=[colour], align="middle", default_size=12,
+                            font_weight="bold", y_offset=-_STATUS_BASELINE_PX, scales=scales, apply_clip=False)
+
+        self.fit_labels, self.oom_labels = status_row(FIT_COLOR), status_row(OOM_COLOR)
         self.offscale_labels = bq.Label(x=[], y=[], text=[], colors=["white"], align="middle", default_size=11,
                                         font_weight="bold", scales=scales)
         self.tooltip_html = w.HTML(layout=w.Layout(max_width="420px"))
