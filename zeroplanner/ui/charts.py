@@ -178,8 +178,8 @@ def _figure(title: str, marks, axes, legend: str = "top-right", margin_top_px: i
 class MemoryChart(bq.Figure):
     """Stacked bars: per-GPU memory of every variant by term (GiB), the GPU's capacity as a labelled dashed line,
     and "fits" / "OOM" for each bar in a row above the plot. The axis runs to about the GPU's memory
-    (:data:`OFFSCALE_FACTOR`); bars beyond it reach the top edge and carry their value. Hovering a segment shows its GiB and the cost-model
-    terms (formula names)."""
+    (:data:`OFFSCALE_FACTOR`); bars beyond it reach the top edge and carry their value. Hovering a segment shows
+    its GiB and the cost-model terms (formula names)."""
 
     def __init__(self) -> None:
         self.x_scale = bq.OrdinalScale()

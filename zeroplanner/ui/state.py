@@ -593,13 +593,13 @@ def derive(state: AppState) -> View:
     if state.zeropp:
         zs = zeropp_scenario(state)
         plan = PlanWithExtras(plan, ((zeropp_label(state), zs, estimate(zs)),))
-    variants = tuple(label for label, _, _ in _variants(plan) if label != RECOMMENDED)
+    bars = _variants(plan)
     return View(
         state=state,
         plan=plan,
         memory=memory_view(plan),
         banner_html=banner_html(plan),
-        variant_options=(RECOMMENDED, *variants),
+        variant_options=(RECOMMENDED, *(label for label, _, _ in bars if label != RECOMMENDED)),
         warnings=tuple(str(w) for w in (_attr(plan, "warnings", []) or [])),
-        variant_scenarios=tuple(sc for _, sc, _ in _variants(plan)),
+        variant_scenarios=tuple(sc for _, sc, _ in bars),
     )
