@@ -136,6 +136,35 @@ def test_a_write_to_a_closing_page_leaves_no_unretrieved_task():
     assert any("never retrieved" in m for m in unretrieved(ZMQChannelsWebsocketConnection))
 
 
+def test_kernel_websocket_turns_nagle_off_before_connecting(monkeypatch):
+    """Kernel messages are small and come in bursts (busy, echo, verdict, bars, idle per slider change); with
+    Nagle's algorithm on (tornado's default for a websocket, ``http1connection._finish_request``) a message written
+    while the previous one is unacknowledged waits for the page's delayed ACK. ClosingPageWebsocketConnection sets
+    TCP_NODELAY on the page's socket before jupyter_server's ``connect`` subscribes it to the kernel; a page that
+    closed first (tornado asserts ``ws_connection`` is set) still connects as before."""
+    import logging
+
+    from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+
+    calls: list = []
+    monkeypatch.setattr(ZMQChannelsWebsocketConnection, "connect", lambda self: calls.append("connect") or "future")
+
+    class Page:  # tornado's WebSocketHandler.set_nodelay
+        def __init__(self, open_: bool) -> None:
+            self.open = open_
+
+        def set_nodelay(self, value: bool) -> None:
+            assert self.open, "ws_connection is None"
+            calls.append(("nodelay", value))
+
+    for open_, expected in ((True, [("nodelay", True), "connect"]), (False, ["connect"])):
+        calls.clear()
+        conn = ClosingPageWebsocketConnection.__new__(ClosingPageWebsocketConnection)  # no kernel, no zmq
+        object.__setattr__(conn, "_trait_values", {"websocket_handler": Page(open_), "log": logging.getLogger("t")})
+        assert conn.connect() == "future"
+        assert calls == expected
+
+
 def test_full_page_says_what_happened_and_retries():
     page = full_page_html(7, retry_after_seconds=30)
     assert "The planner is full" in page and "at most 7 planner sessions" in page
