@@ -451,8 +451,9 @@ class ZeroplannerVoila(Voila):
 
 
 __all__ = [
-    "BeaconShutdownKernelHandler", "CappedVoilaHandler", "PlainErrorKernelWebsocketHandler", "ClosingPageWebsocketConnection", "KernelLimitReached", "RETRY_AFTER_SECONDS",
-    "SERVER_KERNEL_MANAGER_CLASS", "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila",
-    "forget_request_info", "full_page_html", "mark_handed_out", "pool_head", "ready_preheated_kernel", "release_freed_memory",
+    "BeaconShutdownKernelHandler", "CappedVoilaHandler", "PlainErrorKernelWebsocketHandler",
+    "ClosingPageWebsocketConnection", "KernelLimitReached", "RETRY_AFTER_SECONDS", "SERVER_KERNEL_MANAGER_CLASS",
+    "ZeroplannerKernelManager", "ZeroplannerServerKernelManager", "ZeroplannerVoila", "forget_request_info",
+    "full_page_html", "mark_handed_out", "pool_head", "ready_preheated_kernel", "release_freed_memory",
     "with_planner_kernel",
 ]
