@@ -78,26 +78,28 @@ gap between the kernel's "busy" and the next message, the echo: Nagle's algorith
 websockets) holding a small write until the page's delayed ACK, at least 40 ms on Linux. zeroplanner's server now
 turns it off (``ClosingPageWebsocketConnection.connect``). A/B, planner servers with and without it and the bare
 page open at once, 60, 60, 60 and 40 changes: p95 painted 44.3, 53.4, 44.0, 45.0 ms with it against 56.0, 56.1,
-56.0, 61.4 ms without; medians unchanged (28.0, 32.7, 34.6, 35.0 against 33.2, 33.7, 34.8, 34.5 ms). Then three
-runs of this script, three pages (planner, bare on stock Voilà, bare on zeroplanner's server):
+56.0, 61.4 ms without; medians unchanged (28.0, 32.7, 34.6, 35.0 against 33.2, 33.7, 34.8, 34.5 ms). Then six
+runs of this script, three pages (planner, bare on stock Voilà, bare on zeroplanner's server), 23:35-00:28 UTC
+(the first three at host CPU pressure 17-27%, the last three at 0-34% in bursts):
 
-=====================================  ==================  ==================  ==================
-planner / bare (stock / zeroplanner)   60 changes          100 changes         100 changes
-=====================================  ==================  ==================  ==================
-slider -> chart painted, median        1.52x / 1.55x       1.53x / 1.57x       1.52x / 1.46x
-slider -> chart painted, p95           1.46x / 1.53x       1.65x / 1.76x       1.63x / 1.83x
-cold load, median                      1.11x / 1.17x       1.07x / 1.24x       0.96x / 1.11x
-=====================================  ==================  ==================  ==================
+=========================== ============= ============= ============= ============= ============= =============
+planner / bare (stock / zp) 60 changes    100           100           100           100           100
+=========================== ============= ============= ============= ============= ============= =============
+chart painted, median       1.52x / 1.55x 1.53x / 1.57x 1.52x / 1.46x 1.02x / 1.01x 1.21x / 1.29x 1.14x / 1.07x
+chart painted, p95          1.46x / 1.53x 1.65x / 1.76x 1.63x / 1.83x 1.19x / 1.23x 1.58x / 1.71x 1.19x / 1.15x
+cold load, median           1.11x / 1.17x 1.07x / 1.24x 0.96x / 1.11x 0.90x / 1.18x 0.93x / 0.99x 0.97x / 1.14x
+=========================== ============= ============= ============= ============= ============= =============
 
-(planner 8 messages / 8.0-8.2 kB per change, bare 4 / 2.1 kB; 184 widget models). In the A/B's message times, a
-busy -> echo gap over 25 ms came in 0 of 100 changes with Nagle off, 4 of 100 with it on, and 5 of 100 on the
-stock bare page. In these runs the bare page's p95 was 1.3-1.4x its median (30-34 ms against 23-24 ms); the
-planner's p95 was 1.5-1.6x its own median. The p95 target was met in 1 of 3 runs against stock Voilà.
-What separates the planner's median change (34-36 ms) from the bare page's (23-24 ms), from per-message arrival
-and processing times in the page (a ``MessageChannel`` task posted on each message's arrival): the kernel's first
-reply comes 3-5 ms later (the browser is still drawing the Enter key's frame: 12.8 ms on this page, 6.5 ms on
-the bare one, in one Chrome trace), the plan 3-4 ms, the verdict's HTML 3 ms and the bars 5 ms in the browser (the
-bare page's Label: 1 ms).
+The p95 target is met in 3 of 6 runs against stock Voilà's bare page and 2 of 6 against the bare page on
+zeroplanner's server; the planner's p95 was 37.6-55.0 ms, its median 24.9-36.0 ms (planner 8 messages / 8.0-8.3 kB
+per change, bare 4 / 2.1 kB; 184 widget models). Changes slower than their page's median by over 25 ms, in the last
+three runs: planner 1, 3, 1; stock bare page 4, 5, 4; bare page on zeroplanner's server 0, 0, 0. In the A/B's
+message times, a busy -> echo gap over 25 ms came in 0 of 100 changes with Nagle off, 4 of 100 with it on, and 5 of
+100 on the stock bare page. In the slower runs, what separates the planner's median change (34-36 ms) from the bare
+page's (23-24 ms), from per-message arrival and processing times in the page (a ``MessageChannel`` task posted on
+each message's arrival): the kernel's first reply comes 3-5 ms later (the browser is still drawing the Enter key's
+frame: 12.8 ms on this page, 6.5 ms on the bare one, in one Chrome trace), the plan 3-4 ms, the verdict's HTML 3 ms
+and the bars 5 ms in the browser (the bare page's Label: 1 ms).
 
 Run: ``python benchmarks/bench_app.py [--changes 100] [--loads 3]``. The servers are started by this process and
 inherit its environment (``PYTHONPATH`` included), so they import the same copy of the package.
