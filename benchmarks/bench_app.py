@@ -72,15 +72,15 @@ browser draws on the same 2 cores meanwhile. A 20 ms ``FOLLOW_UP_DELAY_SECONDS``
 difference (A/B, 60 changes each, both pages open at once), nor did CSS containment of the verdict, figures,
 controls and config preview (render time per change in Chrome traces, alternated runs, within the noise).
 
-Measured again 2026-12-01 23:20-23:57 UTC, same machine (host CPU pressure 17-27%). Timing every websocket
-message in the pages showed that most slow changes, on the planner and on the bare page alike, were a 35-40 ms
-gap between the kernel's "busy" and the next message, the echo: Nagle's algorithm (tornado leaves it on for
-websockets) holding a small write until the page's delayed ACK, at least 40 ms on Linux. zeroplanner's server now
-turns it off (``ClosingPageWebsocketConnection.connect``). A/B, planner servers with and without it and the bare
-page open at once, 60, 60, 60 and 40 changes: p95 painted 44.3, 53.4, 44.0, 45.0 ms with it against 56.0, 56.1,
-56.0, 61.4 ms without; medians unchanged (28.0, 32.7, 34.6, 35.0 against 33.2, 33.7, 34.8, 34.5 ms). Then six
-runs of this script, three pages (planner, bare on stock Voilà, bare on zeroplanner's server), 23:35-00:28 UTC
-(the first three at host CPU pressure 17-27%, the last three at 0-34% in bursts):
+Measured again 2026-12-01 23:20-00:28 UTC, same machine (host CPU pressure 0-34%). Timing every websocket message in
+the pages showed that most slow changes, on the planner and on the bare page alike, were a 35-40 ms gap between the
+kernel's "busy" and the next message, the echo: Nagle's algorithm (tornado leaves it on for websockets) holding a
+small write until the page's delayed ACK, about 40 ms on Linux. zeroplanner's server now turns it off
+(``ClosingPageWebsocketConnection.connect``). A/B, planner servers with and without it and the bare page open at
+once, 60, 60, 60 and 40 changes: p95 painted 44.3, 53.4, 44.0, 45.0 ms with it against 56.0, 56.1, 56.0, 61.4 ms
+without; medians 28.0, 32.7, 34.6, 35.0 against 33.2, 33.7, 34.8, 34.5 ms. Six runs of this script, three pages
+(planner, bare on stock Voilà, bare on zeroplanner's server), 23:35-00:28 UTC (the first three at host CPU pressure
+17-27%, the last three at 0-34% in bursts):
 
 =========================== ============= ============= ============= ============= ============= =============
 planner / bare (stock / zp) 60 changes    100           100           100           100           100
@@ -93,13 +93,14 @@ cold load, median           1.11x / 1.17x 1.07x / 1.24x 0.96x / 1.11x 0.90x / 1.
 The p95 target is met in 3 of 6 runs against stock Voilà's bare page and 2 of 6 against the bare page on
 zeroplanner's server; the planner's p95 was 37.6-55.0 ms, its median 24.9-36.0 ms (planner 8 messages / 8.0-8.3 kB
 per change, bare 4 / 2.1 kB; 184 widget models). Changes slower than their page's median by over 25 ms, in the last
-three runs: planner 1, 3, 1; stock bare page 4, 5, 4; bare page on zeroplanner's server 0, 0, 0. In the A/B's
-message times, a busy -> echo gap over 25 ms came in 0 of 100 changes with Nagle off, 4 of 100 with it on, and 5 of
-100 on the stock bare page. In the slower runs, what separates the planner's median change (34-36 ms) from the bare
-page's (23-24 ms), from per-message arrival and processing times in the page (a ``MessageChannel`` task posted on
-each message's arrival): the kernel's first reply comes 3-5 ms later (the browser is still drawing the Enter key's
-frame: 12.8 ms on this page, 6.5 ms on the bare one, in one Chrome trace), the plan 3-4 ms, the verdict's HTML 3 ms
-and the bars 5 ms in the browser (the bare page's Label: 1 ms).
+three runs: planner 1, 3, 1; stock bare page 4, 5, 4; bare page on zeroplanner's server 0, 0, 0. In the message
+times kept from two A/B runs (60 + 40 changes), a busy -> echo gap over 25 ms came in 0 of 100 changes with Nagle
+off, 4 of 100 with it on, and 5 of 100 on the stock bare page. In the slower runs, what separates the planner's
+median change (34-36 ms) from the bare page's (23-24 ms), from per-message arrival and processing times in the page
+(a ``MessageChannel`` task posted on each message's arrival): the kernel's first reply comes 3-5 ms later (the
+browser is still drawing the Enter key's frame: 12.8 ms on this page, 6.5 ms on the bare one, in one Chrome trace),
+the plan 3-4 ms, the verdict's HTML 3 ms and the bars 5 ms in the browser (the bare page's Label: 1 ms); these
+medians overlap (the browser's work runs while the kernel plans), so they add to more than the gap.
 
 Run: ``python benchmarks/bench_app.py [--changes 100] [--loads 3]``. The servers are started by this process and
 inherit its environment (``PYTHONPATH`` included), so they import the same copy of the package.
