@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     def ms(xs) -> str:
         return "   ".join(f"{x * 1e3:8.1f}" for x in xs)
 
-    print(f"{'ms':<38} " + " | ".join(names))
+    print("columns: " + " | ".join(names) + " (ms, or messages and bytes); ratios: planner / each bare page")
     figures = {}
     for title, pick, stat in (
             ("slider -> chart painted, median", lambda c: c.painted_seconds, statistics.median),
