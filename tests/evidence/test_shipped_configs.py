@@ -130,51 +130,87 @@ def test_cli_check_hf_trainer_on_shipped_configs(cli_main, capsys, name):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Real runs on one CPU rank: the client decides whether ZeRO-Offload without an optimizer block starts
+# Real runs on one CPU rank: the client decides whether ZeRO-Offload without an optimizer block starts. Each run
+# is its own process, forked from one that imported the libraries (engine_jobs).
 # ----------------------------------------------------------------------------------------------------------------
-WORKER = r'''
+JOB = r"""
 import dataclasses, json, sys, types
 import torch
-config = json.load(open(sys.argv[1]))
-client, optimizer, fill = sys.argv[2], sys.argv[3], sys.argv[4] == "fill"
+
+
+def job(config_path, client, optimizer, fill):
+    config = json.load(open(config_path))
+    from transformers import TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+    if fill:
+        # the HF Trainer's own fill with TrainingArguments' defaults (per-device batch 1, accumulation 1, 1 rank)
+        d = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+        args = types.SimpleNamespace(**{k: d[k] for k in ("learning_rate", "adam_beta1", "adam_beta2",
+                                       "adam_epsilon", "weight_decay", "max_grad_norm", "save_on_each_node",
+                                       "fp16_full_eval", "bf16_full_eval")})
+        args.world_size, args.per_device_train_batch_size, args.gradient_accumulation_steps = 1, 1, 1
+        args.bf16 = args.fp16 = False
+        if isinstance(config.get("gradient_clipping"), (int, float)):  # lf_z3_fp8: the user's max_grad_norm agrees
+            args.max_grad_norm = config["gradient_clipping"]
+        args.get_warmup_steps = lambda n: 0
+        hf = HfTrainerDeepSpeedConfig(config)
+        hf.trainer_config_process(args)
+        hf.trainer_config_finalize(args, types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=8)), 10)
+        config = hf.config
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+    opt = {"torch_adamw": lambda: torch.optim.AdamW(model.parameters(), lr=1e-3),
+           "torch_sgd": lambda: torch.optim.SGD(model.parameters(), lr=1e-3)}.get(optimizer, lambda: None)()
+    try:
+        if client == "hf_trainer":  # accelerate, as the Trainer prepares model and optimizer
+            from accelerate import Accelerator
+            from accelerate.utils import DeepSpeedPlugin
+            acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config))
+            model, opt = acc.prepare(model, opt)
+            zero_opt = opt.optimizer
+        else:
+            import deepspeed
+            deepspeed.init_distributed(dist_backend="gloo")
+            _, zero_opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                                     optimizer=opt, config=config)
+        return {"ok": True, "optimizer": type(getattr(zero_opt, "optimizer", zero_opt)).__name__,
+                "wrapper": type(zero_opt).__name__,
+                "partitioned": any(hasattr(p, "ds_id") for p in model.parameters())}
+    except Exception as exc:
+        return {"ok": False, "error": type(exc).__name__, "message": str(exc)[:300]}
+"""
+
+SERVER = JOB + r"""
+import functools, os, signal
+import accelerate, deepspeed, transformers  # imported once; every job forks from here
+from accelerate import Accelerator
 from transformers import TrainingArguments
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
-if fill:
-    # the HF Trainer's own fill with TrainingArguments' defaults (per-device batch 1, accumulation 1, 1 rank)
-    d = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
-    args = types.SimpleNamespace(**{k: d[k] for k in ("learning_rate", "adam_beta1", "adam_beta2", "adam_epsilon",
-                                   "weight_decay", "max_grad_norm", "save_on_each_node", "fp16_full_eval",
-                                   "bf16_full_eval")})
-    args.world_size, args.per_device_train_batch_size, args.gradient_accumulation_steps = 1, 1, 1
-    args.bf16 = args.fp16 = False
-    if isinstance(config.get("gradient_clipping"), (int, float)):  # lf_z3_fp8: the user's max_grad_norm agrees
-        args.max_grad_norm = config["gradient_clipping"]
-    args.get_warmup_steps = lambda n: 0
-    hf = HfTrainerDeepSpeedConfig(config)
-    hf.trainer_config_process(args)
-    hf.trainer_config_finalize(args, types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=8)), 10)
-    config = hf.config
-model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
-opt = {"torch_adamw": lambda: torch.optim.AdamW(model.parameters(), lr=1e-3),
-       "torch_sgd": lambda: torch.optim.SGD(model.parameters(), lr=1e-3)}.get(optimizer, lambda: None)()
-try:
-    if client == "hf_trainer":  # accelerate, as the Trainer prepares model and optimizer
-        from accelerate import Accelerator
-        from accelerate.utils import DeepSpeedPlugin
-        acc = Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config))
-        model, opt = acc.prepare(model, opt)
-        zero_opt = opt.optimizer
-    else:
-        import deepspeed
-        deepspeed.init_distributed(dist_backend="gloo")
-        _, zero_opt, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), optimizer=opt,
-                                                 config=config)
-    print("RESULT " + json.dumps({"ok": True, "optimizer": type(getattr(zero_opt, "optimizer", zero_opt)).__name__,
-                                  "wrapper": type(zero_opt).__name__,
-                                  "partitioned": any(hasattr(p, "ds_id") for p in model.parameters())}))
-except Exception as exc:
-    print("RESULT " + json.dumps({"ok": False, "error": type(exc).__name__, "message": str(exc)[:300]}))
-'''
+from deepspeed.ops.adam import DeepSpeedCPUAdam  # noqa: F401
+from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam  # noqa: F401 (imports torch.compile, ~2 s)
+import cpuinfo
+cpuinfo.get_cpu_info = functools.lru_cache(maxsize=1)(cpuinfo.get_cpu_info)  # a subprocess, ~1.2 s, per op load
+cpuinfo.get_cpu_info()
+print("READY", flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:  # one job per child: a fresh process with the libraries loaded, gone when the job ends
+        fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.environ.update(request["env"])
+        signal.alarm(300)
+        status = 1
+        try:
+            print("RESULT " + json.dumps(job(*request["args"])), flush=True)
+            status = 0
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    print(f"DONE {status}", flush=True)
+"""
 
 
 def _free_port() -> int:
@@ -183,47 +219,85 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(tmp_path, config: dict, client: str, optimizer: str, fill: bool = False) -> dict:
-    """One rank; ``fill``: first run the HF Trainer's fill of "auto" (HfTrainerDeepSpeedConfig)."""
+def _next_line(proc, word: str) -> str:
+    """The server's next stdout line that starts with ``word`` (DeepSpeed's logger also writes to stdout on import);
+    "" when the server has exited."""
+    for line in proc.stdout:
+        if line.startswith(word):
+            return line
+    return ""
+
+
+@pytest.fixture(scope="module")
+def engine_jobs(tmp_path_factory):
+    """A process that imports torch, transformers, accelerate and DeepSpeed once and forks one child per job: each
+    engine run below is a fresh process (one CPU rank, gloo) without paying again ~4 s of imports, ~2 s of
+    the engine's lazy import of torch.compile (zero.utils.is_zero_supported_optimizer imports the Muon optimizer)
+    and ~3.6 s of py-cpuinfo (three calls when DeepSpeedCPUAdam loads); 111 s for this module before, 18 s after.
+    Yields ``run(config, client, optimizer, fill)``."""
     pytest.importorskip("deepspeed")
     pytest.importorskip("accelerate")
-    cfg = tmp_path / f"cfg_{client}_{optimizer}.json"
-    cfg.write_text(json.dumps(config))
-    worker = tmp_path / "worker.py"
-    worker.write_text(WORKER)
-    env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(worker), str(cfg), client, optimizer, "fill" if fill else "raw"],
-                          capture_output=True,
-                          text=True, timeout=300, env=env, cwd=tmp_path)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    tmp = tmp_path_factory.mktemp("shipped-engine")
+    (tmp / "server.py").write_text(SERVER)
+    server_log = open(tmp / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, str(tmp / "server.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=server_log, text=True, cwd=tmp, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    count = 0
+
+    def run(config: dict, client: str, optimizer: str, fill: bool = False) -> dict:
+        """One rank; ``fill``: first run the HF Trainer's fill of "auto" (HfTrainerDeepSpeedConfig)."""
+        nonlocal count
+        count += 1
+        cfg, log = tmp / f"cfg{count}.json", tmp / f"job{count}.log"
+        cfg.write_text(json.dumps(config))
+        env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+        proc.stdin.write(json.dumps({"args": [str(cfg), client, optimizer, fill], "env": env, "log": str(log)})
+                         + "\n")
+        proc.stdin.flush()
+        done = _next_line(proc, "DONE")
+        text = log.read_text() if log.exists() else ""
+        lines = [x for x in text.splitlines() if x.startswith("RESULT ")]
+        assert done.startswith("DONE") and lines, (done, text[-3000:], (tmp / "server.log").read_text()[-2000:])
+        return json.loads(lines[-1][len("RESULT "):])
+
+    try:
+        ready = _next_line(proc, "READY")
+        assert ready.startswith("READY"), (tmp / "server.log").read_text()[-3000:]
+        yield run
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        server_log.close()
 
 
 @pytest.mark.engine
 @pytest.mark.parametrize("name", sorted(OFFLOAD_WITHOUT_OPTIMIZER))
-def test_offload_without_optimizer_block_runs_under_hf_trainer(tmp_path, name):
+def test_offload_without_optimizer_block_runs_under_hf_trainer(engine_jobs, name):
     """accelerate's Accelerator._prepare_deepspeed replaces the Trainer's torch AdamW by DeepSpeedCPUAdam
     (map_pytorch_optim_to_deepspeed): the file starts, so check --hf-trainer reports no error."""
     config = json.loads((CONFIGS_DIR / name).read_text())
-    result = _run(tmp_path, config, "hf_trainer", "torch_adamw", fill=True)
+    result = engine_jobs(config, "hf_trainer", "torch_adamw", fill=True)
     assert (result["ok"], result["optimizer"]) == (True, "DeepSpeedCPUAdam")
     assert "offload_client_optimizer" not in EXPECTED_ERRORS["hf_trainer"][name]
 
 
 @pytest.mark.engine
-def test_offload_with_client_torch_optimizer_raises_under_deepspeed_alone(tmp_path):
+def test_offload_with_client_torch_optimizer_raises_under_deepspeed_alone(engine_jobs):
     """The same file (filled as the Trainer would, so only the optimizer differs) given to deepspeed.initialize
     with a torch optimizer: ZeRORuntimeException (engine.py _configure_optimizer), the error check reports."""
     config = json.loads((CONFIGS_DIR / "lf_z2_offload.json").read_text())
-    result = _run(tmp_path, config, "deepspeed", "torch_adamw", fill=True)
+    result = engine_jobs(config, "deepspeed", "torch_adamw", fill=True)
     assert result["ok"] is False and result["error"] == "ZeRORuntimeException"
     assert "offload_client_optimizer" in EXPECTED_ERRORS["deepspeed"]["lf_z2_offload.json"]
 
 
 @pytest.mark.engine
-def test_config_typed_torch_optimizer_with_offload_runs_and_untested_needs_the_flag(tmp_path):
+def test_config_typed_torch_optimizer_with_offload_runs_and_untested_needs_the_flag(engine_jobs):
     """An optimizer block DeepSpeed does not implement (SGD) is built by DeepSpeed from torch.optim and never
     meets the client-optimizer check: it runs with ZeRO-Offload. Without zero_allow_untested_optimizer the
     engine asserts (engine.py _do_optimizer_sanity_check): lint's untested_optimizer error."""
@@ -231,42 +305,42 @@ def test_config_typed_torch_optimizer_with_offload_runs_and_untested_needs_the_f
               "optimizer": {"type": "SGD", "params": {"lr": 0.01}}, "zero_allow_untested_optimizer": True,
               "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
     assert not [f for f in lint(config) if f.severity == "error"]
-    result = _run(tmp_path, config, "deepspeed", "none")
+    result = engine_jobs(config, "deepspeed", "none")
     assert (result["ok"], result["optimizer"]) == (True, "SGD")
     del config["zero_allow_untested_optimizer"]
     assert "untested_optimizer" in {f.rule for f in lint(config) if f.severity == "error"}
-    result = _run(tmp_path, config, "deepspeed", "none")
+    result = engine_jobs(config, "deepspeed", "none")
     assert result["ok"] is False and "untested ZeRO Optimizer" in result["message"]
 
 
 @pytest.mark.engine
-def test_optimizer_param_errors_raise_in_deepspeed_initialize(tmp_path):
+def test_optimizer_param_errors_raise_in_deepspeed_initialize(engine_jobs):
     """Two lint errors DeepSpeed's config classes accept and the engine rejects (deepspeed.initialize, 1 CPU
     rank): max_grad_norm as an optimizer parameter (engine.py _configure_basic_optimizer raises ValueError) and
     "auto" in optimizer.params outside the HF Trainer (the string reaches the torch optimizer)."""
     base = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
             "zero_optimization": {"stage": 1}}
-    assert _run(tmp_path, base, "deepspeed", "none")["ok"] is True
+    assert engine_jobs(base, "deepspeed", "none")["ok"] is True
     clip = json.loads(json.dumps(base))
     clip["optimizer"]["params"]["max_grad_norm"] = 1.0
     assert "max_grad_norm_param" in {f.rule for f in lint(clip) if f.severity == "error"}
-    result = _run(tmp_path, clip, "deepspeed", "none")
+    result = engine_jobs(clip, "deepspeed", "none")
     assert result["ok"] is False and result["error"] == "ValueError" and "max_grad_norm" in result["message"]
     auto = json.loads(json.dumps(base))
     auto["optimizer"]["params"]["lr"] = "auto"
     assert "auto_outside_hf" in {f.rule for f in lint(auto) if f.severity == "error"}
-    assert _run(tmp_path, auto, "deepspeed", "none")["ok"] is False
+    assert engine_jobs(auto, "deepspeed", "none")["ok"] is False
 
 
 @pytest.mark.engine
-def test_hf_trainer_offload_turns_a_torch_sgd_into_cpu_adam(tmp_path):
+def test_hf_trainer_offload_turns_a_torch_sgd_into_cpu_adam(engine_jobs):
     """accelerate's map_pytorch_optim_to_deepspeed builds DeepSpeedCPUAdam for a torch SGD too, so check
     --hf-trainer prices Adam's states for --optimizer sgd with offload and no optimizer block (and says so)."""
     from zeroplanner.scenarios import build_scenario
 
     config = json.loads((CONFIGS_DIR / "lf_z2_offload.json").read_text())
-    result = _run(tmp_path, config, "hf_trainer", "torch_sgd", fill=True)
+    result = engine_jobs(config, "hf_trainer", "torch_sgd", fill=True)
     assert (result["ok"], result["optimizer"]) == (True, "DeepSpeedCPUAdam")
     s, findings = from_deepspeed_config(config, base=build_scenario(optimizer="sgd"), mode="hf_trainer")
     assert s.training.optimizer == "adam" and any(f.rule == "optimizer_mapped" for f in findings)
@@ -289,7 +363,7 @@ def test_cli_json_stays_json_with_library_check_and_names_the_config_overrides()
 
 
 @pytest.mark.engine
-def test_offload_blocks_the_stage_ignores_are_ignored_by_deepspeed(tmp_path):
+def test_offload_blocks_the_stage_ignores_are_ignored_by_deepspeed(engine_jobs):
     """lint's offload_optimizer_stage0 and offload_param_below_stage3 warnings ("accepted and ignored"), shown on 1-rank
     runs: at stage 0 the engine's optimizer is the bare torch AdamW (no ZeRO optimizer, so nothing to offload);
     at stage 2 with offload_param the parameters are never handed to ZeRO-3's partitioner (no ds_id: only the
@@ -299,7 +373,7 @@ def test_offload_blocks_the_stage_ignores_are_ignored_by_deepspeed(tmp_path):
                   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
                   "zero_optimization": {"stage": stage, block: {"device": "cpu"}}}
         rule = {"offload_optimizer": "offload_optimizer_stage0", "offload_param": "offload_param_below_stage3"}[block]
-        return _run(tmp_path, config, "deepspeed", "none"), rule in {f.rule for f in lint(config)
+        return engine_jobs(config, "deepspeed", "none"), rule in {f.rule for f in lint(config)
                                                                        if f.severity == "warning"}
 
     result, flagged = run(0, "offload_optimizer")
