@@ -90,3 +90,36 @@ def test_a_change_that_leaves_the_state_as_it_is_costs_no_recompute_and_sends_no
     app.set(nodes=scenario.cluster.nodes)  # the value it already has
     assert [w for w, _ in sent] == []
     assert app.recomputes == recomputes
+
+
+def test_a_slider_change_from_the_page_is_not_echoed_back(monkeypatch):
+    """The page's own slider change (``set_state``, as a comm message from the page applies it) sends no
+    ``echo_update`` back (ipywidgets 8 echoes every synced trait not tagged ``echo_update=False``); a stock slider
+    does; a value the slider's bounds clamp is still sent back, as an ``update``."""
+    import ipywidgets as w
+
+    methods: list[tuple[Widget, str]] = []
+    original = Widget._send
+
+    def record(self, msg, buffers=None):
+        methods.append((self, msg.get("method")))
+        return original(self, msg, buffers)
+
+    monkeypatch.setattr(Widget, "_send", record)
+    app = PlannerApp(debounce_seconds=0)
+    sliders = [widget for widget in app.controls.widgets.values() if isinstance(widget, w.widgets.widget_int._Int)
+               or isinstance(widget, w.widgets.widget_float._Float)]
+    sliders = [s for s in sliders if "Slider" in type(s).__name__]
+    assert {"IntSlider", "FloatSlider", "FloatLogSlider"} <= {type(s).__name__ for s in sliders}
+    nodes = app.controls.widgets["nodes"]
+    methods.clear()
+    nodes.set_state({"value": nodes.value + 1})
+    assert not [m for widget, m in methods if m == "echo_update"]
+    assert app.state.scenario.cluster.nodes == nodes.value  # the change reached the planner
+    methods.clear()
+    nodes.set_state({"value": nodes.max + 100})
+    assert nodes.value == nodes.max and (nodes, "update") in methods
+    stock = w.IntSlider(value=1, min=0, max=10)
+    methods.clear()
+    stock.set_state({"value": 2})
+    assert (stock, "echo_update") in methods
