@@ -137,7 +137,7 @@ def test_a_write_to_a_closing_page_leaves_no_unretrieved_task():
 
 
 def test_kernel_websocket_turns_nagle_off_before_connecting(monkeypatch):
-    """Kernel messages are small and come in bursts (busy, echo, verdict, bars, idle per slider change); with
+    """Kernel messages are small and come in bursts (busy, verdict, bars, idle per slider change); with
     Nagle's algorithm on (tornado's default for a websocket, ``http1connection._finish_request``) a message written
     while the previous one is unacknowledged waits for the page's delayed ACK. ClosingPageWebsocketConnection sets
     TCP_NODELAY on the page's socket before jupyter_server's ``connect`` subscribes it to the kernel; a page that

@@ -367,8 +367,8 @@ class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
         algorithm off on the page's socket first (TCP_NODELAY, tornado's ``WebSocketHandler.set_nodelay``).
 
         Why: tornado leaves Nagle on for a websocket (``http1connection._finish_request`` turns it back on after
-        the upgrade), and a slider change makes the kernel write a burst of small messages (busy, echo, verdict,
-        bars, idle). A message written while the previous one is unacknowledged then waits for the page's delayed
+        the upgrade), and a slider change makes the kernel write a burst of small messages (busy, verdict,
+        bars, idle; a stock widget's echo too). A message written while the previous one is unacknowledged then waits for the page's delayed
         ACK, about 40 ms on Linux (``TCP_DELACK_MIN``, include/net/tcp.h). Timing every websocket message in the
         page (benchmarks/bench_app.py) showed that: in 3-4 of 40 changes the echo arrived 35-40 ms after the
         kernel's busy, on the planner page and on a bare stock-Voilà page alike. A/B, four runs (60, 60, 60, 40
