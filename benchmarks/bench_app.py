@@ -102,12 +102,12 @@ browser is still drawing the Enter key's frame: 12.8 ms on this page, 6.5 ms on 
 the plan 3-4 ms, the verdict's HTML 3 ms and the bars 5 ms in the browser (the bare page's Label: 1 ms); these
 medians overlap (the browser's work runs while the kernel plans), so they add to more than the gap.
 
-Measured again 2026-12-02 01:50-02:50 UTC, same machine (host CPU pressure 14-41%), after the planner's sliders
-stopped echoing the page's own value back (ipywidgets 8's ``echo_update``; ``zeroplanner.ui.controls``). In a
-Chrome trace the echo was one more message the page handled before the verdict (the slider view's update, whose
-readout check reads ``scrollWidth`` and so forces a layout). A/B, planner servers with and without it and the bare
-page open at once, 60 changes each: median 29.4 / 32.6 ms without the echo against 32.7 / 34.8 ms with it; p95
-41.2 / 50.8 against 50.1 / 50.0 ms. Five runs of this script, 100 changes each (``--loads`` 3, 5, 5, 3, 3):
+Measured again 2026-12-02 01:50-02:50 UTC, same machine (host CPU pressure 14-41%), after the planner's sliders stopped
+echoing the page's own value back (ipywidgets 8's ``echo_update``; ``zeroplanner.ui.controls``). In a Chrome trace the
+echo was one more message the page handled before the verdict (the slider view's update, whose readout check reads
+``scrollWidth`` and so forces a layout). A/B, planner servers with and without it and the bare page open at once, 60
+changes each: median 29.4 / 32.6 ms without the echo against 32.7 / 34.8 ms with it; p95 41.2 / 50.8 against 50.1 / 50.0
+ms (better in one run, even in the other). Five runs of this script, 100 changes each (``--loads`` 3, 5, 5, 3, 3):
 
 =========================== ============= ============= ============= ============= =============
 planner / bare (stock / zp) run 1         run 2         run 3         run 4         run 5
@@ -119,7 +119,9 @@ cold load, median           0.97x / 1.48x 1.03x / 1.07x 0.92x / 0.93x 1.01x / 1.
 
 The p95 target is met in 5 of 5 runs against both bare pages (planner p95 37.2-41.5 ms, bare 29.6-32.9 ms); the
 cold-load target in 5 of 5 against stock Voilà's bare page and 3 of 5 against the one on zeroplanner's server,
-which loads in 1.3 s in some runs (its pre-executed kernel is ready) and 1.8-2.3 s in others. 7 messages / 7.4 kB
+which loads in 1.3 s in some runs (its pre-executed kernel is ready) and 1.8-2.3 s in others. The six runs
+before the change (previous section) met the p95 target in 3; the host's load differed between the sessions, so
+the runs do not tell how much of the difference is the echo's. 7 messages / 7.4 kB
 per change; 184 widget models. Changes slower than their page's median by over 25 ms: planner 1-2 per run, stock
 bare page 3-5, bare page on zeroplanner's server 0.
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -179,8 +180,17 @@ def job(config_path, client, optimizer, fill):
         return {"ok": False, "error": type(exc).__name__, "message": str(exc)[:300]}
 """
 
+JOB_TIMEOUT_SECONDS = 300
+"""A job's limit (SIGALRM in its child), as each run had with its own process before (``subprocess.run``)."""
+SERVER_TIMEOUT_SECONDS = 900
+"""The job server's whole life (SIGALRM): the module's eleven runs take ~18 s, so a hung server ends, and the
+fixture's reads end with it, long before the module's time limit."""
+SERVER_EXIT_WAIT_SECONDS = 30
+"""How long teardown waits for the server to leave once its stdin is closed, before it kills the process group."""
+
 SERVER = JOB + r"""
-import functools, os, signal
+import functools, os, signal, threading, traceback
+signal.alarm(int(sys.argv[1]))
 import accelerate, deepspeed, transformers  # imported once; every job forks from here
 from accelerate import Accelerator
 from transformers import TrainingArguments
@@ -190,6 +200,8 @@ from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam  # noqa: 
 import cpuinfo
 cpuinfo.get_cpu_info = functools.lru_cache(maxsize=1)(cpuinfo.get_cpu_info)  # a subprocess, ~1.2 s, per op load
 cpuinfo.get_cpu_info()
+# fork copies only the forking thread: a thread the imports started would be missing in every child
+assert threading.active_count() == 1, threading.enumerate()
 print("READY", flush=True)
 for line in sys.stdin:
     request = json.loads(line)
@@ -199,11 +211,13 @@ for line in sys.stdin:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.environ.update(request["env"])
-        signal.alarm(300)
+        signal.alarm(int(request["timeout_seconds"]))
         status = 1
         try:
             print("RESULT " + json.dumps(job(*request["args"])), flush=True)
             status = 0
+        except BaseException:
+            traceback.print_exc()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -240,8 +254,9 @@ def engine_jobs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("shipped-engine")
     (tmp / "server.py").write_text(SERVER)
     server_log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, str(tmp / "server.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=server_log, text=True, cwd=tmp, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = subprocess.Popen([sys.executable, str(tmp / "server.py"), str(SERVER_TIMEOUT_SECONDS)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=server_log, text=True, cwd=tmp,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
     count = 0
 
     def run(config: dict, client: str, optimizer: str, fill: bool = False) -> dict:
@@ -252,8 +267,8 @@ def engine_jobs(tmp_path_factory):
         cfg.write_text(json.dumps(config))
         env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-        proc.stdin.write(json.dumps({"args": [str(cfg), client, optimizer, fill], "env": env, "log": str(log)})
-                         + "\n")
+        proc.stdin.write(json.dumps({"args": [str(cfg), client, optimizer, fill], "env": env, "log": str(log),
+                                     "timeout_seconds": JOB_TIMEOUT_SECONDS}) + "\n")
         proc.stdin.flush()
         done = _next_line(proc, "DONE")
         text = log.read_text() if log.exists() else ""
@@ -268,9 +283,9 @@ def engine_jobs(tmp_path_factory):
     finally:
         proc.stdin.close()
         try:
-            proc.wait(timeout=30)
+            proc.wait(timeout=SERVER_EXIT_WAIT_SECONDS)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # the server and a job child it may still wait on
             proc.wait()
         server_log.close()
 

@@ -97,7 +97,9 @@ def test_a_slider_change_from_the_page_is_not_echoed_back(monkeypatch):
     ``echo_update`` back (ipywidgets 8 echoes every synced trait not tagged ``echo_update=False``); a stock slider
     does; a value the slider's bounds clamp is still sent back, as an ``update``."""
     import ipywidgets as w
+    from ipywidgets.widgets import widget as widget_module
 
+    monkeypatch.setattr(widget_module, "JUPYTER_WIDGETS_ECHO", True)  # the default; JUPYTER_WIDGETS_ECHO=0 is off
     methods: list[tuple[Widget, str]] = []
     original = Widget._send
 
@@ -107,9 +109,8 @@ def test_a_slider_change_from_the_page_is_not_echoed_back(monkeypatch):
 
     monkeypatch.setattr(Widget, "_send", record)
     app = PlannerApp(debounce_seconds=0)
-    sliders = [widget for widget in app.controls.widgets.values() if isinstance(widget, w.widgets.widget_int._Int)
-               or isinstance(widget, w.widgets.widget_float._Float)]
-    sliders = [s for s in sliders if "Slider" in type(s).__name__]
+    sliders = [widget for widget in app.controls.widgets.values()
+               if isinstance(widget, (w.IntSlider, w.FloatSlider, w.FloatLogSlider))]
     assert {"IntSlider", "FloatSlider", "FloatLogSlider"} <= {type(s).__name__ for s in sliders}
     nodes = app.controls.widgets["nodes"]
     methods.clear()

@@ -367,14 +367,14 @@ class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
         algorithm off on the page's socket first (TCP_NODELAY, tornado's ``WebSocketHandler.set_nodelay``).
 
         Why: tornado leaves Nagle on for a websocket (``http1connection._finish_request`` turns it back on after
-        the upgrade), and a slider change makes the kernel write a burst of small messages (busy, verdict,
-        bars, idle; a stock widget's echo too). A message written while the previous one is unacknowledged then waits for the page's delayed
-        ACK, about 40 ms on Linux (``TCP_DELACK_MIN``, include/net/tcp.h). Timing every websocket message in the
-        page (benchmarks/bench_app.py) showed that: in 3-4 of 40 changes the echo arrived 35-40 ms after the
-        kernel's busy, on the planner page and on a bare stock-Voilà page alike. A/B, four runs (60, 60, 60, 40
-        changes), both planner servers and a bare page open at once: slider -> chart painted p95 44.3, 53.4, 44.0,
-        45.0 ms with it against 56.0, 56.1, 56.0, 61.4 ms without; medians 28.0, 32.7, 34.6, 35.0 against 33.2,
-        33.7, 34.8, 34.5 ms."""
+        the upgrade), and a slider change makes the kernel write a burst of small messages (busy, verdict, bars,
+        idle; a stock widget's echo too). A message written while the previous one is unacknowledged then waits
+        for the page's delayed ACK, about 40 ms on Linux (``TCP_DELACK_MIN``, include/net/tcp.h). Timing every
+        websocket message in the page (benchmarks/bench_app.py) showed that: in 3-4 of 40 changes the echo arrived
+        35-40 ms after the kernel's busy, on the planner page and on a bare stock-Voilà page alike. A/B, four runs
+        (60, 60, 60, 40 changes), both planner servers and a bare page open at once: slider -> chart painted p95
+        44.3, 53.4, 44.0, 45.0 ms with it against 56.0, 56.1, 56.0, 61.4 ms without; medians 28.0, 32.7, 34.6,
+        35.0 against 33.2, 33.7, 34.8, 34.5 ms."""
         try:
             self.websocket_handler.set_nodelay(True)
         except (AssertionError, AttributeError, OSError):  # page gone, or the socket refused: only a tuning step

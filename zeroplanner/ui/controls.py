@@ -80,8 +80,8 @@ IntSlider, FloatSlider, FloatLogSlider = (_without_echo(c) for c in (w.IntSlider
 def _log_slider(description: str, value: float, lo: float, hi: float, step: float = 0.01, fmt: str = ".3g",
                 style: dict = _DESC, layout: w.Layout | None = _WIDE):
     return FloatLogSlider(value=value, base=10, min=math.log10(lo), max=math.log10(hi), step=step,
-                            description=description, readout_format=fmt, continuous_update=False, style=style,
-                            **({} if layout is None else {"layout": layout}))
+                          description=description, readout_format=fmt, continuous_update=False, style=style,
+                          **({} if layout is None else {"layout": layout}))
 
 
 def widget_options(inp: Input) -> list:
@@ -121,10 +121,10 @@ def make_widget(inp: Input, value: Any, *, style: Any = _DESC, layout: w.Layout 
         return _log_slider(desc, value, lo, hi, fmt=spec.fmt or ".3g", style=style, layout=layout)
     if kind == "int_slider":
         return IntSlider(value=value, min=int(lo), max=int(hi), description=desc, continuous_update=False,
-                           style=style, **layout_kw)
+                         style=style, **layout_kw)
     if kind == "float_slider":
         return FloatSlider(value=value, min=lo, max=hi, step=spec.step, description=desc,
-                             readout_format=spec.fmt or ".2f", continuous_update=False, style=style, **layout_kw)
+                           readout_format=spec.fmt or ".2f", continuous_update=False, style=style, **layout_kw)
     low, high = inp.low / spec.scale, inp.high / spec.scale
     if kind == "int_text":
         return w.BoundedIntText(value=value, min=int(low), max=int(high), description=desc, style=style,
