@@ -189,7 +189,7 @@ SERVER_EXIT_WAIT_SECONDS = 30
 """How long teardown waits for the server to leave once its stdin is closed, before it kills the process group."""
 
 SERVER = JOB + r"""
-import functools, os, signal, threading, traceback
+import os, signal, threading, traceback
 signal.alarm(int(sys.argv[1]))
 import accelerate, deepspeed, transformers  # imported once; every job forks from here
 from accelerate import Accelerator
@@ -197,8 +197,9 @@ from transformers import TrainingArguments
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 from deepspeed.ops.adam import DeepSpeedCPUAdam  # noqa: F401
 from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam  # noqa: F401 (imports torch.compile, ~2 s)
+from zeroplanner.calibrate._worker import cache_cpu_info
+cache_cpu_info()  # py-cpuinfo runs a subprocess, ~1.2 s, each time an op loads: once here for every job
 import cpuinfo
-cpuinfo.get_cpu_info = functools.lru_cache(maxsize=1)(cpuinfo.get_cpu_info)  # a subprocess, ~1.2 s, per op load
 cpuinfo.get_cpu_info()
 # fork copies only the forking thread: a thread the imports started would be missing in every child
 assert threading.active_count() == 1, threading.enumerate()

@@ -27,6 +27,7 @@ Measurements only: nothing here is predicted. Torch, DeepSpeed and transformers 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -288,8 +289,11 @@ def _run_one(run, device, rank, world, out_dir):
 
     cuda = device == "cuda"
     # The baseline must see every live tensor (gc.get_objects() leaves frozen objects out), and cycles a previous
-    # run left are collected here; then what is alive is frozen, so the run's later collections walk only its own
-    # objects (see _speed_up_repeated_runs).
+    # run left are collected here. Then what is alive is frozen, so the run's later collections (and DeepSpeed's own
+    # in zero.utils.defragment) walk only its own objects: they walked everything the imports of torch, transformers
+    # and DeepSpeed left, 0.37 s a collection (cProfile of rank 0 in the 2-rank validation launch: 15 s in its 40
+    # collections before, 5.0 s after). Measurements are unchanged: the census's categories come from walking the
+    # engine, and the baseline is taken before the freeze.
     gc.unfreeze()
     gc.collect()
     baseline = _live_ptrs()
@@ -414,30 +418,17 @@ def _run_one(run, device, rank, world, out_dir):
     dist.barrier()
 
 
-def _speed_up_repeated_runs() -> None:
-    """Two costs each run of a launch paid again, which change no measurement:
-
-    - DeepSpeed's op builder asks py-cpuinfo for the CPU's description every time an op loads
-      (``OpBuilder.cpu_arch`` and ``simd_width`` in deepspeed/ops/op_builder/builder.py call
-      ``cpuinfo.get_cpu_info``, which runs a subprocess: 1.15-1.25 s per call measured here, 5 calls per rank in
-      the 2-rank validation launch). The CPU does not change within a process, so the answer is kept after the
-      first call (here).
-    - ``gc.collect()`` in each run (and DeepSpeed's own in ``zero.utils.defragment``) walked every object the
-      imports of torch, transformers and DeepSpeed left: 0.37 s per collection, 40 per rank in that launch
-      (cProfile of rank 0: 15 s of its 74 s). Each run (:func:`_run_one`) unfreezes, collects fully and takes its
-      census baseline, then ``gc.freeze()`` moves what is alive to the permanent generation, so the run's later
-      collections walk only what it made (cProfile of rank 0, same launch: 5.0 s in its 40 collections instead of 15 s).
-    """
-    import functools
-
+def cache_cpu_info() -> None:
+    """Keep py-cpuinfo's answer for this process. DeepSpeed's op builder asks for the CPU's description every time an
+    op loads (``OpBuilder.cpu_arch`` and ``simd_width`` in deepspeed/ops/op_builder/builder.py call
+    ``cpuinfo.get_cpu_info``, which runs a subprocess: 1.15-1.25 s per call measured here, 5 calls per rank in the
+    2-rank validation launch). The CPU does not change within a process; no measurement depends on the call. Without
+    py-cpuinfo DeepSpeed reads lscpu instead (``OpBuilder._backup_cpuinfo``) and nothing is cached."""
     try:
         import cpuinfo
-    except ImportError:  # DeepSpeed then reads lscpu instead (OpBuilder._backup_cpuinfo)
+    except ImportError:
         return
-    if not hasattr(cpuinfo.get_cpu_info, "cache_info"):
-        cached = functools.lru_cache(maxsize=1)(cpuinfo.get_cpu_info)
-        cpuinfo.get_cpu_info = functools.wraps(cached)(lambda: dict(cached()))
-        cpuinfo.get_cpu_info.cache_info = cached.cache_info
+    cpuinfo.get_cpu_info = functools.lru_cache(maxsize=1)(cpuinfo.get_cpu_info)
 
 
 def main(argv=None):
@@ -455,7 +446,7 @@ def main(argv=None):
 
     torch.set_num_threads(max(1, int(plan.get("threads_per_rank", 1))))
     deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
-    _speed_up_repeated_runs()
+    cache_cpu_info()
     rank, world = dist.get_rank(), dist.get_world_size()
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
