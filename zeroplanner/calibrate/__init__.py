@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+from ..files import MAX_RESULT_FILE_BYTES, read_regular_file
 from ..specs import Architecture, ClusterSpec, Output, Scenario, replace
 from ._worker import end_rank
 
@@ -78,16 +79,19 @@ class CalibrationError(RuntimeError):
 def rank_results(out_dir: Path, stem: str, ranks: int, error_key: str) -> tuple[list[dict], list[tuple[int, Any]]]:
     """The per-rank JSON results ``<stem>.rank<r>.json`` the workers wrote in ``out_dir`` (rank order), and for each
     rank without one ``(rank, message)``: the ``error_key`` field of its ``<stem>.rank<r>.error.json``, or None when
-    the rank wrote neither. Shared by the engine runs here and :mod:`zeroplanner.calibrate.ulysses`."""
+    the rank wrote neither. Shared by the engine runs here and :mod:`zeroplanner.calibrate.ulysses`. Each file is
+    read only when it is a regular file of at most :data:`zeroplanner.files.MAX_RESULT_FILE_BYTES` (16 MiB;
+    :func:`zeroplanner.files.read_regular_file`), else :class:`~zeroplanner.files.InputFileError` (a ``ValueError``)."""
     results: list[dict] = []
     failed: list[tuple[int, Any]] = []
     for r in range(ranks):
         f = out_dir / f"{stem}.rank{r}.json"
         e = out_dir / f"{stem}.rank{r}.error.json"
         if f.exists():
-            results.append(json.loads(f.read_text()))
+            results.append(json.loads(read_regular_file(f, MAX_RESULT_FILE_BYTES, "calibration result")))
         else:
-            failed.append((r, json.loads(e.read_text())[error_key] if e.exists() else None))
+            failed.append((r, json.loads(read_regular_file(e, MAX_RESULT_FILE_BYTES, "calibration error report"))
+                           [error_key] if e.exists() else None))
     return results, failed
 
 def wait_or_kill(procs, timeout_seconds: float) -> bool:

@@ -22,6 +22,7 @@ import tempfile
 import time
 from typing import Any, Literal
 
+from ..files import MAX_RESULT_FILE_BYTES, read_regular_file
 from ..specs import Scenario
 
 MAX_MESSAGE_BYTES = {"cuda": 2**30, "cpu": 2**24}
@@ -109,8 +110,8 @@ def run_distributed_calibration(
         with tempfile.TemporaryDirectory(prefix="zeroplanner-calibrate-") as tmp:
             try:
                 _worker._run_one(run, device, rank, world, tmp)
-                with open(os.path.join(tmp, f"calibration.rank{rank}.json"), encoding="utf-8") as fh:
-                    result = json.load(fh)
+                result = json.loads(read_regular_file(os.path.join(tmp, f"calibration.rank{rank}.json"),
+                                                      MAX_RESULT_FILE_BYTES, "calibration result"))
             except Exception as exc:  # noqa: BLE001 - reported by rank 0 with the rank's number
                 error = f"rank {rank}: {type(exc).__name__}: {pd.fail_message(exc)[:300]}"
         wall = time.perf_counter() - started

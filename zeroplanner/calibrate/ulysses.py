@@ -64,6 +64,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..files import MAX_RESULT_FILE_BYTES, read_regular_file
 from . import end_rank, rank_results, wait_or_kill
 
 TINY_ULYSSES_LLAMA: dict[str, Any] = {
@@ -272,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    plan = json.loads(Path(args.plan).read_text())
+    plan = json.loads(read_regular_file(args.plan, MAX_RESULT_FILE_BYTES, "--plan"))  # written by run_ulysses
     import deepspeed
     import torch
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..files import read_regular_file
 from ..specs import Architecture, LinearMixer, VisionTower
 
 __all__ = [
@@ -1069,21 +1070,15 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (*_FAMILIES, *_MODERN)
 def load_hf_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a ``config.json`` file (or the ``config.json`` inside a directory) into a dict.
 
-    Raises ``ValueError`` if the file is missing, larger than :data:`MAX_CONFIG_BYTES`, not UTF-8 JSON, or not a
-    JSON object.
+    Read with :func:`zeroplanner.files.read_regular_file`: only a regular file (symlinks followed), at most
+    :data:`MAX_CONFIG_BYTES` (1 MB) read. Raises ``ValueError`` if the file is missing or unreadable, is not a
+    regular file (a FIFO, device, socket; a directory without a ``config.json``: :class:`~zeroplanner.files.InputFileError`,
+    a ``ValueError``), is larger than :data:`MAX_CONFIG_BYTES`, is not UTF-8 JSON, or is not a JSON object.
     """
     p = pathlib.Path(path)
     if p.is_dir():
         p = p / "config.json"
-    if not p.is_file():
-        raise ValueError(f"HF config {str(p)!r} is not a readable file")
-    size = p.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ValueError(f"HF config {str(p)!r} is {size} bytes; the limit is {MAX_CONFIG_BYTES} bytes")
-    with p.open("rb") as fh:
-        raw = fh.read(MAX_CONFIG_BYTES + 1)
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ValueError(f"HF config {str(p)!r} exceeds {MAX_CONFIG_BYTES} bytes")
+    raw = read_regular_file(p, MAX_CONFIG_BYTES, "HF config")
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:

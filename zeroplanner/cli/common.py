@@ -9,18 +9,19 @@ import difflib
 import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from .. import catalog
+from ..files import InputFileError, read_regular_file
 from ..inputs import BY_KEY, CATALOG_KINDS, INPUTS, Input, input_for_error
 from ..scenarios import build_scenario
 from ..specs import Scenario
 
 MAX_INPUT_FILE_BYTES = 1_000_000
-"""Largest JSON file (HF config, probe output) the CLI reads: real config.json files are a few KB."""
+"""Largest JSON file (HF config, probe output) the CLI reads, in bytes: real config.json files are a few KB (the
+same 1 MB as :data:`zeroplanner.catalog.hfconfig.MAX_CONFIG_BYTES`)."""
 
 
 class UsageError(Exception):
@@ -137,15 +138,16 @@ def _option(key: str | None, args: argparse.Namespace, hf: Any) -> str:
 
 
 def _read_json_file(option: str, path: str) -> Any:
-    p = Path(path)
+    """The JSON value in the file ``path`` given to ``option`` (``--hf-config``, ``--cluster-from``): only a regular
+    file of at most :data:`MAX_INPUT_FILE_BYTES` is read (:func:`zeroplanner.files.read_regular_file`); a FIFO,
+    device, directory, socket, missing, unreadable or oversized path, or text that is not JSON, raises
+    :class:`UsageError` naming the option and the path (one line, exit status 2)."""
     try:
-        size = p.stat().st_size
-    except OSError as exc:
-        fail(option, f"cannot read {path!r}: {exc.strerror}")
-    if size > MAX_INPUT_FILE_BYTES:
-        fail(option, f"{path!r} is {size} bytes; the limit is {MAX_INPUT_FILE_BYTES}")
+        raw = read_regular_file(path, MAX_INPUT_FILE_BYTES, option)
+    except InputFileError as exc:
+        fail(option, f"{path!r} {exc.problem}")
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         fail(option, f"{path!r} is not valid JSON ({exc})")
     except RecursionError:  # a hostile file nested thousands of levels deep

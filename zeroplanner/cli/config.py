@@ -63,6 +63,7 @@ from ..deepspeed import (
     to_deepspeed_config,
 )
 from ..deepspeed.lint import lint
+from ..files import InputFileError, read_regular_file
 from .common import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_STATUSES_HELP
 
 
@@ -258,12 +259,16 @@ def run_config(args) -> int:
     return status
 
 
-def _read_config_bytes(path: str) -> bytes:
-    """At most MAX_CONFIG_BYTES + 1 bytes: a huge file is refused without reading it all."""
+def _read_config_bytes(path: str, what: str) -> bytes:
+    """The bytes of the file ``path`` given as ``what`` (``CONFIG``, ``--accelerate-config``), or of stdin for
+    ``-``. A file is read only when it is a regular file of at most MAX_CONFIG_BYTES (1 MB,
+    :data:`zeroplanner.deepspeed.MAX_CONFIG_BYTES`; :func:`zeroplanner.files.read_regular_file`), else
+    :class:`~zeroplanner.files.InputFileError` (one line naming ``what``, the path and what it is: a FIFO, device,
+    directory, socket, a missing, unreadable or oversized file). Stdin: at most MAX_CONFIG_BYTES + 1 bytes, so a
+    huge input is refused by the caller's length check without reading it all."""
     if path == "-":
         return sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1)
-    with open(path, "rb") as fh:
-        return fh.read(MAX_CONFIG_BYTES + 1)
+    return read_regular_file(path, MAX_CONFIG_BYTES, what, limit_note="1 MB")
 
 
 def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
@@ -354,9 +359,9 @@ def _accelerate_shape(path: str) -> dict[str, int]:
 
     option = "--accelerate-config"
     try:
-        data = _read_config_bytes(path)
-    except OSError as exc:
-        fail(option, f"cannot read {path!r}: {exc.strerror or exc}")
+        data = _read_config_bytes(path, option)
+    except InputFileError as exc:
+        fail(option, f"{path!r} {exc.problem}")
     if len(data) > MAX_CONFIG_BYTES:
         fail(option, f"{path!r} is larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
     try:
@@ -395,9 +400,9 @@ def run_check(args) -> int:
     from ..costmodel import estimate
 
     try:
-        data = _read_config_bytes(args.config_path)
-    except OSError as exc:
-        return _error(f"CONFIG {args.config_path!r}: {exc.strerror or exc}")
+        data = _read_config_bytes(args.config_path, "CONFIG")
+    except InputFileError as exc:
+        return _error(str(exc))
     if len(data) > MAX_CONFIG_BYTES:
         return _error(f"CONFIG {args.config_path!r}: larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
     mode = "hf_trainer" if args.hf_trainer else "deepspeed"

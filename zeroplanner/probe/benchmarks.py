@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..files import MAX_RESULT_FILE_BYTES, read_regular_file
 from ._worker import busbw_factor
 
 from .hardware import _cuda_status, inventory
@@ -244,8 +245,8 @@ def benchmark_collectives(
         if code != 0 or not os.path.exists(out_path):
             tail = " | ".join(stderr.strip().splitlines()[-3:])
             return {"ok": False, "message": f"collective benchmark failed (exit {code}): {tail[-500:]}"}
-        with open(out_path, encoding="utf-8") as fh:
-            result = json.load(fh)
+        # the worker's own file, still read only as a regular file of at most MAX_RESULT_FILE_BYTES (16 MiB)
+        result = json.loads(read_regular_file(out_path, MAX_RESULT_FILE_BYTES, "collective benchmark result"))
     result["ok"] = True
     result["fits"] = {"world": fit_alpha_beta(result["world"])}
     if "intra_node" in result:

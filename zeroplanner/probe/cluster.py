@@ -7,6 +7,7 @@ import math
 import os
 from typing import Any
 
+from ..files import read_regular_file
 from .benchmarks import fit_alpha_beta
 from .hardware import match_catalog
 
@@ -16,19 +17,16 @@ MAX_PROBE_FILE_BYTES = 10 * 2**20
 
 def load_probe(path: str | os.PathLike) -> dict[str, Any]:
     """Read a probe JSON file written by ``zeroplanner probe --json`` (or a collectives file written by
-    ``torchrun -m zeroplanner.probe._worker``). Raises ``ValueError`` naming the file for a missing, oversized
+    ``torchrun -m zeroplanner.probe._worker``). Read with :func:`zeroplanner.files.read_regular_file`: only a
+    regular file, at most :data:`MAX_PROBE_FILE_BYTES` (10 MiB). Raises ``ValueError`` naming the file for a
+    missing or unreadable path, one that is not a regular file (directory, FIFO, device, socket), an oversized
     (> 10 MiB) or malformed file, or JSON that is not a probe result."""
     p = os.fspath(path)
+    raw = read_regular_file(p, MAX_PROBE_FILE_BYTES, "--cluster-from",
+                            limit_note="larger than a probe result: max 10 MiB")
     try:
-        size = os.path.getsize(p)
-    except OSError as exc:
-        raise ValueError(f"--cluster-from {p!r}: cannot read ({exc.strerror})") from None
-    if size > MAX_PROBE_FILE_BYTES:
-        raise ValueError(f"--cluster-from {p!r}: {size} bytes is larger than a probe result (max 10 MiB)")
-    try:
-        with open(p, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ValueError(f"--cluster-from {p!r}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or not ("cuda_available" in data or "world" in data):
         raise ValueError(f"--cluster-from {p!r}: not a probe result (expected the output of 'zeroplanner probe "
