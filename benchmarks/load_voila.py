@@ -474,7 +474,8 @@ def run_section(r: dict, k: int) -> list[str]:
         "",
         f"Started {r['date']}; load average (1/5/15 min) {r['load_before']} before, {r['load_after']} after.",
         f"Server: `zeroplanner app --max-kernels {r['max_kernels']} --cull-idle-seconds {r['cull_idle']} --pool "
-        f"{r.get('pool', 1)} --log-timings` (culler checks every {r['cull_interval']} s)"
+        f"{r.get('pool', 1)} --max-pending-per-client {r['max_kernels']} --log-timings` (culler checks every "
+        f"{r['cull_interval']} s)"
         + ("; the server ran under tracemalloc (`--tracemalloc`), which slows it and adds to its RSS"
            if r.get("tracemalloc") else "") + ".",
     ]
@@ -493,6 +494,9 @@ def run_section(r: dict, k: int) -> list[str]:
         f"| of which server-side: widget state, page's request to first state sent (server log), median / p95 / "
         f"max | {spread([s.get('state_seconds') for s in sessions], 2)} |",
         f"| server-side total (the two above), median / p95 / max | {spread(server, 2)} |",
+        f"| page sent to websocket: page's last byte to its kernel websocket connecting (server log; what "
+        f"`--connect-timeout-seconds` must exceed), median / p95 / max | "
+        f"{spread([s.get('connect_seconds') for s in sessions], 2)} |",
         f"| the rest: the browser loading and rendering the page (time to interactive less server-side), median "
         f"/ p95 / max | {spread(render, 1)} |",
         f"| control change to updated config, median / p95 / max | "
@@ -795,6 +799,15 @@ def load_avg() -> str:
 TIMING_LINE = re.compile(r"zeroplanner timing: kernel ([0-9a-f-]{36}): first widget state sent ([\d.]+) s")
 """What ``zeroplanner app --log-timings`` logs per page (``ClosingPageWebsocketConnection``)."""
 
+CONNECT_LINE = re.compile(r"zeroplanner timing: kernel ([0-9a-f-]{36}): page connected ([\d.]+) s after its page")
+"""What ``zeroplanner app --log-timings`` logs per page when its websocket connects (``ZeroplannerKernelManager``):
+the delay the connect timeout (``--connect-timeout-seconds``) must exceed."""
+
+
+def connect_timings(server_log: str) -> dict[str, float]:
+    """Kernel id -> seconds from the page's last byte sent to its kernel websocket connecting, from the log."""
+    return {m.group(1): float(m.group(2)) for m in CONNECT_LINE.finditer(server_log)}
+
 
 def state_timings(server_log: str) -> dict[str, float]:
     """Kernel id -> seconds from the page's widget-state request to the first widget state sent, from the log."""
@@ -952,8 +965,9 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = ROOT / "artifacts"
     log_dir.mkdir(exist_ok=True)
     log = log_dir / f"load_voila_server_{os.getpid()}.log"  # one per run: runs at the same time must not share it
+    # every visitor comes from 127.0.0.1, like a room behind one NAT address: the per-address cap is the room
     server_args = ["--max-kernels", str(max_kernels), "--cull-idle-seconds", str(args.cull_idle_seconds),
-                   "--pool", str(pool), "--log-timings"]
+                   "--pool", str(pool), "--max-pending-per-client", str(max_kernels), "--log-timings"]
     snap_dir = log_dir / f"load_voila_tracemalloc_{os.getpid()}"
     command = None
     if args.tracemalloc:
@@ -1004,9 +1018,12 @@ def main(argv: list[str] | None = None) -> int:
             except TimeoutError as exc:
                 wave["after"] = None
                 wave["after_error"] = str(exc)
-            timings = state_timings(log.read_text(errors="replace"))
+            server_log = log.read_text(errors="replace")
+            timings = state_timings(server_log)
+            connects = connect_timings(server_log)
             for sess in results:
                 sess["state_seconds"] = timings.get(sess.get("kernel_id", ""))
+                sess["connect_seconds"] = connects.get(sess.get("kernel_id", ""))
             wave["sessions"] = results
             report["waves"].append(wave)
             report["sessions"].extend(results)

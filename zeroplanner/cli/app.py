@@ -20,9 +20,11 @@ import os
 
 from ..server import (
     CULL_SETTINGS,
+    DEFAULT_CONNECT_TIMEOUT_SECONDS,
     DEFAULT_MAX_KERNELS,
     DEFAULT_POOL_SIZE,
     DEFAULT_PORT,
+    MAX_PENDING_PER_CLIENT_DEFAULT,
     MAX_POOL_SIZE,
     PLANNER_NOTEBOOK_CELLS,
     repo_notebook,
@@ -74,9 +76,19 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                              "costs about 130 MiB at rest; for a room, set it to the number of people who open the "
                              "page in the same minute, so each gets a page that has already run its first plan "
                              "(docs/reliability.md)")
+    parser.add_argument("--connect-timeout-seconds", type=_bounded_int("--connect-timeout-seconds", 1, 86400),
+                        default=DEFAULT_CONNECT_TIMEOUT_SECONDS,
+                        help="shut down a visitor's kernel when no page has connected to it this many seconds after "
+                             "its page was sent, e.g. a request without a browser (default %(default)s)")
+    parser.add_argument("--max-pending-per-client", type=_bounded_int("--max-pending-per-client", 0, 10000),
+                        default=MAX_PENDING_PER_CLIENT_DEFAULT,
+                        help="most sessions whose page has not connected yet for one client address; more get a "
+                             "'too many pages opening' page that retries (default 0: half of --max-kernels). "
+                             "Visitors behind one NAT or proxy share an address: raise it to the room's size")
     parser.add_argument("--log-timings", action="store_true",
                         help="log, per page, the server's seconds from the widget-state request to the first "
-                             "widget state sent (benchmarks/load_voila.py reads them)")
+                             "widget state sent and from the page sent to its websocket (benchmarks/load_voila.py "
+                             "reads them)")
 
 
 def register(subparsers, add_scenario_options=None) -> None:
@@ -157,7 +169,9 @@ def run_app(args: argparse.Namespace) -> int:
         print(f"zeroplanner app: error: --page: {exc}", file=sys.stderr)
         return 2
     argv = voila_argv(page, port=args.port, open_browser=not args.no_browser, max_kernels=max_kernels,
-                      cull_idle_seconds=cull_idle, pool_size=pool, log_timings=getattr(args, "log_timings", False))
+                      cull_idle_seconds=cull_idle, pool_size=pool, log_timings=getattr(args, "log_timings", False),
+                      connect_timeout_seconds=getattr(args, "connect_timeout_seconds", None),
+                      max_pending_per_client=getattr(args, "max_pending_per_client", None))
     print(f"zeroplanner app: serving http://127.0.0.1:{args.port}/ (Ctrl-C to stop)", file=sys.stderr, flush=True)
     os.environ.update(voila_env())
     ZeroplannerVoila.launch_instance(argv=argv)

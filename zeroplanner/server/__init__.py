@@ -41,6 +41,27 @@ DEFAULT_MAX_KERNELS = 50
 30-50 people; each kernel holds about 0.1-0.2 GB (``docs/reliability.md``). Over it a visitor gets the "planner is
 full" page (:mod:`zeroplanner.server.voila_app`). ``zeroplanner app --max-kernels N`` changes it."""
 
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 120
+"""Seconds after a visitor's page has been sent within which the page must connect its kernel websocket; a kernel
+that no page has connected to by then is shut down (:class:`~zeroplanner.server.voila_app.ZeroplannerKernelManager`,
+``zeroplanner app --connect-timeout-seconds``). Without it every plain ``GET /`` (a script, a link preview bot)
+held a kernel until the 600 s cull, so a bounded loop of requests filled ``--max-kernels`` for everyone (issue 33).
+The clock starts when the page's last byte is written, so the server's own rendering time does not count; what
+remains is the browser loading Voilà's scripts on a loaded machine. The value is 4x the slowest such delay measured
+(``benchmarks/load_voila.py --log-timings``, 40 visitors at once on 2 cores: docs/reliability.md, "page sent to
+websocket")."""
+
+MAX_PENDING_PER_CLIENT_DEFAULT = 0
+"""``--max-pending-per-client`` default. 0 means the larger of :data:`MIN_PENDING_PER_CLIENT` and half of the kernel
+cap: requests from one address whose pages never connect (a script's loop) can then hold at most half of a large
+server's kernels, each for :data:`DEFAULT_CONNECT_TIMEOUT_SECONDS`. Visitors behind one NAT or proxy share an
+address: a room opening the page together needs it raised to the room's size (``benchmarks/load_voila.py``, whose
+visitors all come from 127.0.0.1, passes its visitor count)."""
+
+MIN_PENDING_PER_CLIENT = 10
+"""Floor of the default per-address cap: a few people behind one address opening tabs at once, or one person
+opening several, are never refused on a small server (``--max-kernels 2`` gives 10, i.e. only the kernel cap)."""
+
 DEFAULT_POOL_SIZE = 1
 """Pre-executed kernels kept ready for the page (Voilà's ``VoilaConfiguration.default_pool_size``): each has
 already imported the package and drawn the first plan, so a visitor who gets one waits only for the page to load
@@ -94,6 +115,7 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
         "theme": "light",
         "template": TEMPLATE,
         "allow_template_override": "NO",
+        "allow_theme_override": "NO",
         "preheat_kernel": True,
         "default_pool_size": DEFAULT_POOL_SIZE,
         "multi_kernel_manager_class": KERNEL_MANAGER_CLASS,
@@ -104,7 +126,9 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
 }
 """Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
 use the offline-clean template and ignore a ``?template=`` argument (a visitor cannot switch the page to another
-installed template), and keep :data:`DEFAULT_POOL_SIZE` pre-heated kernels (the notebook already executed) ready so
+installed template) and a ``?theme=`` argument (Voilà hands any theme name other than light/dark to JupyterLab's
+theme manager and writes it into the page: ``?theme="><img src=x onerror=...>`` ran script in the visitor's page,
+issue 33), and keep :data:`DEFAULT_POOL_SIZE` pre-heated kernels (the notebook already executed) ready so
 a page opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``;
 ``zeroplanner app --pool N`` sets ``default_pool_size``; Voilà does not cull its pooled kernels,
 ``voila_kernel_manager.py``, and a kernel it hands out is marked active then,
@@ -151,15 +175,19 @@ def repo_notebook() -> Path:
 
 def voila_argv(notebook: str | Path, port: int = DEFAULT_PORT, open_browser: bool = False,
                max_kernels: int | None = None, cull_idle_seconds: int | None = None,
-               pool_size: int | None = None, log_timings: bool = False) -> list[str]:
+               pool_size: int | None = None, log_timings: bool = False,
+               connect_timeout_seconds: int | None = None, max_pending_per_client: int | None = None) -> list[str]:
     """Command-line arguments for ``voila`` (or ``Voila.launch_instance(argv=...)``) serving ``notebook``.
 
     ``max_kernels`` overrides :data:`DEFAULT_MAX_KERNELS`; ``cull_idle_seconds`` overrides the idle timeout of
     :data:`CULL_SETTINGS` (the culler then checks every ``min(60, max(1, cull_idle_seconds // 4))`` seconds);
     ``pool_size`` overrides :data:`DEFAULT_POOL_SIZE` (0: no pre-executed kernel, every visitor's kernel starts on
     request); ``log_timings`` makes each kernel websocket log the server's time from the page's widget-state
-    request to the first widget state sent (:class:`~zeroplanner.server.voila_app.ClosingPageWebsocketConnection`).
+    request to the first widget state sent (:class:`~zeroplanner.server.voila_app.ClosingPageWebsocketConnection`)
+    and the time from each page sent to its websocket's connection; ``connect_timeout_seconds`` overrides
+    :data:`DEFAULT_CONNECT_TIMEOUT_SECONDS`, ``max_pending_per_client`` :data:`MAX_PENDING_PER_CLIENT_DEFAULT`.
     Raises ``ValueError`` if ``port`` is outside 1..65535, ``max_kernels`` outside 1..10000,
+    ``connect_timeout_seconds`` outside 1..86400, ``max_pending_per_client`` outside 0..10000,
     ``cull_idle_seconds`` outside 1..86400, or ``pool_size`` outside 0..:data:`MAX_POOL_SIZE` or above the kernel
     cap (pooled kernels count against it).
     """
@@ -179,6 +207,15 @@ def voila_argv(notebook: str | Path, port: int = DEFAULT_PORT, open_browser: boo
         voila["VoilaConfiguration"]["default_pool_size"] = int(pool_size)
     if log_timings:
         voila["ClosingPageWebsocketConnection"] = {"log_timings": True}
+        voila["ZeroplannerKernelManager"]["log_timings"] = True
+    if connect_timeout_seconds is not None:
+        if not 1 <= int(connect_timeout_seconds) <= 86400:
+            raise ValueError(f"connect_timeout_seconds={connect_timeout_seconds} must be between 1 and 86400")
+        voila["ZeroplannerKernelManager"]["connect_timeout_seconds"] = int(connect_timeout_seconds)
+    if max_pending_per_client is not None:
+        if not 0 <= int(max_pending_per_client) <= 10000:
+            raise ValueError(f"max_pending_per_client={max_pending_per_client} must be between 0 and 10000")
+        voila["ZeroplannerKernelManager"]["max_pending_per_client"] = int(max_pending_per_client)
     if cull_idle_seconds is not None:
         if not 1 <= int(cull_idle_seconds) <= 86400:
             raise ValueError(f"cull_idle_seconds={cull_idle_seconds} must be between 1 and 86400")

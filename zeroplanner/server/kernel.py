@@ -14,12 +14,18 @@ accepted connection when the listener is created (``zmq_setsockopt(3)``: "Change
 subsequent socket bind/connects"), so the kernel sets it as a context default just before ipykernel creates the
 IOPub socket (:meth:`ZeroplannerKernelApp.init_iopub`). Everything else is ipykernel's ``IPKernelApp``.
 
+Tracebacks stay in the kernel: ipykernel sends the kernel's own log output (its stderr, captured) to the page as
+``stream`` messages, so a scripted ``comm_open`` with a bogus widget state got back "Exception opening comm with
+target: jupyter.widget" with a traceback naming the server's file paths (issue 33). :class:`WithheldTraceback`
+turns every logged exception into one line with the exception's type only (:meth:`ZeroplannerKernelApp.init_kernel`).
+
 Started by :class:`zeroplanner.server.voila_app.ZeroplannerServerKernelManager` in place of
 ``ipykernel_launcher``; imports ipykernel and pyzmq, never the planner's core.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import zmq
@@ -28,8 +34,44 @@ from ipykernel.kernelapp import IPKernelApp
 from . import IOPUB_HWM_MESSAGES
 
 
+class WithheldTraceback(logging.Filter):
+    """A log record with an exception becomes one line: its message plus the exception's type, no traceback and no
+    exception text (which may hold server paths). Installed on every handler of the kernel's loggers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info:
+            exc = record.exc_info[1]
+            record.msg = f"{record.getMessage()} ({type(exc).__name__}; traceback withheld)"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+        if record.stack_info:
+            record.stack_info = None
+        return True
+
+
+WITHHELD = WithheldTraceback()
+
+
+def withhold_tracebacks(loggers: list[logging.Logger]) -> None:
+    """Put :data:`WITHHELD` on each handler of ``loggers`` and on Python's last-resort handler (records of loggers
+    with no handler anywhere, such as ipykernel's ``ipykernel.comm`` and comm's ``Comm``, end there)."""
+    handlers = [logging.lastResort] if logging.lastResort is not None else []
+    for logger in loggers:
+        handlers.extend(logger.handlers)
+    for handler in handlers:
+        if WITHHELD not in handler.filters:
+            handler.addFilter(WITHHELD)
+
+
 class ZeroplannerKernelApp(IPKernelApp):
-    """``IPKernelApp`` whose IOPub socket queues :data:`IOPUB_HWM_MESSAGES` messages per subscriber."""
+    """``IPKernelApp`` whose IOPub socket queues :data:`IOPUB_HWM_MESSAGES` messages per subscriber and whose logged
+    exceptions are one line each (:class:`WithheldTraceback`)."""
+
+    def init_kernel(self) -> None:
+        super().init_kernel()
+        withhold_tracebacks([logging.getLogger(), self.log, logging.getLogger("ipykernel.comm"),
+                             logging.getLogger("Comm")])
 
     def init_iopub(self, context: zmq.Context) -> None:
         # a context default applies to sockets created afterwards: the IOPub PUB socket ipykernel creates next

@@ -30,11 +30,13 @@ Imports voila and jupyter_server: only :mod:`zeroplanner.cli.app` (when the ``ap
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import ctypes.util
 import gc
 import os
 import re
+import struct
 import sys
 import time
 from typing import Any
@@ -47,12 +49,15 @@ from tornado import web
 from tornado.websocket import WebSocketClosedError
 from jupyter_server._tz import utcnow
 from traitlets import Bool, Float, Int, Type, default
+from voila.static_file_handler import TemplateStaticFileHandler
 from voila.app import Voila
 from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.tornado.handler import TornadoVoilaHandler
 from voila.tornado.kernel_websocket_handler import VoilaKernelWebsocketHandler
 
-from . import DEFAULT_MAX_KERNELS, IOPUB_HWM_MESSAGES, KERNEL_MODULE
+from ..pagejs import content_security_policy
+from . import (DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_MAX_KERNELS, IOPUB_HWM_MESSAGES, KERNEL_MODULE,
+               MIN_PENDING_PER_CLIENT, TEMPLATE)
 
 SERVER_KERNEL_MANAGER_CLASS = "zeroplanner.server.voila_app.ZeroplannerServerKernelManager"
 
@@ -72,6 +77,46 @@ class KernelLimitReached(web.HTTPError):
             self.max_kernels,
             reason="Planner full: please try again in a few minutes",
         )
+
+
+class PendingPagesLimitReached(web.HTTPError):
+    """HTTP 503: pages requested from this client address already hold ``max_pending`` kernels that no page has
+    connected to yet (:attr:`ZeroplannerKernelManager.max_pending_per_client`)."""
+
+    def __init__(self, max_pending: int, client: str) -> None:
+        self.max_pending = int(max_pending)
+        super().__init__(
+            503,
+            "%d planner pages requested from %s are still opening; the server starts no more for this address "
+            "until they connect or time out.", self.max_pending, client,
+            reason="Too many planner pages opening from one address",
+        )
+
+
+def pending_page_html(max_pending: int, retry_after_seconds: int = RETRY_AFTER_SECONDS) -> str:
+    """The page a client over :attr:`ZeroplannerKernelManager.max_pending_per_client` gets (HTTP 503, retries)."""
+    n = int(max_pending)
+    s = int(retry_after_seconds)
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='refresh' content='{s}'><title>ZeRO planner: busy</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:40em;margin:4em auto;line-height:1.5;color:#222}"
+        "h1{font-size:1.4em}</style></head><body class='zp-full zp-pending'>"
+        "<h1>Too many planner pages are opening from your address</h1>"
+        f"<p>{n} pages requested from your network address have not finished opening. The server starts no more "
+        "sessions for that address until they connect or time out.</p>"
+        f"<p>This page tries again by itself every {s} seconds.</p>"
+        "<p>If you are running a workshop whose visitors share one address (a NAT or a proxy): start the server "
+        "with a higher <code>--max-pending-per-client</code>.</p>"
+        "</body></html>"
+    )
+
+
+_PAGE_KERNELS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("zp_page_kernels", default=None)
+"""Ids of the kernels :meth:`ZeroplannerKernelManager.start_kernel` started for the page request being served
+(:meth:`CappedVoilaHandler.get` sets a fresh list; Voilà awaits ``start_kernel`` inside the request's own task, so
+the request's context is the one the call sees). Pre-heated refills are not recorded: they carry
+``VOILA_PREHEAT=True`` and belong to no visitor."""
 
 
 def full_page_html(max_kernels: int, retry_after_seconds: int = RETRY_AFTER_SECONDS) -> str:
@@ -136,11 +181,24 @@ class ZeroplannerKernelManager(AsyncMappingKernelManager):
     preheat_wait_seconds = Float(
         1.0, config=True, help="Poll interval, seconds, of a pre-heated kernel refill waiting for a free slot.",
     )
+    connect_timeout_seconds = Float(
+        DEFAULT_CONNECT_TIMEOUT_SECONDS, config=True,
+        help="Seconds after a visitor's page was sent within which the page must connect to its kernel; a kernel "
+             "no page has connected to by then is shut down (a request without a browser).",
+    )
+    max_pending_per_client = Int(
+        0, config=True,
+        help="Most kernels that page requests from one client address may hold before any page connects to them "
+             "(requests being served included); 0: half of max_kernels, at least MIN_PENDING_PER_CLIENT.",
+    )
+    log_timings = Bool(False, config=True, help="Log the seconds from a page being sent to its kernel websocket.")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._zp_reserved: set[str] = set()
         self._zp_closing = False
+        self._zp_awaiting: dict[str, tuple[str, float]] = {}  # kernel id -> (client address, page sent at)
+        self._zp_inflight: dict[str, int] = {}  # client address -> page requests being served
         # receive queues from kernels (IOPub above all) as deep as the kernel's send queue (IOPUB_HWM_MESSAGES)
         self.context.setsockopt(zmq.RCVHWM, IOPUB_HWM_MESSAGES)
 
@@ -170,9 +228,62 @@ class ZeroplannerKernelManager(AsyncMappingKernelManager):
         kid = kernel_id or self.new_kernel_id()
         self._zp_reserved.add(kid)  # counted from now on, before the first await below
         try:
-            return await super().start_kernel(kernel_id=kid, **kwargs)
+            started = await super().start_kernel(kernel_id=kid, **kwargs)
         finally:
             self._zp_reserved.discard(kid)
+        page_kernels = _PAGE_KERNELS.get()
+        if page_kernels is not None and not preheat:
+            page_kernels.append(started)
+        return started
+
+    # -- kernels for pages, not for requests ---------------------------------------------------------------------
+    def pending_cap(self) -> int:
+        """:attr:`max_pending_per_client`, or when it is 0 the larger of :data:`MIN_PENDING_PER_CLIENT` and half of
+        :attr:`max_kernels`."""
+        return int(self.max_pending_per_client) or max(MIN_PENDING_PER_CLIENT, int(self.max_kernels) // 2)
+
+    def pending_for(self, client: str) -> int:
+        """Kernels held for ``client``'s pages that no page has connected to, plus its requests being served."""
+        return self._zp_inflight.get(client, 0) + sum(1 for c, _ in self._zp_awaiting.values() if c == client)
+
+    def page_request_started(self, client: str) -> None:
+        self._zp_inflight[client] = self._zp_inflight.get(client, 0) + 1
+
+    def page_request_ended(self, client: str, kernel_ids: list[str]) -> None:
+        """The page for ``kernel_ids`` was sent to ``client`` (or the request ended): each kernel that no page has
+        connected to yet must be connected to within :attr:`connect_timeout_seconds`, or it is shut down."""
+        left = self._zp_inflight.get(client, 0) - 1
+        if left > 0:
+            self._zp_inflight[client] = left
+        else:
+            self._zp_inflight.pop(client, None)
+        loop = asyncio.get_running_loop()
+        for kid in dict.fromkeys(kernel_ids):
+            if kid not in self._kernels or self._kernel_connections.get(kid, 0) > 0:
+                continue
+            self._zp_awaiting[kid] = (client, time.monotonic())
+            loop.call_later(float(self.connect_timeout_seconds),
+                            lambda kid=kid: asyncio.ensure_future(self._zp_shutdown_if_unconnected(kid)))
+
+    async def _zp_shutdown_if_unconnected(self, kernel_id: str) -> None:
+        entry = self._zp_awaiting.pop(kernel_id, None)
+        if entry is None or kernel_id not in self._kernels:
+            return
+        self.log.warning("kernel %s: no page connected within %g s of its page being sent to %s; shutting it down",
+                         kernel_id, float(self.connect_timeout_seconds), entry[0])
+        try:
+            await self.shutdown_kernel(kernel_id)
+        except Exception as exc:  # already gone (culled, page closed): one line, nothing left to do
+            self.log.warning("kernel %s: shutdown after the connect timeout: %s", kernel_id, type(exc).__name__)
+
+    def notify_connect(self, kernel_id: str) -> None:
+        """jupyter_server's count of connections (the kernel websocket's ``connect``), and the kernel is no longer
+        waiting for its page."""
+        super().notify_connect(kernel_id)
+        entry = self._zp_awaiting.pop(kernel_id, None)
+        if entry is not None and self.log_timings:
+            self.log.info("zeroplanner timing: kernel %s: page connected %.3f s after its page was sent",
+                          kernel_id, time.monotonic() - entry[1])
 
     async def cull_kernel_if_idle(self, kernel_id: str) -> None:
         """Skip a kernel that is still starting, else jupyter_server's check.
@@ -194,6 +305,7 @@ class ZeroplannerKernelManager(AsyncMappingKernelManager):
         try:
             await super().shutdown_kernel(kernel_id, *args, **kwargs)
         finally:
+            self._zp_awaiting.pop(kernel_id, None)
             forget_request_info(kernel_id)
             release_freed_memory()
 
@@ -269,7 +381,45 @@ def mark_handed_out(kernel_manager: Any, item: asyncio.Future) -> str | None:
     return kernel_id
 
 
-class CappedVoilaHandler(TornadoVoilaHandler):
+def plain_write_error(handler: web.RequestHandler, status_code: int) -> None:
+    """Answer an error with ``<status>: <reason>`` as plain text: no template, no traceback, no server path.
+
+    jupyter_server's ``JupyterHandler.write_error`` renders its ``404.html`` / ``error.html`` templates, which call
+    tornado's ``static_url``; Voilà's application has no ``static_path`` setting, so every error page it rendered
+    raised "You must define the 'static_path' setting" and the server logged "Uncaught exception in write_error"
+    with two tracebacks (``/voila/api/themes/x``, ``/voila/labextensions/x``, ``/logout``: issue 33, reproduced by
+    ``tests/server/test_server_surface.py``)."""
+    handler.set_header("Content-Type", "text/plain; charset=utf-8")
+    handler.finish(f"{status_code}: {handler._reason}\n")
+
+
+class PlainErrors:
+    """Mixin for every handler :class:`ZeroplannerVoila` mounts: errors as :func:`plain_write_error`."""
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        plain_write_error(self, status_code)  # type: ignore[arg-type]
+
+
+class TemplateStaticHandler(PlainErrors, TemplateStaticFileHandler):
+    """Voilà's template static files (``/voila/templates/<template>/static/<path>``) for the served template only.
+
+    Voilà's ``TemplateStaticFileHandler.parse_url_path`` splits the path with a tuple unpacking and an ``assert``:
+    ``/voila/templates/foo`` raised ValueError and ``/voila/templates/%2e%2e/%2e%2e/etc/passwd`` AssertionError,
+    each an "Uncaught exception" with a traceback and HTTP 500. Here any path that is not
+    ``<TEMPLATE>/static/<relative path>`` in normal form (no ``..``, ``.`` or empty segment: Voilà's
+    ``get_absolute_path`` normalises and splits again, and ``zeroplanner/static/%2e%2e/%2e%2e/conf.json`` raised
+    there) is a 404 before Voilà's code runs; files are still looked up and
+    confined to the template's static folders by Voilà (``validate_absolute_path``)."""
+
+    def parse_url_path(self, path: str) -> str:
+        parts = path.split("/", 2)
+        if (len(parts) != 3 or parts[0] != TEMPLATE or parts[1] != "static" or not parts[2]
+                or os.path.normpath(path) != path or "\\" in path):  # "..", "." or "//": Voila's split fails
+            raise web.HTTPError(404)
+        return super().parse_url_path(path)
+
+
+class CappedVoilaHandler(PlainErrors, TornadoVoilaHandler):
     """Voilà's page handler, answering the "planner is full" page instead of queueing a visitor the server cannot
     give a kernel, and marking a pre-heated kernel active when it is handed to a visitor (:func:`mark_handed_out`)."""
 
@@ -280,6 +430,11 @@ class CappedVoilaHandler(TornadoVoilaHandler):
         is_full = getattr(km, "is_full", None)
         if is_full is not None and is_full() and not ready_preheated_kernel(km, notebook):
             raise KernelLimitReached(km.max_kernels)
+        client = self.request.remote_ip or "unknown"
+        tracks_pages = hasattr(km, "page_request_started")
+        if tracks_pages and km.pending_for(client) >= km.pending_cap():
+            km.log.warning("%d pages from %s still opening; refusing another", km.pending_cap(), client)
+            raise PendingPagesLimitReached(km.pending_cap(), client)
         # the head of the pool is the kernel this request is handed: Voila pops it before its first await
         handed = pool_head(km, notebook)
         if handed is not None:
@@ -287,24 +442,35 @@ class CappedVoilaHandler(TornadoVoilaHandler):
                 mark_handed_out(km, handed)
             else:
                 handed.add_done_callback(lambda item: mark_handed_out(km, item))
+        started: list[str] = []
+        token = _PAGE_KERNELS.set(started)
+        if tracks_pages:
+            km.page_request_started(client)
         try:
             await super().get(path)
         finally:
+            _PAGE_KERNELS.reset(token)
+            handed_id = None
             if handed is not None:  # and again once the page is written: the websocket connects after that
-                mark_handed_out(km, handed)
+                handed_id = mark_handed_out(km, handed)
+                if handed in ((getattr(km, "_pools", None) or {}).get(notebook) or []):
+                    handed_id = None  # still pooled: this request did not take it (Voila rendered afresh)
+            if tracks_pages:
+                km.page_request_ended(client, ([handed_id] if handed_id else []) + started)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = (kwargs.get("exc_info") or (None, None, None))[1]
-        if isinstance(exc, KernelLimitReached):
+        if isinstance(exc, (KernelLimitReached, PendingPagesLimitReached)):
             self.set_header("Content-Type", "text/html; charset=utf-8")
             self.set_header("Retry-After", str(RETRY_AFTER_SECONDS))
             self.set_header("Cache-Control", "no-store")
-            self.finish(full_page_html(exc.max_kernels))
+            self.finish(full_page_html(exc.max_kernels) if isinstance(exc, KernelLimitReached)
+                        else pending_page_html(exc.max_pending))
             return
-        super().write_error(status_code, **kwargs)
+        plain_write_error(self, status_code)
 
 
-class BeaconShutdownKernelHandler(VoilaShutdownKernelHandler):
+class BeaconShutdownKernelHandler(PlainErrors, VoilaShutdownKernelHandler):
     """Voilà's "shut my kernel down" endpoint (``POST /voila/api/shutdown/<kernel_id>``), accepting the page's
     request without an XSRF token; the request's ``Origin`` must still be this server.
 
@@ -318,6 +484,23 @@ class BeaconShutdownKernelHandler(VoilaShutdownKernelHandler):
     def check_xsrf_cookie(self) -> None:
         if not self.check_origin():
             raise web.HTTPError(404)
+
+    async def post(self, kernel_id: str) -> None:
+        """Voilà's shutdown; a kernel the server cannot shut down now is one log line and HTTP 409, not a traceback.
+
+        A shutdown while jupyter_server is auto-restarting the kernel (a page closed within a second of its kernel
+        dying) fails inside jupyter_client (``asyncio.InvalidStateError: Exception is not set``,
+        ``multikernelmanager.py``: seen by tests/browser/test_browser_session.py while it was written); the
+        culler shuts such a kernel down later."""
+        try:
+            await super().post(kernel_id)
+        except web.HTTPError:
+            raise
+        except Exception as exc:
+            self.log.warning("kernel %s: shutdown request not carried out (%s); the culler will shut it down",
+                             kernel_id, type(exc).__name__)
+            self.set_status(409)
+            self.finish()
 
 
 def _retrieve_closed_write(future: asyncio.Future) -> None:
@@ -382,11 +565,23 @@ class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
         return super().connect()
 
     def handle_incoming_message(self, incoming_msg: Any) -> None:
+        """jupyter_server's handling of a frame from the page; a frame it cannot parse is dropped with one log line.
+
+        jupyter_server parses the frame (``json.loads``, or the v1 binary protocol) without a guard: a frame that
+        is not a Jupyter message ("not json", ``{}``, random bytes) raised from the websocket's ``on_message``,
+        tornado logged "Uncaught exception" with a traceback and closed the page's websocket (issue 33,
+        ``tests/server/test_server_surface.py``). The errors caught are the parsers' (ValueError covers
+        JSONDecodeError and UnicodeDecodeError; ``struct.error`` is the binary protocol's offsets); anything else
+        still propagates."""
         if self.log_timings and self._zp_requested_at is None and not self._zp_timed:
             raw = incoming_msg.encode() if isinstance(incoming_msg, str) else bytes(incoming_msg)
             if STATE_REQUEST.search(raw):
                 self._zp_requested_at = time.perf_counter()
-        super().handle_incoming_message(incoming_msg)
+        try:
+            super().handle_incoming_message(incoming_msg)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, struct.error) as exc:
+            self.log.warning("kernel %s: dropped a malformed websocket message (%d bytes, %s)", self.kernel_id,
+                             len(incoming_msg), type(exc).__name__)
 
     def _zp_time_reply(self, message: Any) -> None:
         raw = message.encode() if isinstance(message, str) else bytes(message)
@@ -414,7 +609,7 @@ class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
         return send
 
 
-class PlainErrorKernelWebsocketHandler(VoilaKernelWebsocketHandler):
+class PlainErrorKernelWebsocketHandler(PlainErrors, VoilaKernelWebsocketHandler):
     """Voilà's kernel websocket handler, answering an error (e.g. HTTP 404 for a kernel that was culled) with a
     plain-text body.
 
@@ -423,32 +618,59 @@ class PlainErrorKernelWebsocketHandler(VoilaKernelWebsocketHandler):
     'static_path' setting in your application to use static_url" and the server logged "Uncaught exception in
     write_error" with two tracebacks. Seen in a 15-visitor ``benchmarks/load_voila.py`` run: a page reconnected
     after the culler had shut its kernel down (as a laptop waking from sleep does). The client is a websocket (the
-    widget manager), which reads only the status; the status and reason are unchanged.
+    widget manager), which reads only the status; the status and reason are unchanged (:class:`PlainErrors`).
     """
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish(f"{status_code}: {self._reason}\n")
 
 
 class ZeroplannerVoila(Voila):
     """Voilà serving the page with :class:`CappedVoilaHandler`, the kernel-shutdown endpoint with
-    :class:`BeaconShutdownKernelHandler` and kernel websockets with :class:`PlainErrorKernelWebsocketHandler`
-    (everything else unchanged), and kernel websockets through :class:`ClosingPageWebsocketConnection`."""
+    :class:`BeaconShutdownKernelHandler`, kernel websockets with :class:`PlainErrorKernelWebsocketHandler` and
+    :class:`ClosingPageWebsocketConnection`, template statics with :class:`TemplateStaticHandler`; every other
+    handler with plain-text errors (:class:`PlainErrors`); no ``/login`` or ``/logout`` (the page has no login:
+    ``/logout`` answered HTTP 500 with a traceback); and the page's Content-Security-Policy
+    (:func:`zeroplanner.pagejs.content_security_policy`) on every response."""
 
     kernel_websocket_connection_class = Type(
         default_value=ClosingPageWebsocketConnection, klass=BaseKernelWebsocketConnection, config=True,
         help="The kernel websocket connection class (zeroplanner's drops writes to closing pages quietly).")
 
+    def init_settings(self) -> dict:
+        settings = super().init_settings()
+        headers = dict(settings.get("headers") or {})
+        headers["Content-Security-Policy"] = content_security_policy()
+        settings["headers"] = headers
+        return settings
+
     def init_handlers(self) -> list:
         replace = {TornadoVoilaHandler: CappedVoilaHandler, VoilaShutdownKernelHandler: BeaconShutdownKernelHandler,
-                   VoilaKernelWebsocketHandler: PlainErrorKernelWebsocketHandler}
+                   VoilaKernelWebsocketHandler: PlainErrorKernelWebsocketHandler,
+                   TemplateStaticFileHandler: TemplateStaticHandler}
+        provider = getattr(self, "identity_provider", None)
+        login_routes = {getattr(provider, "login_handler_class", None), getattr(provider, "logout_handler_class", None)}
+        login_routes.discard(None)
         handlers = []
         for spec in super().init_handlers():
-            if isinstance(spec, tuple) and len(spec) >= 2 and spec[1] in replace:
-                spec = (spec[0], replace[spec[1]], *spec[2:])
+            if isinstance(spec, tuple) and len(spec) >= 2:
+                cls = spec[1]
+                if cls in login_routes:
+                    continue
+                cls = replace.get(cls, cls)
+                if isinstance(cls, type) and issubclass(cls, web.RequestHandler) and not issubclass(cls, PlainErrors):
+                    cls = _with_plain_errors(cls)
+                spec = (spec[0], cls, *spec[2:])
             handlers.append(spec)
         return handlers
+
+
+_PLAIN: dict[type, type] = {}
+
+
+def _with_plain_errors(cls: type) -> type:
+    """``cls`` with :class:`PlainErrors` first in its bases (one subclass per class, same name and module path in
+    the log)."""
+    if cls not in _PLAIN:
+        _PLAIN[cls] = type(cls.__name__, (PlainErrors, cls), {"__module__": cls.__module__})
+    return _PLAIN[cls]
 
 
 __all__ = [

@@ -32,6 +32,7 @@ import ipywidgets as w
 from pydantic import ValidationError
 
 from ..deepspeed import MAX_CONFIG_BYTES
+from ..pagejs import COPY_CONFIG_JS, COPY_LINK_JS, DOWNLOAD_CONFIG_JS
 from .charts import HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
 from .controls import Controls, lazy_accordion
 from .state import (
@@ -663,10 +664,9 @@ class PlannerApp(w.VBox):
                     + (", so this link opens a model of the same parameter count." if query else ".") + "</span>")
             if query:
                 url = f"{page_url() or ''}?{query}"
-                js = (f"navigator.clipboard.writeText({json.dumps(url)}).then(()=>{{this.textContent='Link copied'}},"
-                      "()=>{this.textContent='Copy failed'})")
                 note = (f"<button class='zp-button zp-copy-link' title='{html.escape(url)}' "
-                        f"onclick=\"{html.escape(js)}\">Copy link (parameter count only)</button><br>" + note)
+                        f"data-url='{html.escape(url)}' onclick=\"{html.escape(COPY_LINK_JS)}\">"
+                        "Copy link (parameter count only)</button><br>" + note)
             self.share_link.value = note
             self.report_link.value = ""
             return
@@ -678,10 +678,9 @@ class PlannerApp(w.VBox):
                 why = error_message(exc)
             self.share_link.value = (f"<span class='zp-muted'>No link for this setup: {html.escape(why)}</span>")
         else:
-            js = (f"navigator.clipboard.writeText({json.dumps(url)}).then(()=>{{this.textContent='Link copied'}},"
-                  "()=>{this.textContent='Copy failed'})")
             self.share_link.value = (f"<button class='zp-button zp-copy-link' title='{html.escape(url)}' "
-                                     f"onclick=\"{html.escape(js)}\">Copy link</button>")
+                                     f"data-url='{html.escape(url)}' onclick=\"{html.escape(COPY_LINK_JS)}\">"
+                                     "Copy link</button>")
         self.report_link.value = ""
 
     def _update_chart(self, name: str, view: View) -> None:
@@ -729,26 +728,19 @@ class PlannerApp(w.VBox):
         self.config_area.value = text
         self.config_actions.value = actions
 
-    _PREVIEW_TEXT_JS = "this.closest('.zp-config-box').querySelector('.zp-config textarea').value"
-    """Browser-side expression for the text the config preview shows."""
-
     @classmethod
     def _config_actions_html(cls, filename: str) -> str:
         """Download and Copy buttons for the config preview. Both take the text the preview shows in the browser
         (a ``data:`` URI made when Download is clicked; the clipboard API for Copy), so this HTML depends on the
         file name only and is not re-sent when the config changes: it was a 3 kB message per slider change when
         it carried the config as a base64 ``data:`` URI (benchmarks/bench_app.py). An edit made in the preview
-        is what is downloaded or copied."""
+        is what is downloaded or copied. The handlers are :mod:`zeroplanner.pagejs`'s constants, the only inline
+        handlers the page's Content-Security-Policy allows."""
         name = html.escape(filename)
-        download_js = f"this.href='data:application/json;charset=utf-8,'+encodeURIComponent({cls._PREVIEW_TEXT_JS})"
-        copy_js = (
-            f"navigator.clipboard.writeText({cls._PREVIEW_TEXT_JS}).then(()=>{{this.textContent='Copied'}},"
-            "()=>{this.textContent='Copy failed: select the text below'})"
-        )
         return (
             f"<div style='margin:4px 0'><a class='zp-button zp-download' download='{name}' href='#' "
-            f"onclick=\"{html.escape(download_js)}\">Download {name}</a>"
-            f"<button class='zp-button zp-copy' onclick=\"{html.escape(copy_js)}\">Copy to clipboard</button></div>"
+            f"onclick=\"{html.escape(DOWNLOAD_CONFIG_JS)}\">Download {name}</a>"
+            f"<button class='zp-button zp-copy' onclick=\"{html.escape(COPY_CONFIG_JS)}\">Copy to clipboard</button></div>"
         )
 
     # -- extras (filled in by _build_extras) --------------------------------------------------------------------
@@ -771,13 +763,21 @@ class PlannerApp(w.VBox):
         self.hf_upload = w.FileUpload(accept=".json,application/json", multiple=False,
                                       description="Upload config.json", layout=w.Layout(width="100%"))
         self.hf_upload.observe(self._hf_uploaded, names="value")
+        # the page checks a chosen file's size before sending it (the template's script, issue 33 item 4): a file
+        # over tornado's 10 MiB websocket limit would never arrive. It reads the limit from this hidden element.
+        self.hf_upload.add_class("zp-upload")
+        from ..catalog.hfconfig import MAX_CONFIG_BYTES as HF_LIMIT
+
+        self.hf_limit = html_widget(f"<span class='zp-upload-limit' data-zp-max-bytes='{int(HF_LIMIT)}'></span>",
+                                    layout=w.Layout(display="none"))
         self.hf_area = w.Textarea(placeholder="or paste a HF config.json here, then Use this model",
                                   layout=w.Layout(width="100%", height="90px"))
         self.hf_button = w.Button(description="Use this model", layout=w.Layout(width="140px"))
         self.hf_button.on_click(lambda _: self.load_hf_config(self.hf_area.value, "pasted config.json"))
         self.hf_message = html_widget()
         self.hf_message.add_class("zp-hf-message")
-        hf = w.VBox([self.hf_upload, self.hf_area, self.hf_button, self.hf_message])
+        hf = w.VBox([self.hf_upload, self.hf_limit, self.hf_area, self.hf_button, self.hf_message])
+        hf.add_class("zp-hf")
         self._uploaded_model = None  # (file name, Architecture) of a model read from a config.json
         acc = lazy_accordion([("Your model: HF config.json", hf), ("Paste your DeepSpeed config", paste)],
                              layout=self.controls.shared.plain)
