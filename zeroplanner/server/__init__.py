@@ -41,15 +41,17 @@ DEFAULT_MAX_KERNELS = 50
 30-50 people; each kernel holds about 0.1-0.2 GB (``docs/reliability.md``). Over it a visitor gets the "planner is
 full" page (:mod:`zeroplanner.server.voila_app`). ``zeroplanner app --max-kernels N`` changes it."""
 
-DEFAULT_CONNECT_TIMEOUT_SECONDS = 120
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 300
 """Seconds after a visitor's page has been sent within which the page must connect its kernel websocket; a kernel
 that no page has connected to by then is shut down (:class:`~zeroplanner.server.voila_app.ZeroplannerKernelManager`,
 ``zeroplanner app --connect-timeout-seconds``). Without it every plain ``GET /`` (a script, a link preview bot)
 held a kernel until the 600 s cull, so a bounded loop of requests filled ``--max-kernels`` for everyone (issue 33).
 The clock starts when the page's last byte is written, so the server's own rendering time does not count; what
-remains is the browser loading Voilà's scripts on a loaded machine. The value is 4x the slowest such delay measured
-(``benchmarks/load_voila.py --log-timings``, 40 visitors at once on 2 cores: docs/reliability.md, "page sent to
-websocket")."""
+remains is the browser loading Voilà's scripts on a loaded machine. Measured with ``benchmarks/load_voila.py
+--sessions 40`` on 2 shared cores (docs/reliability.md, "page sent to websocket"): 39 pages connected 81-102 s
+after their last byte; the pre-executed page, whose HTML was sent at once while the others' took 30-44 s, would
+have connected about 145 s after (its neighbours' 44 s + 102 s), and a first try with 120 s shut it down while
+the browser was still loading it. 300 s is about twice that slowest page."""
 
 MAX_PENDING_PER_CLIENT_DEFAULT = 0
 """``--max-pending-per-client`` default. 0 means the larger of :data:`MIN_PENDING_PER_CLIENT` and half of the kernel

@@ -95,19 +95,24 @@ class PendingPagesLimitReached(web.HTTPError):
 
 def pending_page_html(max_pending: int, retry_after_seconds: int = RETRY_AFTER_SECONDS) -> str:
     """The page a client over :attr:`ZeroplannerKernelManager.max_pending_per_client` gets (HTTP 503, retries)."""
-    n = int(max_pending)
     s = int(retry_after_seconds)
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<meta http-equiv='refresh' content='{s}'><title>ZeRO planner: busy</title>"
-        "<style>body{font-family:system-ui,sans-serif;max-width:40em;margin:4em auto;line-height:1.5;color:#222}"
-        "h1{font-size:1.4em}</style></head><body class='zp-full zp-pending'>"
-        "<h1>Too many planner pages are opening from your address</h1>"
-        f"<p>{n} pages requested from your network address have not finished opening. The server starts no more "
-        "sessions for that address until they connect or time out.</p>"
+    return _retrying_page(
+        "busy", "zp-full zp-pending", "Too many planner pages are opening from your address",
+        f"<p>{int(max_pending)} pages requested from your network address have not finished opening. The server "
+        "starts no more sessions for that address until they connect or time out.</p>"
         f"<p>This page tries again by itself every {s} seconds.</p>"
         "<p>If you are running a workshop whose visitors share one address (a NAT or a proxy): start the server "
-        "with a higher <code>--max-pending-per-client</code>.</p>"
+        "with a higher <code>--max-pending-per-client</code>.</p>", s)
+
+
+def _retrying_page(title: str, body_class: str, heading: str, paragraphs_html: str, retry_seconds: int) -> str:
+    """A static HTML page that reloads itself every ``retry_seconds`` (meta refresh); the arguments are the
+    server's own text, never a visitor's."""
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='refresh' content='{int(retry_seconds)}'><title>ZeRO planner: {title}</title>"
+        "<style>body{font-family:system-ui,sans-serif;max-width:40em;margin:4em auto;line-height:1.5;color:#222}"
+        f"h1{{font-size:1.4em}}</style></head><body class='{body_class}'><h1>{heading}</h1>{paragraphs_html}"
         "</body></html>"
     )
 
@@ -121,21 +126,14 @@ the request's context is the one the call sees). Pre-heated refills are not reco
 
 def full_page_html(max_kernels: int, retry_after_seconds: int = RETRY_AFTER_SECONDS) -> str:
     """The page a visitor over the cap sees: what happened, what to do, and an automatic retry (meta refresh)."""
-    n = int(max_kernels)
     s = int(retry_after_seconds)
-    return (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<meta http-equiv='refresh' content='{s}'><title>ZeRO planner: full</title>"
-        "<style>body{font-family:system-ui,sans-serif;max-width:40em;margin:4em auto;line-height:1.5;color:#222}"
-        "h1{font-size:1.4em}</style></head><body class='zp-full'>"
-        "<h1>The planner is full right now</h1>"
-        f"<p>This server runs at most {n} planner sessions at once, and all of them are in use.</p>"
+    return _retrying_page(
+        "full", "zp-full", "The planner is full right now",
+        f"<p>This server runs at most {int(max_kernels)} planner sessions at once, and all of them are in use.</p>"
         f"<p>This page tries again by itself every {s} seconds. Sessions that are left idle are closed "
         "automatically, so a place should free up soon.</p>"
         "<p>If you are running a workshop: start the server with a higher <code>--max-kernels</code> "
-        "(each session needs about 0.2 GB of memory).</p>"
-        "</body></html>"
-    )
+        "(each session needs about 0.2 GB of memory).</p>", s)
 
 
 class ZeroplannerServerKernelManager(ServerKernelManager):
