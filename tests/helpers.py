@@ -8,10 +8,12 @@ from zeroplanner import catalog
 from zeroplanner.specs import Architecture, Assumptions, ClusterSpec, OffloadSpec, Scenario, TrainingSpec, ZeroSpec
 
 
-_ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED_HF_CONFIGS = next((p for p in (_ROOT.parent / "shared" / "hf-configs", _ROOT.parents[1] / "shared" / "hf-configs")
-                          if p.is_dir()), _ROOT.parent / "shared" / "hf-configs")
-"""../shared/hf-configs beside the checkout (or beside the worktrees' folder): published config.json test data."""
+DATA = pathlib.Path(__file__).resolve().parent / "data"
+"""tests/data: the public files tests read (sources in tests/data/*/README.md), so a fresh clone needs nothing else."""
+HF_CONFIGS = DATA / "hf-configs"
+"""Published config.json files of released models and their transformers parameter counts (param_counts.json)."""
+DS_CONFIGS = DATA / "ds-configs"
+"""The DeepSpeed configs LLaMA-Factory and ms-swift ship."""
 
 
 def make_scenario(params: float = 7.5e9, *, dp: int = 8, stage: int = 0, accounting: str = "deepspeed",

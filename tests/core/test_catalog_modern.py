@@ -1,7 +1,7 @@
 """Catalog entries of the 2024-26 families: each equals what the built-in reader makes of its config, and its
 count equals transformers 5.24's meta-device build of that config.
 
-Sources: the six entries marked ``SHARED`` are the published config.json files in ``../shared/hf-configs/`` (their
+Sources: the six entries marked ``SHARED`` are the published config.json files in ``tests/data/hf-configs/`` (their
 counts are also pinned by ``param_counts.json`` there). The others are the shape keys of each model's published
 config.json on the Hugging Face Hub (repository named in the entry's source), transcribed here because tests make
 no downloads; keys a file does not set take the transformers 5.24 config class defaults, as in the reader.
@@ -10,18 +10,15 @@ no downloads; keys a file does not set take the transformers 5.24 config class d
 from __future__ import annotations
 
 import json
-import pathlib
 
 import pytest
 
 from zeroplanner import catalog
 from zeroplanner.catalog.hfconfig import architecture_from_hf_config
 
-_ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED_DIR = next((p for p in (_ROOT.parent / "shared" / "hf-configs", _ROOT.parents[1] / "shared" / "hf-configs")
-                   if p.is_dir()), _ROOT.parent / "shared" / "hf-configs")  # checkout beside shared/, or a worktree
+from tests.helpers import HF_CONFIGS
 
-SHARED = {  # catalog name -> file in ../shared/hf-configs
+SHARED = {  # catalog name -> file in tests/data/hf-configs
     "qwen3-235b-a22b": "qwen3-235b-a22b", "deepseek-v3": "deepseek-v3", "mixtral-8x22b": "mixtral-8x22b",
     "gemma-4-26b-a4b": "gemma-4-26b-a4b", "gpt-oss-20b": "gpt-oss-20b",
     "nemotron-3-nano-30b-a3b": "nemotron-3-nano-30b-a3b",
@@ -136,7 +133,7 @@ TRANSCRIBED: dict[str, tuple[str, dict]] = {
 
 def config_of(name: str) -> dict:
     if name in SHARED:
-        return json.loads((SHARED_DIR / f"{SHARED[name]}.json").read_text(encoding="utf-8"))
+        return json.loads((HF_CONFIGS / f"{SHARED[name]}.json").read_text(encoding="utf-8"))
     return TRANSCRIBED[name][1]
 
 
@@ -145,8 +142,6 @@ NAMES = sorted([*SHARED, *TRANSCRIBED])
 
 @pytest.mark.parametrize("name", NAMES)
 def test_catalog_entry_is_its_config(name):
-    if name in SHARED and not SHARED_DIR.is_dir():
-        pytest.skip("../shared/hf-configs not present")
     from_config = architecture_from_hf_config(config_of(name), name=name)
     entry = catalog.model(name)
     assert entry.model_dump(exclude={"source"}) == from_config.model_dump(exclude={"source"})
@@ -155,9 +150,7 @@ def test_catalog_entry_is_its_config(name):
 
 @pytest.mark.parametrize("name", sorted(SHARED))
 def test_shared_entries_match_param_counts_json(name):
-    if not SHARED_DIR.is_dir():
-        pytest.skip("../shared/hf-configs not present")
-    counts = json.loads((SHARED_DIR / "param_counts.json").read_text(encoding="utf-8"))
+    counts = json.loads((HF_CONFIGS / "param_counts.json").read_text(encoding="utf-8"))
     assert catalog.model(name).parameter_count == counts[SHARED[name]]["parameters"]
 
 

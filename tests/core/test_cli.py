@@ -11,7 +11,7 @@ import pytest
 from zeroplanner import build_scenario, estimate, plan
 from zeroplanner.cli import main
 
-from tests.helpers import SHARED_HF_CONFIGS as SHARED_HF
+from tests.helpers import HF_CONFIGS
 
 ESTIMATE_KEYS = {"parameters", "trainable_parameters", "data_parallel_degree", "per_gpu_bytes", "gpu_memory_bytes",
                  "per_node_cpu_bytes", "nvme_bytes", "fits_gpu", "fits_cpu", "fits", "communication",
@@ -129,12 +129,12 @@ def test_an_hf_config_file_names_the_model(capsys, tmp_path):
         main(["estimate", "--hf-config", str(path), "--json"])  # exit 0 or 1 (fits or not): both print the JSON
         return json.loads(capsys.readouterr().out)["inputs"]["model"]
 
-    cfg = json.loads((SHARED_HF / "gpt-oss-20b.json").read_text())
+    cfg = json.loads((HF_CONFIGS / "gpt-oss-20b.json").read_text())
     folder = tmp_path / "my-finetune"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(cfg))
     assert model_name(folder / "config.json") == "my-finetune"
-    assert model_name(SHARED_HF / "gpt-oss-20b.json") == "gpt-oss-20b"
+    assert model_name(HF_CONFIGS / "gpt-oss-20b.json") == "gpt-oss-20b"
     (tmp_path / "named.json").write_text(json.dumps({**cfg, "_name_or_path": "org/model"}))
     assert model_name(tmp_path / "named.json") == "org/model"
 

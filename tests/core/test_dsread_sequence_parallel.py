@@ -34,7 +34,7 @@ from zeroplanner.deepspeed import (
 from zeroplanner.deepspeed.lint import lint
 from zeroplanner.scenarios import build_scenario, default_scenario
 
-from tests.evidence.test_shipped_configs import CONFIGS_DIR
+from tests.helpers import DS_CONFIGS as CONFIGS_DIR
 
 BASE = default_scenario()  # llama-2-7b (32 heads, 32 KV heads), 1 node x 8 GPUs, micro 1 x accumulation 8
 
@@ -44,7 +44,7 @@ def sp_scenario(sp: int, **inputs):
 
 
 def lf_block(**changes):
-    """The block of ../shared/ds-configs/lf_z3_alst.json with changes (None removes a key)."""
+    """The block of tests/data/ds-configs/lf_z3_alst.json with changes (None removes a key)."""
     block = {"enabled": True, "size": 4, "mode": "ulysses",
              "ulysses": {"degree": 4, "seq_length_is_variable": True},
              "tiling": {"enabled": True, "chunk_size": 8192}}

@@ -2,7 +2,7 @@
 
 References: the model ``transformers`` builds from the same config on the meta device (parameters deduplicated by
 identity, tied weights once), and DeepSpeed's ``model_to_params`` for the largest module (the input of
-``estimate_zero3_model_states_mem_needs_all_live``); for the seven released files in ``../shared/hf-configs/``
+``estimate_zero3_model_states_mem_needs_all_live``); for the seven released files in ``tests/data/hf-configs/``
 also ``param_counts.json`` there (transformers 5.24 meta-device counts). Small configs shrink the widths of each
 family's layout (same layer kinds, keys as the released files spell them) so a meta build takes milliseconds.
 """
@@ -10,16 +10,13 @@ family's layout (same layer kinds, keys as the released files spell them) so a m
 from __future__ import annotations
 
 import json
-import pathlib
 
 import pytest
 
 from zeroplanner.calibrate.families import BASE, SMALL
 from zeroplanner.catalog.hfconfig import SUPPORTED_MODEL_TYPES, architecture_from_hf_config
 
-_ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED = next((p for p in (_ROOT.parent / "shared" / "hf-configs", _ROOT.parents[1] / "shared" / "hf-configs")
-               if p.is_dir()), _ROOT.parent / "shared" / "hf-configs")  # checkout beside shared/, or a worktree
+from tests.helpers import HF_CONFIGS
 
 MULTIMODAL = {"gemma3", "gemma4", "llama4", "qwen2_vl", "qwen2_5_vl"}
 
@@ -74,16 +71,14 @@ def test_every_new_family_has_a_small_case():
 
 
 def _shared_files():
-    if not SHARED.is_dir():
-        return []
-    return sorted(p.stem for p in SHARED.glob("*.json") if p.stem != "param_counts")
+    return sorted(p.stem for p in HF_CONFIGS.glob("*.json") if p.stem != "param_counts")
 
 
 @pytest.mark.parametrize("name", _shared_files())
 def test_shared_real_config_exact_count(name):
     """param_counts.json: transformers 5.24 meta-device counts of the published config.json files."""
-    expected = json.loads((SHARED / "param_counts.json").read_text())[name]
-    arch = architecture_from_hf_config(SHARED / f"{name}.json")
+    expected = json.loads((HF_CONFIGS / "param_counts.json").read_text())[name]
+    arch = architecture_from_hf_config(HF_CONFIGS / f"{name}.json")
     assert arch.parameter_count == expected["parameters"]
     assert arch.tied_embeddings == expected["tied"]
     if "breakdown" in expected:
@@ -295,7 +290,7 @@ def test_cli_estimate_reads_every_family(label, tmp_path, capsys):
     from zeroplanner import cli
 
     if label.startswith("shared:"):
-        path = SHARED / f"{label[7:]}.json"
+        path = HF_CONFIGS / f"{label[7:]}.json"
     else:
         path = tmp_path / "config.json"
         path.write_text(json.dumps(SMALL[label]), encoding="utf-8")
@@ -309,8 +304,8 @@ def test_cli_estimate_reads_every_family(label, tmp_path, capsys):
 def test_shared_real_config_largest_module_matches_deepspeed(name):
     """Largest module of each released model: DeepSpeed's model_to_params on transformers' meta-device build
     (quantization_config dropped: the count is of logical parameters, as in param_counts.json)."""
-    expected = json.loads((SHARED / "param_counts.json").read_text())[name]
-    config = json.loads((SHARED / f"{name}.json").read_text())
+    expected = json.loads((HF_CONFIGS / "param_counts.json").read_text())[name]
+    config = json.loads((HF_CONFIGS / f"{name}.json").read_text())
     config.pop("quantization_config", None)
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -319,14 +314,14 @@ def test_shared_real_config_largest_module_matches_deepspeed(name):
     with torch.device("meta"):
         model = getattr(transformers, expected["auto_class"]).from_config(cfg)
     assert _count(model) == expected["parameters"]
-    assert architecture_from_hf_config(SHARED / f"{name}.json").largest_module_params == \
+    assert architecture_from_hf_config(HF_CONFIGS / f"{name}.json").largest_module_params == \
         pytest.approx(_largest(model), rel=0.01)
 
 
 def test_quantised_checkpoint_is_counted_logically_and_says_so():
     """param_counts.json README: deepseek-v3's fp8 and gpt-oss-20b's mxfp4 quantization_config do not change the
     logical parameter count."""
-    arch = architecture_from_hf_config(SHARED / "gpt-oss-20b.json")
+    arch = architecture_from_hf_config(HF_CONFIGS / "gpt-oss-20b.json")
     assert arch.parameter_count == 20_914_757_184
     assert "mxfp4 checkpoint: logical parameters" in arch.source
 

@@ -240,9 +240,9 @@ def test_ulysses_is_refused_for_recurrent_mixers_and_never_searched():
     from zeroplanner.catalog.hfconfig import architecture_from_hf_config
     from zeroplanner.planner import plan, sequence_parallel_options
 
-    from tests.helpers import SHARED_HF_CONFIGS
+    from tests.helpers import HF_CONFIGS
 
-    arch = architecture_from_hf_config(SHARED_HF_CONFIGS / "nemotron-3-nano-30b-a3b.json")
+    arch = architecture_from_hf_config(HF_CONFIGS / "nemotron-3-nano-30b-a3b.json")
     assert arch.linear_mixer is not None and arch.linear_mixer.kind == "mamba2"
     with pytest.raises(ValueError, match=r"sequence_parallel_size=2 does not fit .*mamba2 layers would each see "
                                          r"1/2 of the sequence"):

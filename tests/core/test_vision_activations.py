@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from tests.core.test_catalog_modern import SHARED_DIR  # ../shared/hf-configs beside the checkout
 from zeroplanner import catalog
 from zeroplanner.calibrate.families import (
     NOT_CENSUSED,
@@ -33,6 +32,8 @@ from zeroplanner.costmodel.vision import vision_activation_bytes
 from zeroplanner.planner import plan
 from zeroplanner.scenarios import build_scenario
 from zeroplanner.specs import Architecture, VisionTower, replace
+
+from tests.helpers import HF_CONFIGS
 
 STORED = Path(__file__).resolve().parents[2] / "zeroplanner" / "_measurements" / "activations_vision.json"
 ROWS = json.loads(STORED.read_text())
@@ -163,13 +164,11 @@ def test_text_only_and_unpriced_towers_have_no_vision_part():
 
 
 def test_gemma_4_26b_tower_shape_from_its_config():
-    """google/gemma-4-26b-a4b config.json (../shared/hf-configs/gemma-4-26b-a4b.json) vision_config: 27 layers,
+    """google/gemma-4-26b-a4b config.json (tests/data/hf-configs/gemma-4-26b-a4b.json) vision_config: 27 layers,
     hidden_size 1152, 16 heads and 16 key/value heads of head_dim 72, intermediate_size 4304, patch_size 16,
     pooling_kernel_size 3; vision_soft_tokens_per_image 280, so the image processor's budget is 280 x 3^2 = 2520
     patches of 3 x 16^2 pixels (image_processing_gemma4.py pads every image to it)."""
-    path = SHARED_DIR / "gemma-4-26b-a4b.json"
-    if not path.exists():
-        pytest.skip(f"{path} not present")
+    path = HF_CONFIGS / "gemma-4-26b-a4b.json"
     v = architecture_from_hf_config(json.loads(path.read_text())).vision
     assert v == VisionTower(family="gemma4", layers=27, hidden_size=1152, heads=16, ffn_size=4304,
                             patch_input_size=3 * 16 * 16, patches_per_image=280 * 9, merge_size=3,

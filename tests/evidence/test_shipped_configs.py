@@ -1,9 +1,9 @@
-"""The DeepSpeed configs LLaMA-Factory and ms-swift ship (../shared/ds-configs/, read in place, never copied):
+"""The DeepSpeed configs LLaMA-Factory and ms-swift ship (tests/data/ds-configs/, sources in its README):
 ``zeroplanner check`` gives no false error and misses none, for each client that runs them, and its key tables agree
 with DeepSpeed's own config classes (and, for the HF Trainer, transformers' fill). The engine tests show the
 client-optimizer rule on real DeepSpeed / accelerate runs on one CPU rank (gloo).
 
-Expected verdicts (DeepSpeed 0.19.8, transformers 5.24.0, accelerate 1.15.0; ../shared/ds-configs/README.md):
+Expected verdicts (DeepSpeed 0.19.8, transformers 5.24.0, accelerate 1.15.0; tests/data/ds-configs/README.md):
 - under the HF Trainer every file runs except lf_z3_alst.json, whose bf16 block carries fp16's loss-scaling keys
   (DeepSpeedBF16Config: extra_forbidden);
 - under deepspeed.initialize every file errors: all have "auto" batch keys (DeepSpeedConfig's batch arithmetic
@@ -28,20 +28,12 @@ from zeroplanner.deepspeed.lint import lint
 from zeroplanner.pitfalls import config_checked
 from zeroplanner.scenarios import default_scenario
 
+from tests.helpers import DS_CONFIGS
+
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def _configs_dir() -> Path | None:
-    candidates = [os.environ.get("ZEROPLANNER_DS_CONFIGS"), ROOT.parent / "shared" / "ds-configs",
-                  ROOT / "shared" / "ds-configs", ROOT.parents[1] / "shared" / "ds-configs"]
-    for c in candidates:
-        if c and Path(c).is_dir() and any(Path(c).glob("*.json")):
-            return Path(c)
-    return None
-
-
-CONFIGS_DIR = _configs_dir()
-NAMES = sorted(p.name for p in CONFIGS_DIR.glob("*.json")) if CONFIGS_DIR else []
+CONFIGS_DIR = DS_CONFIGS
+NAMES = sorted(p.name for p in CONFIGS_DIR.glob("*.json"))
 OFFLOAD_WITHOUT_OPTIMIZER = {"lf_z2_offload.json", "lf_z3_fp8.json", "lf_z3_offload.json", "lf_z3_partial.json"}
 
 EXPECTED_ERRORS = {
@@ -50,9 +42,6 @@ EXPECTED_ERRORS = {
                                                else set()) for name in NAMES}
     | {"lf_z3_alst.json": {"auto_outside_hf", "unknown_key"}},
 }
-
-pytestmark = pytest.mark.skipif(CONFIGS_DIR is None, reason="../shared/ds-configs not found "
-                                "(set ZEROPLANNER_DS_CONFIGS)")
 
 
 def test_all_nine_shipped_configs_are_covered():

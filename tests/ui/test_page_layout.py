@@ -6,7 +6,6 @@ from __future__ import annotations
 import html
 import json
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +22,9 @@ from zeroplanner.ui.app import TABS  # noqa: E402
 from zeroplanner.ui.charts import short_label  # noqa: E402
 from zeroplanner.ui.state import state_from_scenario  # noqa: E402
 
-HF = Path("/work/shared/hf-configs/mixtral-8x22b.json")
+from tests.helpers import HF_CONFIGS  # noqa: E402
+
+HF = HF_CONFIGS / "mixtral-8x22b.json"
 MIXTRAL = {  # the shape keys of Mixtral-8x22B's config.json (mistralai/Mixtral-8x22B-v0.1)
     "model_type": "mixtral", "hidden_size": 6144, "intermediate_size": 16384, "num_attention_heads": 48,
     "num_hidden_layers": 56, "num_key_value_heads": 8, "vocab_size": 32768, "num_local_experts": 8,
@@ -32,7 +33,7 @@ MIXTRAL = {  # the shape keys of Mixtral-8x22B's config.json (mistralai/Mixtral-
 
 
 def _config_text() -> str:
-    return HF.read_text() if HF.is_file() else json.dumps(MIXTRAL)
+    return HF.read_text()
 
 
 def test_the_main_chart_comes_first_and_the_other_views_are_tabs_built_when_opened():
