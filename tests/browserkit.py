@@ -7,6 +7,7 @@ ZEROPLANNER_CHROMIUM) with the flags below.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -132,3 +133,23 @@ def png_stats(data: bytes) -> tuple[int, int, int]:
             idat += body
         pos += 12 + length
     return width, height, len(set(zlib.decompress(idat)))
+
+
+async def read_frames(ws, seconds: float, settle_seconds: float) -> list[str]:
+    """Frames (decoded as text) a tornado websocket client ``ws`` receives within ``seconds``, stopping
+    ``settle_seconds`` after a ``kernel_info_reply`` arrives (what follows a probe request has arrived by then) or
+    when the socket closes."""
+    received: list[str] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            raw = await asyncio.wait_for(ws.read_message(), timeout=max(0.1, end - time.monotonic()))
+        except asyncio.TimeoutError:
+            break
+        if raw is None:
+            break
+        text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+        received.append(text)
+        if '"kernel_info_reply"' in text:
+            end = min(end, time.monotonic() + settle_seconds)
+    return received

@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from ..browserkit import serve_app
+from ..browserkit import read_frames, serve_app
 
 pytest.importorskip("voila")
 
@@ -116,20 +116,8 @@ def test_malformed_frames_and_bogus_comms_are_dropped_with_one_line_and_no_paths
             for frame in (*MALFORMED_FRAMES, *bogus_comms):
                 await ws.write_message(frame, binary=isinstance(frame, bytes))
             await ws.write_message(_message("kernel_info_request", {}))  # the socket still works after all that
-            received, alive = [], False
-            end = time.monotonic() + 30
-            while time.monotonic() < end:
-                try:
-                    raw = await asyncio.wait_for(ws.read_message(), timeout=max(0.1, end - time.monotonic()))
-                except asyncio.TimeoutError:
-                    break
-                if raw is None:
-                    break
-                text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
-                received.append(text)
-                if '"kernel_info_reply"' in text:
-                    alive = True
-                    end = min(end, time.monotonic() + 3)  # the comm errors' output, if any, arrives by then
+            received = await read_frames(ws, 30, 3)  # the comm errors' output, if any, arrives by then
+            alive = any('"kernel_info_reply"' in text for text in received)
             ws.close()
             return received, alive
 

@@ -740,7 +740,8 @@ class PlannerApp(w.VBox):
         return (
             f"<div style='margin:4px 0'><a class='zp-button zp-download' download='{name}' href='#' "
             f"onclick=\"{html.escape(DOWNLOAD_CONFIG_JS)}\">Download {name}</a>"
-            f"<button class='zp-button zp-copy' onclick=\"{html.escape(COPY_CONFIG_JS)}\">Copy to clipboard</button></div>"
+            f"<button class='zp-button zp-copy' onclick=\"{html.escape(COPY_CONFIG_JS)}\">Copy to clipboard"
+            "</button></div>"
         )
 
     # -- extras (filled in by _build_extras) --------------------------------------------------------------------
