@@ -15,12 +15,15 @@ whenever ZeRO-0/1/2 fit at tp 1 (measured: 1.7 ms for benchmarks/bench_costmodel
 1.7 -> 5.0 ms for llama-3.1-8b on 8 x A100-40GB, where it applies).
 
 Ranking policy (documented, and tested against the seed article's recommendation table):
-1. Keep candidates that fit GPU memory (with the safety margin), host RAM (with DeepSpeed's 1.5x buffer factor)
-   and NVMe.
+1. Keep candidates whose step peak (costmodel/timeline.py) fits GPU memory (less ``gpu_memory_margin_fraction``,
+   default 0), host RAM (with DeepSpeed's 1.5x buffer factor) and NVMe.
 2. Candidates within ``tolerance`` (default 10%) of the best predicted throughput are treated as equal: the
    model's step-time error is of that order (docs/validation.md), and the seed article warns that choosing a higher
    stage "to look advanced" often runs slower than ZeRO-2.
    Parameter offload (``offload_param``) is considered only when no candidate without it fits.
+   A candidate whose headroom is below the model's measured error of the peak (timeline.MEMORY_ERROR_FRACTION x
+   peak, from the engine's step-peak census) is not a proven fit: it is considered only when no proven one exists,
+   and then the one with the most headroom first.
 3. Among equals prefer, in order: no offload (offload is a last resort: PCIe/CPU-bound; DeepSpeed #1130), the
    smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), the smaller AutoTP degree (its
    all-reduces are serial with compute), stages 0-2 over stage 3 (2Ψ instead of 3Ψ per step; ZeRO paper Sec. 7), no
@@ -41,6 +44,7 @@ from .costmodel import Candidates, Estimate, estimate, evaluate, make_context
 from .costmodel.communication import autotp_collectives_per_micro_step
 from .costmodel.evaluate import estimate_from_values
 from .costmodel.context import CHECKPOINT_CODES, OFFLOAD_CODES
+from .costmodel.timeline import MEMORY_ERROR_FRACTION
 from .specs import Architecture, Scenario, hardware_precision
 from .units import gib
 
@@ -215,8 +219,12 @@ def _why_not(best: Choice, best_est: Estimate, alt: Choice, alt_est: Estimate, t
         what = ("quantised collectives" if alt.zero_quantized_weights or alt.zero_quantized_gradients
                 else "hpZ's secondary weight copy per node")
         return head + f"within the {tolerance:.0%} model tolerance and it needs ZeRO++ ({what})."
-    headroom = best_est.gpu_memory_bytes - best_est.per_gpu_bytes.total
-    alt_headroom = alt_est.gpu_memory_bytes - alt_est.per_gpu_bytes.total
+    headroom = best_est.step_peak.headroom_bytes
+    alt_headroom = alt_est.step_peak.headroom_bytes
+    if alt_est.step_peak.risky and not best_est.step_peak.risky:
+        return head + (f"within the {tolerance:.0%} model tolerance, but its headroom "
+                       f"({gib(alt_headroom):.2f} GiB) is below the model's error of "
+                       f"{alt_est.step_peak.error_fraction:.0%} of its peak; the pick leaves {gib(headroom):.2f} GiB.")
     if alt_headroom < headroom:
         return head + (f"within the {tolerance:.0%} model tolerance; the pick leaves more GPU memory free "
                        f"({gib(headroom):.2f} vs {gib(alt_headroom):.2f} GiB), safer against fragmentation and "
@@ -413,6 +421,11 @@ def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: 
     fits = np.flatnonzero(values["fits"])
     if fits.size == 0:
         return fits
+    # a headroom below the model's measured error of the peak (costmodel/timeline.py MEMORY_ERROR_FRACTION) is not a
+    # proven fit: such candidates come after every proven one, and among themselves the most headroom first
+    proven = fits[~values["memory_risky"][fits]]
+    if proven.size:
+        fits = proven
     # parameter offload only when nothing fits without it: it moves every parameter over PCIe in every forward
     # and backward, and the model's overlap of that traffic is the least checked part of the step time
     no_param_offload = fits[cand.offload_param[fits] == 0]
@@ -423,23 +436,25 @@ def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: 
     offloads = (cand.offload_optimizer[fits] > 0).astype(int) + (cand.offload_param[fits] > 0).astype(int)
     stage3 = (cand.stage[fits] == 3).astype(int)
     zpp = ((cand.hpz[fits] > 1) | (cand.qwz[fits] > 0)).astype(int)
-    headroom = gpu_memory_bytes - values["total"][fits]
+    headroom = gpu_memory_bytes - values["peak"][fits]
+    # only risky candidates left: the most headroom first, before speed
+    risky_headroom = -headroom if not proven.size else np.zeros(fits.size)
     degree = np.ones(fits.size, dtype=np.int64) if tp is None else tp[fits]
     # among equals the smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), after offload, then
     # the smaller AutoTP degree
     sp = cand.sp[fits]
     # np.lexsort: last key is primary
-    order = np.lexsort((-tps, -headroom, zpp, stage3, degree, sp, offloads, ~near))
+    order = np.lexsort((-tps, -headroom, zpp, stage3, degree, sp, offloads, ~near, risky_headroom))
     return fits[order]
 
 
 def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, ranked, tolerance, tp=None) -> list[str]:
     r: list[str] = []
     n = scenario.cluster.world_size // (best.autotp_size or scenario.cluster.tensor_parallel_size)
-    usable = est.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)
-    r.append(f"{best.label} fits: {gib(est.per_gpu_bytes.total):.1f} GiB of {gib(usable):.1f} GiB usable per GPU "
-             f"({gib(est.gpu_memory_bytes):.1f} GiB less the {scenario.assumptions.gpu_memory_margin_fraction:.0%} "
-             f"margin), {est.tokens_per_second:,.0f} tokens/s predicted ({est.step_seconds:.2f} s per step).")
+    margin = scenario.assumptions.gpu_memory_margin_fraction
+    kept = f", {margin:.0%} kept free" if margin > 0 else ""
+    r.append(f"{best.label} fits: {est.step_peak.verdict()}{kept}; "
+             f"{est.tokens_per_second:,.0f} tokens/s predicted ({est.step_seconds:.2f} s per step).")
     fastest = ranked[np.argmax(values["tokens_per_second"][ranked])]
     if values["tokens_per_second"][fastest] > est.tokens_per_second * 1.01:
         fc = _choice_at(cand, int(fastest), tp)
@@ -450,6 +465,16 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
         r.append(f"The fastest fitting option, {label}, is only "
                  f"{values['tokens_per_second'][fastest] / est.tokens_per_second - 1:.0%} faster (within the "
                  f"{tolerance:.0%} model tolerance); this choice is simpler or safer.")
+    fitting = np.flatnonzero(values["fits"])
+    quickest = int(fitting[np.argmax(values["tokens_per_second"][fitting])])
+    if values["memory_risky"][quickest] and not est.step_peak.risky \
+            and values["tokens_per_second"][quickest] > est.tokens_per_second * 1.01:
+        room = values["headroom"][quickest]
+        r.append(f"{_choice_at(cand, quickest, tp).label} would be "
+                 f"{values['tokens_per_second'][quickest] / est.tokens_per_second - 1:.0%} faster, but its step "
+                 f"peaks at {gib(values['peak'][quickest]):.1f} GiB, leaving {gib(room):.1f} GiB "
+                 f"({room / est.gpu_memory_bytes:.0%}): below the model's error of {MEMORY_ERROR_FRACTION:.1%} of the "
+                 "peak, not a proven fit.")
     if n == 1:
         r.append("Data-parallel degree 1: no ZeRO stage saves memory here (DeepSpeed #4953), so the simplest "
                  "configuration is preferred.")
@@ -459,7 +484,7 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
         if tp is not None:
             mask &= tp == (best.autotp_size or 1)
         if mask.any() and not values["fits_gpu"][mask].any():
-            need = values["total"][mask].min()
+            need = values["peak"][mask].min()
             r.append(f"ZeRO-{st} without offload does not fit: at least {gib(need):.1f} GiB per GPU.")
     if best.offload_optimizer != "none" or best.offload_param != "none":
         f = scenario.assumptions.host_buffer_factor
@@ -531,10 +556,10 @@ def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand: C
             mask = cand.sp == v
             fit = mask & values["fits"]
             if not fit.any():
-                i = int(np.flatnonzero(mask)[np.argmin(values["total"][mask])])
+                i = int(np.flatnonzero(mask)[np.argmin(values["peak"][mask])])
                 r.append(f"Sequence parallelism {p} is needed: with sequence_parallel_size={v} nothing fits; the "
                          f"candidate needing the least GPU memory ({_choice_at(cand, i).label}) needs "
-                         f"{gib(values['total'][i]):.1f} GiB per GPU, of it "
+                         f"{gib(values['peak'][i]):.1f} GiB per GPU, of it "
                          f"{_activation_text(_activation_parts_at(ctx, cand, i))}: "
                          "no ZeRO stage shards activations, splitting the sequence does.")
             else:
@@ -600,13 +625,14 @@ the LLaMA-Factory / ms-swift presets use 2-8; more than a node is never tried, s
 def autotp_degrees(scenario: Scenario, held, values, cand: Candidates) -> tuple[int, ...]:
     """The AutoTP degrees to add to the search, by the rule of the module docstring: one node, ``autotp_size`` not
     held, the scenario at tp 1, a full fine-tune (AutoTP with LoRA adapters is not priced), and no tp-1 candidate
-    at ZeRO stage 0-2 that fits without offload (AutoTP shards the 16-bit weights and gradients that ZeRO-1/2 keep
+    at ZeRO stage 0-2 that fits without offload with a headroom of at least the model's error of the peak
+    (a fit below it is not proven; costmodel/timeline.py MEMORY_ERROR_FRACTION) (AutoTP shards the 16-bit weights and gradients that ZeRO-1/2 keep
     whole; next to ZeRO-3, which shards them over the same GPUs, it changes little memory). Each degree divides
     the GPUs per node, the attention and KV heads (uneven head splits are priced, but even ones do not waste the
     largest rank's memory) and, with Ulysses, world / sp."""
     c, m, t = scenario.cluster, scenario.model, scenario.training
     if (c.nodes != 1 or "autotp_size" in held or c.tensor_parallel_size != 1 or t.lora_rank or t.qlora
-            or (values["fits"] & (cand.stage < 3) & (cand.offload_optimizer == 0)).any()):
+            or (values["fits"] & ~values["memory_risky"] & (cand.stage < 3) & (cand.offload_optimizer == 0)).any()):
         return ()
     world = c.world_size // c.sequence_parallel_size
     return tuple(d for d in AUTOTP_DEGREES
@@ -637,10 +663,11 @@ def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand,
     if not degrees:
         return []
     plain = (tp == 1) & (cand.stage < 3) & (cand.offload_optimizer == 0)
-    need = gib(values["total"][plain].min()) if plain.any() else float("nan")
+    need = gib(values["peak"][plain].min()) if plain.any() else float("nan")
     tried = ", ".join(str(d) for d in degrees)
     head = (f"AutoTP degrees {tried} were tried because at tensor-parallel degree 1 no ZeRO-0/1/2 configuration "
-            f"fits without offload (at least {need:.1f} GiB per GPU); AutoTP stays inside the node (its per-layer "
+            f"fits without offload with the model's {MEMORY_ERROR_FRACTION:.0%} error of headroom (the step peaks at "
+            f"{need:.1f} GiB per GPU or more); AutoTP stays inside the node (its per-layer "
             "all-reduces across nodes would run at NIC speed, so the planner never spreads it over nodes).")
     d = best.autotp_size or 1
     if d == 1:
@@ -651,9 +678,9 @@ def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand,
         (cand.offload_optimizer == cand.offload_optimizer[best_i]) & (cand.offload_param == cand.offload_param[best_i])
     versus = ""
     if same.any():
-        j = int(np.flatnonzero(same)[np.argmin(values["total"][same])])
-        versus = (f" (the same configuration at degree 1 needs {gib(values['total'][j]):.1f} GiB per GPU, "
-                  f"activations {gib(values['activations'][j]):.1f} GiB; here {gib(values['total'][best_i]):.1f} and "
+        j = int(np.flatnonzero(same)[np.argmin(values["peak"][same])])
+        versus = (f" (the same configuration at degree 1 needs {gib(values['peak'][j]):.1f} GiB per GPU, "
+                  f"activations {gib(values['activations'][j]):.1f} GiB; here {gib(values['peak'][best_i]):.1f} and "
                   f"{gib(values['activations'][best_i]):.1f} GiB)")
     step = values["step_seconds"][best_i]
     why = (f"AutoTP {d} (tensor_parallel.autotp_size {d}) splits each layer's linear weights, their gradients, "
@@ -714,7 +741,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     variants = _variant_options_from(scenario, vvalues)
     if ranked.size == 0:
         est = estimate(scenario)
-        smallest = int(np.argmin(values["total"]))
+        smallest = int(np.argmin(values["peak"]))
         t = scenario.training
         remedies = ["add GPUs or nodes", "shorten the sequence", "use a GPU with more memory"]
         if not t.lora_rank:
@@ -735,15 +762,15 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                     j = int(ok[np.argmin(c2.sp[ok])])
                     remedies.insert(0, f"split the sequence with Ulysses sequence parallelism "
                                        f"(--sequence-parallel-size {int(c2.sp[j])} fits: "
-                                       f"{gib(v2['total'][j]):.1f} GiB per GPU)")
+                                       f"{gib(v2['peak'][j]):.1f} GiB per GPU at the step's peak)")
         act = _activation_parts_at(ctx, cand, smallest, tp)
-        if not t.tiled_loss and act["logits"] > 0.25 * values["total"][smallest]:
+        if not t.tiled_loss and act["logits"] > 0.25 * values["peak"][smallest]:
             remedies.insert(0, f"compute the loss in chunks (--tiled-loss: the logits and their fp32 log-softmax "
                                f"are {gib(act['logits']):.1f} GiB)")
         within = f" with the options held ({_held_text(scenario, held)})" if held else ""
         warn = [f"Nothing fits{within}. The candidate needing the least GPU memory "
                 f"({_choice_at(cand, smallest, tp).label}) "
-                f"needs {gib(values['total'][smallest]):.1f} GiB per GPU of "
+                f"peaks at {gib(values['peak'][smallest]):.1f} GiB per GPU of "
                 f"{gib(ctx.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB usable "
                 f"and {gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node; of it "
                 f"{_activation_text(act)}. Options: "

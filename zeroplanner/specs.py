@@ -942,7 +942,9 @@ class Assumptions(_Frozen):
         "(zeroplanner/costmodel/compute.py achieved_fraction, fitted on shared/references/THROUGHPUT.md)",
     )
     gpu_memory_margin_fraction: float = Field(
-        default=0.05, ge=0, lt=1.0, description="fraction of GPU memory kept free as a safety margin"
+        default=0.0, ge=0, lt=1.0, description="fraction of GPU memory kept free beyond the step's peak (default 0: "
+        "the planner keeps a headroom of the model's measured error of the peak instead, "
+        "zeroplanner/costmodel/timeline.py MEMORY_ERROR_FRACTION, and says when an answer is below it)"
     )
     cuda_context_bytes: int = Field(
         default=int(0.75 * GIB), ge=0, le=64 * GIB,
@@ -959,6 +961,11 @@ class Assumptions(_Frozen):
     )
     accounting: Accounting = Field(
         default="deepspeed", description="'deepspeed': what DeepSpeed allocates; 'paper': ZeRO paper's ideal"
+    )
+    device: Literal["cuda", "cpu"] = Field(
+        default="cuda", description="where the step runs: 'cuda' (GPUs: FusedAdam, CUDA context, workspaces, "
+        "allocator slack) or 'cpu' (the engine's CPU-rank calibration, zeroplanner.calibrate: torch's AdamW, "
+        "live tensor bytes only)"
     )
 
 

@@ -30,16 +30,20 @@ def test_alst_figures_within_one_and_a_half_times(rows):
     assert [r["published"] for r in alst] == [500_000, 3_700_000, 15_000_000]
     for r in alst:
         assert 1 / 1.5 <= r["ratio"] <= 1.5, r
-        assert r["binding"] == "GPU memory" and r["gpu_total"] <= r["usable"]
+        # GPU memory binds, or (8 x H100) the host RAM the offloaded checkpoints fill first: 1762 of 1770 GiB
+        assert r["binding"] in ("GPU memory", "host RAM") and r["gpu_total"] <= r["usable"]
 
 
-def test_baseline_gap_is_the_loss_backward_transient(rows):
-    """Without a tiled loss the planner says 56K where the paper's HF baseline ran 32K (36K "close to oom"); the
-    stated mechanism is the loss backward's fp32 + 16-bit logits gradients (6 bytes x tokens x vocabulary), which the
-    saved-tensor accounting leaves out. With it added, the recipe's lengths land on the GPU: 36,000 tokens at the
-    usable limit, 32,000 tokens at the recipe's "NV 71.91 GB" reading."""
+def test_baseline_peaks_in_the_loss_backward_at_the_recipes_lengths(rows):
+    """The paper's HF baseline ran 32K (36K "close to oom", the recipe's "NV 71.91 GB" at 32,000, an nvidia-smi
+    reading). Without a tiled loss the step peaks in the loss backward (12 bytes per logit, measured on the engine:
+    docs/validation.md section 9); the planner's longest sequence is within 1.5x (it said 56K, 1.76x, when it priced
+    saved tensors only), and at 32,000 tokens the predicted peak is within 10% of the reading, below it (nvidia-smi
+    also holds the CUDA context and the allocator's cache)."""
+    from zeroplanner.costmodel import estimate
+
     base = rows["1 x H100, HF baseline (no ALST)"]
-    assert base["ratio"] > 1.5
-    transient = lambda s: 6.0 * s * 128256  # noqa: E731
-    assert mv._baseline_total(36_000) + transient(36_000) == pytest.approx(base["usable"], rel=0.02)
-    assert (mv._baseline_total(32_000) + transient(32_000)) / 1e9 == pytest.approx(71.91, rel=0.02)
+    assert 1.0 <= base["ratio"] <= 1.5 and base["peak_phase"] == "loss backward"
+    at_32k = mv._baseline_total(32_000) / 1e9
+    assert 0.9 * 71.91 <= at_32k <= 71.91
+    assert mv._baseline_total(36_000) <= base["usable"]

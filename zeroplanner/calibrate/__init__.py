@@ -297,8 +297,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch_worker(plan: dict[str, Any], ranks: int, out_dir: Path, timeout_seconds: float) -> dict[str, Any]:
-    """Run ``calibrate/_worker.py`` on ``ranks`` local ranks through DeepSpeed's launcher; returns per-run, per-rank
+def launch_worker(plan: dict[str, Any], ranks: int, out_dir: Path, timeout_seconds: float, *,
+                  worker: Path = WORKER) -> dict[str, Any]:
+    """Run ``worker`` (default ``calibrate/_worker.py``; the step-peak census passes ``_peak_worker.py``) on ``ranks`` local ranks through DeepSpeed's launcher; returns per-run, per-rank
     results ``{name: [rank0, rank1, ...]}``. Raises :class:`CalibrationError` on a timeout (the launcher's process
     group is killed), a failed launch, or a rank that wrote no result."""
     _require("torch", "deepspeed", "transformers")
@@ -306,7 +307,7 @@ def launch_worker(plan: dict[str, Any], ranks: int, out_dir: Path, timeout_secon
     plan_path = out_dir / "plan.json"
     plan_path.write_text(json.dumps(plan, indent=1))
     cmd = [sys.executable, "-u", "-m", "deepspeed.launcher.runner", "--num_gpus", str(ranks), "--no_local_rank",
-           "--master_port", str(_free_port()), str(WORKER), "--plan", str(plan_path), "--out", str(out_dir)]
+           "--master_port", str(_free_port()), str(worker), "--plan", str(plan_path), "--out", str(out_dir)]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONWARNINGS"] = "ignore"

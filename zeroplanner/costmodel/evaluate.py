@@ -15,7 +15,8 @@ from .communication import communication_terms
 from .activations import checkpoint_offload_bytes_per_micro
 from .compute import compute_terms, optimizer_and_offload_terms
 from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
-from .memory import TERMS, memory_terms
+from .memory import TERMS, memory_term_parts, memory_terms_from_parts
+from .timeline import MEMORY_ERROR_FRACTION, PHASES, timeline, peak
 from .terms import TERM_INFO
 
 COMM_SHARE_WARNING = COMMUNICATION_SHARE_LIMIT
@@ -95,7 +96,9 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     and the optimizer step are exposed; ZeRO-3 module hooks cost host time the GPU waits for only beyond its own
     micro-step. The constants fitted on measured runs are in :mod:`.steptime_constants`.
     """
-    mem = memory_terms(ctx, cand)
+    parts = memory_term_parts(ctx, cand)
+    mem = memory_terms_from_parts(ctx, cand, parts)
+    step_peak, peak_phase = peak(timeline(ctx, cand, parts))
     comm = communication_terms(ctx, cand)
     comp = compute_terms(ctx, cand)
     opt = optimizer_and_offload_terms(ctx, cand)
@@ -115,12 +118,19 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     batch_n = n // cand.sp if split else n
     tokens = cand.micro_batch * ga * batch_n * ctx.scenario.training.seq_len
     usable = ctx.gpu_memory_bytes * (1.0 - a.gpu_memory_margin_fraction)
-    fits_gpu = mem["total"] <= usable
+    # the step's peak (timeline.py), not the sum of every term at its own maximum, decides the fit
+    fits_gpu = step_peak <= usable
+    headroom = ctx.gpu_memory_bytes - step_peak
     fits_cpu = mem["host_per_node"] * a.host_buffer_factor <= c.cpu_memory_bytes
     fits_nvme = mem["nvme_per_node"] <= c.nvme_bytes
     out = dict(mem)
     out.update(
         {
+            "peak": step_peak,
+            "peak_phase": peak_phase.astype(np.float64),
+            "headroom": headroom,
+            # headroom below the model's measured error of the peak: the fit is not proven (timeline.py)
+            "memory_risky": headroom < MEMORY_ERROR_FRACTION * step_peak,
             "data_parallel_degree": n,
             "comm_all_reduce": comm["all_reduce"],
             "comm_reduce_scatter": comm["reduce_scatter"],
@@ -190,8 +200,48 @@ class Term(Output):
     source: str
 
 
+class TimelinePoint(Output):
+    """One moment of the step (costmodel/timeline.py): its phase, what happens, bytes per GPU by term and in all."""
+
+    phase: str
+    label: str
+    bytes: dict[str, int]
+    total: int
+
+
+class StepPeak(Output):
+    """The step's peak per GPU (costmodel/timeline.py) and how much memory it leaves: bytes, fractions of GPU memory.
+
+    ``error_fraction`` is the model's measured error of the peak (timeline.MEMORY_ERROR_FRACTION); ``risky`` when the
+    headroom is below that error times the peak."""
+
+    bytes: int
+    phase: str
+    gpu_memory_bytes: int
+    headroom_bytes: int
+    headroom_fraction: float
+    error_fraction: float
+    risky: bool
+    timeline: list[TimelinePoint]
+
+    def verdict(self) -> str:
+        """One line: the peak of GPU memory, its phase, the headroom in GiB and %, and whether that is below the
+        model's error, e.g. "peak 37.5 of 39.5 GiB per GPU, in the loss backward; headroom 2.0 GiB (5%): below
+        the model's error of 6.4% of the peak, risky"."""
+        line = (f"peak {gib(self.bytes):.1f} of {gib(self.gpu_memory_bytes):.1f} GiB per GPU, in the {self.phase}; "
+                f"headroom {gib(self.headroom_bytes):.1f} GiB ({self.headroom_fraction:.0%})")
+        if self.headroom_bytes < 0:
+            return line + ": does not fit"
+        if self.risky:
+            return line + f": below the model's error of {self.error_fraction:.1%} of the peak, risky"
+        return line
+
+
 class Estimate(Output):
-    """Everything the cost model says about one scenario. Bytes, seconds, tokens/s, TFLOP/s."""
+    """Everything the cost model says about one scenario. Bytes, seconds, tokens/s, TFLOP/s.
+
+    ``per_gpu_bytes`` gives every term at its own maximum (their sum, ``total``, is what the step would hold if all
+    peaked at once); ``step_peak`` is the step's real peak and decides ``fits_gpu``."""
 
     parameters: int
     trainable_parameters: int
@@ -229,6 +279,8 @@ class Estimate(Output):
     """Ulysses all-to-alls and position_ids all-gathers, exposed (part of communication.exposed_seconds_per_step)."""
     checkpoint_offload_seconds_per_step: float = 0.0
     """PCIe time of the activation-checkpoint offload, blocking (part of offload_seconds_per_step)."""
+    step_peak: StepPeak | None = None
+    """The peak over one step, its phase, the headroom and the timeline (costmodel/timeline.py)."""
 
     def summary(self) -> str:
         """Two lines for humans (GiB, s, tokens/s). Host RAM is the figure the verdict compares with the node's
@@ -243,8 +295,10 @@ class Estimate(Output):
                    f"{self.host_required_bytes / self.per_node_cpu_bytes:.2g} headroom)")
         else:
             ram = f"host {gib(self.per_node_cpu_bytes):.1f} GiB/node"
+        peak = (self.step_peak.verdict() if self.step_peak is not None
+                else f"{gib(m.total):.1f} GiB per GPU of {gib(self.gpu_memory_bytes):.1f}")
         return (
-            f"{gib(m.total):.1f} GiB per GPU of {gib(self.gpu_memory_bytes):.1f} GiB ({verdict}); {ram}\n"
+            f"{peak} ({verdict}); {ram}\n"
             f"step {self.step_seconds:.3f} s (compute {self.compute_seconds_per_step:.3f} s, exposed comm "
             f"{self.communication.exposed_seconds_per_step - host:.3f} s"
             + (f" + ZeRO host hooks {host:.3f} s" if host > 0 else "")
@@ -276,7 +330,7 @@ def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]
                  "measured small-model runs (ZeRO-3 2.5-3.3x slower than ZeRO-1, LianjiaTech/BELLE #402: "
                  "BLOOM-560M on 2 GPUs); a larger micro-batch or ZeRO-1/2 hides it")
     if not values["fits_gpu"]:
-        w.append(f"GPU memory: needs {gib(values['total']):.1f} GiB per GPU, "
+        w.append(f"GPU memory: the step peaks at {gib(values['peak']):.1f} GiB per GPU, "
                  f"{gib(c.memory_per_gpu_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB "
                  "usable")
     w += [_with_fix(p) for p in pitfalls if p.rule in host]
@@ -342,4 +396,18 @@ def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], inde
         achieved_fraction=v["achieved_fraction"],
         warnings=scenario_warnings(scenario, v),
         terms=terms,
+        step_peak=step_peak_of(scenario, v),
     )
+
+
+def step_peak_of(scenario: Scenario, v: dict[str, float]) -> StepPeak:
+    """The :class:`StepPeak` of one scenario: its timeline (recomputed for this one candidate) and the peak, phase
+    and headroom of the evaluated values ``v``."""
+    pts = timeline(make_context(scenario), Candidates.from_scenario(scenario))
+    points = [TimelinePoint(phase=p.phase, label=p.label, bytes={k: int(round(float(x.item())))
+                                                                   for k, x in p.terms.items()},
+                            total=int(round(float(p.total.item())))) for p in pts]
+    mem = scenario.cluster.memory_per_gpu_bytes
+    return StepPeak(bytes=int(round(v["peak"])), phase=PHASES[int(v["peak_phase"])], gpu_memory_bytes=mem,
+                    headroom_bytes=int(round(v["headroom"])), headroom_fraction=v["headroom"] / mem,
+                    error_fraction=MEMORY_ERROR_FRACTION, risky=bool(v["memory_risky"]), timeline=points)

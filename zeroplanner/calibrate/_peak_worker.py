@@ -1,0 +1,235 @@
+"""Worker for the step-peak census: live tensor bytes over whole DeepSpeed training steps, per rank, by phase.
+
+Run on every rank by :func:`zeroplanner.calibrate.peak.measure_step_peaks` through DeepSpeed's launcher::
+
+    deepspeed --num_gpus N --no_local_rank zeroplanner/calibrate/_peak_worker.py --plan plan.json --out DIR
+
+``plan.json`` is ``{"device": "cpu", "runs": [run, ...]}``; a run is ``{"name", "hf_config", "ds_config", "steps",
+"micro_batch", "seq_len", "grad_accum", "checkpointing", "seed"}``.
+
+How the bytes are measured (and why this way): torch's profiler with ``profile_memory=True`` records every
+allocation and free of the c10 CPU allocator with the running total of the bytes allocated since the profiler
+started and not yet freed (``_ExtraFields_Allocation.total_allocated``; c10/core/CPUAllocator.cpp
+``ProfiledCPUMemoryReporter``). The profiler starts before the model is built, so that total is exactly the live
+bytes of every tensor the run allocated: parameters, DeepSpeed's flat partitions and buckets, optimizer states,
+activations, autograd temporaries, each counted from the moment the allocator hands it out to the moment it is
+freed, including those that live only inside C++ (autograd's saved tensors and the intermediates of an op). A
+census of Python-reachable tensors (the calibration worker's) cannot see the latter, and a ``TorchDispatchMode``
+tracker sees storages but not the allocator's own timing. Phase boundaries are zero-length ``record_function``
+markers in the same trace (same clock). Python's automatic garbage collection is off during the steps and
+``gc.collect()`` runs at every phase boundary the worker controls (before forward, backward and the optimizer
+step, and after it), so what a phase holds does not depend on when the collector happens to run: with the automatic
+collector, two ranks of the same run differed by a whole fp32 gradient copy, a reference cycle of the previous
+step's collected on one rank and not yet on the other:
+
+- ``forward``: the engine's forward up to the LM head's forward pre-hook;
+- ``loss forward``: the LM head and the loss, until the engine's forward returns;
+- ``loss backward``: from ``engine.backward`` until the gradient reaches the LM head's input (a hook on that
+  tensor): the loss, log-softmax and LM-head backward;
+- ``backward``: the rest of ``engine.backward`` (decoder layers, embedding, ZeRO's reduction epilogue);
+- ``optimizer step``: ``engine.step()``.
+
+For every rank the worker writes ``DIR/<name>.rank<r>.json`` with ``after_init_bytes`` (live after
+``deepspeed.initialize``), per step and micro-step the max and end bytes of each phase, and ``peak_bytes`` /
+``peak_phase`` of the last step. Measurements only: nothing here is predicted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import traceback
+
+PHASES = ("forward", "loss forward", "loss backward", "backward", "optimizer step")
+"""Phase names, in order within one micro-step (:mod:`zeroplanner.costmodel.timeline` uses the same names)."""
+
+_MARK = "zp::"
+
+
+def _mark(torch, label: str) -> None:
+    with torch.profiler.record_function(_MARK + label):
+        pass
+
+
+def _allocation_series(prof):
+    """(time_ns, live_bytes) after every CPU allocation or free of this run, and (time_ns, label) of every marker.
+
+    live_bytes is summed here from the events themselves: + the size of each allocation, - the size of each free
+    of a block allocated while this profiler ran. Frees of older blocks (a previous run's objects collected now)
+    are left out, and so is the profiler's own running total, which c10 keeps across profiler sessions and does not
+    decrement for blocks freed while no profiler ran."""
+    tree = prof.profiler.kineto_results.experimental_event_tree()
+    events, marks, stack = [], [], list(tree)
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        extra = node.extra_fields
+        if type(extra).__name__ == "_ExtraFields_Allocation":
+            if str(extra.device).startswith("cpu"):
+                events.append((node.start_time_ns, int(extra.alloc_size), int(extra.ptr)))
+        elif node.name.startswith(_MARK):
+            marks.append((node.start_time_ns, node.name[len(_MARK):]))
+    events.sort(key=lambda e: e[0])
+    marks.sort()
+    live, sizes, series = 0, {}, []
+    for t, size, ptr in events:
+        if size > 0:
+            sizes[ptr] = size
+            live += size
+        elif ptr in sizes:
+            live -= sizes.pop(ptr)
+        else:
+            continue
+        series.append((t, live))
+    return series, marks
+
+
+def _phase_table(allocs, marks):
+    """Split the allocation series at the markers: one row per (step, micro, phase) with the max live bytes in it
+    and the live bytes at its end."""
+    import bisect
+
+    times = [t for t, _ in allocs]
+    rows = []
+    live = 0
+    for i, (t0, label) in enumerate(marks):
+        step, micro, phase = label.split("|")
+        if phase == "end":
+            continue
+        t1 = marks[i + 1][0] if i + 1 < len(marks) else float("inf")
+        lo, hi = bisect.bisect_left(times, t0), bisect.bisect_left(times, t1)
+        before = allocs[lo - 1][1] if lo > 0 else 0
+        inside = [b for _, b in allocs[lo:hi]]
+        live = inside[-1] if inside else before
+        rows.append({"step": int(step), "micro": int(micro), "phase": phase, "start_bytes": before,
+                     "max_bytes": max([before, *inside]), "end_bytes": live})
+    return rows
+
+
+def _run_one(run, rank, world, out_dir):
+    import deepspeed
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from zeroplanner.calibrate._worker import _build_model
+
+    gc.unfreeze()
+    gc.collect()
+    # what is alive now (imports, earlier runs' leftovers) is frozen: the collections at the phase boundaries then
+    # walk only this run's objects (0.37 s a collection otherwise: calibrate/_worker.py)
+    gc.freeze()
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    prof.start()
+    torch.manual_seed(run.get("seed", 1234))
+    model = _build_model(run["hf_config"])
+    if run.get("checkpointing") == "full":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=run["ds_config"])
+    _mark(torch, "-1|0|init")
+    state = {"step": 0, "micro": 0}
+
+    def label(phase):
+        return f"{state['step']}|{state['micro']}|{phase}"
+
+    head = model.get_output_embeddings()
+    gc.disable()  # collected at the phase boundaries instead (module docstring)
+
+    def head_pre(_module, args):
+        _mark(torch, label("loss forward"))
+        x = args[0]
+        if x.requires_grad:
+            x.register_hook(lambda g: _mark(torch, label("backward")))
+
+    handle = head.register_forward_pre_hook(head_pre)
+    vocab = run["hf_config"].get("vocab_size", 256)
+    gen = torch.Generator().manual_seed(1000 + rank)
+    ga = int(run.get("grad_accum", 1))
+    for step in range(run["steps"]):
+        state["step"] = step
+        for micro in range(ga):
+            state["micro"] = micro
+            ids = torch.randint(0, vocab, (run["micro_batch"], run["seq_len"]), generator=gen)
+            gc.collect()
+            _mark(torch, label("forward"))
+            loss = engine(input_ids=ids, labels=ids).loss
+            gc.collect()
+            _mark(torch, label("loss backward"))
+            engine.backward(loss)
+            gc.collect()
+            _mark(torch, label("optimizer step"))
+            engine.step()
+            del loss, ids
+            gc.collect()
+    _mark(torch, "-1|0|end")
+    gc.enable()
+    prof.stop()
+    handle.remove()
+    allocs, marks = _allocation_series(prof)
+    rows = _phase_table(allocs, marks)
+    init = next(r for r in rows if r["phase"] == "init")
+    steps = [r for r in rows if r["phase"] != "init"]
+    last = [r for r in steps if r["step"] == run["steps"] - 1]
+    top = max(last, key=lambda r: r["max_bytes"])
+    result = {"name": run["name"], "rank": rank, "world_size": world, "device": "cpu",
+              "parameters": sum(p.numel() if getattr(p, "ds_numel", None) is None else p.ds_numel
+                                for p in model.parameters()),
+              "optimizer_class": type(engine.optimizer).__name__,
+              "basic_optimizer_class": type(getattr(engine, "basic_optimizer", None)).__name__,
+              "after_init_bytes": init["end_bytes"], "phases": steps,
+              "peak_bytes": top["max_bytes"], "peak_phase": top["phase"], "peak_micro": top["micro"],
+              "allocation_events": len(allocs)}
+    with open(os.path.join(out_dir, f"{run['name']}.rank{rank}.json"), "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+    if hasattr(engine, "destroy"):
+        try:
+            engine.destroy()
+        except Exception:  # noqa: BLE001 - best effort; the next run's profiler starts from zero anyway
+            pass
+    del engine, model, prof
+    gc.collect()
+    import deepspeed.comm as dist
+
+    dist.barrier()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--out", required=True)
+    args, _ = parser.parse_known_args(argv)
+    with open(args.plan) as f:
+        plan = json.load(f)
+
+    import deepspeed
+    import deepspeed.comm as dist
+    import torch
+
+    from zeroplanner.calibrate._worker import cache_cpu_info
+
+    torch.set_num_threads(max(1, int(plan.get("threads_per_rank", 1))))
+    deepspeed.init_distributed(dist_backend="gloo")
+    cache_cpu_info()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    os.makedirs(args.out, exist_ok=True)
+    failures = 0
+    for run in plan["runs"]:
+        try:
+            _run_one(run, rank, world, args.out)
+        except Exception as exc:  # noqa: BLE001 - record and move on to the next config
+            failures += 1
+            with open(os.path.join(args.out, f"{run['name']}.rank{rank}.error.json"), "w") as f:
+                json.dump({"name": run["name"], "rank": rank, "error": f"{type(exc).__name__}: {exc}",
+                           "traceback": traceback.format_exc()}, f, indent=1)
+            print(f"[zeroplanner peak worker rank {rank}] run {run['name']} failed: {exc}", file=sys.stderr,
+                  flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    from zeroplanner.calibrate._worker import end_rank
+
+    end_rank(main())

@@ -1,0 +1,187 @@
+"""The step-peak census: the peak of live tensor bytes per rank over whole DeepSpeed training steps, measured on CPU
+ranks (gloo) for tiny real HF models, and the scenarios the cost model prices for the same runs.
+
+:data:`PEAK_RUNS` names the runs (family x configuration); :func:`peak_scenario` gives the zeroplanner Scenario
+and the HF config of one; :func:`measure_step_peaks` runs them in one DeepSpeed launch through
+``calibrate/_peak_worker.py`` (how the bytes are counted, and why with torch's profiler: that module's
+docstring). ``benchmarks/measure_step_peaks.py`` stores the result in ``zeroplanner/_measurements/step_peaks.json``;
+tests/evidence/test_step_peaks.py and docs/validation.md compare it with :func:`zeroplanner.costmodel.timeline`.
+
+Torch, DeepSpeed and transformers are imported by the worker only.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..specs import Scenario
+
+PEAK_WORKER = Path(__file__).with_name("_peak_worker.py")
+
+_BASE = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "max_position_embeddings": 1024}
+PEAK_FAMILIES: dict[str, dict[str, Any]] = {
+    # GQA 4/2 heads, SwiGLU 176 wide, RMSNorm, rotary, untied head; vocabulary 32x the width (Llama-2: 8x)
+    "llama": {"model_type": "llama", "num_key_value_heads": 2, "intermediate_size": 176, "vocab_size": 2048,
+              "tie_word_embeddings": False, **_BASE},
+    # the large vocabulary: 128x the width (Qwen2.5-7B: 152064 / 3584 = 42x; Gemma-2-2B: 256000 / 2304 = 111x)
+    "qwen2": {"model_type": "qwen2", "num_key_value_heads": 2, "intermediate_size": 176, "vocab_size": 8192,
+              "tie_word_embeddings": False, **_BASE},
+    # fused QKV, learned positions, LayerNorm, GELU, tied head; dropout off
+    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 4, "n_head": 4, "vocab_size": 1024, "n_positions": 1024,
+             "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "tie_word_embeddings": True},
+}
+"""Tiny configs of three HF families for the step-peak census."""
+
+PEAK_RANKS = 2
+PEAK_STEPS = 3
+"""Two CPU ranks; three optimizer steps (ZeRO-3 traces its parameter order in the first; the last is reported)."""
+
+_TINY_ZERO = {"reduce_bucket_size": 50_000, "allgather_bucket_size": 50_000, "stage3_prefetch_bucket_size": 20_000,
+              "stage3_param_persistence_threshold": 65}
+"""Bucket sizes for the tiny models (elements): DeepSpeed allocates a whole reduce bucket however small the model
+(memory.buffer_parts), so the 5e8 default would be 1 GB against a 1-3 MB model. The persistence threshold keeps
+the 64-wide vectors whole and partitions every matrix, as the 1e5 default does on a billion-parameter model."""
+
+_VARIANTS: dict[str, dict[str, Any]] = {
+    "s0": {"stage": 0},
+    "s1": {"stage": 1},
+    "s2": {"stage": 2},
+    "s3": {"stage": 3},
+    "s1-ga2": {"stage": 1, "grad_accum": 2},
+    "s2-ga2": {"stage": 2, "grad_accum": 2},
+    "s2-full": {"stage": 2, "checkpointing": "full"},
+    "s3-full": {"stage": 3, "checkpointing": "full"},
+    "s2-offload": {"stage": 2, "offload_optimizer": "cpu"},
+    "s3-offload": {"stage": 3, "offload_optimizer": "cpu"},
+    "s3-offload-param": {"stage": 3, "offload_optimizer": "cpu", "offload_param": "cpu"},
+    "s3-release": {"stage": 3, "stage3_max_live_parameters": 0, "stage3_max_reuse_distance": 0},
+    "s0-short": {"stage": 0, "seq_len": 16, "micro_batch": 1},
+    "s2-short": {"stage": 2, "seq_len": 16, "micro_batch": 1},
+    "s3-short": {"stage": 3, "seq_len": 16, "micro_batch": 1},
+}
+"""Configurations: stages 0-3 (bf16), gradient accumulation 2, full checkpointing, CPU optimizer offload, ZeRO-3
+parameter offload, and ZeRO-3 with stage3_max_live_parameters = reuse distance = 0 (every parameter released after
+use) beside the default (1e9: everything gathered stays); "-short": 16 tokens x 1 sample, where the model states
+outweigh the activations."""
+
+PEAK_RUNS: tuple[str, ...] = tuple(f"{fam}-{var}" for fam in PEAK_FAMILIES for var in _VARIANTS)
+PEAK_SEQ_LEN = 128
+PEAK_MICRO_BATCH = 2
+
+
+def peak_scenario(name: str) -> tuple[Scenario, dict[str, Any]]:
+    """(Scenario, HF config) of the :data:`PEAK_RUNS` run ``name``: the tiny model on one node of
+    :data:`PEAK_RANKS` GPUs, bf16, AdamW, sequence :data:`PEAK_SEQ_LEN` x micro-batch :data:`PEAK_MICRO_BATCH`,
+    the tiny bucket sizes, priced for the engine's CPU ranks (``Assumptions.device = "cpu"``).
+    Raises ``KeyError`` for an unknown name."""
+    from ..scenarios import build_scenario
+    from ..specs import replace
+
+    family, _, variant = name.partition("-")
+    if family not in PEAK_FAMILIES or variant not in _VARIANTS:
+        raise KeyError(f"unknown step-peak run {name!r}; known: {', '.join(PEAK_RUNS)}")
+    cfg = dict(PEAK_FAMILIES[family])
+    values = {"gpus_per_node": PEAK_RANKS, "nodes": 1, "precision": "bf16", "optimizer": "adamw",
+              "seq_len": PEAK_SEQ_LEN, "micro_batch": PEAK_MICRO_BATCH, "grad_accum": 1, "checkpointing": "none",
+              "flash_attention": True, **_TINY_ZERO, **_VARIANTS[variant]}
+    sc = build_scenario(hf_config=cfg, **values)
+    return replace(sc, assumptions=replace(sc.assumptions, device="cpu")), cfg
+
+
+def peak_plan(names: list[str] | tuple[str, ...] = PEAK_RUNS, *, steps: int = PEAK_STEPS) -> dict[str, Any]:
+    """The worker plan for ``names``: each run's HF config, its DeepSpeed config (:func:`engine_config`, CPU) and
+    the shapes."""
+    from . import engine_config
+
+    runs = []
+    for name in names:
+        sc, cfg = peak_scenario(name)
+        t = sc.training
+        runs.append({"name": name, "hf_config": {**cfg, "attn_implementation": "eager" if not t.flash_attention
+                                                 else "sdpa"},
+                     "ds_config": engine_config(sc, "cpu"), "steps": steps, "micro_batch": t.micro_batch,
+                     "seq_len": t.seq_len, "grad_accum": t.grad_accum, "checkpointing": t.checkpointing})
+    return {"device": "cpu", "runs": runs, "threads_per_rank": 1}
+
+
+def measure_step_peaks(names: list[str] | tuple[str, ...] = PEAK_RUNS, *, timeout_seconds: float = 1200.0,
+                       out_dir: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Run ``names`` on :data:`PEAK_RANKS` CPU ranks in one DeepSpeed launch; returns ``{name: [rank0, rank1]}``
+    as the worker wrote them. Raises :class:`~zeroplanner.calibrate.CalibrationError` on a failed launch or a
+    timeout, ``KeyError`` for an unknown name."""
+    from . import launch_worker
+
+    plan = peak_plan(names)
+    tmp = None
+    if out_dir is None:
+        tmp = tempfile.mkdtemp(prefix="zeroplanner-peak-")
+        out = Path(tmp)
+    else:
+        out = Path(out_dir)
+    try:
+        results = launch_worker(plan, PEAK_RANKS, out, timeout_seconds, worker=PEAK_WORKER)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    results.pop("_wall_seconds", None)
+    return results
+
+
+def stored_step_peaks() -> dict[str, Any]:
+    """The stored census (``zeroplanner/_measurements/step_peaks.json``): ``{"meta": {...}, "runs": {name:
+    [rank results]}}``."""
+    from importlib.resources import files
+
+    return json.loads(files("zeroplanner").joinpath("_measurements/step_peaks.json").read_text())
+
+
+def compact_results(results: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """What the store keeps of each rank: peak bytes and phase, live bytes after initialisation, and for the last
+    step the max / start / end bytes of every (micro-step, phase)."""
+    out = {}
+    for name, ranks in results.items():
+        rows = []
+        for r in ranks:
+            last = max(p["step"] for p in r["phases"])
+            rows.append({"rank": r["rank"], "peak_bytes": r["peak_bytes"], "peak_phase": r["peak_phase"],
+                         "peak_micro": r["peak_micro"], "after_init_bytes": r["after_init_bytes"],
+                         "optimizer_class": r["optimizer_class"], "parameters": r["parameters"],
+                         "last_step": [{k: p[k] for k in ("micro", "phase", "start_bytes", "max_bytes", "end_bytes")}
+                                       for p in r["phases"] if p["step"] == last]})
+        out[name] = rows
+    return out
+
+
+def step_peak_rows(stored: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Predicted against measured for every stored run: the measured peak of the rank that peaks highest (the GPU
+    that would run out first) and its phase, the other rank's peak, the predicted peak and phase
+    (:mod:`zeroplanner.costmodel.timeline`), and the relative error (predicted - measured) / measured."""
+    from ..costmodel.context import Candidates, make_context
+    from ..costmodel.timeline import PHASES, peak, timeline
+
+    stored = stored if stored is not None else stored_step_peaks()
+    rows = []
+    for name, ranks in stored["runs"].items():
+        sc, _ = peak_scenario(name)
+        pk, ph = peak(timeline(make_context(sc), Candidates.from_scenario(sc)))
+        top = max(ranks, key=lambda r: r["peak_bytes"])
+        predicted = float(pk.item())
+        rows.append({"name": name, "stage": sc.zero.stage, "measured_bytes": top["peak_bytes"],
+                     "measured_phase": top["peak_phase"],
+                     "other_rank_bytes": min(r["peak_bytes"] for r in ranks),
+                     "predicted_bytes": predicted, "predicted_phase": PHASES[int(ph.item())],
+                     "error": (predicted - top["peak_bytes"]) / top["peak_bytes"]})
+    return rows
+
+
+def peak_error_fraction(rows: list[dict[str, Any]], quantile: float = 0.9) -> float:
+    """The headroom, as a fraction of the predicted peak, that covers the measured peak on ``quantile`` of the rows:
+    the quantile of (measured - predicted) / predicted, at least 0 (numpy's linear interpolation)."""
+    import numpy as np
+
+    under = [(r["measured_bytes"] - r["predicted_bytes"]) / r["predicted_bytes"] for r in rows]
+    return max(0.0, float(np.quantile(under, quantile)))

@@ -1,0 +1,211 @@
+"""Memory over one training step, per GPU: a few points per phase, bytes by term; the step's peak is their maximum.
+
+A step does not peak at the sum of every term at its own maximum (``memory.memory_terms``' ``total``): the logits'
+gradients exist only in the loss backward, the fp32 gradient partition and the optimizer's temporaries only in the
+optimizer step, the saved activations not after backward. This module places each term at the moments it is alive:
+
+- ``forward`` (points after each quarter of the layers): held states + the saved activations so far (+ ZeRO-3's
+  gathered parameters);
+- ``loss forward``: + the logits (a_b), their fp32 upcast (4) and the fp32 log-softmax (4) per token and vocabulary
+  entry (transformers ``ForCausalLMLoss``: ``logits = logits.float()`` then ``cross_entropy``; a model returning
+  fp32 logits has no upcast copy);
+- ``loss backward``: the log-softmax output saved for backward, its incoming gradient and the gradient it produces,
+  4 + 4 + 4 bytes per logit (``log_softmax_backward_data``), the 16-bit logits already freed;
+- ``backward`` (start, quarters, end): the LM head's weight gradient at the start; the gradient flowing through
+  the layers (the residual stream's and the current layer's input gradient, 2 a_b per token and hidden unit); the
+  saved activations freed layer by layer while the gradients the stage keeps grow to the end-of-backward figure (stage 0: the 16-bit
+  gradients; ZeRO-1/2/3: the 16-bit partition) and the reduce bucket is in use;
+- ``optimizer step``: the gradients at the step (``memory.gradient_parts``: the measured gradient peak) and the
+  optimizer's temporaries: none for DeepSpeed's FusedAdam on a GPU (multi-tensor, in place) or for the CPU optimizer
+  of offload; on the engine's CPU ranks torch's single-tensor AdamW (torch/optim/adamw.py ``_single_tensor_adam``:
+  ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)``: two fp32 temporaries the size of the tensor
+  it steps, the flat fp32 partition under ZeRO), while ZeRO-1/2 have already freed the 16-bit partition
+  (stage_1_and_2.py ``step``: ``free_grad_in_param_list`` before ``optimizer.step``).
+
+Gradient accumulation: later micro-steps also hold what the earlier ones accumulated (stage 0 and ZeRO-1 the full
+16-bit gradients, ZeRO-2/3 the 16-bit partition).
+
+Every point is measured against the step-peak census (DeepSpeed 0.19.8 on 2 CPU ranks, live tensor bytes from
+torch's allocator events; zeroplanner.calibrate.peak, docs/validation.md "Peak memory over one step"). On a GPU the
+runtime parts (CUDA context, workspaces, NCCL buffers, allocator slack: ``memory.overhead_parts``) are added to
+every point; on CPU (``Assumptions.device = "cpu"``) there are none.
+
+:func:`timeline` returns the points for every candidate (arrays shaped like ``cand``); :func:`peak` their maximum
+and the index of the phase it falls in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .activations import _FP32_LOGITS_FAMILIES, activation_parts, layer_activation_bytes, local_tokens
+from .context import Candidates, Context, data_parallel_degree
+
+PHASES = ("forward", "loss forward", "loss backward", "backward", "optimizer step")
+"""The phases of one micro-step, in order (the names the step-peak census uses)."""
+
+TIMELINE_TERMS = ("parameters", "optimizer_states", "gradients", "activations", "logits", "buffers",
+                  "temporaries", "offloaded", "runtime")
+"""The terms of a timeline point. ``logits``: the loss's logits, upcast, log-softmax and their gradients;
+``temporaries``: the optimizer's and the LM head's transient tensors; ``offloaded``: on the engine's CPU ranks
+only, what offload keeps in host RAM, which there is the same memory (``memory.host_parts`` per rank; 0 on a GPU);
+``runtime``: the GPU-only parts
+(``memory.overhead_parts``: CUDA context, workspaces, allocator slack; 0 on CPU)."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One moment of the step: its phase, a label, and bytes per GPU by term (arrays shaped like the candidates)."""
+
+    phase: str
+    label: str
+    terms: dict[str, np.ndarray]
+
+    @property
+    def total(self) -> np.ndarray:
+        return sum(self.terms.values())
+
+
+def _zeros(cand: Candidates) -> np.ndarray:
+    return np.zeros(cand.shape)
+
+
+def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> list[Point]:
+    """The points of one optimizer step (the last micro-step of a gradient-accumulation cycle), per GPU, bytes.
+
+    ``parts``: :func:`zeroplanner.costmodel.memory.memory_term_parts` if already computed. Every term array is shaped
+    like ``cand``. Raises nothing for a valid context."""
+    from .memory import memory_term_parts
+
+    parts = parts if parts is not None else memory_term_parts(ctx, cand)
+    sc = ctx.scenario
+    m, t = sc.model, sc.training
+    cpu = sc.assumptions.device == "cpu"
+    z = np.zeros(cand.shape)
+    st = cand.stage
+    n = data_parallel_degree(ctx, cand).astype(np.float64)
+    w = float(ctx.weight_bytes)
+    a_b = 4.0 if t.precision == "fp32" else 2.0
+    psi_t = float(ctx.trainable)
+    off_opt = cand.offload_optimizer > 0
+    full = cand.checkpointing == 2
+
+    params = parts["parameters"].value + z
+    states = parts["optimizer_states"].value + z
+    a = sc.assumptions
+    offloaded = parts["host_memory"].value / float(ctx.gpus_per_node) + z if cpu else z
+    buf = parts["buffers"]
+
+    # -- gradients held by the last micro-step before its own backward (accumulation)
+    accum = cand.grad_accum > 1
+    grad_end_bwd = np.where(st <= 1, w * psi_t, w * psi_t / n)  # 16-bit: full (stage 0, ZeRO-1) or the partition
+    grad_end_bwd = np.where((off_opt & (st >= 1)) | (st == 3), 0.0, grad_end_bwd)  # ZeRO-3: in held3 below
+    grad_held = np.where(accum, grad_end_bwd, 0.0)
+
+    # -- activations
+    act = activation_parts(ctx, cand)
+    tokens = local_tokens(ctx, cand)
+    h = float(m.hidden_size)
+    recomputed = np.where(full, layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing,
+                                                       cand.sp if bool(np.any(cand.sp > 1)) else None), 0.0)
+    layers_fwd = act["layers"] - recomputed  # stored inputs only under full checkpointing
+    a_fwd = layers_fwd + act["final"] + act["inputs"] + act.get("vision", z)
+
+    # -- logits (per token and vocabulary entry over the tensor-parallel ranks: activations.activation_term's t_V)
+    t_v = float(ctx.tp) if m.tied_embeddings else 1.0
+    logit_elems = tokens * float(m.vocab_size) / t_v
+    fp32_logits = m.family in _FP32_LOGITS_FAMILIES or t.precision == "fp32"
+    cap = a_b if m.final_logit_softcapping else 0.0
+    if t.tiled_loss:
+        # one chunk at a time, its backward inside the forward (activations.activation_term): the chunk's logits
+        # part, priced twice (forward and gradient; not measured)
+        chunk = act["logits"]
+        loss_fwd = chunk + z
+        loss_bwd = 2.0 * chunk + z
+    else:
+        loss_fwd = logit_elems * ((4.0 if fp32_logits else a_b + 4.0) + 4.0 + cap)
+        loss_bwd = logit_elems * (12.0 + cap)
+
+    # -- buffers by phase
+    stage3 = st == 3
+    gathered = buf.sum_of(("gathered live parameters",))
+    module_grad = buf.sum_of(("largest module's gradient",))
+    bucket = buf.sum_of(("reduce bucket", "all-reduce bucket"))
+    staging = buf.sum_of(("offload staging buffer",))
+    dequant = buf.sum_of(("dequantised 4-bit weight",))
+    head_elems = float(m.vocab_size * m.embed_width) / float(ctx.tp)
+    head_grad = w * head_elems + z
+
+    def point(phase, label, **terms):
+        full_terms = {k: terms.get(k, z) + z for k in TIMELINE_TERMS}
+        full_terms["parameters"] = params
+        full_terms["optimizer_states"] = states
+        full_terms["offloaded"] = offloaded
+        # GPU runtime: CUDA context and workspaces, and the caching allocator's slack over what is live now
+        live = sum(full_terms[k] for k in TIMELINE_TERMS if k != "runtime")
+        full_terms["runtime"] = z if cpu else a.cuda_context_bytes + a.allocator_fragmentation_fraction * live
+        return Point(phase, label, full_terms)
+
+    # ZeRO-3 allocates its 16-bit gradient partition (grad_partitions_flat_buffer, on the host with optimizer
+    # offload) and its reduce bucket once, at initialisation (stage3.py ``__init__``): held in every phase
+    # and, measured on the step-peak census (2.4-2.7 bytes per input-embedding element on the three families at rest
+    # between steps, not found in DeepSpeed's documentation), keeps the input embedding gathered between steps
+    embed = float(m.vocab_size * m.embed_width)
+    held3 = np.where(stage3, bucket + np.where(off_opt, 0.0, w * psi_t / n) + w * embed, 0.0)
+    pts = []
+    fwd_bufs = np.where(stage3, gathered, 0.0) + held3 + dequant
+    for q in (1, 2, 3, 4):
+        done = q / 4.0
+        pts.append(point("forward", f"forward, {q}/4 of the layers", gradients=grad_held,
+                         activations=layers_fwd * done + act["inputs"] + (act["final"] if q == 4 else 0.0),
+                         buffers=fwd_bufs))
+    pts.append(point("loss forward", "loss forward: logits, fp32 upcast, log-softmax", gradients=grad_held,
+                     activations=a_fwd, logits=loss_fwd, buffers=fwd_bufs))
+    pts.append(point("loss backward", "loss backward: log-softmax and its gradients", gradients=grad_held,
+                     activations=a_fwd, logits=loss_bwd, buffers=fwd_bufs))
+    bwd_bufs = np.where(stage3, gathered + module_grad + held3, bucket) + staging + dequant
+    # the gradient flowing back through the layers: the residual stream's gradient and the gradient the layer
+    # being differentiated produces for its input, a_b bytes per token and hidden unit each (over the Ulysses ranks)
+    act_grads = 2.0 * a_b * tokens * h
+    for q in (0, 1, 2, 3, 4):
+        done = q / 4.0
+        grads = grad_held + (grad_end_bwd - grad_held) * done
+        label = "backward start: LM head gradient" if q == 0 else f"backward, {q}/4 of the layers"
+        pts.append(point("backward", label, gradients=grads,
+                         activations=(layers_fwd * (1.0 - done) + np.where(full & (q < 4), recomputed, 0.0)
+                                      + (act["inputs"] + act_grads if q < 4 else 0.0)),
+                         temporaries=head_grad if q == 0 else z, buffers=bwd_bufs))
+    # optimizer step
+    grad_step = parts["gradients"].value + z
+    if cpu:
+        flat = np.where(st == 0, float(ctx.largest_module), psi_t / n)
+        temps = np.where(off_opt, 0.0, 2.0 * 4.0 * flat)
+        # ZeRO-1/2 free the 16-bit partition before the optimizer runs
+        grad_step = np.where((st >= 1) & (st <= 2) & ~off_opt, 4.0 * psi_t / n, grad_step)
+    else:
+        temps = z
+    # ZeRO-3: the 16-bit partition is the held buffer (held3); the step adds the fp32 partition
+    grad_step = np.where(stage3 & ~off_opt, 4.0 * psi_t / n, grad_step)
+    pts.append(point("optimizer step", "optimizer step: gradients for the step + optimizer temporaries",
+                     gradients=grad_step, temporaries=temps,
+                     buffers=np.where(stage3, held3, bucket) + staging))
+    return pts
+
+
+MEMORY_ERROR_FRACTION = 0.064
+"""The model's stated error of the step peak, as a fraction of the predicted peak: the headroom that covers the
+measured peak on 90% of the step-peak census (``calibrate.peak.peak_error_fraction``: the 0.9 quantile of
+(measured - predicted) / predicted over the 45 rows of docs/validation.md section 9, 6.35%, rounded up to 0.1%;
+tests/evidence/test_step_peaks.py recomputes it). The largest under-prediction there is 11.8%. GPU-only parts are
+priced separately (``runtime``) and not covered by it."""
+
+
+def peak(points: list[Point]) -> tuple[np.ndarray, np.ndarray]:
+    """(peak bytes, index into :data:`PHASES` of the phase the peak falls in), arrays shaped like the points'
+    terms; the first point wins a tie."""
+    totals = np.stack([p.total for p in points])
+    at = np.argmax(totals, axis=0)
+    phase_index = np.array([PHASES.index(p.phase) for p in points])[at]
+    return np.max(totals, axis=0), phase_index
