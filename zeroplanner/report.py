@@ -27,6 +27,48 @@ TERM_SERIES = tuple((s.key, s.label, s.colour) for s in MEMORY_SEGMENTS)
 TIME_SERIES = tuple((s.key, s.label, s.colour) for s in TIME_SEGMENTS)
 """Step-time chart segments (``costmodel.terms.TIME_SEGMENTS``)."""
 
+_MEMORY_COLOURS = {s.key: s.colour for s in MEMORY_SEGMENTS}
+TIMELINE_SERIES: tuple[tuple[str, str, str], ...] = (
+    ("parameters", "Parameters", _MEMORY_COLOURS.get("parameters", "#4c78a8")),
+    ("optimizer_states", "Optimizer states", _MEMORY_COLOURS.get("optimizer_states", "#e45756")),
+    ("gradients", "Gradients", _MEMORY_COLOURS.get("gradients", "#f58518")),
+    ("activations", "Activations", _MEMORY_COLOURS.get("activations", "#72b7b2")),
+    ("logits", "Logits and loss", "#eeca3b"),
+    ("buffers", "Buffers", _MEMORY_COLOURS.get("buffers", "#54a24b")),
+    ("temporaries", "Temporaries", "#ff9da6"),
+    ("offloaded", "Offloaded (CPU ranks)", "#9d755d"),
+    ("runtime", "Runtime (CUDA, NCCL, allocator)", _MEMORY_COLOURS.get("overhead", "#b279a2")),
+)
+"""Terms of a step-timeline point (``costmodel.timeline.TIMELINE_TERMS``' keys of ``TimelinePoint.bytes``), bottom
+to top, with their on-screen names and colours (the memory chart's colour where the term is one of its segments).
+The app's "Memory over one step" chart and the report's timeline use the same."""
+
+PHASE_SHORT = {"forward": "fwd", "loss forward": "loss fwd", "loss backward": "loss bwd", "backward": "bwd",
+               "optimizer step": "opt step"}
+"""Short names of the step's phases (``costmodel.timeline.PHASES``) for tick text."""
+
+
+def timeline_ticks(points: Sequence[Any]) -> list[str]:
+    """One short, distinct tick text per timeline point (``TimelinePoint``: ``phase``, ``label``): the phase's
+    short name and the point's place in it, e.g. 'fwd 1/4', 'loss bwd', 'bwd start', 'opt step'."""
+    import re
+
+    out: list[str] = []
+    for p in points:
+        text = PHASE_SHORT.get(p.phase, p.phase)
+        part = re.search(r"\d+/\d+", p.label)
+        if part:
+            text += " " + part.group(0)
+        elif p.phase == "backward" and "start" in p.label:
+            text += " start"
+        elif p.phase == "backward" and "end" in p.label:
+            text += " end"
+        base, k = text, 2
+        while text in out:
+            text, k = f"{base} ({k})", k + 1
+        out.append(text)
+    return out
+
 
 # --------------------------------------------------------------------------------------------------------------
 # SVG
@@ -95,12 +137,16 @@ def svg_stacked_bars(title: str, labels: Sequence[str], series: Sequence[tuple[s
                    f'stroke="#c62828" stroke-width="2" stroke-dasharray="6 4"/>')
     out.append(f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + ph}" stroke="#333"/>')
     out.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="#333"/>')
-    lx = left + 8
+    # the legend: one row above the plot; what does not fit in it continues in rows under the tick labels
+    lx, ly = left + 8, top - 14
     legend = [(name, colour) for name, colour, _ in series] + ([(line[0], "#c62828")] if line else [])
     for name, colour in legend:
-        out.append(f'<rect x="{lx}" y="{top - 14}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{lx + 14}" y="{top - 5}">{esc(name)}</text>')
-        lx += 24 + 7 * len(name)
+        step = 24 + 7 * len(name)
+        if lx + step > width - right + 20 and lx > left + 8:
+            lx, ly = left + 8, (top + ph + 72 if ly < top else ly + 16)
+        out.append(f'<rect x="{lx}" y="{ly}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{lx + 14}" y="{ly + 9}">{esc(name)}</text>')
+        lx += step
     out.append("</svg>")
     return "".join(out)
 
@@ -138,6 +184,48 @@ def time_chart(p: Any) -> str:
     series = [(s.label, s.colour, [segment_value(e, s) for _, e in rows]) for s in TIME_SEGMENTS]
     notes = [f"{e.tokens_per_second / 1e3:.3g}k tok/s" if e.fits else "OOM" for _, e in rows]
     return svg_stacked_bars("Step time (s) and tokens/s", labels, series, "seconds per step", notes=notes)
+
+
+def step_peak_line(e: Any) -> str:
+    """The headroom line of one estimate: ``Estimate.step_peak.verdict()`` (peak, its phase, headroom in GiB and %,
+    "risky" when the headroom is below the model's error); "" when the estimate has no step timeline."""
+    peak = getattr(e, "step_peak", None)
+    return peak.verdict() if peak is not None else ""
+
+
+def step_chart(e: Any, variant: str, scenario: Scenario) -> str:
+    """SVG: memory per GPU over one training step of ``e`` (an ``Estimate``; GiB), one bar per timeline point
+    stacked by term (:data:`TIMELINE_SERIES`), the GPU's memory as a line and "peak" over the peak point. "" when
+    the estimate has no step timeline."""
+    peak = getattr(e, "step_peak", None)
+    if peak is None or not peak.timeline:
+        return ""
+    points = peak.timeline
+    ticks = timeline_ticks(points)
+    used = [(key, name, colour) for key, name, colour in TIMELINE_SERIES if any(p.bytes.get(key, 0) for p in points)]
+    series = [(name, colour, [p.bytes.get(key, 0) / GIB for p in points]) for key, name, colour in used]
+    at = _peak_index(points, peak.phase)
+    notes = ["peak" if i == at else "" for i in range(len(points))]
+    return svg_stacked_bars(f"Memory over one step, {variant}: peak {peak.bytes / GIB:.1f} GiB in the {peak.phase}",
+                            ticks, series, "GiB per GPU", line=("GPU memory", scenario.cluster.memory_per_gpu_bytes / GIB),
+                            notes=notes)
+
+
+def _peak_index(points: Sequence[Any], phase: str) -> int:
+    """Index of the step's peak point: the largest total in the peak's phase (the first of equal ones)."""
+    if not points:
+        return -1
+    candidates = [i for i, p in enumerate(points) if p.phase == phase] or list(range(len(points)))
+    return max(candidates, key=lambda i: (points[i].total, -i))
+
+
+def phase_peaks(e: Any) -> list[tuple[str, float]]:
+    """(phase, its largest point in GiB per GPU) for each phase of ``e``'s step timeline, in step order."""
+    peak = getattr(e, "step_peak", None)
+    out: dict[str, float] = {}
+    for p in (peak.timeline if peak is not None else ()):
+        out[p.phase] = max(out.get(p.phase, 0.0), p.total / GIB)
+    return list(out.items())
 
 
 def _scenario_rows(s: Scenario) -> list[tuple[str, str]]:
@@ -193,6 +281,10 @@ def report_parts(scenario: Scenario) -> dict[str, Any]:
         "choice": p.choice.label if p.fits and p.choice is not None else None,
         "memory_svg": memory_chart(p, scenario),
         "time_svg": time_chart(p),
+        "step_svg": step_chart(p.estimate, "recommended" if p.fits else "as requested", p.scenario if p.fits
+                               else scenario),
+        "step_peak": step_peak_line(p.estimate),
+        "phase_peaks": phase_peaks(p.estimate),
         "explanations": explain_all(p.scenario if p.fits else scenario),
         "storage": offload_storage(p.scenario if p.fits else scenario),
         "config_text": config_text,
@@ -243,6 +335,12 @@ def _html(d: dict, title: str, link: str | None) -> str:
     head = (f"<h2>Recommendation: {esc(d['choice'])}</h2><p>{esc(_numbers_line(p.estimate, d['storage']))}</p>"
             if d["choice"]
             else "<h2>Nothing fits</h2><p>No ZeRO stage or offload choice fits this model on this cluster.</p>")
+    if d["step_peak"]:
+        head += f"<p class='step-peak'><b>Over one step:</b> {esc(d['step_peak'])}</p>"
+    phases = "".join(f"<tr><td>{esc(ph)}</td><td class='num'>{g:.1f} GiB</td></tr>" for ph, g in d["phase_peaks"])
+    step = (f"<figure class=\"chart step\">{d['step_svg']}</figure>"
+            f"<table class='step-phases'><tr><th>phase</th><th>largest point (GiB per GPU)</th></tr>{phases}</table>"
+            if d["step_svg"] else "")
     reasons = "".join(f"<li>{esc(r)}</li>" for r in p.reasons)
     warnings = "".join(f"<li>{esc(w)}</li>" for w in p.warnings)
     rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in d["scenario_rows"])
@@ -278,6 +376,7 @@ GiB = 2<sup>30</sup> bytes. Shareable link: <code class="link">{esc(link_text)}<
 <h2>Charts</h2>
 <figure class="chart memory">{d['memory_svg']}</figure>
 <figure class="chart time">{d['time_svg']}</figure>
+{step}
 <h2>Every number explained ({'recommended configuration' if d['choice'] else 'requested configuration'})</h2>
 <table class="terms">{''.join(terms)}</table>
 {'<h2>Host RAM and NVMe per node</h2><table class="storage">' + storage + '</table>' if storage else ''}
@@ -298,11 +397,17 @@ def _markdown(d: dict, title: str, link: str | None) -> str:
         lines += [f"## Recommendation: {d['choice']}", "", _numbers_line(p.estimate, d["storage"]), ""]
     else:
         lines += ["## Nothing fits", "", "No ZeRO stage or offload choice fits this model on this cluster.", ""]
+    if d["step_peak"]:
+        lines += [f"**Over one step:** {d['step_peak']}", ""]
     lines += [f"- {r}" for r in p.reasons]
     if p.warnings:
         lines += ["", "### Warnings", ""] + [f"- {w}" for w in p.warnings]
     lines += ["", "## Charts", "", f"![Memory per GPU]({svg_data_uri(d['memory_svg'])})", "",
-              f"![Step time]({svg_data_uri(d['time_svg'])})", "", "## Every number explained", ""]
+              f"![Step time]({svg_data_uri(d['time_svg'])})", ""]
+    if d["step_svg"]:
+        lines += [f"![Memory over one step]({svg_data_uri(d['step_svg'])})", "", "| phase | largest point (GiB per GPU) |",
+                  "|---|---|"] + [f"| {ph} | {g:.1f} |" for ph, g in d["phase_peaks"]] + [""]
+    lines += ["## Every number explained", ""]
     for e in d["explanations"].values():
         lines += [f"**{e.title}: {e.display}**. {e.words}", "", f"$${e.latex}$$", "", f"$${e.substituted}$$", "",
                   f"*Source:* {e.source}", ""]

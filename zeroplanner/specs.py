@@ -947,12 +947,15 @@ class Assumptions(_Frozen):
         "zeroplanner/costmodel/timeline.py MEMORY_ERROR_FRACTION, and says when an answer is below it)"
     )
     cuda_context_bytes: int = Field(
-        default=int(0.75 * GIB), ge=0, le=64 * GIB,
-        description="CUDA context + cuBLAS/NCCL workspaces per process (PyTorch CUDA context is 300-1000 MiB "
-        "depending on GPU and CUDA version; PyTorch docs, 'CUDA semantics: memory management')",
+        default=287_047_680, ge=0, le=64 * GIB,
+        description="the CUDA context per process, bytes: 287,047,680 measured with lazy module loading "
+        "(pytorch/pytorch#86509; 666,632,192 with eager loading); the cuBLAS workspace and NCCL buffers are priced "
+        "beside it (zeroplanner/costmodel/gpu_runtime.py)",
     )
     allocator_fragmentation_fraction: float = Field(
-        default=0.05, ge=0, le=1.0, description="caching-allocator slack over live tensors"
+        default=0.1168, ge=0, le=1.0, description="the caching allocator's reserved-but-unallocated bytes as a "
+        "fraction of the live bytes: the median of 7 published reserved/allocated pairs of DeepSpeed training runs "
+        "(0.013-0.258; zeroplanner/costmodel/gpu_runtime.py ALLOCATOR_SLACK_SAMPLES)"
     )
     host_buffer_factor: float = Field(
         default=1.5, ge=1.0, le=10.0,

@@ -244,7 +244,10 @@ def test_seed_qwen_vl_full_fine_tune_on_one_node_of_8_a100(freeze):
     """The seed: ms-swift full fine-tune of a Qwen-VL-Max-class multimodal model on ONE node of 8 x A100 (320 GB
     of GPU memory: A100-40GB) with ZeRO-3 + CPU offload. Qwen2.5-VL-72B (the largest open Qwen-VL), one 448x448
     image per sample, 2 TiB host RAM (as tests/evidence/test_seed_table.py's 70B case). Without offload nothing
-    fits; the planner picks ZeRO-3 with the optimizer in host RAM, as the seed, with reasons. The tower's
+    fits; the planner picks ZeRO-3 with offload, as the seed, with reasons. Since the step-peak model the optimizer
+    offload alone is not enough: ZeRO-3 + CPU optimizer peaks in the loss backward at 40.3 of 39.5 GiB (7.4 GiB of
+    it the loss's 12 bytes per logit at 4096 tokens x 152k vocabulary, docs/validation.md section 9), so the
+    parameters go to host RAM too (and the optimizer states, 1.7 TB with the 1.5x buffer, to NVMe). The tower's
     activations are in the plan's activation term (trainable: every block; frozen under full checkpointing: the
     recomputed blocks transformers still records)."""
     sc = build_scenario(model="qwen2.5-vl-72b", gpu="A100-40GB", gpus_per_node=8, nodes=1, seq_len=4096,
@@ -252,8 +255,11 @@ def test_seed_qwen_vl_full_fine_tune_on_one_node_of_8_a100(freeze):
     sc = replace(sc, training=replace(sc.training, images_per_sample=1, freeze_vision=freeze))
     p = plan(sc)
     assert p.fits and p.choice is not None
-    assert p.choice.stage == 3 and p.choice.offload_optimizer == "cpu"
-    assert p.reasons and "ZeRO-3" in p.reasons[0]
+    # trainable tower: ZeRO-3 with parameters in host RAM; frozen tower (fewer optimizer states): ZeRO-2 with AutoTP 8
+    # inside the node and the optimizer in host RAM also fits, and is faster
+    assert p.choice.offload_optimizer != "none"
+    assert (p.choice.stage == 3 and p.choice.offload_param == "cpu") or p.choice.autotp_size == 8
+    assert p.reasons and f"ZeRO-{p.choice.stage}" in p.reasons[0]
     assert any("without offload does not fit" in r for r in p.reasons)
     chosen = replace(sc, training=replace(sc.training, checkpointing=p.choice.checkpointing,
                                           micro_batch=p.choice.micro_batch))

@@ -209,6 +209,16 @@ class TimelinePoint(Output):
     total: int
 
 
+class RuntimePart(Output):
+    """One GPU-only memory part (costmodel/gpu_runtime.py): what, bytes per GPU (or a fraction of the live bytes for
+    the allocator's slack), and the source."""
+
+    label: str
+    bytes: int = 0
+    fraction_of_live: float = 0.0
+    source: str
+
+
 class StepPeak(Output):
     """The step's peak per GPU (costmodel/timeline.py) and how much memory it leaves: bytes, fractions of GPU memory.
 
@@ -223,12 +233,15 @@ class StepPeak(Output):
     error_fraction: float
     risky: bool
     timeline: list[TimelinePoint]
+    runtime_parts: list[RuntimePart] = []
+    """The GPU-only parts inside every point's ``runtime`` (none on CPU ranks): CUDA context, cuBLAS workspace,
+    NCCL buffers, each with its source, and the allocator's slack fraction of the live bytes."""
 
     def verdict(self) -> str:
         """One line: the peak of GPU memory, its phase, the headroom in GiB and %, and whether that is below the
-        model's error, e.g. "peak 37.5 of 39.5 GiB per GPU, in the loss backward; headroom 2.0 GiB (5%): below
+        model's error, e.g. "peak in the loss backward: 37.5 of 39.5 GiB per GPU; headroom 2.0 GiB (5%): below
         the model's error of 6.4% of the peak, risky"."""
-        line = (f"peak {gib(self.bytes):.1f} of {gib(self.gpu_memory_bytes):.1f} GiB per GPU, in the {self.phase}; "
+        line = (f"peak in the {self.phase}: {gib(self.bytes):.1f} of {gib(self.gpu_memory_bytes):.1f} GiB per GPU; "
                 f"headroom {gib(self.headroom_bytes):.1f} GiB ({self.headroom_fraction:.0%})")
         if self.headroom_bytes < 0:
             return line + ": does not fit"
@@ -408,6 +421,18 @@ def step_peak_of(scenario: Scenario, v: dict[str, float]) -> StepPeak:
                                                                    for k, x in p.terms.items()},
                             total=int(round(float(p.total.item())))) for p in pts]
     mem = scenario.cluster.memory_per_gpu_bytes
-    return StepPeak(bytes=int(round(v["peak"])), phase=PHASES[int(v["peak_phase"])], gpu_memory_bytes=mem,
+    runtime = []
+    if scenario.assumptions.device != "cpu":
+        from .gpu_runtime import ALLOCATOR_SLACK_SAMPLES
+        from .memory import runtime_parts
+
+        runtime = [RuntimePart(label=label, bytes=int(b), source=src) for label, b, src in
+                   runtime_parts(make_context(scenario))]
+        runtime.append(RuntimePart(
+            label="caching-allocator slack (reserved but unallocated), per live byte",
+            fraction_of_live=scenario.assumptions.allocator_fragmentation_fraction,
+            source=f"Assumptions.allocator_fragmentation_fraction; default: the median of {len(ALLOCATOR_SLACK_SAMPLES)} "
+                   "published reserved/allocated pairs (zeroplanner/costmodel/gpu_runtime.py ALLOCATOR_SLACK_SAMPLES)"))
+    return StepPeak(runtime_parts=runtime, bytes=int(round(v["peak"])), phase=PHASES[int(v["peak_phase"])], gpu_memory_bytes=mem,
                     headroom_bytes=int(round(v["headroom"])), headroom_fraction=v["headroom"] / mem,
                     error_fraction=MEMORY_ERROR_FRACTION, risky=bool(v["memory_risky"]), timeline=points)

@@ -382,10 +382,28 @@ def nvme_bytes(ctx: Context, cand: Candidates) -> np.ndarray:
 
 
 def overhead_parts(ctx: Context, cand: Candidates, live: np.ndarray) -> TermParts:
-    """CUDA context + workspaces, plus allocator fragmentation x ``live`` (the other five terms' bytes)."""
+    """The GPU runtime outside the tensors, bytes per GPU: the CUDA context, the cuBLAS workspace and the NCCL
+    buffers (:func:`zeroplanner.costmodel.gpu_runtime.scenario_runtime_parts`, each with its source), plus the
+    caching allocator's slack, ``allocator_fragmentation_fraction`` x ``live`` (the other five terms' bytes). None
+    on the engine's CPU ranks (``Assumptions.device = "cpu"``)."""
     a = ctx.scenario.assumptions
-    x = {"C": float(a.cuda_context_bytes), "f": a.allocator_fragmentation_fraction, "M_live": live}
-    return term("overhead", x, [("CUDA context", "C", True), ("allocator fragmentation", "f*M_live", True)])
+    if a.device == "cpu":
+        return term("overhead", {"M_live": live}, [("none on CPU ranks", "0*M_live", True)])
+    x = {"f": a.allocator_fragmentation_fraction, "M_live": live}
+    rows = []
+    for (label, value, _source), sym in zip(runtime_parts(ctx), ("C", "W_cublas", "B_nccl")):
+        x[sym] = value
+        rows.append((label.split(" (")[0], sym, True))
+    return term("overhead", x, rows + [("allocator slack", "f*M_live", True)])
+
+
+def runtime_parts(ctx: Context) -> list[tuple[str, float, str]]:
+    """(label, bytes, source) of the CUDA context, cuBLAS workspace and NCCL buffers per GPU of ``ctx``'s cluster."""
+    from .gpu_runtime import scenario_runtime_parts
+
+    c = ctx.scenario.cluster
+    return scenario_runtime_parts(c.gpu.name, world_size=c.world_size, nodes=c.nodes,
+                                  context_bytes=float(ctx.scenario.assumptions.cuda_context_bytes))
 
 
 def memory_term_parts(ctx: Context, cand: Candidates) -> dict[str, TermParts]:

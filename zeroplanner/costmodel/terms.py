@@ -88,9 +88,10 @@ _INFO = (
              "+ prefetch bucket) + largest module's gradient",
              "deepspeed/runtime/zero/stage_1_and_2.py ipg_buffer; stage3.py prefetch coordinator"),
     TermInfo("overhead", "Overhead", "Overhead", r"M_{ovh}", "memory", "bytes", "#b279a2",
-             "CUDA context and workspaces, plus caching-allocator fragmentation on the live bytes.",
-             "CUDA context + workspaces + allocator fragmentation × live bytes",
-             "Assumptions.cuda_context_bytes, allocator_fragmentation_fraction"),
+             "CUDA context, cuBLAS workspace and NCCL buffers, plus the caching allocator's slack on the live bytes.",
+             "CUDA context + cuBLAS workspace + NCCL buffers + allocator slack × live bytes",
+             "pytorch/pytorch#86509 (context), CublasHandlePool.cpp (workspace), NCCL init.cc (buffers), 7 published "
+             "reserved/allocated pairs (slack): zeroplanner/costmodel/gpu_runtime.py"),
     TermInfo("host_memory", "Host RAM per node", "Host RAM per node", r"M_{host}", "host", "bytes", None,
              "Host RAM each node needs for what is offloaded, summed over its GPUs (before the safety factor the "
              "fit multiplies it by). With NVMe offload: DeepSpeed's pinned swap buffers and what stays on the CPU.",
@@ -254,8 +255,10 @@ SYMBOLS: dict[str, Symbol] = {
     "B_pf": Symbol(r"B_{pf}", "elements", "stage3_prefetch_bucket_size"),
     "kept": Symbol(r"R", "parameters",
                    "parameters kept gathered from forward into backward: min(B_live, stage3_max_reuse_distance, Ψ)"),
-    "C": Symbol(r"C", "bytes", "CUDA context + workspaces"),
-    "f": Symbol(r"f", "fraction", "allocator fragmentation fraction"),
+    "C": Symbol(r"C", "bytes", "CUDA context (Assumptions.cuda_context_bytes)"),
+    "W_cublas": Symbol(r"W_{cuBLAS}", "bytes", "cuBLAS workspace (PyTorch's default for the GPU generation)"),
+    "B_nccl": Symbol(r"B_{NCCL}", "bytes", "NCCL buffers of one communicator (ring, upper bound)"),
+    "f": Symbol(r"f", "fraction", "caching-allocator slack: reserved but unallocated, per live byte"),
     "M_live": Symbol(r"M_{live}", "bytes", "the other five terms together"),
     "g": Symbol(r"g", "GPUs", "GPUs per node"),
     "n_ob": Symbol(r"n_{ob}", "buffers", "offload_optimizer buffer_count (pinned fp32 NVMe swap buffers of the "

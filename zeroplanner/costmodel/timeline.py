@@ -95,6 +95,10 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> list[
     params = parts["parameters"].value + z
     states = parts["optimizer_states"].value + z
     a = sc.assumptions
+    if not cpu:
+        from .memory import runtime_parts
+
+        fixed_runtime = float(sum(b for _, b, _ in runtime_parts(ctx)))
     offloaded = parts["host_memory"].value / float(ctx.gpus_per_node) + z if cpu else z
     buf = parts["buffers"]
 
@@ -143,9 +147,10 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> list[
         full_terms["parameters"] = params
         full_terms["optimizer_states"] = states
         full_terms["offloaded"] = offloaded
-        # GPU runtime: CUDA context and workspaces, and the caching allocator's slack over what is live now
+        # GPU runtime: CUDA context, cuBLAS workspace, NCCL buffers, and the caching allocator's slack over what is
+        # live now (memory.overhead_parts)
         live = sum(full_terms[k] for k in TIMELINE_TERMS if k != "runtime")
-        full_terms["runtime"] = z if cpu else a.cuda_context_bytes + a.allocator_fragmentation_fraction * live
+        full_terms["runtime"] = z if cpu else fixed_runtime + a.allocator_fragmentation_fraction * live
         return Point(phase, label, full_terms)
 
     # ZeRO-3 allocates its 16-bit gradient partition (grad_partitions_flat_buffer, on the host with optimizer
