@@ -3,7 +3,7 @@
     python benchmarks/measure_step_peaks.py            # every run of zeroplanner.calibrate.peak.PEAK_RUNS
     python benchmarks/measure_step_peaks.py --print    # the stored rows against today's prediction
 
-About 3 minutes on 2 cores (45 runs x 2 ranks, one DeepSpeed launch). Then re-render docs/validation.md with
+About 9 minutes on 2 cores (45 runs x 2 ranks, 3 DeepSpeed launches). Then re-render docs/validation.md with
 ``python benchmarks/make_validation.py --from-stored``.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zeroplanner.calibrate.peak import (PEAK_RANKS, PEAK_STEPS, compact_results, measure_step_peaks,  # noqa: E402
-                                        peak_error_fraction, step_peak_rows)
+from zeroplanner.calibrate.peak import (PEAK_LAUNCHES, PEAK_RANKS, PEAK_STEPS, compact_results,  # noqa: E402
+                                        measure_step_peaks, peak_error_fraction, step_peak_rows)
 
 STORE = ROOT / "zeroplanner" / "_measurements" / "step_peaks.json"
 
@@ -35,13 +35,17 @@ def main(argv=None) -> int:
         import torch
         import transformers
 
-        results = measure_step_peaks(timeout_seconds=args.timeout)
+        runs: dict = {}
+        for launch in range(PEAK_LAUNCHES):
+            for name, ranks in compact_results(measure_step_peaks(timeout_seconds=args.timeout), launch).items():
+                runs.setdefault(name, []).extend(ranks)
         meta = {"measured_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                "machine": f"{platform.machine()} Linux, {PEAK_RANKS} CPU ranks (gloo), {PEAK_STEPS} steps",
+                "machine": f"{platform.machine()} Linux, {PEAK_RANKS} CPU ranks (gloo), {PEAK_STEPS} steps, "
+                           f"{PEAK_LAUNCHES} launches",
                 "deepspeed": deepspeed.__version__, "torch": torch.__version__,
                 "transformers": transformers.__version__,
                 "method": "torch.profiler allocation events (zeroplanner/calibrate/_peak_worker.py)"}
-        STORE.write_text(json.dumps({"meta": meta, "runs": compact_results(results)}, indent=0))
+        STORE.write_text(json.dumps({"meta": meta, "runs": runs}, indent=0))
         print(f"wrote {STORE.relative_to(ROOT)}")
     rows = step_peak_rows(json.loads(STORE.read_text()))
     for r in rows:

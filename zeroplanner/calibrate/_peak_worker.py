@@ -57,10 +57,13 @@ def _mark(torch, label: str) -> None:
 def _allocation_series(prof):
     """(time_ns, live_bytes) after every CPU allocation or free of this run, and (time_ns, label) of every marker.
 
-    live_bytes is summed here from the events themselves: + the size of each allocation, - the size of each free
-    of a block allocated while this profiler ran. Frees of older blocks (a previous run's objects collected now)
-    are left out, and so is the profiler's own running total, which c10 keeps across profiler sessions and does not
-    decrement for blocks freed while no profiler ran."""
+    live_bytes is c10's running total of the bytes allocated while a profiler ran and not yet freed
+    (``total_allocated``, recorded with each event in the order the allocator saw them, so events with the same
+    timestamp need no ordering), less its value before this run's first event. c10 keeps that total across profiler
+    sessions; blocks an earlier run left and this one frees (a "foreign" free: a pointer this run never allocated)
+    are added back, so the series holds this run's own tensors only. (Summing the sizes in timestamp order instead
+    drifts: an allocation reusing an address freed in the same nanosecond can sort before the free; three launches
+    of one run then differed by up to 5%.)"""
     tree = prof.profiler.kineto_results.experimental_event_tree()
     events, marks, stack = [], [], list(tree)
     while stack:
@@ -69,21 +72,24 @@ def _allocation_series(prof):
         extra = node.extra_fields
         if type(extra).__name__ == "_ExtraFields_Allocation":
             if str(extra.device).startswith("cpu"):
-                events.append((node.start_time_ns, int(extra.alloc_size), int(extra.ptr)))
+                events.append((node.start_time_ns, int(extra.alloc_size) < 0, int(extra.alloc_size),
+                               int(extra.ptr), int(extra.total_allocated)))
         elif node.name.startswith(_MARK):
             marks.append((node.start_time_ns, node.name[len(_MARK):]))
-    events.sort(key=lambda e: e[0])
+    events.sort(key=lambda e: (e[0], e[1]))  # same nanosecond: allocations before frees (foreign-free test only)
     marks.sort()
-    live, sizes, series = 0, {}, []
-    for t, size, ptr in events:
+    if not events:
+        return [], marks
+    baseline = events[0][4] - events[0][2]
+    mine, foreign, series = set(), 0, []
+    for t, _is_free, size, ptr, total in events:
         if size > 0:
-            sizes[ptr] = size
-            live += size
-        elif ptr in sizes:
-            live -= sizes.pop(ptr)
+            mine.add(ptr)
+        elif ptr in mine:
+            mine.discard(ptr)
         else:
-            continue
-        series.append((t, live))
+            foreign += -size
+        series.append((t, total - baseline + foreign))
     return series, marks
 
 
