@@ -206,9 +206,9 @@ def step_chart(e: Any, variant: str, scenario: Scenario) -> str:
     series = [(name, colour, [p.bytes.get(key, 0) / GIB for p in points]) for key, name, colour in used]
     at = _peak_index(points, peak.phase)
     notes = ["peak" if i == at else "" for i in range(len(points))]
-    return svg_stacked_bars(f"Memory over one step, {variant}: peak {peak.bytes / GIB:.1f} GiB in the {peak.phase}",
-                            ticks, series, "GiB per GPU", line=("GPU memory", scenario.cluster.memory_per_gpu_bytes / GIB),
-                            notes=notes)
+    title = f"Memory over one step, {variant}: peak {peak.bytes / GIB:.1f} GiB in the {peak.phase}"
+    return svg_stacked_bars(title, ticks, series, "GiB per GPU",
+                            line=("GPU memory", scenario.cluster.memory_per_gpu_bytes / GIB), notes=notes)
 
 
 def _peak_index(points: Sequence[Any], phase: str) -> int:
@@ -405,8 +405,9 @@ def _markdown(d: dict, title: str, link: str | None) -> str:
     lines += ["", "## Charts", "", f"![Memory per GPU]({svg_data_uri(d['memory_svg'])})", "",
               f"![Step time]({svg_data_uri(d['time_svg'])})", ""]
     if d["step_svg"]:
-        lines += [f"![Memory over one step]({svg_data_uri(d['step_svg'])})", "", "| phase | largest point (GiB per GPU) |",
-                  "|---|---|"] + [f"| {ph} | {g:.1f} |" for ph, g in d["phase_peaks"]] + [""]
+        lines += [f"![Memory over one step]({svg_data_uri(d['step_svg'])})", "",
+                  "| phase | largest point (GiB per GPU) |", "|---|---|"]
+        lines += [f"| {ph} | {g:.1f} |" for ph, g in d["phase_peaks"]] + [""]
     lines += ["## Every number explained", ""]
     for e in d["explanations"].values():
         lines += [f"**{e.title}: {e.display}**. {e.words}", "", f"$${e.latex}$$", "", f"$${e.substituted}$$", "",

@@ -32,7 +32,7 @@ def test_html_report_is_self_contained_and_shows_the_plan():
     # nothing to fetch: no scripts, no external stylesheets or images
     assert "<script" not in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
-    assert page.count("<svg") == 2
+    assert page.count("<svg") == 3  # memory per GPU, step time, memory over one step
     assert f"Recommendation: {p.choice.label}" in page
     for reason in p.reasons:
         assert reason.replace("'", "&#x27;").replace('"', "&quot;").replace("<", "&lt;") in page
@@ -62,7 +62,7 @@ def test_chart_bars_are_the_planners_numbers():
 def test_markdown_report_embeds_svg_images():
     md = build_report(SCENARIO, "markdown")
     uris = re.findall(r"!\[[^\]]*\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", md)
-    assert len(uris) == 2
+    assert len(uris) == 3
     assert all(base64.b64decode(u).startswith(b"<svg") for u in uris)
     assert "```json" in md and "$$" in md
 
@@ -105,8 +105,8 @@ def test_report_opens_in_chromium_and_shows_the_charts(tmp_path):
             page.on("requestfailed", lambda r: failed.append(r.url))
             page.goto(path.as_uri())
             charts = page.locator("figure.chart svg")
-            assert charts.count() == 2
-            for i in range(2):
+            assert charts.count() == 3  # memory per GPU, step time, memory over one step
+            for i in range(3):
                 box = charts.nth(i).bounding_box()
                 assert box and box["width"] > 600 and box["height"] > 300
             bars = page.locator("figure.chart svg rect.bar")

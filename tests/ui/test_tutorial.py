@@ -16,7 +16,7 @@ from zeroplanner.costmodel import estimate  # noqa: E402
 from zeroplanner.explain import fmt_bytes_text, fmt_seconds_text  # noqa: E402
 from zeroplanner.planner import plan  # noqa: E402
 from zeroplanner.scenarios import build_scenario  # noqa: E402
-from zeroplanner.ui.tutorial import STEPS, Tutorial, with_zero  # noqa: E402
+from zeroplanner.ui.tutorial import STEPS, Tutorial, with_checkpointing, with_zero  # noqa: E402
 from zeroplanner.units import GIB  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,6 +103,47 @@ def test_exercise_answers_are_the_cost_model_numbers(tutorial):
         assert "Not quite" in ex.feedback.value
         ex.reveal()
         assert "Answer:" in ex.feedback.value
+
+
+def test_where_a_step_peaks_shows_the_models_timeline_and_moves_with_stage_and_checkpointing(tutorial):
+    """Section "Where a step peaks": the peak, its phase, the 12 bytes per logit of the loss backward and the fp32
+    gradient partition of the optimizer step are the cost model's numbers for the section's scenario; the table of
+    stages x checkpointing is one estimate each; the exercise's answer is the peak's phase."""
+    tutorial.set(**DEFAULTS)
+    step = tutorial.step("peak")
+    loss_activations = {}
+    for stage, mode in ((2, "none"), (2, "full"), (3, "none"), (1, "full")):
+        step.knobs["stage"].value = stage
+        step.knobs["checkpointing"].value = mode
+        s = step.scenario
+        assert s == with_checkpointing(with_zero(tutorial.scenario, stage), mode)
+        e = estimate(s)
+        peak = e.step_peak
+        page = step.summary.value.replace("&#x27;", "'")
+        assert peak.verdict() in page
+        loss = next(p for p in peak.timeline if p.phase == "loss backward")
+        logits = s.training.micro_batch * s.training.seq_len * s.model.vocab_size
+        assert loss.bytes["logits"] == 12 * logits  # log-softmax output + its gradient + the gradient it produces
+        assert f"12 &times; {logits:,} logits = <b>{fmt_bytes_text(loss.bytes['logits'])}</b>" in page
+        opt = peak.timeline[-1]
+        end = [p for p in peak.timeline if p.phase == "backward"][-1]
+        partition = 4 * e.trainable_parameters / e.data_parallel_degree
+        assert opt.phase == "optimizer step"
+        assert opt.bytes["gradients"] - end.bytes["gradients"] == pytest.approx(partition, abs=1)
+        assert f"= <b>{fmt_bytes_text(partition)}</b>" in page
+        for other_stage in (1, 2, 3):
+            for other_mode in ("none", "full"):
+                p = estimate(with_checkpointing(with_zero(tutorial.scenario, other_stage), other_mode)).step_peak
+                assert f"{fmt_bytes_text(p.bytes)} in the {p.phase}" in page
+        ex = step.exercise
+        assert ex.expected() == peak.phase and ex.check(peak.phase) is True
+        wrong = next(ph for ph in ("forward", "optimizer step") if ph != peak.phase)
+        assert ex.check(wrong) is False
+        loss_activations[(stage, mode)] = loss.bytes["activations"]
+    assert loss_activations[(2, "full")] < loss_activations[(2, "none")]  # checkpointing shrinks the loss's activations
+    tutorial.set(nodes=2)  # the shared scenario drives the section too
+    assert step.scenario.cluster.nodes == 2
+    assert estimate(step.scenario).step_peak.verdict() in step.summary.value.replace("&#x27;", "'")
 
 
 def test_answer_box_and_buttons_drive_the_check(tutorial):

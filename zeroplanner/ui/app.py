@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from ..deepspeed import MAX_CONFIG_BYTES
 from ..pagejs import COPY_CONFIG_JS, COPY_LINK_JS, DOWNLOAD_CONFIG_JS
-from .charts import HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart
+from .charts import HostMemoryChart, MemoryChart, ScalingChart, StepTimeChart, StepTimelineChart
 from .controls import Controls, lazy_accordion
 from .state import (
     RECOMMENDED,
@@ -66,6 +66,9 @@ _CSS = """
 .zp-banner ul { margin: 4px 0 0 0; padding-left: 20px; }
 .zp-warn-title { margin-top: 4px; font-weight: bold; color: #8a5a00; }
 .zp-warnings li { color: #8a5a00; }
+.zp-step-peak { margin-top: 2px; }
+.zp-peak-risky { color: #8a5a00; }
+.zp-peak-over { color: #c62828; }
 .zp-error { background: #fff3e0; border-left: 5px solid #ef6c00; padding: 6px 10px; margin: 4px 0; }
 .zp-config textarea { font-family: var(--jp-code-font-family, monospace); font-size: 12px; }
 .zp-muted { color: #666; font-size: 12px; }
@@ -123,10 +126,12 @@ def initial_state(environ: dict[str, str] | None = None) -> tuple[AppState, str]
 
 
 TABS: tuple[tuple[str, str], ...] = (
-    ("memory", "Memory per GPU"), ("time", "Step time"), ("host", "Host RAM"), ("scaling", "Scaling"),
+    ("memory", "Memory per GPU"), ("step", "Over one step"), ("time", "Step time"), ("host", "Host RAM"),
+    ("scaling", "Scaling"),
     ("explain", "Explain"), ("compare", "Compare"), ("largest", "Largest model"),
 )
-"""The views beside the main chart (key, tab title), in tab order. Only the open tab is drawn and updated."""
+"""The views beside the main chart (key, tab title), in tab order. Only the open tab is drawn and updated. "Over one
+step" is the memory timeline of one training step of the variant the config preview shows (``View.step``)."""
 
 
 def awaiting_voila_request() -> bool:
@@ -204,8 +209,9 @@ class PlannerApp(w.VBox):
     chart is redrawn on a change; the others catch up when their tab opens.
 
     Attributes for scripts and tests: ``state`` (current :class:`AppState`), ``view`` (current :class:`View`),
-    ``controls.widgets`` (control key -> widget), ``memory_chart``, ``host_chart``, ``time_chart``,
-    ``scaling_chart`` (bqplot figures; reading one builds it and brings it up to date), ``banner``, ``message``,
+    ``controls.widgets`` (control key -> widget), ``memory_chart``, ``step_chart`` (memory over one step of the
+    config preview's variant), ``host_chart``, ``time_chart``, ``scaling_chart`` (bqplot figures; reading one
+    builds it and brings it up to date), ``banner``, ``message``,
     ``config_area``, ``explain`` / ``compare`` (the detail panels), ``share_link``, ``hf_upload`` / ``hf_area`` /
     ``hf_message`` (bring your own config.json), ``recomputes`` (how many times the plan was derived),
     ``last_recompute_seconds``. Methods: ``set(**changes)``, ``show_tab(name)``, ``load_config(text)``,
@@ -362,7 +368,8 @@ class PlannerApp(w.VBox):
         """The chart of tab ``name``, built (and placed in its tab) on first use."""
         chart = self._charts.get(name)
         if chart is None:
-            chart = {"time": StepTimeChart, "host": HostMemoryChart, "scaling": ScalingChart}[name]()
+            chart = {"time": StepTimeChart, "host": HostMemoryChart, "scaling": ScalingChart,
+                     "step": StepTimelineChart}[name]()
             if name == "time":
                 chart.on_select(lambda variant, part: self._explain_clicked("time", variant, part))
             self._charts[name] = chart
@@ -376,6 +383,11 @@ class PlannerApp(w.VBox):
     @property
     def time_chart(self) -> StepTimeChart:
         return self._chart("time")
+
+    @property
+    def step_chart(self) -> StepTimelineChart:
+        """The "Memory over one step" chart (built and brought up to date when first read)."""
+        return self._chart("step")
 
     @property
     def host_chart(self) -> HostMemoryChart:
@@ -423,7 +435,7 @@ class PlannerApp(w.VBox):
 
     def _tab_opened(self) -> None:
         name = self._visible()
-        if name in ("time", "host", "scaling"):
+        if name in ("time", "host", "scaling", "step"):
             self._chart(name)
         elif name == "memory" and "memory" in self._stale and self.view is not None:
             self._stale.discard("memory")
@@ -685,8 +697,8 @@ class PlannerApp(w.VBox):
 
     def _update_chart(self, name: str, view: View) -> None:
         chart = self._charts[name]
-        # view.scaling is computed when first read: only when the scaling chart is drawn
-        chart.update(view.scaling if name == "scaling" else view.time if name == "time" else view.memory)
+        # view.scaling, view.time and view.step are computed when first read: only when their chart is drawn
+        chart.update(getattr(view, name) if name in ("scaling", "time", "step") else view.memory)
 
     def _render(self, view: View) -> None:
         """The verdict and the chart on screen: what a change must update first. The config preview follows in

@@ -14,10 +14,12 @@ import ipywidgets as w
 import numpy as np
 
 from ..costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS
-from .state import MEMORY_TERMS, TIME_PARTS, MemoryView, ScalingView, TimeView
+from ..report import TIMELINE_SERIES
+from .state import MEMORY_TERMS, TIME_PARTS, TIMELINE_PARTS, MemoryView, ScalingView, StepView, TimeView
 
 TERM_COLORS = tuple(s.colour for s in MEMORY_SEGMENTS)
 TIME_COLORS = tuple(s.colour for s in TIME_SEGMENTS)
+TIMELINE_COLORS = tuple(colour for _, _, colour in TIMELINE_SERIES)
 """Segment colours, bottom to top, from the cost model's term registry (the report and compare view use the same)."""
 LINE_COLORS = ("#000000", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#17becf", "#bcbd22")
@@ -25,6 +27,7 @@ LINE_MARKERS = ("circle", "square", "triangle-up", "diamond", "cross", "triangle
                 "diamond", "cross")
 """Scaling lines differ by colour and by marker (eight lines are hard to tell apart by colour alone)."""
 FIT_COLOR = "#2e7d32"
+RISKY_COLOR = "#8a5a00"
 HOST_COLOR = "#9d755d"
 OOM_COLOR = "#c62828"
 
@@ -447,3 +450,120 @@ class ScalingChart(bq.Figure):
         legend = legend_html(items + [("dash", "#555555", f"current: {view.current_nodes} nodes")])
         if self.legend.value != legend:
             self.legend.value = legend
+
+
+def _tick_key(x: float) -> str:
+    """A tick value as JavaScript's ``String(x)`` writes it (bqplot looks ``tick_labels`` up by that text): 1.5 ->
+    '1.5', 4.0 -> '4'."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def timeline_tooltip(view: StepView, point: int) -> str:
+    """HTML for one timeline bar: the point's label and phase, each non-zero term in GiB, the total."""
+    rows = "".join(f"{html.escape(name)}: {view.gib[t, point]:.2f} GiB<br>"
+                   for t, (_, name) in enumerate(TIMELINE_PARTS) if view.gib[t, point] > 0)
+    peak = " (the step's peak)" if point == view.peak_index else ""
+    return (f"<div style='padding:4px 6px;font-size:12px'><b>{html.escape(view.labels[point])}</b>{peak}<br>"
+            f"{rows}<b>{view.total_gib[point]:.2f} GiB</b> per GPU of {view.capacity_gib:.1f} GiB</div>")
+
+
+_TIMELINE_RIGHT_PX = 44
+"""Right margin of the timeline chart: its last tick ("optimizer step") is centred on the last bar and is wider
+than the bar's slot."""
+
+
+class StepTimelineChart(bq.Figure):
+    """Memory per GPU over one training step of one variant (GiB): one bar per timeline point in step order,
+    stacked by term (:data:`~zeroplanner.ui.state.TIMELINE_PARTS`), ticks grouped by phase with dotted lines
+    between the phases, the GPU's memory as a labelled dashed line, and the peak point marked (a triangle over its
+    bar) and labelled with its GiB and phase ("peak 55.0 GiB in backward"; amber when the headroom is below the
+    model's error, red when over the GPU's memory). The HTML ``legend`` under the figure names the terms and carries
+    the headroom line (``StepPeak.verdict()``). Hovering a bar shows its point's terms."""
+
+    def __init__(self) -> None:
+        self.x_scale = bq.LinearScale(min=-0.5, max=0.5)
+        self.y_scale = bq.LinearScale(min=0.0)
+        scales = {"x": self.x_scale, "y": self.y_scale}
+        self.bars = bq.Bars(
+            x=[], y=[], type="stacked", colors=list(TIMELINE_COLORS), labels=[name for _, name in TIMELINE_PARTS],
+            display_legend=False, scales=scales, padding=0.2, stroke="white", opacity_mode="auto",
+        )
+        self.separators = bq.Lines(x=[], y=[], colors=["#9e9e9e"], line_style="dotted", stroke_width=1,
+                                   scales=scales, display_legend=False)
+        self.capacity = bq.Lines(x=[], y=[], colors=[OOM_COLOR], line_style="dashed", stroke_width=2,
+                                 labels=["GPU memory"], display_legend=False, scales=scales)
+        self.capacity_label = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="start", default_size=11,
+                                       y_offset=-7, x_offset=2, scales=scales)
+        self.peak_marker = bq.Scatter(x=[], y=[], marker="triangle-down", colors=["#222222"], default_size=48,
+                                      scales=scales, display_legend=False)
+        self.peak_label = bq.Label(x=[], y=[], text=[], colors=["#222222"], align="middle", default_size=12,
+                                   font_weight="bold", y_offset=-14, scales=scales)
+        self.tooltip_html = w.HTML(layout=w.Layout(max_width="420px"))
+        self.bars.tooltip = self.tooltip_html
+        self.bars.interactions = {"hover": "tooltip"}
+        self.bars.on_hover(self._on_hover)
+        self.legend = w.HTML()
+        self._view: StepView | None = None
+        axes = [
+            bq.Axis(scale=self.x_scale, label="phase of one training step (points in step order)",
+                    label_offset="36px", tick_style=_X_TICKS, tick_values=[], grid_lines="none"),
+            bq.Axis(scale=self.y_scale, side="left", label="GiB per GPU", tick_format=".0f",
+                    label_offset="45px", grid_lines="dashed"),
+        ]
+        super().__init__(**_figure("Memory over one step (GiB per GPU)",
+                                   [self.bars, self.separators, self.capacity, self.capacity_label,
+                                    self.peak_marker, self.peak_label], axes))
+        self.fig_margin = {**_MARGIN, "right": _TIMELINE_RIGHT_PX}
+
+    def update(self, view: StepView) -> None:
+        self._view = view
+        n = len(view.labels)
+        x = np.arange(n, dtype=float)
+        cap = float(view.capacity_gib)
+        peak = float(view.total_gib.max(initial=0.0))
+        top = nice_ceiling(max(peak, cap) * 1.15)
+        assign(self, title=f"Memory over one step: {view.variant} (GiB per GPU)")
+        assign(self.x_scale, min=-0.5, max=max(n - 0.5, 0.5))
+        assign(self.y_scale, max=top)
+        # the labels first, in their own message: bqplot redraws the ticks for new tick_values in a d3 transition
+        # that writes the text with the formatter of that moment, after any redraw the labels' own change makes
+        assign(self.axes[0], tick_labels={_tick_key(pos): text for pos, text in view.ticks})
+        assign(self.axes[0], tick_values=np.array([pos for pos, _ in view.ticks], dtype=float))
+        assign(self.bars, x=x, y=view.gib)
+        edges = [-0.5, max(n - 0.5, 0.5)]
+        assign(self.capacity, x=edges, y=[cap, cap], labels=[f"GPU memory ({cap:.0f} GiB)"])
+        assign(self.capacity_label, x=edges[:1], y=[cap], text=[f"GPU {cap:.0f} GiB"])
+        if view.boundaries:
+            assign(self.separators, x=np.array([[b, b] for b in view.boundaries], dtype=float),
+                   y=np.array([[0.0, top] for _ in view.boundaries], dtype=float), visible=True)
+        else:
+            assign(self.separators, visible=False)
+        at = view.peak_index
+        colour = OOM_COLOR if not view.fits else RISKY_COLOR if view.risky else "#222222"
+        if 0 <= at < n:
+            align = "end" if at >= n - 2 else "start" if at <= 1 else "middle"
+            offset = 12 if align == "end" else -12 if align == "start" else 0
+            assign(self.peak_marker, x=[float(at)], y=[float(view.total_gib[at])], colors=[colour])
+            assign(self.peak_label, x=[float(at)], y=[float(view.total_gib[at])], text=[view.peak_label],
+                   align=align, x_offset=offset, colors=[colour])
+        else:
+            assign(self.peak_marker, x=[], y=[])
+            assign(self.peak_label, x=[], y=[], text=[])
+        used = [(TIMELINE_COLORS[t], name) for t, (_, name) in enumerate(TIMELINE_PARTS) if view.gib[t].any()]
+        cls = "zp-step-verdict" + (" zp-peak-over" if not view.fits else " zp-peak-risky" if view.risky else "")
+        verdict = (f"<div class='{cls}' style='font-size:12px;padding-left:8px'><b>{html.escape(view.variant)}"
+                   f"</b>: {html.escape(view.verdict)}. <span class='zp-muted'>The variant is the one "
+                   "“Config for” shows.</span></div>" if view.verdict else
+                   "<div class='zp-muted'>No step timeline for this variant.</div>")
+        legend = legend_html([("box", c, name) for c, name in used]
+                             + [("dash", OOM_COLOR, f"GPU memory ({cap:.0f} GiB)")], verdict)
+        if self.legend.value != legend:
+            self.legend.value = legend
+
+    def _on_hover(self, mark, event) -> None:
+        view = self._view
+        point = event.get("data") or event.get("point") or {}
+        p = point.get("index")
+        if view is None or p is None or not (0 <= p < len(view.labels)):
+            return
+        self.tooltip_html.value = timeline_tooltip(view, int(p))

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .. import catalog
 from ..costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS
 from ..inputs import BY_KEY, INPUTS, Input, input_for_error, set_path
+from ..report import TIMELINE_SERIES
 from ..specs import Scenario
 from ..units import GIB
 
@@ -40,6 +41,16 @@ MEMORY_TERMS: tuple[tuple[str, str], ...] = tuple((s.key, s.label) for s in MEMO
 
 TIME_PARTS: tuple[tuple[str, str], ...] = tuple((s.key, s.label) for s in TIME_SEGMENTS)
 """Segments of the step-time chart, bottom to top (``costmodel.terms.TIME_SEGMENTS``)."""
+
+TIMELINE_PARTS: tuple[tuple[str, str], ...] = tuple((key, label) for key, label, _ in TIMELINE_SERIES)
+"""Terms of the "Memory over one step" chart (keys of ``TimelinePoint.bytes``), bottom to top, with their names
+(``zeroplanner.report.TIMELINE_SERIES``, which the report's timeline uses too)."""
+
+PHASE_TICKS: dict[str, str] = {"forward": "forward", "loss forward": "loss", "loss backward": "loss",
+                               "backward": "backward", "optimizer step": "optimizer step"}
+"""Tick text of each phase of the step (``costmodel.timeline.PHASES``) under the timeline chart: one tick per run of
+points with the same text, so the two one-point loss phases share one ("loss"); their full names are in the bars'
+tooltips and in the peak label."""
 
 SCALING_NODES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
 """Node counts of the scaling chart. Fixed (the current node count is a vertical line, not an extra point), so a
@@ -247,6 +258,115 @@ class ScalingView:
 
 
 @dataclass(frozen=True)
+class StepView:
+    """Memory per GPU over one training step of one variant (``Estimate.step_peak``), GiB.
+
+    ``gib[t, p]`` is term ``t`` of :data:`TIMELINE_PARTS` at timeline point ``p`` (step order); ``total_gib[p]``
+    their sum. ``peak_index`` is the peak point, ``peak_gib`` / ``peak_phase`` the model's peak (GiB, phase name),
+    ``headroom_gib`` what it leaves of ``capacity_gib`` (the GPU's memory, GiB; negative: does not fit) and
+    ``headroom_fraction`` that as a fraction of the GPU's memory. ``verdict`` is ``StepPeak.verdict()``.
+    ``ticks``: (x position in point indices, text) per phase group (:data:`PHASE_TICKS`); ``boundaries``: x positions
+    between phase groups."""
+
+    variant: str
+    labels: tuple[str, ...]
+    phases: tuple[str, ...]
+    gib: np.ndarray
+    total_gib: np.ndarray
+    capacity_gib: float
+    peak_index: int
+    peak_gib: float
+    peak_phase: str
+    headroom_gib: float
+    headroom_fraction: float
+    risky: bool
+    verdict: str
+    ticks: tuple[tuple[float, str], ...]
+    boundaries: tuple[float, ...]
+
+    @property
+    def fits(self) -> bool:
+        """Whether the step's peak is within the GPU's memory."""
+        return self.headroom_gib >= 0
+
+    @property
+    def peak_label(self) -> str:
+        """The peak marker's text, e.g. "peak 55.0 GiB in backward" (GiB per GPU); "" without a timeline."""
+        return f"peak {self.peak_gib:.1f} GiB in {self.peak_phase}" if self.labels else ""
+
+
+def _estimate_of(plan: Any, variant: str) -> tuple[str, Any]:
+    """(label, estimate) of ``variant``: the recommendation (the scenario as requested when nothing fits) or a named
+    chart variant; an unknown name falls back to the recommendation."""
+    if variant != RECOMMENDED:
+        for label, _, est in _variants(plan):
+            if label == variant:
+                return label, est
+    if _attr(plan, "fits", False):
+        return RECOMMENDED, _attr(plan, "estimate")
+    return "your settings (nothing fits)", _attr(plan, "estimate")
+
+
+def step_view(plan: Any, variant: str = RECOMMENDED) -> StepView:
+    """Timeline data for the "Memory over one step" chart of ``variant`` (the config preview's choice), from its
+    estimate's ``step_peak``: bytes by term per point in GiB, the peak point, the headroom line. An estimate
+    without a step timeline gives an empty view (no points)."""
+    label, est = _estimate_of(plan, variant)
+    peak = _attr(est, "step_peak")
+    points = list(_attr(peak, "timeline", []) or []) if peak is not None else []
+    n = len(points)
+    gib = np.zeros((len(TIMELINE_PARTS), n))
+    for p, point in enumerate(points):
+        terms = _attr(point, "bytes", {}) or {}
+        for t, (key, _) in enumerate(TIMELINE_PARTS):
+            gib[t, p] = float(terms.get(key, 0) or 0) / GIB
+    total = gib.sum(axis=0)
+    phases = tuple(str(_attr(pt, "phase", "")) for pt in points)
+    phase = str(_attr(peak, "phase", "")) if peak is not None else ""
+    in_phase = [i for i in range(n) if phases[i] == phase] or list(range(n))
+    at = max(in_phase, key=lambda i: (total[i], -i)) if n else -1
+    ticks, boundaries = [], []
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or PHASE_TICKS.get(phases[i], phases[i]) != PHASE_TICKS.get(phases[start], phases[start]):
+            ticks.append(((start + i - 1) / 2.0, PHASE_TICKS.get(phases[start], phases[start])))
+            if i < n:
+                boundaries.append(i - 0.5)
+            start = i
+    capacity = float(_attr(peak, "gpu_memory_bytes", 0) or _attr(est, "gpu_memory_bytes", 0) or 0) / GIB
+    return StepView(
+        variant=label,
+        labels=tuple(str(_attr(pt, "label", "")) for pt in points),
+        phases=phases,
+        gib=gib,
+        total_gib=total,
+        capacity_gib=capacity,
+        peak_index=int(at),
+        peak_gib=float(_attr(peak, "bytes", 0) or 0) / GIB if peak is not None else 0.0,
+        peak_phase=phase,
+        headroom_gib=float(_attr(peak, "headroom_bytes", 0) or 0) / GIB if peak is not None else 0.0,
+        headroom_fraction=float(_attr(peak, "headroom_fraction", 0.0) or 0.0) if peak is not None else 0.0,
+        risky=bool(_attr(peak, "risky", False)) if peak is not None else False,
+        verdict=peak.verdict() if peak is not None else "",
+        ticks=tuple(ticks),
+        boundaries=tuple(boundaries),
+    )
+
+
+def step_peak_html(estimate: Any, prefix: str = "Over one step") -> str:
+    """The headroom line under the verdict: ``StepPeak.verdict()`` of ``estimate`` (peak GiB per GPU, its phase, the
+    headroom in GiB and %), amber when the headroom is below the model's error ("risky"), red when the peak exceeds
+    the GPU's memory. "" when the estimate has no step timeline."""
+    peak = _attr(estimate, "step_peak")
+    if peak is None:
+        return ""
+    kind = (" zp-peak-over" if _attr(peak, "headroom_bytes", 0) < 0 else " zp-peak-risky" if _attr(peak, "risky")
+            else "")
+    return (f"<div class='zp-step-peak{kind}'><b>{html.escape(prefix)}:</b> {html.escape(peak.verdict())}."
+            "</div>")
+
+
+@dataclass(frozen=True)
 class View:
     """Everything the app draws, derived from one :class:`AppState`."""
 
@@ -268,6 +388,12 @@ class View:
     def time(self) -> TimeView:
         """Step time by part of every variant (:func:`time_view`), computed the first time it is read."""
         return time_view(self.plan)
+
+    @cached_property
+    def step(self) -> StepView:
+        """Memory over one step of the config preview's variant (:func:`step_view`), computed the first time it is
+        read (only the "Memory over one step" tab draws it)."""
+        return step_view(self.plan, self.state.config_variant)
 
     @cached_property
     def _config(self) -> tuple[str, str, str | None]:
@@ -528,13 +654,17 @@ def banner_html(plan: Any) -> str:
             "on this cluster."
         )
     else:
-        total = _attr(_attr(est, "per_gpu_bytes"), "total", 0.0) or 0.0
+        # the step's peak (costmodel/timeline.py), the figure the fit is decided by
+        peak = _attr(est, "step_peak")
+        total = (_attr(peak, "bytes", 0.0) if peak is not None
+                 else _attr(_attr(est, "per_gpu_bytes"), "total", 0.0)) or 0.0
         cap = scenario.cluster.memory_per_gpu_bytes if scenario is not None else 0
         head = (
             f'<div class="zp-banner zp-good"><b>Recommended: {esc(choice_text(_attr(plan, "choice")))}.</b> '
-            f"{_fmt_gib(total)} of {_fmt_gib(cap)} per GPU, step {float(_attr(est, 'step_seconds', 0)):.3g} s, "
+            f"peak {_fmt_gib(total)} of {_fmt_gib(cap)} per GPU, step {float(_attr(est, 'step_seconds', 0)):.3g} s, "
             f"{_fmt_rate(float(_attr(est, 'tokens_per_second', 0)))}."
         )
+    head += step_peak_html(est, "Over one step" if _attr(plan, "fits", False) else "Your settings over one step")
     items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
     witems = "".join(f"<li>{esc(w)}</li>" for w in warnings)
     # warnings first: the banner is a fixed-height box at 1440 x 900, and a warning is what must not scroll away

@@ -1,5 +1,5 @@
 """Inline widgets for the ZeRO tutorial (``notebooks/zero_tutorial.ipynb``): data parallelism -> ZeRO-1 -> ZeRO-2
--> ZeRO-3 -> offload -> communication and networks -> choosing a stage.
+-> ZeRO-3 -> offload -> communication and networks -> where a step peaks -> choosing a stage.
 
 ``t = Tutorial()`` holds one shared scenario (model, GPU, GPUs per node, nodes, network; opened from the page's
 query string when there is one, :func:`zeroplanner.share.scenario_from_environment`). ``t.controls`` changes it;
@@ -34,7 +34,8 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("zero3", "4. ZeRO-3: partition the parameters too"),
     ("offload", "5. Offload to the CPU"),
     ("comm", "6. Communication and networks"),
-    ("choose", "7. Choosing a stage"),
+    ("peak", "7. Where a step peaks"),
+    ("choose", "8. Choosing a stage"),
 )
 """Step keys and titles, in order."""
 
@@ -187,6 +188,12 @@ class TutorialStep(w.VBox):
                 options=[("ZeRO-2 + CPU optimizer", (2, "cpu", "none")), ("ZeRO-3 + CPU optimizer", (3, "cpu", "none")),
                          ("ZeRO-3 + CPU optimizer & params", (3, "cpu", "cpu"))],
                 value=(2, "cpu", "none"), description="Offload", style=_DESC, layout=w.Layout(width="380px"))
+        if self.key == "peak":
+            self.knobs["stage"] = w.Dropdown(options=[("ZeRO-1", 1), ("ZeRO-2", 2), ("ZeRO-3", 3)], value=2,
+                                             description="Stage", style=_DESC)
+            self.knobs["checkpointing"] = w.Dropdown(options=[("none", "none"), ("selective", "selective"),
+                                                              ("full", "full")], value="none",
+                                                     description="Checkpointing", style=_DESC)
         if self.key == "comm":
             self.knobs["stage"] = w.Dropdown(options=[("ZeRO-0 (plain DP)", 0), ("ZeRO-1", 1), ("ZeRO-2", 2),
                                                       ("ZeRO-3", 3)], value=3, description="Stage", style=_DESC)
@@ -223,6 +230,34 @@ def _offload_scenario(step: TutorialStep) -> Scenario:
 
 def _comm_scenario(step: TutorialStep) -> Scenario:
     return with_zero(step.tutorial.scenario, step.knobs["stage"].value)
+
+
+def with_checkpointing(scenario: Scenario, checkpointing: str) -> Scenario:
+    """``scenario`` with another activation-checkpointing mode ("none", "selective", "full"; validated)."""
+    return scenario.model_copy(update={"training": replace(scenario.training, checkpointing=checkpointing)})
+
+
+def _peak_scenario(step: TutorialStep) -> Scenario:
+    return with_checkpointing(with_zero(step.tutorial.scenario, step.knobs["stage"].value),
+                              step.knobs["checkpointing"].value)
+
+
+def _estimate(step: TutorialStep, scenario: Scenario | None = None):
+    """The cost model's estimate of ``scenario`` (default: the step's), cached on the tutorial per scenario."""
+    from ..costmodel import estimate
+
+    scenario = step.scenario if scenario is None else scenario
+    cache = step.tutorial._estimates
+    if scenario not in cache:
+        if len(cache) > 64:
+            cache.clear()
+        cache[scenario] = estimate(scenario)
+    return cache[scenario]
+
+
+def _peak_phase(step: TutorialStep) -> str:
+    peak = _estimate(step).step_peak
+    return peak.phase if peak is not None else "none"
 
 
 def _nd(step: TutorialStep) -> int:
@@ -302,6 +337,25 @@ _SPECS: dict[str, _StepSpec] = {
         question=lambda s: "How many GiB does each GPU send per optimizer step with this stage?",
         answer=lambda s: _gib(explain(s.scenario, "communication_volume").value),
     ),
+    "peak": _StepSpec(
+        intro="A step does not hold every term at its largest at once. Memory rises through the forward as each "
+              "layer saves its activations, the loss adds the logits, the backward frees the activations layer by "
+              "layer while the gradients grow, and the optimizer step adds what only it needs. The step peaks in "
+              "one phase, and that peak is what must fit in the GPU's memory. Two phases are often the highest: the "
+              "<b>loss backward</b>, which still holds the forward's activations and the logits' fp32 gradients "
+              "(the log-softmax output, its incoming gradient and the gradient it produces: 4 + 4 + 4 = 12 bytes "
+              "per logit), and the <b>optimizer step</b>, which holds the optimizer states and the fp32 gradient "
+              "partition (4 bytes per parameter the GPU updates) it steps with. Activation checkpointing shrinks "
+              "the first (only each layer's input is saved); a higher ZeRO stage shrinks the second (the states "
+              "and gradients are split over N<sub>d</sub> GPUs). Change the stage and checkpointing here and watch "
+              "the peak move.",
+        terms=("activations", "optimizer_states"),
+        scenario=_peak_scenario,
+        question=lambda s: "In which phase does this step peak?",
+        answer=_peak_phase,
+        choices=[("forward", "forward"), ("loss forward", "loss forward"), ("loss backward", "loss backward"),
+                 ("backward", "backward"), ("optimizer step", "optimizer step")],
+    ),
     "choose": _StepSpec(
         intro="The planner evaluates every stage, offload choice, checkpointing mode and micro-batch, keeps what "
               "fits (with a safety margin) and prefers the fastest; within 10% it prefers no offload and lower "
@@ -328,7 +382,85 @@ def _summary(step: TutorialStep) -> str:
                 "additional_buffer_factor).</div>")
     if step.key == "choose":
         return _plan_table(step)
+    if step.key == "peak":
+        return _peak_summary(step)
     return ""
+
+
+def _point(points, phase: str, last: bool = False):
+    """The first (or last) timeline point of ``phase``, None if there is none."""
+    found = [p for p in points if p.phase == phase]
+    return (found[-1] if last else found[0]) if found else None
+
+
+def _peak_summary(step: TutorialStep) -> str:
+    """The step's timeline as a table (the largest point of each phase, GiB per GPU; the peak in bold), what the
+    loss backward and the optimizer step hold (the model's bytes, with the 12 bytes per logit and the 4 bytes per
+    updated parameter worked out from the scenario), and where the peak goes at other stages and checkpointing
+    modes (one estimate each)."""
+    s = step.scenario
+    est = _estimate(step)
+    peak = est.step_peak
+    if peak is None or not peak.timeline:
+        return "<div class='zp-muted'>The cost model gives no step timeline for this scenario.</div>"
+    points, t = peak.timeline, s.training
+    phases: dict[str, float] = {}
+    for p in points:
+        phases[p.phase] = max(phases.get(p.phase, 0.0), float(p.total))
+    top = max(phases.values()) or 1.0
+    bold = " class='zp-peak-row' style='font-weight:bold'"
+    rows = "".join(
+        f"<tr{bold if ph == peak.phase else ''}><td>{html.escape(ph)}</td><td>{fmt_bytes_text(b)}</td><td><div "
+        f"style='background:#4c78a8;height:10px;width:{int(220 * b / top)}px'></div></td></tr>"
+        for ph, b in phases.items())
+    parts = [f"<div class='zp-peak-verdict'><b>Over one step</b> (ZeRO-{s.zero.stage}, {t.checkpointing} "
+             f"activation checkpointing): {html.escape(peak.verdict())}.</div>",
+             f"<table class='zp-peak-phases'><tr><th>phase</th><th>largest point, per GPU</th><th></th></tr>{rows}"
+             "</table>"]
+    loss_bwd = _point(points, "loss backward")
+    if loss_bwd is not None:
+        logit_bytes = float(loss_bwd.bytes.get("logits", 0))
+        logits = t.micro_batch * t.seq_len * s.model.vocab_size
+        if logits and abs(logit_bytes - 12 * logits) < 1:
+            how = (f"12 B &times; b&middot;s&middot;V = 12 &times; {t.micro_batch} &times; {t.seq_len:,} &times; "
+                   f"{s.model.vocab_size:,} = 12 &times; {logits:,} logits = <b>{fmt_bytes_text(logit_bytes)}</b>")
+        else:  # a tiled loss, soft-capping or sequence parallelism change the bytes per logit on this GPU
+            how = f"<b>{fmt_bytes_text(logit_bytes)}</b> in this configuration"
+        act = float(loss_bwd.bytes.get("activations", 0))
+        parts.append(f"<p>The <b>loss backward</b> holds the logits' fp32 gradients: {how}, on top of "
+                     f"{fmt_bytes_text(act)} of saved activations: {fmt_bytes_text(loss_bwd.total)} per GPU.</p>")
+    opt, end_bwd = _point(points, "optimizer step"), _point(points, "backward", last=True)
+    if opt is not None and end_bwd is not None:
+        added = float(opt.bytes.get("gradients", 0)) - float(end_bwd.bytes.get("gradients", 0))
+        psi, nd = est.trainable_parameters, est.data_parallel_degree
+        partition = 4 * psi / nd
+        how = (f"4 B &times; &Psi;/N<sub>d</sub> = 4 &times; {psi:,} / {nd} = <b>{fmt_bytes_text(partition)}</b>"
+               if abs(added - partition) < 1 else f"<b>{fmt_bytes_text(added)}</b> more gradient bytes")
+        parts.append(f"<p>The <b>optimizer step</b> adds the fp32 gradient partition it steps with: {how}, beside "
+                     f"{fmt_bytes_text(opt.bytes.get('optimizer_states', 0))} of optimizer states: "
+                     f"{fmt_bytes_text(opt.total)} per GPU.</p>")
+    parts.append(_peak_moves(step))
+    return "<div class='zp-peak'>" + "".join(parts) + "</div>"
+
+
+def _peak_moves(step: TutorialStep) -> str:
+    """Peak (GiB per GPU) and its phase at ZeRO-1/2/3 without and with full activation checkpointing (the step's
+    own choice in bold)."""
+    base = step.tutorial.scenario
+    modes = ("none", "full")
+    head = "".join(f"<th>checkpointing {m}</th>" for m in modes)
+    rows = []
+    for stage in (1, 2, 3):
+        cells = []
+        for mode in modes:
+            peak = _estimate(step, with_checkpointing(with_zero(base, stage), mode)).step_peak
+            text = f"{fmt_bytes_text(peak.bytes)} in the {html.escape(peak.phase)}" if peak is not None else "n/a"
+            mine = stage == step.scenario.zero.stage and mode == step.scenario.training.checkpointing
+            cells.append(f"<td>{'<b>' + text + '</b>' if mine else text}</td>")
+        rows.append(f"<tr><td>ZeRO-{stage}</td>{''.join(cells)}</tr>")
+    return ("<div><b>Where the peak goes</b> (peak per GPU and its phase): checkpointing shrinks the forward's and "
+            "the loss's activations, a higher stage shrinks what the optimizer step holds.</div>"
+            f"<table class='zp-peak-moves'><tr><th>stage</th>{head}</tr>{''.join(rows)}</table>")
 
 
 def _plan_table(step: TutorialStep) -> str:
@@ -369,6 +501,7 @@ class Tutorial:
         self._steps: dict[str, TutorialStep] = {}
         self._quiet = False
         self._plan_cache: tuple[Scenario, Any] | None = None
+        self._estimates: dict[Scenario, Any] = {}
         self.widgets: dict[str, w.Widget] = {}
         for key, overrides in TUTORIAL_CONTROLS.items():
             inp = BY_KEY[key]
