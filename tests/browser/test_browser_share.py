@@ -160,7 +160,7 @@ def test_planner_page_opens_on_the_links_scenario(browser, app_url):
         _wait_config(page, r'"train_batch_size": 256\b')
         p = plan(build_scenario(model="llama-2-70b", nodes=4, network="ib-ndr"))
         banner = page.locator(".zp-banner").first.inner_text()
-        assert f"{p.estimate.per_gpu_bytes.total / 2**30:.1f} GiB" in banner
+        assert f"peak {p.estimate.step_peak.bytes / 2**30:.1f} GiB" in banner
         assert page.locator(APP_BARS).count() >= 8 * 6
         bad = [m for m in page.zp_console if BAD_CONSOLE.search(m) or m.startswith("pageerror")]
         assert not bad, bad

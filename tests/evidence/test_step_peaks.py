@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 ROWS = step_peak_rows()
 BY_NAME = {r["name"]: r for r in ROWS}
 
-WITHIN_5_PERCENT = 37
+WITHIN_5_PERCENT = 40
 """Rows whose predicted peak is within 5% of the measured one (the median of 3 launches) in the census of
-2026-12-02 (docs/validation.md section 9: 37 of 45). The issue asks for every row; of the 8 outside, 7 are
-under-predictions (5.3-6.8%)."""
-WORST_ERROR = 0.07
-"""The largest |error| of that census: 6.8% (qwen2-s2-offload and qwen2-s3-short)."""
+2026-12-02 (docs/validation.md section 9: 40 of 45). The issue asks for every row; the 5 outside are all 16-token
+rows peaking in the optimizer step (ZeRO-0 over-predicted by 5.4-8.5%, ZeRO-3 under-predicted by 6.3-8.3%)."""
+WORST_ERROR = 0.09
+"""The largest |error| of that census: 8.5% (qwen2-s0-short)."""
 
 
 def test_census_covers_the_configurations():
@@ -57,8 +57,8 @@ def test_peak_within_the_stated_error():
     assert len(within) >= WITHIN_5_PERCENT
     assert max(abs(r["error"]) for r in ROWS) <= WORST_ERROR
     # the rows this census checks closest (the loss backward of ZeRO-0/1/2 without offload)
-    for name in ("qwen2-s0", "llama-s1", "llama-s2"):
-        assert abs(BY_NAME[name]["error"]) < 0.01
+    for name in ("qwen2-s0", "qwen2-s2", "llama-s1"):
+        assert abs(BY_NAME[name]["error"]) < 0.003
 
 
 def test_margin_is_derived_from_the_census():

@@ -240,7 +240,7 @@ class StepPeak(Output):
     def verdict(self) -> str:
         """One line: the peak of GPU memory, its phase, the headroom in GiB and %, and whether that is below the
         model's error, e.g. "peak in the loss backward: 37.5 of 39.5 GiB per GPU; headroom 2.0 GiB (5%): below
-        the model's error of 5.9% of the peak, risky"."""
+        the model's error of 4.7% of the peak, risky"."""
         line = (f"peak in the {self.phase}: {gib(self.bytes):.1f} of {gib(self.gpu_memory_bytes):.1f} GiB per GPU; "
                 f"headroom {gib(self.headroom_bytes):.1f} GiB ({self.headroom_fraction:.0%})")
         if self.headroom_bytes < 0:
