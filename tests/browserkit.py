@@ -120,6 +120,27 @@ def serve_app(args: Sequence[str] = (), *, log_path: Path | None = None, timeout
         stop_process(proc)
 
 
+PLANNER_DRAWN = ".zp-app .bqplot svg .bargroup rect"
+"""The selector that appears once the planner page has drawn its first chart."""
+
+
+def open_page(browser, url: str, viewport: Mapping[str, int], *, wait_for: str = PLANNER_DRAWN,
+              timeout_ms: float = 120_000, failed_requests: bool = False):
+    """A new browser context and page at ``url`` after ``wait_for`` appears; console messages and page errors (and
+    with ``failed_requests`` failed loads) are recorded in ``page.zp_console`` as ``"<type>: <text>"``. Returns
+    (context, page); the caller closes the context."""
+    ctx = browser.new_context(viewport=dict(viewport))
+    page = ctx.new_page()
+    page.zp_console = []
+    page.on("console", lambda m: page.zp_console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: page.zp_console.append(f"pageerror: {e}"))
+    if failed_requests:
+        page.on("requestfailed", lambda r: page.zp_console.append(f"error: Failed to load {r.url}"))
+    page.goto(url, timeout=timeout_ms)
+    page.wait_for_selector(wait_for, timeout=timeout_ms)
+    return ctx, page
+
+
 def png_stats(data: bytes) -> tuple[int, int, int]:
     """(width, height, distinct byte values of the decompressed image data) of a PNG; stdlib only (zlib)."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.browser
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-from ..browserkit import BAD_CONSOLE, png_stats  # noqa: E402
+from ..browserkit import BAD_CONSOLE, open_page, png_stats  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
@@ -26,14 +26,7 @@ ARTIFACTS = ROOT / "artifacts"
 @pytest.fixture(scope="module")
 def page(browser, app_url):
     """The loaded planner page, with its console messages and page errors recorded in ``page.zp_console``."""
-    ctx = browser.new_context(viewport={"width": 1500, "height": 1250})
-    pg = ctx.new_page()
-    pg.zp_console = []
-    pg.on("console", lambda m: pg.zp_console.append(f"{m.type}: {m.text}"))
-    pg.on("pageerror", lambda e: pg.zp_console.append(f"pageerror: {e}"))
-    pg.on("requestfailed", lambda r: pg.zp_console.append(f"error: Failed to load {r.url}"))
-    pg.goto(app_url, timeout=120_000)
-    pg.wait_for_selector(".zp-app .bqplot svg .bargroup rect", timeout=120_000)
+    ctx, pg = open_page(browser, app_url, {"width": 1500, "height": 1250}, failed_requests=True)
     yield pg
     ctx.close()
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.browser
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-from ..browserkit import BAD_CONSOLE  # noqa: E402
+from ..browserkit import BAD_CONSOLE, open_page  # noqa: E402
 from .test_browser import config_text, set_slider, wait_changed, widget  # noqa: E402
 
 VIEWPORT = {"width": 1440, "height": 900}
@@ -36,13 +36,7 @@ UPLOAD = HF_CONFIGS / "mixtral-8x22b.json"
 
 @pytest.fixture(scope="module")
 def page(browser, app_url):
-    ctx = browser.new_context(viewport=VIEWPORT)
-    pg = ctx.new_page()
-    pg.zp_console = []
-    pg.on("console", lambda m: pg.zp_console.append(f"{m.type}: {m.text}"))
-    pg.on("pageerror", lambda e: pg.zp_console.append(f"pageerror: {e}"))
-    pg.goto(app_url, timeout=120_000)
-    pg.wait_for_selector(".zp-app .bqplot svg .bargroup rect", timeout=120_000)
+    ctx, pg = open_page(browser, app_url, VIEWPORT)
     pg.wait_for_timeout(500)
     yield pg
     ctx.close()

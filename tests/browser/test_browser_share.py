@@ -24,7 +24,7 @@ from zeroplanner.scenarios import build_scenario  # noqa: E402
 from zeroplanner.ui.tutorial import with_zero  # noqa: E402
 from zeroplanner.server import voila_argv, voila_env  # noqa: E402
 
-from ..browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, png_stats, serve_app  # noqa: E402
+from ..browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, open_page, png_stats, serve_app  # noqa: E402
 from .test_browser import set_slider  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,14 +53,7 @@ def tutorial_url(tmp_path_factory):
 
 
 def _open(browser, url: str, selector: str):
-    ctx = browser.new_context(viewport={"width": 1300, "height": 1000})
-    page = ctx.new_page()
-    page.zp_console = []
-    page.on("console", lambda m: page.zp_console.append(f"{m.type}: {m.text}"))
-    page.on("pageerror", lambda e: page.zp_console.append(f"pageerror: {e}"))
-    page.goto(url, timeout=180_000)
-    page.wait_for_selector(selector, timeout=180_000)
-    return ctx, page
+    return open_page(browser, url, {"width": 1300, "height": 1000}, wait_for=selector, timeout_ms=180_000)
 
 
 def _dropdown_value(page, scope: str, label: str) -> str:

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.browser
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-from ..browserkit import BAD_CONSOLE  # noqa: E402
+from ..browserkit import BAD_CONSOLE, open_page  # noqa: E402
 from .test_browser import set_slider, wait_changed, widget  # noqa: E402
 from .test_browser_layout import TICKS_JS, assert_ticks_readable  # noqa: E402
 
@@ -41,13 +41,7 @@ BARS_JS = """fig => [...fig.querySelectorAll('.bargroup rect')].map(r => r.getAt
 
 @pytest.fixture(scope="module")
 def page(browser, app_url):
-    ctx = browser.new_context(viewport={"width": 1440, "height": 900})
-    pg = ctx.new_page()
-    pg.zp_console = []
-    pg.on("console", lambda m: pg.zp_console.append(f"{m.type}: {m.text}"))
-    pg.on("pageerror", lambda e: pg.zp_console.append(f"pageerror: {e}"))
-    pg.goto(app_url, timeout=120_000)
-    pg.wait_for_selector(".zp-app .bqplot svg .bargroup rect", timeout=120_000)
+    ctx, pg = open_page(browser, app_url, {"width": 1440, "height": 900})
     yield pg
     ctx.close()
 
