@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from ..files import MAX_RESULT_FILE_BYTES, read_regular_file
@@ -295,6 +296,20 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def result_dir(out_dir: str | os.PathLike[str] | None, prefix: str) -> Iterator[Path]:
+    """``out_dir`` as a Path, or a temporary directory named ``prefix...`` that is removed on exit (raw per-rank
+    results are kept only where the caller asked for them)."""
+    if out_dir is not None:
+        yield Path(out_dir)
+        return
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield Path(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def launch_worker(plan: dict[str, Any], ranks: int, out_dir: Path, timeout_seconds: float, *,
@@ -593,17 +608,8 @@ def run_calibrations(
                      "micro_batch": tiny.training.micro_batch, "seq_len": tiny.training.seq_len,
                      "checkpointing": "full" if tiny.training.checkpointing == "full" else "none"})
     plan = {"device": device, "runs": runs, "threads_per_rank": 1}
-    tmp = None
-    if out_dir is None:
-        tmp = tempfile.mkdtemp(prefix="zeroplanner-calibrate-")
-        out = Path(tmp)
-    else:
-        out = Path(out_dir)
-    try:
+    with result_dir(out_dir, "zeroplanner-calibrate-") as out:
         results = launch_worker(plan, ranks, out, timeout_seconds)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     wall = results["_wall_seconds"]
     reports = []
     for name, tiny, cfg in small:

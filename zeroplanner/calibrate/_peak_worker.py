@@ -36,12 +36,9 @@ For every rank the worker writes ``DIR/<name>.rank<r>.json`` with ``after_init_b
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
-import sys
-import traceback
 
 PHASES = ("forward", "loss forward", "loss backward", "backward", "optimizer step")
 """Phase names, in order within one micro-step (:mod:`zeroplanner.costmodel.timeline` uses the same names)."""
@@ -225,36 +222,12 @@ def _run_one(run, rank, world, out_dir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plan", required=True)
-    parser.add_argument("--out", required=True)
-    args, _ = parser.parse_known_args(argv)
-    with open(args.plan) as f:
-        plan = json.load(f)
+    from zeroplanner.calibrate._worker import run_plan
 
-    import deepspeed
-    import deepspeed.comm as dist
-    import torch
+    def run_one(run, _device, rank, world, out_dir):  # the plan's device is "cpu" (calibrate.peak.peak_plan)
+        _run_one(run, rank, world, out_dir)
 
-    from zeroplanner.calibrate._worker import cache_cpu_info
-
-    torch.set_num_threads(max(1, int(plan.get("threads_per_rank", 1))))
-    deepspeed.init_distributed(dist_backend="gloo")
-    cache_cpu_info()
-    rank, world = dist.get_rank(), dist.get_world_size()
-    os.makedirs(args.out, exist_ok=True)
-    failures = 0
-    for run in plan["runs"]:
-        try:
-            _run_one(run, rank, world, args.out)
-        except Exception as exc:  # noqa: BLE001 - record and move on to the next config
-            failures += 1
-            with open(os.path.join(args.out, f"{run['name']}.rank{rank}.error.json"), "w") as f:
-                json.dump({"name": run["name"], "rank": rank, "error": f"{type(exc).__name__}: {exc}",
-                           "traceback": traceback.format_exc()}, f, indent=1)
-            print(f"[zeroplanner peak worker rank {rank}] run {run['name']} failed: {exc}", file=sys.stderr,
-                  flush=True)
-    return 1 if failures else 0
+    return run_plan(argv, __doc__.splitlines()[0], run_one, "peak worker")
 
 
 if __name__ == "__main__":

@@ -432,7 +432,14 @@ def cache_cpu_info() -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    return run_plan(argv, __doc__.splitlines()[0], _run_one, "worker")
+
+
+def run_plan(argv, description: str, run_one, who: str) -> int:
+    """The body of an engine worker rank: read ``--plan`` / ``--out``, start the process group (NCCL for device
+    "cuda", else gloo) and run each of the plan's runs with ``run_one(run, device, rank, world, out_dir)``; a run
+    that raises is recorded in ``<out>/<name>.rank<r>.error.json`` and the next one runs. Returns 1 if any failed."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--plan", required=True)
     parser.add_argument("--out", required=True)
     args, _ = parser.parse_known_args(argv)
@@ -454,13 +461,13 @@ def main(argv=None):
     failures = 0
     for run in plan["runs"]:
         try:
-            _run_one(run, device, rank, world, args.out)
+            run_one(run, device, rank, world, args.out)
         except Exception as exc:  # noqa: BLE001 - record and move on to the next config
             failures += 1
             with open(os.path.join(args.out, f"{run['name']}.rank{rank}.error.json"), "w") as f:
                 json.dump({"name": run["name"], "rank": rank, "error": f"{type(exc).__name__}: {exc}",
                            "traceback": traceback.format_exc()}, f, indent=1)
-            print(f"[zeroplanner worker rank {rank}] run {run['name']} failed: {exc}", file=sys.stderr, flush=True)
+            print(f"[zeroplanner {who} rank {rank}] run {run['name']} failed: {exc}", file=sys.stderr, flush=True)
     return 1 if failures else 0
 
 

@@ -13,8 +13,6 @@ Torch, DeepSpeed and transformers are imported by the worker only.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -113,20 +111,11 @@ def measure_step_peaks(names: list[str] | tuple[str, ...] = PEAK_RUNS, *, timeou
     """Run ``names`` on :data:`PEAK_RANKS` CPU ranks in one DeepSpeed launch; returns ``{name: [rank0, rank1]}``
     as the worker wrote them. Raises :class:`~zeroplanner.calibrate.CalibrationError` on a failed launch or a
     timeout, ``KeyError`` for an unknown name."""
-    from . import launch_worker
+    from . import launch_worker, result_dir
 
     plan = peak_plan(names)
-    tmp = None
-    if out_dir is None:
-        tmp = tempfile.mkdtemp(prefix="zeroplanner-peak-")
-        out = Path(tmp)
-    else:
-        out = Path(out_dir)
-    try:
+    with result_dir(out_dir, "zeroplanner-peak-") as out:
         results = launch_worker(plan, PEAK_RANKS, out, timeout_seconds, worker=PEAK_WORKER)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     results.pop("_wall_seconds", None)
     return results
 
