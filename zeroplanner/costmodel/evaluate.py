@@ -15,7 +15,7 @@ from .communication import communication_terms
 from .activations import checkpoint_offload_bytes_per_micro
 from .compute import compute_terms, optimizer_and_offload_terms
 from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
-from .memory import TERMS, memory_term_parts, memory_terms_from_parts
+from .memory import TERMS, memory_term_parts, memory_terms
 from .timeline import MEMORY_ERROR_FRACTION, PHASES, timeline, peak
 from .terms import TERM_INFO
 
@@ -97,7 +97,7 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     micro-step. The constants fitted on measured runs are in :mod:`.steptime_constants`.
     """
     parts = memory_term_parts(ctx, cand)
-    mem = memory_terms_from_parts(ctx, cand, parts)
+    mem = memory_terms(ctx, cand, parts)
     step_peak, peak_phase = peak(timeline(ctx, cand, parts))
     comm = communication_terms(ctx, cand)
     comp = compute_terms(ctx, cand)
@@ -416,7 +416,8 @@ def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], inde
 def step_peak_of(scenario: Scenario, v: dict[str, float]) -> StepPeak:
     """The :class:`StepPeak` of one scenario: its timeline (recomputed for this one candidate) and the peak, phase
     and headroom of the evaluated values ``v``."""
-    pts = timeline(make_context(scenario), Candidates.from_scenario(scenario))
+    ctx = make_context(scenario)
+    pts = timeline(ctx, Candidates.from_scenario(scenario))
     points = [TimelinePoint(phase=p.phase, label=p.label, bytes={k: int(round(float(x.item())))
                                                                    for k, x in p.terms.items()},
                             total=int(round(float(p.total.item())))) for p in pts]
@@ -427,7 +428,7 @@ def step_peak_of(scenario: Scenario, v: dict[str, float]) -> StepPeak:
         from .memory import runtime_parts
 
         runtime = [RuntimePart(label=label, bytes=int(b), source=src) for label, b, src in
-                   runtime_parts(make_context(scenario))]
+                   runtime_parts(ctx)]
         runtime.append(RuntimePart(
             label="caching-allocator slack (reserved but unallocated), per live byte",
             fraction_of_live=scenario.assumptions.allocator_fragmentation_fraction,

@@ -62,14 +62,12 @@ def predicted_peak_bytes(scenario: Scenario, measured_kind: str = "unstated") ->
     allocator); ``max_memory_reserved`` also the allocator's slack; anything else (nvidia-smi, unstated) the whole
     process, with the CUDA context and the NCCL buffers (gpu_runtime.py: both outside the allocator)."""
     from .evaluate import estimate  # evaluate imports this package's other modules
-    from .memory import runtime_parts
-    from .context import make_context
 
     peak = estimate(scenario).step_peak
     point = max(peak.timeline, key=lambda p: p.total)
     if measured_kind not in ("max_memory_allocated", "max_memory_reserved"):
         return int(point.total)
-    _context, cublas, _nccl = (b for _, b, _ in runtime_parts(make_context(scenario)))
+    cublas = peak.runtime_parts[1].bytes  # (context, cuBLAS workspace, NCCL buffers, slack): memory.runtime_parts
     live = point.total - point.bytes["runtime"]
     slack = scenario.assumptions.allocator_fragmentation_fraction if measured_kind == "max_memory_reserved" else 0.0
     return int(round(live * (1.0 + slack) + cublas))

@@ -417,14 +417,12 @@ def memory_term_parts(ctx: Context, cand: Candidates) -> dict[str, TermParts]:
     return out
 
 
-def memory_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+def memory_terms(ctx: Context, cand: Candidates,
+                 parts: dict[str, TermParts] | None = None) -> dict[str, np.ndarray]:
     """All per-GPU terms (keys :data:`TERMS` plus "total"), and "host_per_node", "nvme_per_node", bytes. "total"
-    is the sum of every term at its own maximum; the step's peak is :func:`zeroplanner.costmodel.timeline.peak`."""
-    return memory_terms_from_parts(ctx, cand, memory_term_parts(ctx, cand))
-
-
-def memory_terms_from_parts(ctx: Context, cand: Candidates, parts: dict[str, TermParts]) -> dict[str, np.ndarray]:
-    """:func:`memory_terms` from already computed :func:`memory_term_parts`."""
+    is the sum of every term at its own maximum; the step's peak is :func:`zeroplanner.costmodel.timeline.peak`.
+    ``parts``: :func:`memory_term_parts` if already computed."""
+    parts = parts if parts is not None else memory_term_parts(ctx, cand)
     terms = {k: parts[k].value for k in TERMS}
     live = sum(terms[k] for k in ("parameters", "gradients", "optimizer_states", "activations", "buffers"))
     terms["total"] = live + terms["overhead"]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .activations import _FP32_LOGITS_FAMILIES, activation_parts, layer_activation_bytes, local_tokens
+from .activations import _FP32_LOGITS_FAMILIES, ACTIVATION_GROUPS, local_tokens
 from .context import Candidates, Context, data_parallel_degree
 
 PHASES = ("forward", "loss forward", "loss backward", "backward", "optimizer step")
@@ -95,10 +95,9 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> list[
     params = parts["parameters"].value + z
     states = parts["optimizer_states"].value + z
     a = sc.assumptions
-    if not cpu:
-        from .memory import runtime_parts
-
-        fixed_runtime = float(sum(b for _, b, _ in runtime_parts(ctx)))
+    if not cpu:  # the context, cuBLAS workspace and NCCL buffers memory.overhead_parts priced
+        x_ovh = parts["overhead"].inputs
+        fixed_runtime = float(x_ovh["C"] + x_ovh["W_cublas"] + x_ovh["B_nccl"])
     offloaded = parts["host_memory"].value / float(ctx.gpus_per_node) + z if cpu else z
     buf = parts["buffers"]
 
@@ -109,11 +108,13 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> list[
     grad_held = np.where(accum, grad_end_bwd, 0.0)
 
     # -- activations
-    act = activation_parts(ctx, cand)
+    # the activation term memory_term_parts already evaluated: its groups (activations.activation_parts) and the
+    # one layer's bytes (activation_term's input "layer": what full checkpointing recomputes)
+    act_term = parts["activations"]
+    act = {k: act_term.sum_of(labels) for k, labels in ACTIVATION_GROUPS.items()}
     tokens = local_tokens(ctx, cand)
     h = float(m.hidden_size)
-    recomputed = np.where(full, layer_activation_bytes(ctx, cand.micro_batch, cand.checkpointing,
-                                                       cand.sp if bool(np.any(cand.sp > 1)) else None), 0.0)
+    recomputed = np.where(full, act_term.inputs["layer"], 0.0)
     layers_fwd = act["layers"] - recomputed  # stored inputs only under full checkpointing
     a_fwd = layers_fwd + act["final"] + act["inputs"] + act.get("vision", z)
 
