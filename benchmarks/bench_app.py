@@ -12,7 +12,7 @@ Measures
     ``requestAnimationFrame`` callbacks). A change made outside a frame callback (the bare page's Label, an HTML
     widget) is painted by the next frame; a change made inside one (bqplot draws bars through a d3 transition,
     which d3-timer runs in a ``requestAnimationFrame`` callback even at ``animation_duration=0``) is painted by
-    that frame. This is what a visitor sees, and it is the figure the issue-17 target is read from.
+    that frame. This is what a visitor sees, and it is the figure the p95 target below is read from.
   * whole page painted: the same for everything the change updates (planner: the config preview, share link and
     timing line too, which follow the chart; bare page: the Label).
   * last DOM mutation: when the last change was made. It counts the frame wait of bqplot's bars (up to one frame,
@@ -26,8 +26,8 @@ Measures
 - cold load: navigation to the first drawn bar (planner) or the rendered slider (bare page), each load with a fresh
   kernel, median over M loads.
 - widget models per planner page (counted in this process).
-Prints absolute times and the planner/bare ratios. Targets: slider-to-chart p95 < 150 ms (issue 4); p95 <= 1.5x
-and cold load <= 1.2x the bare page (issue 17).
+Prints absolute times and the planner/bare ratios. Targets: slider-to-chart p95 < 150 ms; p95 <= 1.5x
+and cold load <= 1.2x the bare page.
 
 Measured 2026-12-01 on the shared 2-core build machine (load average 7-28), ``--changes 40 --loads 3``, three runs
 each of the page before (commit 01d43af) and after the change-cost work (chart and verdict first, config preview in
@@ -44,7 +44,7 @@ kernel messages / bytes per change     10 / 11.9k  9 / 8.9k
 =====================================  ==========  ==========
 
 (bare page: 4 messages, 2.1 kB per change; widget models per planner page: 181 before and after). Single runs
-ranged from 1.30x to 2.18x (p95, painted) after, 1.91x to 3.07x before: the issue-17 p95 target is met in some runs
+ranged from 1.30x to 2.18x (p95, painted) after, 1.91x to 3.07x before: the 1.5x p95 target is met in some runs
 only. Cold load was 0.89x-1.62x in these runs, on both versions alike (0.87x-0.93x at a lower load earlier).
 
 Measured again 2026-12-01 19:15-20:20 UTC, same machine, no other job of ours running (but the VM's host CPU
@@ -146,7 +146,7 @@ from tests.browserkit import CHROMIUM, CHROMIUM_ARGS, serve_app  # noqa: E402  (
 
 QUIET_SECONDS = 0.4
 VIEWPORT = {"width": 1440, "height": 900}
-"""The size the planner's one-view layout is built for (issue 17)."""
+"""The size the planner's one-view layout is built for."""
 
 
 def widget_models() -> int:

@@ -23,7 +23,7 @@ What it does (bounded in time by ``--deadline-seconds`` and in count by ``--sess
    and waits for jupyter_server's culler to shut them down; then the pre-heated kernel refills. Memory after =
    the same measurement as 2 once only the refilled pre-heated kernel is left and its memory is steady.
 
-Soak (``--waves W``, issue 15): steps 3-5 repeated W times (a workshop day: waves of visitors), recording the
+Soak (``--waves W``): steps 3-5 repeated W times (a workshop day: waves of visitors), recording the
 server's and the kernels' RSS with each wave open and after each wave's culling (the pool refilled and settled).
 ``--pool P`` sets ``zeroplanner app --pool`` (pre-executed kernels; the cap is then N + P - 1, so with the shipped
 pool of 1 it is N and the check of step 4 applies; with a bigger pool that check is skipped: the pool serves the
@@ -34,8 +34,8 @@ browser), plus the widget-state reply, the page's request to the first state sen
 --log-timings`` logs it per kernel); the rest is the browser loading and drawing the page. ``--tracemalloc`` runs
 the server with tracemalloc and reports the allocation sites that grew from after wave 1 to after the last wave.
 
-Acceptance (issue 8): every session gets the correct config, no errors, memory after within 10% of before; with 3
-or more waves also (issue 15) the server's RSS after the last wave within 5% of after wave 2.
+Acceptance: every session gets the correct config, no errors, memory after within 10% of before; with 3
+or more waves also the server's RSS after the last wave within 5% of after wave 2.
 Writes ``--output`` (default ``docs/reliability.md``) with the machine's cores and load and the figures
 (``--render-only A.json B.json`` joins several runs' ``--json`` files into one report).
 Exit status 0 when the acceptance holds, 1 otherwise, 2 for bad options.
@@ -73,9 +73,9 @@ CHROMIUM_ARGS = [*_BROWSER_ARGS, "--disable-dev-shm-usage"]  # 30 renderers: /de
 MIB = 2 ** 20
 GIB = 2 ** 30
 MEMORY_TOLERANCE = 0.10
-"""Acceptance: total server memory after the sessions close within 10% of before (issue 8)."""
+"""Acceptance: total server memory after the sessions close within 10% of before."""
 SERVER_SOAK_TOLERANCE = 0.05
-"""Soak acceptance (issue 15): the server's RSS after the last wave within 5% of its RSS after wave 2."""
+"""Soak acceptance: the server's RSS after the last wave within 5% of its RSS after wave 2."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -626,8 +626,8 @@ def workshop_section(runs: list[dict]) -> list[str]:
 
 
 SERVER_KEEPS = [
-    "- The starting point (issue 15): one wave of 40 visitors left the server's RSS at 163 MiB after culling, from "
-    "117 MiB before, about 1 MiB per visitor served, while the kernels went back to the one pre-heated kernel.",
+    "- The starting point, before the leak hunt: one wave of 40 visitors left the server's RSS at 163 MiB after "
+    "culling, from 117 MiB before, about 1 MiB per visitor served, while the kernels went back to the one pre-heated kernel.",
     "- Per-session structures read in jupyter_server 2.21.1 and Voila 0.5.13, and whether a kernel's shutdown or "
     "cull releases them: `MappingKernelManager._kernels`, `_kernel_connections`, `_kernel_ports` (removed), "
     "`_kernel_buffers` (the messages buffered for a page that went away without closing, e.g. a killed tab: "
@@ -664,8 +664,8 @@ SERVER_KEEPS = [
     "because 14 GB of its 24 GB were held in /dev/shm by DeepSpeed's CPU all-reduce segments that the engine "
     "tests' ranks left behind (DeepSpeed never unlinks them; the ranks now do, "
     "`zeroplanner.calibrate._worker._unlink_shm_buffer`). With that memory back, run 3 above (2026-12-01 18:24 "
-    "UTC, the machine otherwise idle): 40/40 correct, memory after/before 1.089 (issue 15's starting run: "
-    "1.169).",
+    "UTC, the machine otherwise idle): 40/40 correct, memory after/before 1.089 (the starting run before "
+    "the leak hunt: 1.169).",
     "- Also fixed on the way: a pre-heated kernel handed out after sitting in the pool longer than the idle "
     "timeout was culled as soon as the next cull tick came if its page had not connected yet (Voila skips only "
     "kernels still in the pool, and the kernel's last activity was its pre-execution); it is now marked active "
@@ -675,7 +675,7 @@ SERVER_KEEPS = [
     "that did not start within jupyter_client's 60 s); the kernel websocket handler now answers a plain-text "
     "error (`PlainErrorKernelWebsocketHandler`).",
 ]
-"""Findings of the leak hunt (issue 15), filled in from the soak's tracemalloc runs."""
+"""Findings of the leak hunt, filled in from the soak's tracemalloc runs."""
 
 
 def write_report(path: Path, runs: list[dict]) -> None:
@@ -776,7 +776,7 @@ EARLIER_FINDINGS = [
               "- Runs with other CPU-heavy jobs on the same 2 cores take longer (sessions 311-364 s instead of "
               "133-170 s); the CPU row in the results table says how much other jobs took during a run.",
 ]
-"""What earlier runs of this script found (issue 8 and later), kept in the report."""
+"""What earlier runs of this script found, kept in the report."""
 
 
 def cpu_model() -> str:

@@ -647,7 +647,8 @@ def render(engine: list[dict], activations: list[dict], meta: dict, modern: list
                  "LayerNorm input; input ids, labels and rotary tables add 16sb + 2a·sb·d_head.")
     lines.append("7. **ZeRO-1/2 reduction bucket allocated whole** (section 1, Buffers): the cost model now "
                  "counts the whole reduce_bucket_size, and the planner proposes a bucket of Ψ_t when fewer "
-                 "parameters train (LoRA/QLoRA), which keeps the seed table's QLoRA recommendation.")
+                 "parameters train (LoRA/QLoRA), which keeps the planner's QLoRA recommendation at "
+                 "ZeRO-1 or 2 (planner policy).")
     lines.append("8. **ZeRO-3 backward gathers** (section 1): parameters kept resident from forward into backward "
                  "are not gathered again.")
     lines += [
@@ -862,7 +863,7 @@ def render_long_sequences() -> list[str]:
     out += [f"- {r['label']}: {r['source']}" for r in rows]
     base = next(r for r in rows if not r["alst"])
     out += ["",
-            "All four rows are within 1.5x (the acceptance bound of issue 13). The HF baseline (no tiled loss) peaks in "
+            "All four rows are within 1.5x (this section's acceptance bound). The HF baseline (no tiled loss) peaks in "
             "the loss backward: the cross-entropy's backward holds the fp32 log-softmax it saved, its incoming "
             "gradient and the gradient it produces, 12 bytes per token and vocabulary entry (costmodel/timeline.py, "
             "measured on the engine in section 9). At the recipe's lengths: 32,000 tokens peak at "

@@ -51,7 +51,7 @@ PY
     fi
   done
 done
-# Issue 16, the multi-node path on this machine's GPUs with NCCL: 2 pretend nodes (ZEROPLANNER_NODE_ID) of
+# The multi-node path on this machine's GPUs with NCCL: 2 pretend nodes (ZEROPLANNER_NODE_ID) of
 # gpus/2 ranks each (CUDA_VISIBLE_DEVICES split between them), torchrun's c10d rendezvous on 127.0.0.1, each rank
 # running 'zeroplanner calibrate --distributed' (collectives per level + DeepSpeed steps across all ranks); rank 0
 # writes cluster_2nodes.json/.txt. On one machine NCCL's "inter-node" level goes over NVLink/PCIe, not a NIC.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Probe checks for a CUDA machine (issue 6): the inventory and micro-benchmarks for real, the gpu-marked tests,
+# Probe checks for a CUDA machine: the inventory and micro-benchmarks for real, the gpu-marked tests,
 # and the planner fed with the measured cluster. Without CUDA it says so and exits 0 (the gpu tests skip).
 #
 #   scripts/gpu_probe.sh   # writes artifacts/gpu_probe/{probe.json,probe.txt,pytest.txt,estimate*.json,calibration.json}

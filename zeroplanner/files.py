@@ -7,7 +7,7 @@ and its ``--accelerate-config`` YAML (:mod:`zeroplanner.cli`), :func:`zeroplanne
 (:mod:`zeroplanner.calibrate`, :mod:`zeroplanner.probe.benchmarks`).
 
 Why: ``open(path).read()`` on a FIFO with no writer blocks forever, on ``/dev/zero`` (or a symlink to it) reads
-forever, and on a directory raises ``IsADirectoryError``, which surfaced as a traceback (issue 33, item 2). Here a
+forever, and on a directory raises ``IsADirectoryError``, which surfaced as a traceback. Here a
 path is refused with one line unless it is a regular file no larger than the caller's bound.
 """
 

@@ -27,7 +27,8 @@ Client = Literal["deepspeed", "hf_trainer"]
 Severity = Literal["error", "warning", "info"]
 
 COMMUNICATION_SHARE_LIMIT = 0.30
-"""The seed article: if allgather or reduce takes more than 30% of the step, communication is the bottleneck."""
+"""A common rule of thumb, not a measured threshold: when exposed communication (all-gathers, reductions) takes more
+than ~30% of the step, the network is the bottleneck."""
 
 SLOW_INTER_NODE_GBPS = 25.0
 """ZeRO-3 across nodes at or below this per-node rate is flagged (DeepSpeed #5770: slower with more nodes)."""
@@ -98,9 +99,12 @@ RULES: dict[str, Rule] = {
                                      "(ZeRORuntimeException); accelerate Accelerator._prepare_deepspeed maps the "
                                      "Trainer's optimizer (map_pytorch_optim_to_deepspeed)"),
     # run (this module)
-    "small_buckets_multinode": Rule(checked_by="runtime", source="seed article: 5e7 -> 2e8 gave 2.1x"),
+    "small_buckets_multinode": Rule(checked_by="runtime", source="rule of thumb; DeepSpeed config docs "
+                                    "(reduce_bucket_size / allgather_bucket_size: elements per collective, "
+                                    "default 5e8)"),
     "zero3_slow_network": Rule(checked_by="runtime", source="DeepSpeed #2928, #5770"),
-    "offload_without_pin": Rule(checked_by="runtime", source="seed article's anecdote"),
+    "offload_without_pin": Rule(checked_by="runtime", source="DeepSpeed config docs (offload_param / "
+                                "offload_optimizer pin_memory: page-locked memory 'could boost throughput')"),
     "pinned_exceeds_host": Rule(checked_by="runtime", source="DeepSpeed #3448, #3481 (OOM at run time: warning)"),
     "host_ram_short": Rule(checked_by="runtime", source="unpinned pages swap"),
     "hpz_not_dividing": Rule(checked_by="engine", source="utils/groups.py _create_zero_param_parallel_group "
@@ -112,7 +116,7 @@ RULES: dict[str, Rule] = {
                              "(torch.cuda.is_bf16_supported); specs.hardware_precision prices fp16 instead"),
     "qlora_stage3": Rule(checked_by="runtime", source="DeepSpeed #5819, peft #2016; PEFT docs "
                          "accelerate/deepspeed.md (bnb_4bit_quant_storage for ZeRO-3)"),
-    "communication_share": Rule(checked_by="runtime", source="seed article's 30% threshold"),
+    "communication_share": Rule(checked_by="runtime", source="rule of thumb (> ~30% of the step)"),
     "zero2_offload_full_weights": Rule(checked_by="runtime", source="DeepSpeed #1883, #3770"),
     "nvme_offload_slow": Rule(checked_by="runtime", source="DeepSpeed #1130, #3000"),
 }
@@ -203,8 +207,9 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
     for name, spec in (("offload_optimizer", z.offload_optimizer), ("offload_param", z.offload_param)):
         if stage == 3 and spec.device != "none" and not spec.pin_memory:
             _add(out, "offload_without_pin", "warning", f"zero_optimization.{name}.pin_memory",
-                 f"ZeRO-3 {name} without pinned memory: every transfer is staged through pageable memory, slow and "
-                 "memory-hungry (the seed article's 'CUDA malloc error' came from this)",
+                 f"ZeRO-3 {name} without pinned memory: every transfer is staged through pageable memory, which is "
+                 "slower (DeepSpeed's config docs: page-locked memory 'could boost throughput at the cost of extra "
+                 "memory overhead')",
                  "Set \"pin_memory\": true (and check that host RAM can hold the pinned buffers).")
     if z.offload_optimizer.device == "nvme" or z.offload_param.device == "nvme":
         _add(out, "nvme_offload_slow", "info", "zero_optimization",
@@ -219,9 +224,9 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
     host = max(0.0, exposed - network)  # ZeRO's host-side work: gradient hooks, ZeRO-3 fetch coordination
     if share > COMMUNICATION_SHARE_LIMIT and host > network:
         _add(out, "communication_share", "warning", "zero_optimization",
-             f"exposed communication is {share:.0%} of the step ({exposed:.3g} s of {step:.3g} s; > 30%, the seed "
-             f"article's threshold), most of it ZeRO's host-side work ({host:.3g} s of gradient hooks and ZeRO-3 "
-             f"fetch coordination per step), not the network ({network:.3g} s waiting on collectives)",
+             f"exposed communication is {share:.0%} of the step ({exposed:.3g} s of {step:.3g} s; > 30%, a common "
+             f"rule of thumb for a network-bound step), most of it ZeRO's host-side work ({host:.3g} s of gradient "
+             f"hooks and ZeRO-3 fetch coordination per step), not the network ({network:.3g} s waiting on collectives)",
              "Try more samples per micro-step (the hooks run once per parameter tensor per micro-step), ZeRO-2 if "
              "it fits (fewer hooks, no per-module fetches), or fewer gradient accumulation steps.")
     elif share > COMMUNICATION_SHARE_LIMIT:
@@ -237,8 +242,8 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
         else:
             fixes.insert(0, "a larger batch per step (the all-reduce is paid once per step)")
         _add(out, "communication_share", "warning", "zero_optimization",
-             f"exposed communication is {share:.0%} of the step ({exposed:.3g} s of {step:.3g} s; > 30%, the seed "
-             "article's threshold): the GPUs wait on the network"
+             f"exposed communication is {share:.0%} of the step ({exposed:.3g} s of {step:.3g} s; > 30%, a common "
+             "rule of thumb for a network-bound step): the GPUs wait on the network"
              + (f" ({network:.3g} s on collectives, {host:.3g} s in ZeRO's host-side hooks)" if host > 0.05 * exposed
                 else ""), "Try " + ", ".join(fixes) + ".")
     offloaded = [(name, spec) for name, spec in (("offload_optimizer", z.offload_optimizer),

@@ -26,7 +26,7 @@ Every rank measures (nothing here is predicted):
   tensor, ``deepspeed/comm/utils.py`` ``get_msg_size_from_args``) per op name: count, bytes, sizes;
 * ``checkpointed``: the same census and comms for a second micro-step with full activation checkpointing
   (``gradient_checkpointing_enable``, reentrant; the backward recomputes each layer, its all-to-alls included);
-* ``loss``: the SP-aggregated loss of the first micro-step, and ``reference_loss``: the same model (same seed,
+* ``loss``: the SP-aggregated loss of the first micro-step, and ``reference_loss``: the same model (same random seed,
   same weights, bf16) on the whole sequence in one process with transformers' own attention, before Ulysses is
   registered, plus
   ``reference_saved_bytes`` / ``reference_logits_bytes`` (the sp = 1 census of the same forward).

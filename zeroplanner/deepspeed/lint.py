@@ -1,4 +1,4 @@
-"""Lint a DeepSpeed config against the pitfalls users hit (docs/references.md section 7, issue 5, the seed article).
+"""Lint a DeepSpeed config against the pitfalls users hit (docs/references.md section 7; DeepSpeed's config docs).
 
 :func:`lint` returns :class:`~zeroplanner.deepspeed.Finding` objects: severity, the dotted key concerned, why it is
 a problem, and the fix. Rules that depend only on the config run without a scenario; rules about the run (world
@@ -37,7 +37,8 @@ offload_client_optimizer      error/info ZeRO-Offload without an optimizer block
                                          client's torch optimizer unless zero_force_ds_cpu_optimizer=false
                                          (engine.py); under the HF Trainer accelerate swaps in DeepSpeedCPUAdam
                                          (map_pytorch_optim_to_deepspeed): info
-small_buckets_multinode       warning    buckets < 1e8 elements on a multi-node run (seed: 5e7 -> 2e8 gave 2.1x)
+small_buckets_multinode       warning    buckets < 1e8 elements on a multi-node run (rule of thumb; DeepSpeed's
+                                         default is 5e8 elements)
 hpz_not_dividing              error/warn zero_hpz_partition_size must divide the data-parallel degree
                                          (groups.py asserts); not dividing GPUs per node: warning
 sequence_parallel_size        error/warn the Ulysses degree (sequence_parallel_size, LLaMA-Factory's
@@ -83,8 +84,11 @@ from .keys import (
 from .read import batch_world_size, deepspeed_sequence_parallel_size, lf_sequence_parallel, ulysses_problem
 
 SMALL_BUCKET_ELEMENTS = 100_000_000
-"""Buckets below this on a multi-node run are flagged. The seed article's multi-node ZeRO-2 run was slow at 5e7 and
-2.1x faster at 2e8 elements; 1e8 separates the two."""
+"""Buckets below this on a multi-node run are flagged: a rule of thumb, not a measured threshold. DeepSpeed's config
+docs (deepspeed.ai/docs/config-json: reduce_bucket_size, allgather_bucket_size) give the bucket as the number of
+elements reduced or all-gathered at a time, default 5e8, and a smaller one as a way to limit the memory the
+collectives need; a bucket far below the default splits a step into many small collectives that each pay the
+inter-node latency (docs/references.md section 6)."""
 
 DEEPSPEED_OPTIMIZER_TYPES = frozenset({
     "adagrad", "adam", "adamw", "lamb", "muadam", "muadamw", "musgd", "lion", "muon", "onebitadam", "zerooneadam",
@@ -513,8 +517,9 @@ def _rule_cluster(config: dict[str, Any], scenario: Scenario, out: list[Finding]
             if number is not None and 0 < number < SMALL_BUCKET_ELEMENTS:
                 _add(out, "warning", f"zero_optimization.{name}", "small_buckets_multinode",
                      f"{name} = {int(number)} elements on a {cluster.nodes}-node run: many small collectives, each "
-                     "paying the inter-node latency. The seed article's multi-node ZeRO-2 run went 2.1x faster "
-                     "when its buckets went from 5e7 to 2e8.", f"Use at least 200000000 for {name}.")
+                     "paying the inter-node latency (a rule of thumb: DeepSpeed's default is 5e8 elements; a larger "
+                     "bucket uses more GPU memory and sends fewer, larger collectives).",
+                     f"Use at least 200000000 for {name}.")
     hpz = _number(_get(config, "zero_optimization.zero_hpz_partition_size"))
     if hpz is not None and hpz > 1 and stage == 3:
         world = cluster.data_parallel_degree

@@ -37,7 +37,7 @@ server's idea of "busy" comes from the kernel's IOPub status messages, and a 30-
 connected for 10 minutes has nobody waiting for it, so it is culled too."""
 
 DEFAULT_MAX_KERNELS = 50
-"""Most kernels at once (visitors' plus the pre-heated one) for ``zeroplanner app``: the issue's workshop size of
+"""Most kernels at once (visitors' plus the pre-heated one) for ``zeroplanner app``: a workshop of
 30-50 people; each kernel holds about 0.1-0.2 GB (``docs/reliability.md``). Over it a visitor gets the "planner is
 full" page (:mod:`zeroplanner.server.voila_app`). ``zeroplanner app --max-kernels N`` changes it."""
 
@@ -45,7 +45,7 @@ DEFAULT_CONNECT_TIMEOUT_SECONDS = 300
 """Seconds after a visitor's page has been sent within which the page must connect its kernel websocket; a kernel
 that no page has connected to by then is shut down (:class:`~zeroplanner.server.voila_app.ZeroplannerKernelManager`,
 ``zeroplanner app --connect-timeout-seconds``). Without it every plain ``GET /`` (a script, a link preview bot)
-held a kernel until the 600 s cull, so a bounded loop of requests filled ``--max-kernels`` for everyone (issue 33).
+held a kernel until the 600 s cull, so a bounded loop of requests filled ``--max-kernels`` for everyone.
 The clock starts when the page's last byte is written, so the server's own rendering time does not count; what
 remains is the browser loading Voilà's scripts on a loaded machine. Measured with ``benchmarks/load_voila.py
 --sessions 40`` on 2 shared cores (docs/reliability.md, "page sent to websocket"): 39 pages connected 81-102 s
@@ -129,8 +129,8 @@ VOILA_SETTINGS: dict[str, dict[str, object]] = {
 """Voilà settings: bind to loopback only, fail instead of silently picking another port, never show tracebacks,
 use the offline-clean template and ignore a ``?template=`` argument (a visitor cannot switch the page to another
 installed template) and a ``?theme=`` argument (Voilà hands any theme name other than light/dark to JupyterLab's
-theme manager and writes it into the page: ``?theme="><img src=x onerror=...>`` ran script in the visitor's page,
-issue 33), and keep :data:`DEFAULT_POOL_SIZE` pre-heated kernels (the notebook already executed) ready so
+theme manager and writes it into the page: ``?theme="><img src=x onerror=...>`` ran script in the visitor's page),
+and keep :data:`DEFAULT_POOL_SIZE` pre-heated kernels (the notebook already executed) ready so
 a page opens without waiting for a kernel to start and import numpy/pydantic/bqplot (Voilà's ``preheat_kernel``;
 ``zeroplanner app --pool N`` sets ``default_pool_size``; Voilà does not cull its pooled kernels,
 ``voila_kernel_manager.py``, and a kernel it hands out is marked active then,

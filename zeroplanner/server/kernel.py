@@ -16,7 +16,7 @@ IOPub socket (:meth:`ZeroplannerKernelApp.init_iopub`). Everything else is ipyke
 
 Tracebacks stay in the kernel: ipykernel sends the kernel's own log output (its stderr, captured) to the page as
 ``stream`` messages, so a scripted ``comm_open`` with a bogus widget state got back "Exception opening comm with
-target: jupyter.widget" with a traceback naming the server's file paths (issue 33). :class:`WithheldTraceback`
+target: jupyter.widget" with a traceback naming the server's file paths. :class:`WithheldTraceback`
 turns every logged exception into one line with the exception's type only (:meth:`ZeroplannerKernelApp.init_kernel`).
 
 Started by :class:`zeroplanner.server.voila_app.ZeroplannerServerKernelManager` in place of

@@ -385,7 +385,7 @@ def plain_write_error(handler: web.RequestHandler, status_code: int) -> None:
     jupyter_server's ``JupyterHandler.write_error`` renders its ``404.html`` / ``error.html`` templates, which call
     tornado's ``static_url``; Voilà's application has no ``static_path`` setting, so every error page it rendered
     raised "You must define the 'static_path' setting" and the server logged "Uncaught exception in write_error"
-    with two tracebacks (``/voila/api/themes/x``, ``/voila/labextensions/x``, ``/logout``: issue 33, reproduced by
+    with two tracebacks (``/voila/api/themes/x``, ``/voila/labextensions/x``, ``/logout``: reproduced by
     ``tests/server/test_server_surface.py``)."""
     handler.set_header("Content-Type", "text/plain; charset=utf-8")
     handler.finish(f"{status_code}: {handler._reason}\n")
@@ -567,8 +567,8 @@ class ClosingPageWebsocketConnection(ZMQChannelsWebsocketConnection):
 
         jupyter_server parses the frame (``json.loads``, or the v1 binary protocol) without a guard: a frame that
         is not a Jupyter message ("not json", ``{}``, random bytes) raised from the websocket's ``on_message``,
-        tornado logged "Uncaught exception" with a traceback and closed the page's websocket (issue 33,
-        ``tests/server/test_server_surface.py``). The errors caught are the parsers' (ValueError covers
+        tornado logged "Uncaught exception" with a traceback and closed the page's websocket
+        (``tests/server/test_server_surface.py``). The errors caught are the parsers' (ValueError covers
         JSONDecodeError and UnicodeDecodeError; ``struct.error`` is the binary protocol's offsets); anything else
         still propagates."""
         if self.log_timings and self._zp_requested_at is None and not self._zp_timed:

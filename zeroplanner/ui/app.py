@@ -776,7 +776,7 @@ class PlannerApp(w.VBox):
         self.hf_upload = w.FileUpload(accept=".json,application/json", multiple=False,
                                       description="Upload config.json", layout=w.Layout(width="100%"))
         self.hf_upload.observe(self._hf_uploaded, names="value")
-        # the page checks a chosen file's size before sending it (the template's script, issue 33 item 4): a file
+        # the page checks a chosen file's size before sending it (the template's upload-limit script): a file
         # over tornado's 10 MiB websocket limit would never arrive. It reads the limit from this hidden element.
         self.hf_upload.add_class("zp-upload")
         from ..catalog.hfconfig import MAX_CONFIG_BYTES as HF_LIMIT
