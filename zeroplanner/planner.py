@@ -14,12 +14,12 @@ nodes they would run at NIC speed, so it is never a multi-node candidate), and t
 whenever ZeRO-0/1/2 fit at tp 1 (measured: 1.7 ms for benchmarks/bench_costmodel.py's scenario before and after;
 1.7 -> 5.0 ms for llama-3.1-8b on 8 x A100-40GB, where it applies).
 
-Ranking policy (documented, and tested against the seed article's recommendation table):
+Ranking policy (documented, and tested in tests/core/test_planner*.py):
 1. Keep candidates whose step peak (costmodel/timeline.py) fits GPU memory (less ``gpu_memory_margin_fraction``,
    default 0), host RAM (with DeepSpeed's 1.5x buffer factor) and NVMe.
 2. Candidates within ``tolerance`` (default 10%) of the best predicted throughput are treated as equal: the
-   model's step-time error is of that order (docs/validation.md), and the seed article warns that choosing a higher
-   stage "to look advanced" often runs slower than ZeRO-2.
+   model's step-time error is of that order (docs/validation.md), and a higher stage is not free: ZeRO-3 measured
+   2.5-3.3x slower than ZeRO-2 on a small model (LianjiaTech/BELLE #402, BLOOM-560M on 2 GPUs).
    Parameter offload (``offload_param``) is considered only when no candidate without it fits.
    A candidate whose headroom is below the model's measured error of the peak (timeline.MEMORY_ERROR_FRACTION x
    peak, from the engine's step-peak census) is not a proven fit: it is considered only when no proven one exists,
@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from .advice import ClusterAdvice, MethodAdvice
 from .costmodel import Candidates, Estimate, estimate, evaluate, make_context
 from .costmodel.communication import autotp_collectives_per_micro_step
 from .costmodel.evaluate import estimate_from_values
@@ -246,6 +247,19 @@ class Plan(_Out):
     candidates_evaluated: int
     held: dict[str, Any] = {}
     varied: list[str] = []
+    assumptions: list[str] = []
+    """Defaults the verdict rests on that the user did not give (:func:`zeroplanner.advice.verdict_assumptions`);
+    shown with the verdict, before the reasons."""
+    cluster_advice: ClusterAdvice | None = None
+    """Fewer nodes, when exposed communication is the bottleneck (:func:`zeroplanner.advice.cluster_advice`)."""
+    method_advice: list[MethodAdvice] = []
+    """Cheaper methods (LoRA, QLoRA), priced, when the scenario fits only with offload or not at all
+    (:func:`zeroplanner.advice.method_advice`); never picked."""
+
+    @property
+    def advice(self) -> list[str]:
+        """The advice texts, cluster first: what to say before the reasons."""
+        return ([self.cluster_advice.text] if self.cluster_advice else []) + [m.text for m in self.method_advice]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -491,7 +505,7 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
         r.append(f"With offload, host RAM per node {gib(est.per_node_cpu_bytes * f):.0f} GiB "
                  f"({gib(est.per_node_cpu_bytes):.0f} GiB of offloaded states and pinned buffers x {f} safety "
                  f"factor) of {gib(scenario.cluster.cpu_memory_bytes):.0f} GiB.")
-    if best.stage == 3 and best.offload_optimizer == "none":
+    if best.stage == 3 and no_offload:
         share = est.communication.exposed_seconds_per_step / est.step_seconds if est.step_seconds else 0.0
         r.append("ZeRO-3 without offload: parameters, gradients and optimizer states are all sharded "
                  f"{n} ways; " + ("compute hides most of its 1.5x communication." if share < 0.15 else
@@ -692,14 +706,20 @@ def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand,
     return [head, why]
 
 
-def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternatives: int = 5, held=()) -> Plan:
+def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternatives: int = 5, held=(),
+         advice: bool = True, given=None) -> Plan:
     """Evaluate every candidate for ``scenario`` and recommend one.
 
     ``held``: input keys of :data:`SEARCH_INPUTS` whose axis is fixed at the scenario's value (the CLI passes the
     options the user gave: ``--stage 2`` searches ZeRO-2 only); the reasons say what was held and what varied.
+    ``advice``: also price fewer nodes and cheaper methods (:mod:`zeroplanner.advice`; each re-plans a changed
+    scenario, with advice off); ``given``: the input keys the user set, for :attr:`Plan.assumptions` (None: values
+    equal to the defaults count as not given).
     Returns a Plan; when nothing fits, ``fits`` is False, ``choice`` is None and ``estimate`` is the scenario as
-    given, with warnings saying what is short. Raises ValueError for tolerance outside [0, 1), a held key the
-    planner does not vary, or held values that leave no valid candidate.
+    given, with warnings saying what is short. Alternatives: per ZeRO stage, offload, ZeRO++ and AutoTP degree
+    the fastest candidate the ranking keeps (micro-batch, checkpointing and overlap searched), at most
+    ``alternatives`` of them. Raises ValueError for tolerance outside [0, 1), a held key the planner does not vary,
+    or held values that leave no valid candidate.
     """
     if not 0.0 <= tolerance < 1.0:
         raise ValueError(f"tolerance={tolerance} must be in [0, 1)")
@@ -744,12 +764,28 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         smallest = int(np.argmin(values["peak"]))
         t = scenario.training
         remedies = ["add GPUs or nodes", "shorten the sequence", "use a GPU with more memory"]
-        if not t.lora_rank:
-            remedies.insert(2, "use LoRA/QLoRA")
+        methods = []
+        if advice:
+            from .advice import method_advice
+
+            unfit = Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=[],
+                         alternatives=[], variants=[], candidates_evaluated=0)
+            methods = method_advice(scenario, unfit, held, tolerance, fits_without_offload=False)
+        for m in reversed(methods):
+            remedies.insert(2, (
+                "set bnb_4bit_quant_storage to the training dtype so ZeRO-3 shards the 4-bit base"
+                if m.method == "qlora_storage" else "change the method") + f" ({m.flags} fits at "
+                f"{m.tokens_per_second:,.0f} tokens/s: see the advice)")
+        priced = " (priced: it does not fit either)" if advice else ""
+        if methods:
+            pass  # each priced method is a remedy above
+        elif not t.lora_rank:
+            remedies.insert(2, f"use LoRA/QLoRA, a change of method{priced}")
         elif not t.qlora:
-            remedies.insert(2, "use QLoRA (4-bit base weights)")
+            remedies.insert(2, f"use QLoRA (4-bit base weights), a change of method{priced}")
         elif t.bnb_4bit_quant_storage == "uint8":
-            remedies.insert(2, "set bnb_4bit_quant_storage to the training dtype so ZeRO-3 shards the 4-bit base")
+            remedies.insert(2, "set bnb_4bit_quant_storage to the training dtype so ZeRO-3 shards the 4-bit base"
+                            + priced)
         if scenario.cluster.cpu_memory_bytes < 4 * 2**40:
             remedies.append("add host RAM for offload")
         if "sequence_parallel_size" in held:
@@ -776,21 +812,32 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                 f"{_activation_text(act)}. Options: "
                 + ", ".join(remedies) + "."]
         warn += [f"As configured (ZeRO-{scenario.zero.stage}): {w_}" for w_ in est.warnings] + precision_note
+        from .advice import verdict_assumptions
+
         return Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=warn,
                     alternatives=[], variants=variants, candidates_evaluated=int(cand.stage.size),
-                    held=held_values, varied=varied_axes(cand, tp))
+                    held=held_values, varied=varied_axes(cand, tp), method_advice=methods,
+                    assumptions=verdict_assumptions(scenario, None, given))
     best_i = int(ranked[0])
     best = _choice_at(cand, best_i, tp)
     chosen = apply_choice(scenario, best, validate=False)
     est = estimate_from_values(chosen, values, best_i)
     alts: list[Option] = []
     keys = np.stack([cand.stage, cand.offload_optimizer, cand.offload_param, cand.hpz, tp], axis=1)
+    # each (stage, offload, ZeRO++, AutoTP) group is represented by its fastest candidate the ranking keeps, listed
+    # in the order the ranking first meets the group
+    fastest: dict[tuple, int] = {}
+    for i in ranked:
+        key = tuple(keys[i])
+        if key not in fastest or values["tokens_per_second"][i] > values["tokens_per_second"][fastest[key]]:
+            fastest[key] = int(i)
     seen = {tuple(keys[best_i])}
     for i in ranked[1:]:
         key = tuple(keys[i])
         if key in seen:
             continue
         seen.add(key)
+        i = fastest[key]
         ch = _choice_at(cand, int(i), tp)
         sc = apply_choice(scenario, ch, validate=False)
         alt_est = estimate_from_values(sc, values, int(i))
@@ -810,21 +857,29 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         j = int(po[np.argmax(values["tokens_per_second"][po])])
         if values["tokens_per_second"][j] > est.tokens_per_second * 1.01:
             pc = _choice_at(cand, j, tp)
-            reasons.append(f"ZeRO-3 with offload_param {pc.offload_param} (micro-batch {pc.micro_batch} x "
-                           f"{pc.grad_accum}) is predicted "
+            reasons.append(f"{_short(pc)} is predicted "
                            f"{values['tokens_per_second'][j] / est.tokens_per_second - 1:.0%} faster but offloads the "
                            "parameters (every forward and backward fetches them over PCIe), which the planner uses "
                            "only when nothing fits without it.")
     warnings = list(est.warnings)
     if scenario.training.qlora and np.any(values["fits"] & (cand.stage < 3)):
         # not when only ZeRO-3 fits (a base sharded with bnb_4bit_quant_storage = the training dtype)
-        warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds communication for little gain (seed article).")
-    return Plan(
+        warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds per-layer parameter all-gathers of the 4-bit "
+                        "base for little memory gain (the base is frozen: no gradients or optimizer states to shard).")
+    out = Plan(
         fits=True, choice=best, scenario=chosen, estimate=est,
         reasons=reasons,
         warnings=warnings, alternatives=alts, variants=variants, candidates_evaluated=int(cand.stage.size),
         held=held_values, varied=varied_axes(cand, tp),
     )
+    from .advice import cluster_advice, method_advice, verdict_assumptions
+
+    extra: dict[str, Any] = {"assumptions": verdict_assumptions(scenario, best, given)}
+    if advice:
+        without_offload = bool(np.any(values["fits"] & (cand.offload_optimizer == 0) & (cand.offload_param == 0)))
+        extra["cluster_advice"] = cluster_advice(scenario, out, held, tolerance)
+        extra["method_advice"] = method_advice(scenario, out, held, tolerance, fits_without_offload=without_offload)
+    return out.model_copy(update=extra)
 
 
 def nearest_fit(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE) -> Option | None:

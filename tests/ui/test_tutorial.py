@@ -228,3 +228,17 @@ def test_notebook_executes_with_a_query_string_and_shows_the_numbers(tmp_path):
     assert any(f"<b class='zp-explain-value'>{shown}</b>" in m for m in maths)
     assert all(re.search(r"\$\$.+\$\$", m) for m in maths)
     json.dumps(state)  # the state is plain JSON (what Voilà sends to the page)
+
+
+def test_choose_step_shows_the_planners_advice(tutorial):
+    """Two nodes over 1 Gbit/s Ethernet: the choose step says first that one node is faster, with the planner's
+    own figures (zeroplanner.advice.cluster_advice), as the step's intro promises."""
+    import html as html_mod
+
+    tutorial.set(**dict(DEFAULTS, nodes=2, network="eth-1g"))
+    p = plan(tutorial.scenario)
+    assert p.cluster_advice is not None and p.cluster_advice.fewer_nodes == 1 and p.cluster_advice.speedup > 10
+    shown = tutorial.step("choose").summary.value
+    assert f"<b>Advice:</b> {html_mod.escape(p.cluster_advice.text)}" in shown
+    assert html_mod.escape(p.assumptions[0][1:]) in shown  # the network preset it assumed
+    tutorial.set(**DEFAULTS)

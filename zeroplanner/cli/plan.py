@@ -169,10 +169,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     _imply(args)
     scenario = scenario_from_args(args)
     try:
-        p = plan(scenario, held=held)
+        p = plan(scenario, held=held, given=given)
     except ValueError as exc:  # held values no candidate combines (the scenario's own rules catch most first)
         fail(BY_KEY[held[0]].cli_flag, str(exc))
-    free = plan(scenario) if not p.fits and held else None  # what the search finds with every option free
+    # what the search finds with every option free
+    free = plan(scenario, advice=False, given=given) if not p.fits and held else None
     obj = {
         "inputs": {**inputs_json(args, scenario), "given": given},
         "fits": p.fits,
@@ -190,19 +191,25 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         "largest_model_parameters": largest_model(_with_picked_sp(scenario, p)),
         "longest_sequence": longest_sequence(scenario),
         "sequence": sequence_json(scenario),
-        "assumptions": model_assumptions(scenario),
+        "assumptions": p.assumptions + model_assumptions(scenario),
+        "cluster_advice": p.cluster_advice.model_dump() if p.cluster_advice else None,
+        "method_advice": [m.model_dump() for m in p.method_advice],
     }
     if p.fits:
-        text = f"Recommended: {p.choice.label}\n" + "".join(f"- {r}\n" for r in p.reasons)
+        text = f"Recommended: {p.choice.label}\n"
     else:
         text = "Nothing fits" + (f" with the options held ({', '.join(f'{k}={v}' for k, v in p.held.items())})"
                                  if held else "") + ".\n"
         if free is not None:
             text += (f"With every option free the planner picks: {free.choice.label}\n" if free.fits else
                      "Nothing fits with every option free either.\n")
+    # what the verdict rests on and what to change first come before the reasons
+    text += "".join(f"{a}\n" for a in p.assumptions)
+    text += "".join(f"advice: {a}\n" for a in p.advice)
+    text += "".join(f"- {r}\n" for r in p.reasons)
     text += sequence_text(obj["sequence"])
     text += "".join(f"warning: {w}\n" for w in p.warnings)
-    text += "".join(f"assumes: {a}\n" for a in obj["assumptions"])
+    text += "".join(f"assumes: {a}\n" for a in obj["assumptions"][len(p.assumptions):])
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
     sp_note = (f", Ulysses sequence_parallel_size {p.choice.sequence_parallel_size} as picked"
                if p.fits and p.choice.sequence_parallel_size > 1 else "")

@@ -612,33 +612,13 @@ def _fmt_rate(tps: float) -> str:
 
 
 def choice_text(choice: Any) -> str:
-    """Plain words for ``Plan.choice``: "ZeRO-3, optimizer offloaded to CPU, full activation checkpointing,
-    micro-batch 4, gradient accumulation 8"."""
-    stage = _attr(choice, "stage")
-    parts = [f"ZeRO-{stage}" if stage else "ZeRO-0 (plain data parallel)"]
-    opt, par = _attr(choice, "offload_optimizer", "none"), _attr(choice, "offload_param", "none")
-    if par not in (None, "none"):
-        parts.append(f"parameters and optimizer offloaded to {str(par).upper()}")
-    elif opt not in (None, "none"):
-        parts.append(f"optimizer offloaded to {str(opt).upper()}")
-    zpp = []
-    if (_attr(choice, "zero_hpz_partition_size", 1) or 1) > 1:
-        zpp.append(f"hpZ {_attr(choice, 'zero_hpz_partition_size')}")
-    if _attr(choice, "zero_quantized_weights", False):
-        zpp.append("qwZ")
-    if _attr(choice, "zero_quantized_gradients", False):
-        zpp.append("qgZ")
-    if zpp:
-        parts[0] += f" + ZeRO++ ({', '.join(zpp)})"
-    ckpt = _attr(choice, "checkpointing")
-    if ckpt:
-        parts.append({"none": "no activation checkpointing"}.get(ckpt, f"{ckpt} activation checkpointing"))
-    mb, ga = _attr(choice, "micro_batch"), _attr(choice, "grad_accum")
-    if mb:
-        parts.append(f"micro-batch {mb}")
-    if ga:
-        parts.append(f"gradient accumulation {ga}")
-    return ", ".join(parts)
+    """The chosen candidate's name: :attr:`zeroplanner.planner.Choice.label`, the one label the CLI, the JSON
+    ``choice``, the reasons and the chart's Recommended column use (a dict of Choice fields is accepted too)."""
+    from ..planner import Choice
+
+    if isinstance(choice, Choice):
+        return choice.label
+    return Choice.model_validate(dict(choice)).label
 
 
 def banner_html(plan: Any) -> str:
@@ -664,6 +644,12 @@ def banner_html(plan: Any) -> str:
             f"peak {_fmt_gib(total)} of {_fmt_gib(cap)} per GPU, step {float(_attr(est, 'step_seconds', 0)):.3g} s, "
             f"{_fmt_rate(float(_attr(est, 'tokens_per_second', 0)))}."
         )
+    assumed = [str(a) for a in (_attr(plan, "assumptions", []) or [])]
+    if assumed:  # the defaults the verdict rests on, with the verdict (before the reasons)
+        head += "".join(f"<div class='zp-assume'>{esc(a[0].upper() + a[1:])}.</div>" for a in assumed)
+    advice = [str(a) for a in (_attr(plan, "advice", []) or [])]
+    if advice:
+        head += "<ul class='zp-advice'>" + "".join(f"<li><b>Advice:</b> {esc(a)}</li>" for a in advice) + "</ul>"
     head += step_peak_html(est, "Over one step" if _attr(plan, "fits", False) else "Your settings over one step")
     items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
     witems = "".join(f"<li>{esc(w)}</li>" for w in warnings)

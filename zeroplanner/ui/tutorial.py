@@ -359,7 +359,10 @@ _SPECS: dict[str, _StepSpec] = {
     "choose": _StepSpec(
         intro="The planner evaluates every stage, offload choice, checkpointing mode and micro-batch, keeps what "
               "fits (with a safety margin) and prefers the fastest; within 10% it prefers no offload and lower "
-              "stages. Try a bigger model or fewer GPUs above and see the choice move.",
+              "stages. Try a bigger model or fewer GPUs above and see the choice move. Before the stage it says what an "
+              "experienced engineer says first: which defaults it assumed, whether fewer nodes would be faster "
+              "(try 2 nodes on eth-1g: one node is an order of magnitude faster) and whether a cheaper method "
+              "(LoRA, QLoRA) avoids offload.",
         terms=("step",),
         scenario=lambda s: _plan(s).scenario if _plan(s).fits else s.tutorial.scenario,
         question=lambda s: "Which ZeRO stage does the planner recommend for this scenario?",
@@ -472,6 +475,9 @@ def _plan_table(step: TutorialStep) -> str:
                     f"<td>{'fits' if e.fits else 'does not fit'}</td><td>{e.tokens_per_second:,.0f}</td></tr>")
     head = ("<b>Recommended: " + html.escape(p.choice.label) + "</b>") if p.fits and p.choice else \
         "<b>Nothing fits this cluster.</b>"
+    # what an experienced engineer says before the stage: the defaults assumed, fewer nodes, a cheaper method
+    head += "".join(f"<div class='zp-assume'>{html.escape(a[0].upper() + a[1:])}.</div>" for a in p.assumptions)
+    head += "".join(f"<div class='zp-advice'><b>Advice:</b> {html.escape(a)}</div>" for a in p.advice)
     return (f"<div>{head}</div><table><tr><th>variant</th><th>GiB per GPU</th><th>fit</th><th>tokens/s</th></tr>"
             + "".join(rows) + "</table>")
 
