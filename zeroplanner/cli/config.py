@@ -55,6 +55,7 @@ from ..deepspeed import (
     ConfigError,
     Finding,
     from_deepspeed_config,
+    explain_config,
     generation_notes,
     load_config_text,
     parallelism_config_kwargs,
@@ -88,7 +89,10 @@ def register(subparsers, add_scenario_options) -> None:
                    help="also write <stem>.accelerate.yaml next to -o FILE for accelerate launch --config_file")
     p.add_argument("--total-steps", type=_steps, default=None, help="total optimizer steps (WarmupDecayLR)")
     p.add_argument("-o", "--output", default=None, metavar="FILE", help="write the DeepSpeed JSON here")
-    p.add_argument("--json", action="store_true", help="print one JSON object: config, notes, findings, files")
+    p.add_argument("--explain", action="store_true", help="also print, for every setting that differs from "
+                   "DeepSpeed's default, one line saying why it is written (JSON: explain)")
+    p.add_argument("--json", action="store_true", help="print one JSON object: config, notes, findings, explain, "
+                   "files")
     p.set_defaults(func=run_config)
 
     p = subparsers.add_parser(
@@ -227,7 +231,8 @@ def run_config(args) -> int:
                "nothing_fits": short,
                "config": config, "mode": mode, "parallelism_config": parallelism,
                "notes": [n.model_dump() for n in notes],
-               "findings": [f.model_dump() for f in findings], "files": files}
+               "findings": [f.model_dump() for f in findings], "explain": explain_config(config, scenario),
+               "files": files}
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
         return status
     if not args.output:
@@ -236,6 +241,9 @@ def run_config(args) -> int:
         sys.stderr.write(f"wrote {path}\n")
     for f in notes + [f for f in findings if f.severity != "info" or f.rule == "zero2_offload_full_weights"]:
         sys.stderr.write(_finding_line(f) + "\n")
+    if args.explain:
+        for key, why in explain_config(config, scenario).items():
+            sys.stderr.write(f"why {key}: {why}\n")
     if args.hf_trainer:
         from ..deepspeed import hf_training_arguments
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from .emit import (
     deepspeed_train_batch_size,
+    explain_config,
     generation_notes,
     hf_auto_values,
     hf_training_arguments,
@@ -46,7 +47,7 @@ from .read import (
 
 __all__ = [
     "AUTO", "MAX_CONFIG_BYTES", "MAX_DEPTH", "ConfigError", "Finding", "Mode", "batch_world_size", "clip_key",
-    "config_autotp_size", "deepspeed_train_batch_size", "from_deepspeed_config", "generation_notes", "hf_auto_values",
+    "config_autotp_size", "deepspeed_train_batch_size", "explain_config", "from_deepspeed_config", "generation_notes", "hf_auto_values",
     "hf_training_arguments", "load_config_text", "parallelism_config_kwargs", "parallelism_config_snippet",
     "to_accelerate_config", "to_deepspeed_config",
 ]

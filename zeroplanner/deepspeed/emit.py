@@ -16,6 +16,7 @@ from ..specs import OffloadSpec, Scenario, TrainingSpec, hardware_precision
 from .keys import (
     ACCELERATE_MAIN_PROCESS_PORT,
     AUTO,
+    DEEPSPEED_DEFAULTS,
     DEFAULT_BETAS,
     DEFAULT_EPS,
     DEFAULT_GRADIENT_CLIPPING,
@@ -27,6 +28,7 @@ from .keys import (
     NVME_PATH_PLACEHOLDER,
     SGD_MOMENTUM,
     Finding,
+    deepspeed_overlap_comm_default,
     Mode,
 )
 
@@ -376,6 +378,119 @@ def to_deepspeed_config(
             "profile": False,
         }
     return config
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict) and not (prefix in ("optimizer", "scheduler")):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: obj}
+
+
+def _setting_reason(key: str, value: Any, s: Scenario) -> str:
+    """One line: why the config writes ``key`` = ``value`` for scenario ``s``."""
+    t, z, c = s.training, s.zero, s.cluster
+    leaf = key.rsplit(".", 1)[-1]
+    block = key.split(".")[1] if key.startswith("zero_optimization.offload_") else ""
+    if value == AUTO:
+        return "filled by the HF Trainer from TrainingArguments (transformers integrations/deepspeed.py)"
+    fixed = {
+        "train_batch_size": f"micro-batch {t.micro_batch} x {t.grad_accum} accumulation steps x "
+        f"{deepspeed_batch_world_size(s)} data-parallel ranks: DeepSpeed asserts the three multiply out "
+        "(runtime/config.py _batch_assertion)",
+        "train_micro_batch_size_per_gpu": "the plan's micro-batch (samples per GPU per forward), priced for memory "
+        "and step time",
+        "gradient_accumulation_steps": "the plan's accumulation steps: micro-batch x steps keeps the samples per GPU "
+        "per optimizer step you asked for",
+        "gradient_clipping": f"clip at norm {value}, the HF TrainingArguments max_grad_norm default, so a raw and "
+        "an HF config train alike",
+        "steps_per_print": f"log every {value} steps",
+        "optimizer": "the scenario's optimizer with the HF TrainingArguments defaults (lr 5e-5, betas (0.9, 0.999), "
+        "eps 1e-8, weight_decay 0): set your own hyperparameters",
+        "scheduler": "linear warmup over the first steps to the optimizer's lr (DeepSpeed WarmupLR / WarmupDecayLR): "
+        "set your own schedule",
+        "zero_allow_untested_optimizer": "ZeRO refuses optimizers it has not tested unless told "
+        "(engine.py _do_optimizer_sanity_check)",
+        "zero_force_ds_cpu_optimizer": "with offload_optimizer ZeRO insists on DeepSpeedCPUAdam unless this is false "
+        "(engine.py _configure_optimizer); the client's optimizer runs instead",
+        "sequence_parallel_size": f"Ulysses degree {value}: DeepSpeed's batch arithmetic divides the world by it "
+        "(runtime/config.py)",
+        "tensor_parallel.autotp_size": f"AutoTP degree {value}: the plan's tensor-parallel split inside the node",
+        "bf16.enabled": "the scenario's precision, bf16 (priced at the GPU's bf16 tensor-core peak)",
+        "fp16.enabled": "fp16 with dynamic loss scaling (loss_scale 0): the scenario's precision, or bf16 on a GPU "
+        "without bf16 tensor cores",
+        "zero_optimization.stage": f"ZeRO-{value}: the stage the plan prices (`zeroplanner recommend` gives the "
+        "reasons for the pick)",
+        "zero_optimization.reduce_bucket_size": f"{value:,} elements per gradient reduction bucket, the value the "
+        "plan priced (lowered when few parameters train: DeepSpeed allocates the whole bucket)"
+        if isinstance(value, int) else "",
+        "zero_optimization.allgather_bucket_size": f"{value:,} elements per parameter all-gather bucket (ZeRO-1/2)"
+        if isinstance(value, int) else "",
+        "zero_optimization.stage3_prefetch_bucket_size": "elements ZeRO-3 prefetches ahead of the module that needs "
+        "them, the value priced (live-parameter memory and overlap of the gathers)",
+        "zero_optimization.stage3_param_persistence_threshold": "parameters smaller than this stay whole on every "
+        "GPU (no gather), the value priced",
+        "zero_optimization.stage3_max_live_parameters": "most parameter elements ZeRO-3 keeps gathered at once, "
+        "the value priced",
+        "zero_optimization.stage3_max_reuse_distance": "a gathered parameter reused within this many elements "
+        "stays gathered, the value priced",
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save": "gathers the sharded 16-bit weights on save "
+        "so save_model / save_16bit_model writes a usable model",
+        "zero_optimization.zero_hpz_partition_size": f"ZeRO++ hpZ: a secondary weight shard over {value} GPUs (one "
+        "node) so the backward's all-gathers stay inside the node (ZeRO++ paper, arXiv 2306.10209)",
+        "zero_optimization.zero_quantized_weights": "ZeRO++ qwZ: weights all-gathered in int8 (lossy; allowed by "
+        "allow_lossy_communication or set by you)",
+        "zero_optimization.zero_quantized_gradients": "ZeRO++ qgZ: gradients reduce-scattered in int4 (lossy; "
+        "allowed by allow_lossy_communication or set by you)",
+        "zero_optimization.contiguous_gradients": "copies gradients into one contiguous buffer as they are produced "
+        "(less fragmentation)",
+    }
+    if key == "zero_optimization.overlap_comm":
+        default = deepspeed_overlap_comm_default(z.stage)
+        how = ("overlaps the gradient reduction with the backward (extra bucket buffers; DeepSpeed's docs quote up "
+               "to 4.5x reduce_bucket_size)" if value else "reduces gradients without overlapping the backward")
+        why = ("the plan's value: unless you set it, the planner prices true and false at ZeRO-1/2 and keeps false "
+               "when true is not faster (false needs less memory)" if not value else
+               "the plan's value: unless you set it, the planner prices true and false at ZeRO-1/2 and true was "
+               "faster")
+        return f"{how}; {why} (DeepSpeed's default at stage {z.stage}: {str(default).lower()})"
+    if leaf == "device" and block:
+        what = "optimizer states and the optimizer step" if block == "offload_optimizer" else "the 16-bit parameters"
+        where = "host RAM" if value == "cpu" else "NVMe"
+        return (f"{what} live in {where}: the plan fits only with it (or it is what you gave); priced with the "
+                f"PCIe and {where} traffic per step")
+    if leaf == "pin_memory" and block:
+        return ("page-locked host buffers: faster PCIe copies at the cost of pinned host RAM" if value else
+                "pageable host buffers: slower PCIe copies, no pinned host RAM")
+    if leaf == "nvme_path" and block:
+        return ("the NVMe directory you gave" if value != NVME_PATH_PLACEHOLDER else
+                "a placeholder: replace it with a directory on a local NVMe drive (one per node)")
+    if key.startswith("activation_checkpointing"):
+        return "configures deepspeed.checkpointing for models that call it (Megatron-style)"
+    if key.startswith("fp16.") and key not in fixed:
+        return "DeepSpeed's dynamic loss scaling (runtime/precision_config.py)"
+    return fixed.get(key, "")
+
+
+def explain_config(config: dict[str, Any], scenario: Any) -> dict[str, str]:
+    """Dotted key -> one-line reason for every setting of ``config`` (as :func:`to_deepspeed_config` wrote it for
+    ``scenario``, a Scenario or a Plan) whose value differs from DeepSpeed's default (:data:`DEEPSPEED_DEFAULTS`),
+    plus every key without a default (the batch keys, the optimizer and scheduler blocks, one reason each) and
+    ``zero_optimization.overlap_comm`` whenever it is written (DeepSpeed's default depends on the stage,
+    :func:`deepspeed_overlap_comm_default`). Keys are in the config's order. Raises ``KeyError`` naming a written
+    key that has no reason (a key added to the generator without one)."""
+    s = _scenario_of(scenario)
+    out: dict[str, str] = {}
+    for key, value in _flat(config).items():
+        if key in DEEPSPEED_DEFAULTS and DEEPSPEED_DEFAULTS[key] == value and key != "zero_optimization.overlap_comm":
+            continue
+        reason = _setting_reason(key, value, s)
+        if not reason:
+            raise KeyError(f"{key}: written by the generator without a reason in explain_config")
+        out[key] = reason
+    return out
 
 
 def generation_notes(scenario: Any, mode: Mode = "deepspeed", hf_auto: bool = False, accelerate: bool = False,

@@ -56,6 +56,62 @@ FP16_BLOCK = {
     "min_loss_scale": 1,
 }
 
+DEEPSPEED_DEFAULTS: dict[str, Any] = {
+    # deepspeed/runtime/constants.py (*_DEFAULT)
+    "gradient_clipping": 1.0,
+    "steps_per_print": None,
+    "wall_clock_breakdown": False,
+    "zero_allow_untested_optimizer": False,
+    "zero_force_ds_cpu_optimizer": True,
+    "sequence_parallel_size": 1,
+    # deepspeed/runtime/precision_config.py
+    "bf16.enabled": False,
+    "fp16.enabled": False,
+    "fp16.loss_scale": 0,
+    "fp16.initial_scale_power": 16,
+    "fp16.loss_scale_window": 1000,
+    "fp16.hysteresis": 2,
+    "fp16.min_loss_scale": 1,
+    # deepspeed/runtime/zero/config.py DeepSpeedZeroConfig (overlap_comm: see DEEPSPEED_OVERLAP_COMM_DEFAULT)
+    "zero_optimization.stage": 0,
+    "zero_optimization.reduce_bucket_size": 500_000_000,
+    "zero_optimization.allgather_bucket_size": 500_000_000,
+    "zero_optimization.contiguous_gradients": True,
+    "zero_optimization.stage3_prefetch_bucket_size": 50_000_000,
+    "zero_optimization.stage3_param_persistence_threshold": 100_000,
+    "zero_optimization.stage3_max_live_parameters": 1_000_000_000,
+    "zero_optimization.stage3_max_reuse_distance": 1_000_000_000,
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
+    "zero_optimization.zero_hpz_partition_size": 1,
+    "zero_optimization.zero_quantized_weights": False,
+    "zero_optimization.zero_quantized_gradients": False,
+    # deepspeed/runtime/zero/offload_config.py
+    "zero_optimization.offload_optimizer.device": "none",
+    "zero_optimization.offload_optimizer.pin_memory": True,
+    "zero_optimization.offload_optimizer.nvme_path": None,
+    "zero_optimization.offload_param.device": "none",
+    "zero_optimization.offload_param.pin_memory": True,
+    "zero_optimization.offload_param.nvme_path": None,
+    # deepspeed/runtime/activation_checkpointing/config.py ACT_CHKPT_DEFAULT
+    "activation_checkpointing.partition_activations": False,
+    "activation_checkpointing.cpu_checkpointing": False,
+    "activation_checkpointing.contiguous_memory_optimization": False,
+    "activation_checkpointing.number_checkpoints": None,
+    "activation_checkpointing.synchronize_checkpoint_boundary": False,
+    "activation_checkpointing.profile": False,
+}
+"""DeepSpeed 0.19.8's defaults of the keys :func:`~zeroplanner.deepspeed.to_deepspeed_config` writes, dotted
+(checked against DeepSpeed's own config models by tests/core/test_config_explain.py). Keys without an entry have
+no default value to compare with (the batch keys are derived from each other; the optimizer and scheduler blocks
+are absent by default)."""
+
+
+def deepspeed_overlap_comm_default(stage: int) -> bool:
+    """DeepSpeed's ``overlap_comm`` when the key is absent: True at stage 3, False below
+    (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig ``overlap_comm_valid``)."""
+    return int(stage) == 3
+
+
 ACCELERATE_MAIN_PROCESS_PORT = 29500
 """accelerate's main_process_port when none is given (accelerate 1.15.0, utils/launch.py: ``main_process_port`` None
 -> 29500), also torchrun's default ``--master-port``."""
@@ -116,7 +172,7 @@ builds). DeepSpeedConfig reads the top level with ``dict.get``: any other key is
 
 FRAMEWORK_TOP_LEVEL_KEYS = frozenset({"sequence_parallel"})
 """Top-level keys DeepSpeed does not read but the framework that launches it does: LLaMA-Factory's
-``sequence_parallel`` block (Ulysses; ../shared/ds-configs/README.md, lf_z3_alst.json)."""
+``sequence_parallel`` block (Ulysses; tests/data/ds-configs/README.md, lf_z3_alst.json)."""
 
 REMOVED_TOP_LEVEL_KEYS = frozenset({
     "nebula", "compression_training", "amp", "quantize_training", "sparse_gradients", "eigenvalue",
