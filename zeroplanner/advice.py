@@ -195,8 +195,9 @@ def cluster_advice(scenario: Scenario, p: Plan, held=(), tolerance: float = 0.1)
             f"{c.nodes} nodes are not faster even at {_fmt_gbps(top)} Gbit/s per node")
     text = (f"Train on {where}: {m_tps:,.0f} tokens/s, {speedup:.1f}x faster than {c.nodes} nodes "
             f"({est.tokens_per_second:,.0f} tokens/s, {share:.0%} of the step exposed communication, above the "
-            f"{COMMUNICATION_SHARE_LIMIT:.0%} rule of thumb), at the same global batch ("
-            f"{pm.choice.label} on {m * c.gpus_per_node} GPUs); {pays}.")
+            f"{COMMUNICATION_SHARE_LIMIT:.0%} rule of thumb) at the same global batch: on {m * c.gpus_per_node} "
+            f"GPUs the planner picks {pm.choice.label}, rerun with --nodes {m} --micro-batch "
+            f"{pm.choice.micro_batch} --grad-accum {pm.choice.grad_accum}; {pays}.")
     return ClusterAdvice(
         nodes=c.nodes, exposed_fraction=share, tokens_per_second=est.tokens_per_second, fewer_nodes=m,
         fewer_nodes_label=pm.choice.label, fewer_nodes_tokens_per_second=m_tps, speedup=speedup,
@@ -235,16 +236,18 @@ def _changed(scenario: Scenario, changes: dict[str, object]) -> Scenario | None:
 
 def method_advice(scenario: Scenario, p: Plan, held=(), tolerance: float = 0.1, *,
                   fits_without_offload: bool = True) -> list[MethodAdvice]:
-    """Cheaper methods, priced, when the scenario fits only with offload (``fits_without_offload`` False: no
-    candidate of the plan fits without offloading) or does not fit at all; [] otherwise.
+    """Cheaper methods, priced, when the pick offloads (``fits_without_offload`` False: no candidate of the plan
+    fits without offloading; or it does, but the offloading pick is faster) or nothing fits; [] otherwise.
 
     A full fine-tune is offered LoRA (:data:`ADVICE_LORA_RANK`) and QLoRA; LoRA is offered QLoRA with
     ``bnb_4bit_quant_storage`` = the training dtype (DeepSpeed ZeRO-3 shards a 4-bit base only then: it casts
     floating-point parameters to the training dtype, runtime/engine.py ``_cast_module_mixed_precision``, and leaves
     uint8 ones whole); QLoRA with uint8 storage is offered that storage. Each is re-planned with the same held
     options; one is kept when it fits and either the scenario does not fit, or it is faster by more than 1%, or it
-    needs no offload. Each text says it is a change of method."""
-    if p.fits and fits_without_offload:
+    needs no offload. Each text says it is a change of method, and the defaults its pick assumes that the plan's
+    own assumptions do not already state (:func:`verdict_assumptions`)."""
+    offloaded = p.fits and (p.choice.offload_optimizer != "none" or p.choice.offload_param != "none")
+    if p.fits and fits_without_offload and not offloaded:
         return []
     out = []
     for method, changes, flags, what in _method_options(scenario):
@@ -269,8 +272,10 @@ def method_advice(scenario: Scenario, p: Plan, held=(), tolerance: float = 0.1, 
                   "check your task." if method != "lora" else
                   " LoRA trains low-rank adapters only: quality can differ from a full fine-tune; check your task.")
         kind = "A QLoRA setting" if method == "qlora_storage" else "Change of method"
+        assumed = [a for a in verdict_assumptions(sc, q.choice) if a not in p.assumptions]
+        also = f" It {'; '.join(assumed)}." if assumed else ""
         text = (f"{kind}, not picked for you: {what} ({flags}) fits as {q.choice.label} at {tps:,.0f} "
-                f"tokens/s, {versus}, {place}{nvme}.{caveat}")
+                f"tokens/s, {versus}, {place}{nvme}.{also}{caveat}")
         out.append(MethodAdvice(method=method, changes=changes, flags=flags, fits=True, label=q.choice.label,
                                 tokens_per_second=tps, offloads=offloads, text=text))
     return out

@@ -476,9 +476,10 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
         if label == best.label:  # it differs in a setting the label does not show (overlap_comm, bucket)
             label += " with " + ", ".join(f"{k} {getattr(fc, k)}" for k in Choice.model_fields
                                           if getattr(fc, k) != getattr(best, k))
-        r.append(f"The fastest fitting option, {label}, is only "
-                 f"{values['tokens_per_second'][fastest] / est.tokens_per_second - 1:.0%} faster (within the "
-                 f"{tolerance:.0%} model tolerance); this choice is simpler or safer.")
+        top = values["tokens_per_second"][fastest]
+        r.append(f"The fastest fitting option, {label}, is {top / est.tokens_per_second - 1:.0%} faster; this choice "
+                 f"is {1 - est.tokens_per_second / top:.1%} slower than it, within the {tolerance:.0%} model "
+                 "tolerance, and simpler or safer.")
     fitting = np.flatnonzero(values["fits"])
     quickest = int(fitting[np.argmax(values["tokens_per_second"][fitting])])
     if values["memory_risky"][quickest] and not est.step_peak.risky \
@@ -808,7 +809,10 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                 f"({_choice_at(cand, smallest, tp).label}) "
                 f"peaks at {gib(values['peak'][smallest]):.1f} GiB per GPU of "
                 f"{gib(ctx.gpu_memory_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB usable "
-                f"and {gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node; of it "
+                f"and {gib(values['host_per_node'][smallest]):.0f} GiB host RAM per node (x"
+                f"{scenario.assumptions.host_buffer_factor:g} buffer factor: "
+                f"{gib(values['host_per_node'][smallest] * scenario.assumptions.host_buffer_factor):.0f} GiB needed of "
+                f"{gib(scenario.cluster.cpu_memory_bytes):.0f}); of it "
                 f"{_activation_text(act)}. Options: "
                 + ", ".join(remedies) + "."]
         warn += [f"As configured (ZeRO-{scenario.zero.stage}): {w_}" for w_ in est.warnings] + precision_note
@@ -866,15 +870,15 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         # not when only ZeRO-3 fits (a base sharded with bnb_4bit_quant_storage = the training dtype)
         warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds per-layer parameter all-gathers of the 4-bit "
                         "base for little memory gain (the base is frozen: no gradients or optimizer states to shard).")
+    from .advice import cluster_advice, method_advice, verdict_assumptions
+
     out = Plan(
         fits=True, choice=best, scenario=chosen, estimate=est,
         reasons=reasons,
         warnings=warnings, alternatives=alts, variants=variants, candidates_evaluated=int(cand.stage.size),
-        held=held_values, varied=varied_axes(cand, tp),
+        held=held_values, varied=varied_axes(cand, tp), assumptions=verdict_assumptions(scenario, best, given),
     )
-    from .advice import cluster_advice, method_advice, verdict_assumptions
-
-    extra: dict[str, Any] = {"assumptions": verdict_assumptions(scenario, best, given)}
+    extra: dict[str, Any] = {}
     if advice:
         without_offload = bool(np.any(values["fits"] & (cand.offload_optimizer == 0) & (cand.offload_param == 0)))
         extra["cluster_advice"] = cluster_advice(scenario, out, held, tolerance)

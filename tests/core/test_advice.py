@@ -223,3 +223,33 @@ def test_readme_shows_the_real_output(capsys):
         main(argv)
         printed = capsys.readouterr().out.splitlines()
         assert printed[:len(lines)] == lines, argv
+
+
+def test_method_advice_when_the_pick_offloads_though_something_fits_without():
+    """70B full fine-tune on 4 x 8 H100 over eth-100g: ZeRO-3 without offload fits, the faster pick offloads the
+    optimizer; LoRA and QLoRA avoid the offload and are priced (9,138 and 34,313 vs 5,978 tokens/s when written)."""
+    p = plan(build_scenario(**H100_ETH))
+    assert p.choice.offload_optimizer == "cpu"
+    methods = {m.method: m for m in p.method_advice}
+    assert methods["lora"].tokens_per_second == pytest.approx(_tps(**dict(H100_ETH, lora_rank=8)), rel=1e-9)
+    assert not methods["lora"].offloads and "without offload" in methods["lora"].text
+    # the plan already states the network preset: the advice does not repeat it
+    assert not any("preset between nodes" in m.text for m in p.method_advice)
+
+
+def test_advice_states_the_defaults_its_own_pick_rests_on():
+    full = dict(LORA_70B_4090)
+    del full["lora_rank"]
+    p = plan(build_scenario(**full))
+    [lora] = [m for m in p.method_advice if m.method == "lora"]
+    assert "nvme" in lora.label.lower() and "It assumes 4,096 GiB NVMe per node" in lora.text
+    # the nothing-fits line gives host RAM with DeepSpeed's buffer factor, as the host-RAM verdict compares it
+    assert "x1.5 buffer factor" in p.warnings[0] and "needed of 128)" in p.warnings[0]
+
+
+def test_config_recommend_carries_the_advice(capsys):
+    assert main(["config", "--recommend", *_flags(SLOW_CLUSTER)]) == 0
+    err = capsys.readouterr().err
+    assert "advice: Train on 1 node" in err and "assumes the eth-1g preset" in err
+    assert main(["config", "--recommend", *_flags(SLOW_CLUSTER), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cluster_advice"]["fewer_nodes"] == 1

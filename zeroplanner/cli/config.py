@@ -119,6 +119,18 @@ def register(subparsers, add_scenario_options) -> None:
     p.set_defaults(func=run_check)
 
 
+def _advice_json(p) -> dict:
+    """The plan's assumptions and advice, with ``recommend``'s JSON keys."""
+    return {"assumptions": p.assumptions,
+            "cluster_advice": p.cluster_advice.model_dump() if p.cluster_advice else None,
+            "method_advice": [m.model_dump() for m in p.method_advice]}
+
+
+def _advice_text(p) -> str:
+    """The plan's assumptions and advice, one line each, as ``recommend`` prints them."""
+    return "".join(f"{a}\n" for a in p.assumptions) + "".join(f"advice: {a}\n" for a in p.advice)
+
+
 def _steps(text: str) -> int:
     import argparse
 
@@ -172,18 +184,23 @@ def run_config(args) -> int:
     if args.recommend:
         from ..planner import SEARCH_INPUTS, plan
 
-        held = sorted(set(given_inputs(args)) & set(SEARCH_INPUTS))
-        p = plan(scenario, held=held)
+        given = given_inputs(args)
+        held = sorted(set(given) & set(SEARCH_INPUTS))
+        p = plan(scenario, held=held, given=given)
         if not p.fits:
             said = (f" with the options held ({', '.join(f'{k}={v}' for k, v in p.held.items())})" if held else "")
             message = f"--recommend: nothing fits this cluster{said}; no config written. {p.warnings[0]}"
             if args.json:
                 sys.stdout.write(json.dumps({"inputs": inputs, "fits": False, "config": None, "held": p.held,
-                                             "warnings": p.warnings, "files": []}, indent=2) + "\n")
+                                             "warnings": p.warnings, **_advice_json(p), "files": []},
+                                            indent=2) + "\n")
             else:
-                sys.stderr.write(f"zeroplanner: {message}\n")
+                sys.stderr.write(f"zeroplanner: {message}\n" + _advice_text(p))
             return EXIT_DOES_NOT_FIT
         scenario = p.scenario
+        planned = p
+    else:
+        planned = None
     mode = "hf_trainer" if args.hf_trainer else "deepspeed"
     if args.hf_auto and not args.hf_trainer:
         return _error("--hf-auto: needs --hf-trainer ('auto' is resolved only by the HF Trainer / accelerate)")
@@ -232,13 +249,15 @@ def run_config(args) -> int:
                "config": config, "mode": mode, "parallelism_config": parallelism,
                "notes": [n.model_dump() for n in notes],
                "findings": [f.model_dump() for f in findings], "explain": explain_config(config, scenario),
-               "files": files}
+               **(_advice_json(planned) if planned is not None else {}), "files": files}
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
         return status
     if not args.output:
         sys.stdout.write(text)
     for path in files:
         sys.stderr.write(f"wrote {path}\n")
+    if planned is not None:  # what the plan assumed and what to change first, as `recommend` prints them
+        sys.stderr.write(_advice_text(planned))
     for f in notes + [f for f in findings if f.severity != "info" or f.rule == "zero2_offload_full_weights"]:
         sys.stderr.write(_finding_line(f) + "\n")
     if args.explain:

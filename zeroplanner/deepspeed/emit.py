@@ -402,8 +402,8 @@ def _setting_reason(key: str, value: Any, s: Scenario) -> str:
         "(runtime/config.py _batch_assertion)",
         "train_micro_batch_size_per_gpu": "the plan's micro-batch (samples per GPU per forward), priced for memory "
         "and step time",
-        "gradient_accumulation_steps": "the plan's accumulation steps: micro-batch x steps keeps the samples per GPU "
-        "per optimizer step you asked for",
+        "gradient_accumulation_steps": "the plan's accumulation steps: micro-batch x steps keeps the scenario's "
+        "samples per GPU per optimizer step",
         "gradient_clipping": f"clip at norm {value}, the HF TrainingArguments max_grad_norm default, so a raw and "
         "an HF config train alike",
         "steps_per_print": f"log every {value} steps",
