@@ -34,6 +34,7 @@ Ranking policy (documented, and tested in tests/core/test_planner*.py):
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -865,7 +866,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
                            f"{values['tokens_per_second'][j] / est.tokens_per_second - 1:.0%} faster but offloads the "
                            "parameters (every forward and backward fetches them over PCIe), which the planner uses "
                            "only when nothing fits without it.")
-    warnings = list(est.warnings)
+    warnings = _priced_fixes(list(est.warnings), values, cand, est.tokens_per_second)
     if scenario.training.qlora and np.any(values["fits"] & (cand.stage < 3)):
         # not when only ZeRO-3 fits (a base sharded with bnb_4bit_quant_storage = the training dtype)
         warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds per-layer parameter all-gathers of the 4-bit "
@@ -884,6 +885,26 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         extra["cluster_advice"] = cluster_advice(scenario, out, held, tolerance)
         extra["method_advice"] = method_advice(scenario, out, held, tolerance, fits_without_offload=without_offload)
     return out.model_copy(update=extra)
+
+
+_IF_IT_FITS = re.compile(r"(?i)(ZeRO-([0-3]) (?:if|where) it fits)(?: \(([^)]*)\))?")
+
+
+def _priced_fixes(warnings: list[str], values, cand: Candidates, pick_tps: float) -> list[str]:
+    """The estimate's warnings with every "ZeRO-N if it fits" fix followed by what the planner priced for it (the
+    fastest fitting ZeRO-N candidate, or that none fits), so a warning never sends the user to try a stage the
+    plan already rejected without saying so."""
+    def priced(m: re.Match) -> str:
+        st = int(m.group(2))
+        ok = np.flatnonzero(values["fits"] & (cand.stage == st))
+        why = f"{m.group(3)}; " if m.group(3) else ""
+        if not ok.size:
+            return f"{m.group(1)} ({why}priced here: no ZeRO-{st} candidate fits)"
+        tps = float(values["tokens_per_second"][ok].max())
+        than = "slower than" if tps < pick_tps else "faster than"
+        return f"{m.group(1)} ({why}priced here: at best {tps:,.0f} tokens/s, {than} the pick)"
+
+    return [_IF_IT_FITS.sub(priced, w) for w in warnings]
 
 
 def nearest_fit(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE) -> Option | None:
