@@ -201,8 +201,9 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
                    f"\"zero_hpz_partition_size\": {c.gpus_per_node} (hierarchical partitioning inside the node), "
                    "or a faster network.")
             if z.zero_hpz_partition_size == c.gpus_per_node:
-                fix = ("zero_hpz_partition_size already keeps parameter all-gathers inside the node; gradients still "
-                       "cross the network: prefer ZeRO-2 where it fits, or a faster network.")
+                fix = ("zero_hpz_partition_size already keeps the backward's parameter all-gathers inside the node "
+                       "(hpZ's secondary copy; the forward's still cross nodes, ZeRO++ paper arXiv 2306.10209); "
+                       "gradients still cross the network: prefer ZeRO-2 where it fits, or a faster network.")
             _add(out, "zero3_slow_network", "warning", "zero_optimization.stage", why, fix)
     for name, spec in (("offload_optimizer", z.offload_optimizer), ("offload_param", z.offload_param)):
         if stage == 3 and spec.device != "none" and not spec.pin_memory:
