@@ -122,10 +122,19 @@ def with_nodes(scenario: Scenario, nodes: int) -> Scenario | None:
 
 
 def with_inter_node_gbps(scenario: Scenario, gbps: float) -> Scenario:
-    """``scenario`` with one NIC of ``gbps`` Gbit/s per node; the preset's kind, efficiency and latency stay (what
-    ``--inter-node-gbps`` does, :func:`zeroplanner.inputs._apply_inter_node_gbps`)."""
-    net = scenario.cluster.network.model_copy(update={"link_gbps": float(gbps), "nics_per_node": 1})
-    return scenario.model_copy(update={"cluster": scenario.cluster.model_copy(update={"network": net})})
+    """``scenario`` with one NIC of ``gbps`` Gbit/s per node; the preset's kind, efficiency and latency stay: the
+    ``inter_node_gbps`` input applied (:data:`zeroplanner.inputs.BY_KEY`, what ``--inter-node-gbps`` does)."""
+    from .inputs import BY_KEY
+
+    data = scenario.model_dump()
+    BY_KEY["inter_node_gbps"].apply(data, float(gbps))
+    return Scenario.model_validate(data)
+
+
+def sentence(text: str) -> str:
+    """An assumption or advice line as a sentence on a page (capitalised, full stop), for the app, tutorial and
+    report; the CLI prints the lines as they are."""
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def _pick_tps(scenario: Scenario, held, tolerance: float) -> tuple[float, Plan | None]:
@@ -158,19 +167,20 @@ def cluster_advice(scenario: Scenario, p: Plan, held=(), tolerance: float = 0.1)
     share = est.communication.exposed_seconds_per_step / est.step_seconds
     if share <= COMMUNICATION_SHARE_LIMIT:
         return None
-    best: tuple[int, float, Plan] | None = None
+    best: tuple[int, float, Plan, Scenario] | None = None
     for m in (d for d in range(1, c.nodes) if c.nodes % d == 0):
         sm = with_nodes(scenario, m)
         if sm is None:
             continue
         tps, pm = _pick_tps(sm, held, tolerance)
         if pm is not None and tps > 0 and (best is None or tps > best[1]):
-            best = (m, tps, pm)
+            best = (m, tps, pm, sm)
     if best is None or best[1] <= est.tokens_per_second * 1.01:
         return None
-    m, m_tps, pm = best
-    now_gbps = c.network.link_gbps * c.network.nics_per_node
-    sm = with_nodes(scenario, m)
+    m, m_tps, pm, sm = best
+    from .inputs import BY_KEY
+
+    now_gbps = float(BY_KEY["inter_node_gbps"].read(scenario))
 
     def gap(gbps: float) -> float:  # > 0 while the fewer-node pick is faster
         n_tps = _pick_tps(with_inter_node_gbps(scenario, gbps), held, tolerance)[0]
@@ -234,10 +244,9 @@ def _changed(scenario: Scenario, changes: dict[str, object]) -> Scenario | None:
         return None
 
 
-def method_advice(scenario: Scenario, p: Plan, held=(), tolerance: float = 0.1, *,
-                  fits_without_offload: bool = True) -> list[MethodAdvice]:
-    """Cheaper methods, priced, when the pick offloads (``fits_without_offload`` False: no candidate of the plan
-    fits without offloading; or it does, but the offloading pick is faster) or nothing fits; [] otherwise.
+def method_advice(scenario: Scenario, p: Plan | None, held=(), tolerance: float = 0.1) -> list[MethodAdvice]:
+    """Cheaper methods, priced, when the pick ``p`` offloads (whether or not a slower candidate fits without) or
+    nothing fits (``p`` None, or a plan that does not fit); [] otherwise.
 
     A full fine-tune is offered LoRA (:data:`ADVICE_LORA_RANK`) and QLoRA; LoRA is offered QLoRA with
     ``bnb_4bit_quant_storage`` = the training dtype (DeepSpeed ZeRO-3 shards a 4-bit base only then: it casts
@@ -246,9 +255,10 @@ def method_advice(scenario: Scenario, p: Plan, held=(), tolerance: float = 0.1, 
     options; one is kept when it fits and either the scenario does not fit, or it is faster by more than 1%, or it
     needs no offload. Each text says it is a change of method, and the defaults its pick assumes that the plan's
     own assumptions do not already state (:func:`verdict_assumptions`)."""
-    offloaded = p.fits and (p.choice.offload_optimizer != "none" or p.choice.offload_param != "none")
-    if p.fits and fits_without_offload and not offloaded:
+    fits = p is not None and p.fits
+    if fits and p.choice.offload_optimizer == "none" and p.choice.offload_param == "none":
         return []
+    stated = p.assumptions if p is not None else []
     out = []
     for method, changes, flags, what in _method_options(scenario):
         sc = _changed(scenario, changes)
@@ -258,21 +268,21 @@ def method_advice(scenario: Scenario, p: Plan, held=(), tolerance: float = 0.1, 
         if q is None or not q.fits:
             continue
         offloads = q.choice.offload_optimizer != "none" or q.choice.offload_param != "none"
-        now = p.estimate.tokens_per_second if p.fits else 0.0
-        if p.fits and tps <= now * 1.01 and offloads:
+        now = p.estimate.tokens_per_second if fits else 0.0
+        if fits and tps <= now * 1.01 and offloads:
             continue
-        if p.fits:
+        if fits:
             versus = f"{tps / now:.1f}x the pick's {now:,.0f} tokens/s" if now > 0 else "the pick does not run"
         else:
             versus = "where the current method fits nothing"
-        nvme = ", no NVMe" if (p.fits and "nvme" in (p.choice.offload_optimizer, p.choice.offload_param)
+        nvme = ", no NVMe" if (fits and "nvme" in (p.choice.offload_optimizer, p.choice.offload_param)
                                and "nvme" not in (q.choice.offload_optimizer, q.choice.offload_param)) else ""
         place = "without offload" if not offloads else "still with offload"
         caveat = (f" QLoRA trains adapters on a 4-bit base: {QLORA_PAPER} matches 16-bit LoRA on its benchmarks; "
                   "check your task." if method != "lora" else
                   " LoRA trains low-rank adapters only: quality can differ from a full fine-tune; check your task.")
         kind = "A QLoRA setting" if method == "qlora_storage" else "Change of method"
-        assumed = [a for a in verdict_assumptions(sc, q.choice) if a not in p.assumptions]
+        assumed = [a for a in verdict_assumptions(sc, q.choice) if a not in stated]
         also = f" It {'; '.join(assumed)}." if assumed else ""
         text = (f"{kind}, not picked for you: {what} ({flags}) fits as {q.choice.label} at {tps:,.0f} "
                 f"tokens/s, {versus}, {place}{nvme}.{also}{caveat}")
@@ -327,5 +337,5 @@ def verdict_assumptions(scenario: Scenario, choice, given: Iterable[str] | None 
     return out
 
 
-__all__ = ["ClusterAdvice", "MethodAdvice", "cluster_advice", "method_advice", "verdict_assumptions",
+__all__ = ["ClusterAdvice", "MethodAdvice", "cluster_advice", "method_advice", "sentence", "verdict_assumptions",
            "with_nodes", "with_inter_node_gbps", "CROSSOVER_MAX_GBPS", "ADVICE_LORA_RANK"]

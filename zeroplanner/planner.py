@@ -254,7 +254,7 @@ class Plan(_Out):
     cluster_advice: ClusterAdvice | None = None
     """Fewer nodes, when exposed communication is the bottleneck (:func:`zeroplanner.advice.cluster_advice`)."""
     method_advice: list[MethodAdvice] = []
-    """Cheaper methods (LoRA, QLoRA), priced, when the scenario fits only with offload or not at all
+    """Cheaper methods (LoRA, QLoRA), priced, when the pick offloads or nothing fits
     (:func:`zeroplanner.advice.method_advice`); never picked."""
 
     @property
@@ -770,24 +770,21 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         if advice:
             from .advice import method_advice
 
-            unfit = Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=[],
-                         alternatives=[], variants=[], candidates_evaluated=0)
-            methods = method_advice(scenario, unfit, held, tolerance, fits_without_offload=False)
+            methods = method_advice(scenario, None, held, tolerance)
         for m in reversed(methods):
             remedies.insert(2, (
                 "set bnb_4bit_quant_storage to the training dtype so ZeRO-3 shards the 4-bit base"
                 if m.method == "qlora_storage" else "change the method") + f" ({m.flags} fits at "
                 f"{m.tokens_per_second:,.0f} tokens/s: see the advice)")
         priced = " (priced: it does not fit either)" if advice else ""
-        if methods:
-            pass  # each priced method is a remedy above
-        elif not t.lora_rank:
-            remedies.insert(2, f"use LoRA/QLoRA, a change of method{priced}")
-        elif not t.qlora:
-            remedies.insert(2, f"use QLoRA (4-bit base weights), a change of method{priced}")
-        elif t.bnb_4bit_quant_storage == "uint8":
-            remedies.insert(2, "set bnb_4bit_quant_storage to the training dtype so ZeRO-3 shards the 4-bit base"
-                            + priced)
+        if not methods:  # else each priced method is a remedy above
+            if not t.lora_rank:
+                remedies.insert(2, f"use LoRA/QLoRA, a change of method{priced}")
+            elif not t.qlora:
+                remedies.insert(2, f"use QLoRA (4-bit base weights), a change of method{priced}")
+            elif t.bnb_4bit_quant_storage == "uint8":
+                remedies.insert(2, "set bnb_4bit_quant_storage to the training dtype so ZeRO-3 shards the 4-bit "
+                                "base" + priced)
         if scenario.cluster.cpu_memory_bytes < 4 * 2**40:
             remedies.append("add host RAM for offload")
         if "sequence_parallel_size" in held:
@@ -836,14 +833,9 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         key = tuple(keys[i])
         if key not in fastest or values["tokens_per_second"][i] > values["tokens_per_second"][fastest[key]]:
             fastest[key] = int(i)
-    seen = {tuple(keys[best_i])}
-    for i in ranked[1:]:
-        key = tuple(keys[i])
-        if key in seen:
-            continue
-        seen.add(key)
-        i = fastest[key]
-        ch = _choice_at(cand, int(i), tp)
+    del fastest[tuple(keys[best_i])]  # the pick's own group
+    for i in fastest.values():
+        ch = _choice_at(cand, i, tp)
         sc = apply_choice(scenario, ch, validate=False)
         alt_est = estimate_from_values(sc, values, int(i))
         alts.append(Option(label=ch.label, choice=ch, scenario=sc, estimate=alt_est,
@@ -879,12 +871,10 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
         warnings=warnings, alternatives=alts, variants=variants, candidates_evaluated=int(cand.stage.size),
         held=held_values, varied=varied_axes(cand, tp), assumptions=verdict_assumptions(scenario, best, given),
     )
-    extra: dict[str, Any] = {}
-    if advice:
-        without_offload = bool(np.any(values["fits"] & (cand.offload_optimizer == 0) & (cand.offload_param == 0)))
-        extra["cluster_advice"] = cluster_advice(scenario, out, held, tolerance)
-        extra["method_advice"] = method_advice(scenario, out, held, tolerance, fits_without_offload=without_offload)
-    return out.model_copy(update=extra)
+    if not advice:
+        return out
+    return out.model_copy(update={"cluster_advice": cluster_advice(scenario, out, held, tolerance),
+                                  "method_advice": method_advice(scenario, out, held, tolerance)})
 
 
 _IF_IT_FITS = re.compile(r"(?i)(ZeRO-([0-3]) (?:if|where) it fits)(?: \(([^)]*)\))?")

@@ -14,6 +14,7 @@ import json
 from importlib import metadata
 from typing import Any, Literal, Sequence
 
+from .advice import sentence
 from .costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS, segment_value
 from .explain import explain_all, fmt_bytes_text, fmt_seconds_text
 from .specs import Scenario
@@ -335,7 +336,7 @@ def _html(d: dict, title: str, link: str | None) -> str:
     head = (f"<h2>Recommendation: {esc(d['choice'])}</h2><p>{esc(_numbers_line(p.estimate, d['storage']))}</p>"
             if d["choice"]
             else "<h2>Nothing fits</h2><p>No ZeRO stage or offload choice fits this model on this cluster.</p>")
-    head += "".join(f"<p class='assume'>{esc(a[0].upper() + a[1:])}.</p>" for a in p.assumptions)
+    head += "".join(f"<p class='assume'>{esc(sentence(a))}</p>" for a in p.assumptions)
     head += "".join(f"<p class='advice'><b>Advice:</b> {esc(a)}</p>" for a in p.advice)
     if d["step_peak"]:
         head += f"<p class='step-peak'><b>Over one step:</b> {esc(d['step_peak'])}</p>"
@@ -399,7 +400,7 @@ def _markdown(d: dict, title: str, link: str | None) -> str:
         lines += [f"## Recommendation: {d['choice']}", "", _numbers_line(p.estimate, d["storage"]), ""]
     else:
         lines += ["## Nothing fits", "", "No ZeRO stage or offload choice fits this model on this cluster.", ""]
-    lines += [x for a in p.assumptions for x in (f"{a[0].upper() + a[1:]}.", "")]
+    lines += [x for a in p.assumptions for x in (sentence(a), "")]
     lines += [x for a in p.advice for x in (f"**Advice:** {a}", "")]
     if d["step_peak"]:
         lines += [f"**Over one step:** {d['step_peak']}", ""]

@@ -230,6 +230,19 @@ def given_inputs(args: argparse.Namespace) -> dict[str, Any]:
     return {i.key: getattr(args, i.key) for i in INPUTS if getattr(args, i.key, None) is not None}
 
 
+def advice_json(p) -> dict:
+    """A plan's assumptions and advice (:class:`zeroplanner.planner.Plan`), under the JSON keys ``recommend`` and
+    ``config --recommend`` share."""
+    return {"assumptions": p.assumptions,
+            "cluster_advice": p.cluster_advice.model_dump() if p.cluster_advice else None,
+            "method_advice": [m.model_dump() for m in p.method_advice]}
+
+
+def advice_text(p) -> str:
+    """A plan's assumptions and advice, one line each: what ``recommend`` prints right after its verdict."""
+    return "".join(f"{a}\n" for a in p.assumptions) + "".join(f"advice: {a}\n" for a in p.advice)
+
+
 def model_source(args: argparse.Namespace) -> str:
     """Where the priced model came from: ``--hf-config``, ``--params``, ``--model`` or ``default``."""
     if getattr(args, "hf_config", None):

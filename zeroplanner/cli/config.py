@@ -65,7 +65,7 @@ from ..deepspeed import (
 )
 from ..deepspeed.lint import lint
 from ..files import InputFileError, read_regular_file
-from .common import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_STATUSES_HELP
+from .common import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_STATUSES_HELP, advice_json, advice_text
 
 
 def register(subparsers, add_scenario_options) -> None:
@@ -117,18 +117,6 @@ def register(subparsers, add_scenario_options) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object: findings, priced, from_config, "
                    "estimate")
     p.set_defaults(func=run_check)
-
-
-def _advice_json(p) -> dict:
-    """The plan's assumptions and advice, with ``recommend``'s JSON keys."""
-    return {"assumptions": p.assumptions,
-            "cluster_advice": p.cluster_advice.model_dump() if p.cluster_advice else None,
-            "method_advice": [m.model_dump() for m in p.method_advice]}
-
-
-def _advice_text(p) -> str:
-    """The plan's assumptions and advice, one line each, as ``recommend`` prints them."""
-    return "".join(f"{a}\n" for a in p.assumptions) + "".join(f"advice: {a}\n" for a in p.advice)
 
 
 def _steps(text: str) -> int:
@@ -192,10 +180,10 @@ def run_config(args) -> int:
             message = f"--recommend: nothing fits this cluster{said}; no config written. {p.warnings[0]}"
             if args.json:
                 sys.stdout.write(json.dumps({"inputs": inputs, "fits": False, "config": None, "held": p.held,
-                                             "warnings": p.warnings, **_advice_json(p), "files": []},
+                                             "warnings": p.warnings, **advice_json(p), "files": []},
                                             indent=2) + "\n")
             else:
-                sys.stderr.write(f"zeroplanner: {message}\n" + _advice_text(p))
+                sys.stderr.write(f"zeroplanner: {message}\n" + advice_text(p))
             return EXIT_DOES_NOT_FIT
         scenario = p.scenario
         planned = p
@@ -249,7 +237,7 @@ def run_config(args) -> int:
                "config": config, "mode": mode, "parallelism_config": parallelism,
                "notes": [n.model_dump() for n in notes],
                "findings": [f.model_dump() for f in findings], "explain": explain_config(config, scenario),
-               **(_advice_json(planned) if planned is not None else {}), "files": files}
+               **(advice_json(planned) if planned is not None else {}), "files": files}
         sys.stdout.write(json.dumps(obj, indent=2) + "\n")
         return status
     if not args.output:
@@ -257,7 +245,7 @@ def run_config(args) -> int:
     for path in files:
         sys.stderr.write(f"wrote {path}\n")
     if planned is not None:  # what the plan assumed and what to change first, as `recommend` prints them
-        sys.stderr.write(_advice_text(planned))
+        sys.stderr.write(advice_text(planned))
     for f in notes + [f for f in findings if f.severity != "info" or f.rule == "zero2_offload_full_weights"]:
         sys.stderr.write(_finding_line(f) + "\n")
     if args.explain:

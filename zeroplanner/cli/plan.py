@@ -14,6 +14,8 @@ from .common import (
     EXIT_STATUSES_HELP,
     _emit,
     _positive_int,
+    advice_json,
+    advice_text,
     estimate_json,
     fail,
     given_inputs,
@@ -191,10 +193,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         "largest_model_parameters": largest_model(_with_picked_sp(scenario, p)),
         "longest_sequence": longest_sequence(scenario),
         "sequence": sequence_json(scenario),
-        "assumptions": p.assumptions + model_assumptions(scenario),
-        "cluster_advice": p.cluster_advice.model_dump() if p.cluster_advice else None,
-        "method_advice": [m.model_dump() for m in p.method_advice],
+        **advice_json(p),
     }
+    about_model = model_assumptions(scenario)
+    obj["assumptions"] = p.assumptions + about_model
     if p.fits:
         text = f"Recommended: {p.choice.label}\n"
     else:
@@ -204,12 +206,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             text += (f"With every option free the planner picks: {free.choice.label}\n" if free.fits else
                      "Nothing fits with every option free either.\n")
     # what the verdict rests on and what to change first come before the reasons
-    text += "".join(f"{a}\n" for a in p.assumptions)
-    text += "".join(f"advice: {a}\n" for a in p.advice)
+    text += advice_text(p)
     text += "".join(f"- {r}\n" for r in p.reasons)
     text += sequence_text(obj["sequence"])
     text += "".join(f"warning: {w}\n" for w in p.warnings)
-    text += "".join(f"assumes: {a}\n" for a in obj["assumptions"][len(p.assumptions):])
+    text += "".join(f"assumes: {a}\n" for a in about_model)
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
     sp_note = (f", Ulysses sequence_parallel_size {p.choice.sequence_parallel_size} as picked"
                if p.fits and p.choice.sequence_parallel_size > 1 else "")

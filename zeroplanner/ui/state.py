@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import catalog
+from ..advice import sentence
 from ..costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS
 from ..inputs import BY_KEY, INPUTS, Input, input_for_error, set_path
 from ..report import TIMELINE_SERIES
@@ -646,7 +647,7 @@ def banner_html(plan: Any) -> str:
         )
     assumed = [str(a) for a in (_attr(plan, "assumptions", []) or [])]
     if assumed:  # the defaults the verdict rests on, with the verdict (before the reasons)
-        head += "".join(f"<div class='zp-assume'>{esc(a[0].upper() + a[1:])}.</div>" for a in assumed)
+        head += "".join(f"<div class='zp-assume'>{esc(sentence(a))}</div>" for a in assumed)
     advice = [str(a) for a in (_attr(plan, "advice", []) or [])]
     if advice:
         head += "<ul class='zp-advice'>" + "".join(f"<li><b>Advice:</b> {esc(a)}</li>" for a in advice) + "</ul>"

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import ipywidgets as w
 
+from ..advice import sentence
 from ..explain import Explanation, explain, explanation_html, fmt_bytes_text
 from ..scenarios import build_scenario
 from ..specs import Scenario, replace
@@ -476,7 +477,7 @@ def _plan_table(step: TutorialStep) -> str:
     head = ("<b>Recommended: " + html.escape(p.choice.label) + "</b>") if p.fits and p.choice else \
         "<b>Nothing fits this cluster.</b>"
     # what an experienced engineer says before the stage: the defaults assumed, fewer nodes, a cheaper method
-    head += "".join(f"<div class='zp-assume'>{html.escape(a[0].upper() + a[1:])}.</div>" for a in p.assumptions)
+    head += "".join(f"<div class='zp-assume'>{html.escape(sentence(a))}</div>" for a in p.assumptions)
     head += "".join(f"<div class='zp-advice'><b>Advice:</b> {html.escape(a)}</div>" for a in p.advice)
     return (f"<div>{head}</div><table><tr><th>variant</th><th>GiB per GPU</th><th>fit</th><th>tokens/s</th></tr>"
             + "".join(rows) + "</table>")
