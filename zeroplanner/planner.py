@@ -21,8 +21,8 @@ Ranking policy (documented, and tested in tests/core/test_planner*.py):
    model's step-time error is of that order (docs/validation.md), and a higher stage is not free: ZeRO-3 measured
    2.5-3.3x slower than ZeRO-2 on a small model (LianjiaTech/BELLE #402, BLOOM-560M on 2 GPUs).
    Parameter offload (``offload_param``) is considered only when no candidate without it fits.
-   A candidate whose headroom is below the model's measured error of the peak (timeline.MEMORY_ERROR_FRACTION x
-   peak, from the engine's step-peak census) is not a proven fit: it is considered only when no proven one exists,
+   A candidate whose headroom is below the model's measured error of the peak (timeline.memory_error_fraction x
+   peak: on a GPU from published GPU runs, on the engine's CPU ranks from its step-peak census) is not a proven fit: it is considered only when no proven one exists,
    and then the one with the most headroom first.
 3. Among equals prefer, in order: no offload (offload is a last resort: PCIe/CPU-bound; DeepSpeed #1130), the
    smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), the smaller AutoTP degree (its
@@ -46,7 +46,7 @@ from .costmodel import Candidates, Estimate, estimate, evaluate, make_context
 from .costmodel.communication import autotp_collectives_per_micro_step
 from .costmodel.evaluate import estimate_from_values
 from .costmodel.context import CHECKPOINT_CODES, OFFLOAD_CODES
-from .costmodel.timeline import MEMORY_ERROR_FRACTION
+from .costmodel.timeline import memory_error_fraction
 from .specs import Architecture, Scenario, hardware_precision
 from .units import gib
 
@@ -436,7 +436,7 @@ def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: 
     fits = np.flatnonzero(values["fits"])
     if fits.size == 0:
         return fits
-    # a headroom below the model's measured error of the peak (costmodel/timeline.py MEMORY_ERROR_FRACTION) is not a
+    # a headroom below the model's measured error of the peak (costmodel/timeline.py memory_error_fraction) is not a
     # proven fit: such candidates come after every proven one, and among themselves the most headroom first
     proven = fits[~values["memory_risky"][fits]]
     if proven.size:
@@ -489,7 +489,7 @@ def _reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, rank
         r.append(f"{_choice_at(cand, quickest, tp).label} would be "
                  f"{values['tokens_per_second'][quickest] / est.tokens_per_second - 1:.0%} faster, but its step "
                  f"peaks at {gib(values['peak'][quickest]):.1f} GiB, leaving {gib(room):.1f} GiB "
-                 f"({room / est.gpu_memory_bytes:.0%}): below the model's error of {MEMORY_ERROR_FRACTION:.1%} of the "
+                 f"({room / est.gpu_memory_bytes:.0%}): below the model's error of {est.step_peak.error_fraction:.1%} of the "
                  "peak, not a proven fit.")
     if n == 1:
         r.append("Data-parallel degree 1: no ZeRO stage saves memory here (DeepSpeed #4953), so the simplest "
@@ -642,7 +642,7 @@ def autotp_degrees(scenario: Scenario, held, values, cand: Candidates) -> tuple[
     """The AutoTP degrees to add to the search, by the rule of the module docstring: one node, ``autotp_size`` not
     held, the scenario at tp 1, a full fine-tune (AutoTP with LoRA adapters is not priced), and no tp-1 candidate
     at ZeRO stage 0-2 that fits without offload with a headroom of at least the model's error of the peak
-    (a fit below it is not proven; costmodel/timeline.py MEMORY_ERROR_FRACTION) (AutoTP shards the 16-bit weights and gradients that ZeRO-1/2 keep
+    (a fit below it is not proven; costmodel/timeline.py memory_error_fraction) (AutoTP shards the 16-bit weights and gradients that ZeRO-1/2 keep
     whole; next to ZeRO-3, which shards them over the same GPUs, it changes little memory). Each degree divides
     the GPUs per node, the attention and KV heads (uneven head splits are priced, but even ones do not waste the
     largest rank's memory) and, with Ulysses, world / sp."""
@@ -682,7 +682,7 @@ def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand,
     need = gib(values["peak"][plain].min()) if plain.any() else float("nan")
     tried = ", ".join(str(d) for d in degrees)
     head = (f"AutoTP degrees {tried} were tried because at tensor-parallel degree 1 no ZeRO-0/1/2 configuration "
-            f"fits without offload with the model's {MEMORY_ERROR_FRACTION:.0%} error of headroom (the step peaks at "
+            f"fits without offload with the model's {memory_error_fraction(scenario.assumptions.device):.0%} error of headroom (the step peaks at "
             f"{need:.1f} GiB per GPU or more); AutoTP stays inside the node (its per-layer "
             "all-reduces across nodes would run at NIC speed, so the planner never spreads it over nodes).")
     d = best.autotp_size or 1

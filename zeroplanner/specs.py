@@ -944,7 +944,7 @@ class Assumptions(_Frozen):
     gpu_memory_margin_fraction: float = Field(
         default=0.0, ge=0, lt=1.0, description="fraction of GPU memory kept free beyond the step's peak (default 0: "
         "the planner keeps a headroom of the model's measured error of the peak instead, "
-        "zeroplanner/costmodel/timeline.py MEMORY_ERROR_FRACTION, and says when an answer is below it)"
+        "zeroplanner/costmodel/timeline.py memory_error_fraction, and says when an answer is below it)"
     )
     cuda_context_bytes: int = Field(
         default=287_047_680, ge=0, le=64 * GIB,

@@ -6,10 +6,12 @@ Where it wins (the cost model's figures, printed in the reasons these tests read
   held: ZeRO-2's step peaks at 40.0 of 39.5 GiB per GPU at degree 1 (in the loss backward, with the GPU runtime
   parts and the allocator's slack); 33.1 GiB with AutoTP 2 (its 16-bit weights and gradients, which ZeRO-2 keeps
   whole, split 2 ways), so no CPU optimizer offload is needed;
-- mistral-7b at 2048 tokens on 8 x V100-32GB: at degree 1 no ZeRO-0/1/2 candidate without offload is a proven fit
+- mistral-7b at 1536 tokens on 8 x V100-32GB: at degree 1 no ZeRO-0/1/2 candidate without offload is a proven fit
   (headroom of the model's error of the step peak, costmodel/timeline.py) and ZeRO-3 without checkpointing does not
   fit; with AutoTP 2 it does, without recomputation, faster than ZeRO-3 with it at degree 1. (Until the step-peak
-  model, the sum of every term at its maximum, this was llama-2-7b's case; its step now peaks lower.)
+  model, the sum of every term at its maximum, this was llama-2-7b's case; its step now peaks lower. At 2048 tokens,
+  the case until the GPU error of the peak was measured against published runs, AutoTP 2 leaves 8% of its peak,
+  below that error of 11.2%, and ZeRO-3 + CPU optimizer is picked.)
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def test_autotp_lets_zero2_fit_without_offload():
 
 
 def test_autotp_is_picked_over_recomputation_when_it_is_faster():
-    s = build_scenario(model="mistral-7b", gpu="V100-32GB", gpus_per_node=8, seq_len=2048, micro_batch=1,
+    s = build_scenario(model="mistral-7b", gpu="V100-32GB", gpus_per_node=8, seq_len=1536, micro_batch=1,
                        grad_accum=8)
     p = plan(s)
     assert (p.choice.stage, p.choice.autotp_size, p.choice.checkpointing) == (3, 2, "none")

@@ -53,7 +53,8 @@ def test_medium_model_multi_gpu(model, gpus, seq):
             e = estimate(build_scenario(model=model, gpus_per_node=gpus, seq_len=seq, stage=st,
                                         checkpointing=c.checkpointing, micro_batch=c.micro_batch,
                                         grad_accum=c.grad_accum, overlap_comm=c.overlap_comm))
-            assert not e.fits_gpu, f"ZeRO-{st} fits the pick's settings, yet ZeRO-3 was picked"
+            # a fit below the model's error of the peak is not proven (llama-2-13b at 2048: ZeRO-2 leaves 7%)
+            assert not e.fits_gpu or e.step_peak.risky, f"ZeRO-{st} fits the pick's settings, yet ZeRO-3 was picked"
     else:
         assert p.choice.stage in (1, 2)
     for ck in ("full", "none"):

@@ -16,7 +16,7 @@ from .activations import checkpoint_offload_bytes_per_micro
 from .compute import compute_terms, optimizer_and_offload_terms
 from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
 from .memory import TERMS, memory_term_parts, memory_terms
-from .timeline import MEMORY_ERROR_FRACTION, PHASES, timeline, peak
+from .timeline import PHASES, memory_error_fraction, timeline, peak
 from .terms import TERM_INFO
 
 COMM_SHARE_WARNING = COMMUNICATION_SHARE_LIMIT
@@ -130,7 +130,7 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
             "peak_phase": peak_phase.astype(np.float64),
             "headroom": headroom,
             # headroom below the model's measured error of the peak: the fit is not proven (timeline.py)
-            "memory_risky": headroom < MEMORY_ERROR_FRACTION * step_peak,
+            "memory_risky": headroom < memory_error_fraction(a.device) * step_peak,
             "data_parallel_degree": n,
             "comm_all_reduce": comm["all_reduce"],
             "comm_reduce_scatter": comm["reduce_scatter"],
@@ -222,7 +222,8 @@ class RuntimePart(Output):
 class StepPeak(Output):
     """The step's peak per GPU (costmodel/timeline.py) and how much memory it leaves: bytes, fractions of GPU memory.
 
-    ``error_fraction`` is the model's measured error of the peak (timeline.MEMORY_ERROR_FRACTION); ``risky`` when the
+    ``error_fraction`` is the model's measured error of the peak (timeline.memory_error_fraction: the engine census
+    on CPU ranks, the published GPU runs on a GPU); ``risky`` when the
     headroom is below that error times the peak."""
 
     bytes: int
@@ -240,7 +241,7 @@ class StepPeak(Output):
     def verdict(self) -> str:
         """One line: the peak of GPU memory, its phase, the headroom in GiB and %, and whether that is below the
         model's error, e.g. "peak in the loss backward: 37.5 of 39.5 GiB per GPU; headroom 2.0 GiB (5%): below
-        the model's error of 4.7% of the peak, risky"."""
+        the model's error of 11.2% of the peak, risky"."""
         line = (f"peak in the {self.phase}: {gib(self.bytes):.1f} of {gib(self.gpu_memory_bytes):.1f} GiB per GPU; "
                 f"headroom {gib(self.headroom_bytes):.1f} GiB ({self.headroom_fraction:.0%})")
         if self.headroom_bytes < 0:
@@ -436,4 +437,4 @@ def step_peak_of(scenario: Scenario, v: dict[str, float]) -> StepPeak:
                    "published reserved/allocated pairs (zeroplanner/costmodel/gpu_runtime.py ALLOCATOR_SLACK_SAMPLES)"))
     return StepPeak(runtime_parts=runtime, bytes=int(round(v["peak"])), phase=PHASES[int(v["peak_phase"])], gpu_memory_bytes=mem,
                     headroom_bytes=int(round(v["headroom"])), headroom_fraction=v["headroom"] / mem,
-                    error_fraction=MEMORY_ERROR_FRACTION, risky=bool(v["memory_risky"]), timeline=points)
+                    error_fraction=memory_error_fraction(scenario.assumptions.device), risky=bool(v["memory_risky"]), timeline=points)

@@ -28,8 +28,8 @@ from typing import Any
 from ..specs import Scenario
 from ..units import GIB
 
-__all__ = ["PublicPeakRow", "load_public_peaks", "predicted_peak_bytes", "public_peak_rows",
-           "render_public_peaks_markdown", "scenario_of"]
+__all__ = ["PublicPeakRow", "gpu_peak_error_fraction", "load_public_peaks", "predicted_peak_bytes",
+           "public_peak_rows", "render_public_peaks_markdown", "scenario_of"]
 
 _PATH = "_measurements/public_peaks.json"
 
@@ -103,6 +103,16 @@ def public_peak_rows() -> list[PublicPeakRow]:
             scenario=scenario, left_open=tuple(row["left_open"]),
         ))
     return out
+
+
+def gpu_peak_error_fraction(rows: list[PublicPeakRow], quantile: float = 0.75) -> float:
+    """The headroom, as a fraction of the predicted peak, that covers the measured peak on ``quantile`` of ``rows``:
+    the quantile of (measured - predicted) / predicted, at least 0 (numpy's linear interpolation). The planner's
+    stated error on a GPU (costmodel/timeline.py GPU_MEMORY_ERROR_FRACTION) is this over the stored rows."""
+    import numpy as np
+
+    under = [(r.measured_bytes - r.predicted_bytes) / r.predicted_bytes for r in rows]
+    return max(0.0, float(np.quantile(under, quantile)))
 
 
 def _setup(s: Scenario) -> tuple[str, str, str]:
