@@ -24,7 +24,10 @@ the rules of :mod:`zeroplanner.deepspeed.lint` are all there is (the tests keep 
 Errors are reported in zeroplanner's words as :class:`~zeroplanner.deepspeed.Finding` objects (rule
 ``deepspeed_rejects`` or ``hf_fill_mismatch``), each naming the library class that raised. DeepSpeed stops at the
 first failing block, so at most one ``deepspeed_rejects`` finding comes back. Engine-level checks (optimizer
-construction, ZeRO-Offload's client-optimizer check) are not run: they need a model and a process group.
+construction) are not run: they need a model and a process group; two engine refusals that need neither (an
+unsupported optimizer type, ZeRO-Offload with a client optimizer) are checked with the engine's rule
+(:func:`_engine_checks`). With ``mode="hf_trainer"`` accelerate's ``DeepSpeedPlugin`` then sees the filled config
+(:func:`_accelerate_fill`), as the Trainer's path does.
 """
 
 from __future__ import annotations
@@ -243,6 +246,8 @@ def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode) ->
         filled = _hf_fill(config, scenario, out)
         if filled is None:
             return out
+        if not _accelerate_fill(filled, out):
+            return out
         if "sequence_parallel_size" in filled and _get(filled, "zero_optimization.stage") == 3:
             _zero_init_check(filled, ranks, out)
         world = ranks
@@ -251,7 +256,8 @@ def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode) ->
             world = ranks // sp
     with _deepspeed_world(world):
         try:
-            DeepSpeedConfig(filled)
+            ds = DeepSpeedConfig(filled)
+            _engine_checks(ds, filled, mode, out)
         except Exception as exc:  # DeepSpeed raises pydantic, assertion, value, type and its own errors
             if hasattr(exc, "errors") and hasattr(exc, "title"):
                 out += _validation_findings(exc)
@@ -265,6 +271,73 @@ def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode) ->
                                    message=f"{where}DeepSpeed's own DeepSpeedConfig raises {type(exc).__name__}: "
                                    f"{first}.{hint}", fix=""))
     return out
+
+
+def _engine_checks(ds: Any, config: dict[str, Any], mode: Mode, out: list[Finding]) -> None:
+    """Two refusals of ``deepspeed.initialize`` that ``DeepSpeedConfig`` does not raise, with the engine's own rule
+    and message (runtime/engine.py, DeepSpeed 0.19.8), checked on the constructed config ``ds``:
+
+    - ``_do_sanity_check``: an optimizer ``type`` that is neither in ``DEEPSPEED_OPTIMIZERS`` nor a ``torch.optim``
+      class ("<type> is not a supported DeepSpeed Optimizer"; 1-bit Adam/LAMB were removed from DeepSpeed);
+    - ``_configure_basic_optimizer``: optimizer offload to cpu/nvme with a client optimizer that is not
+      DeepSpeedCPUAdam and ``zero_force_ds_cpu_optimizer`` left true. Only for raw DeepSpeed without an
+      ``optimizer`` block, where the script passes its own optimizer (assumed torch's, as most do; the HF Trainer's
+      path is accepted: measured on the public configs, tests/evidence/test_public_ds_configs.py)."""
+    import torch
+    from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+
+    name = ds.optimizer_name
+    if name is not None and name not in DEEPSPEED_OPTIMIZERS and getattr(torch.optim, name, None) is None:
+        out.append(Finding(severity="error", key="optimizer.type", rule="deepspeed_rejects",
+                           message=f"deepspeed.initialize asserts: {name} is not a supported DeepSpeed Optimizer "
+                           f"(runtime/engine.py _do_sanity_check; DeepSpeed's optimizers: "
+                           f"{', '.join(DEEPSPEED_OPTIMIZERS)}, or a torch.optim class name).",
+                           fix="Use a supported optimizer type, e.g. AdamW."))
+    offload = ds.zero_config.offload_optimizer
+    if (mode == "deepspeed" and "optimizer" not in config and offload is not None
+            and str(getattr(offload.device, "value", offload.device)) in ("cpu", "nvme")
+            and ds.zero_force_ds_cpu_optimizer):
+        out.append(Finding(severity="error", key="zero_optimization.offload_optimizer", rule="deepspeed_rejects",
+                           message="deepspeed.initialize raises ZeRORuntimeException: You are using ZeRO-Offload "
+                           "with a client provided optimizer (runtime/engine.py _configure_basic_optimizer): the "
+                           "config has no optimizer block, so the script passes its own, and unless that is "
+                           "DeepSpeedCPUAdam the engine refuses it.",
+                           fix="Add an optimizer block (e.g. {\"type\": \"AdamW\", ...}), pass "
+                           "deepspeed.ops.adam.DeepSpeedCPUAdam, or set \"zero_force_ds_cpu_optimizer\": false."))
+
+
+def _accelerate_fill(filled: dict[str, Any], out: list[Finding]) -> bool:
+    """What accelerate does next with the Trainer's filled config: its ``DeepSpeedPlugin`` (utils/dataclasses.py)
+    refuses a config without a ``zero_optimization`` block and fills the keys it maps from its own options
+    (``gradient_accumulation_steps``, ``gradient_clipping``, the offload devices,
+    ``stage3_gather_16bit_weights_on_model_save``, ...), then ``Accelerator._prepare_deepspeed`` runs
+    ``deepspeed_config_process(must_match=False, ...)``, where every value still "auto" stops training with
+    ``ValueError: `<key>` not found in kwargs`` (``fill_match``), e.g. a legacy ``bfloat16.enabled`` or
+    ``zero_optimization.sub_group_size`` set to "auto". accelerate's own class is run on a copy; the kwargs of
+    ``_prepare_deepspeed`` (batch, precision, hidden-size buckets, optimizer and scheduler values) are those the
+    Trainer's fill has already written, so none are passed. Returns False (and appends the finding) when it raises;
+    True without accelerate."""
+    try:
+        from accelerate.utils.dataclasses import DeepSpeedPlugin
+    except ImportError:
+        return True
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    try:
+        plugin = DeepSpeedPlugin(hf_ds_config=copy.deepcopy(filled))
+        plugin.deepspeed_config_process(must_match=False)
+    except ValueError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        key = first.split("`")[1] if first.count("`") >= 2 else ("zero_optimization" if "ZeRO" in first else "")
+        out.append(Finding(severity="error", key=clip_key(key), rule="hf_fill_mismatch",
+                           message=f"after the HF Trainer's fill, accelerate's DeepSpeedPlugin raises ValueError: "
+                           f"{first[:300]}",
+                           fix="Write the value instead of \"auto\" (the Trainer and accelerate fill only the keys "
+                           "they know), and give a zero_optimization block (stage 0 is allowed)."))
+        return False
+    finally:
+        unset_hf_deepspeed_config()
+    return True
 
 
 def _zero_init_check(filled: dict[str, Any], ranks: int, out: list[Finding]) -> None:
