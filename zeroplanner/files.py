@@ -112,3 +112,40 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str, *
     if total > max_bytes:
         raise _too_large(what, p, f"more than {max_bytes}", max_bytes, limit_note)
     return b"".join(chunks)
+
+
+def read_regular_file_tail(path: str | os.PathLike[str], max_bytes: int, what: str) -> tuple[bytes, int]:
+    """(the last ``max_bytes`` bytes of the regular file at ``path``, how many bytes before them were not read).
+
+    For files whose end matters and whose size has no bound, such as a training log. The same refusals as
+    :func:`read_regular_file` (``os.stat`` first, non-regular paths refused before opening, opened with
+    ``O_NONBLOCK | O_NOCTTY`` and checked again with ``os.fstat``), then a seek to ``size - max_bytes``. Raises
+    :class:`InputFileError` for a missing, unreadable or non-regular path. Never reads more than ``max_bytes``."""
+    p = os.fspath(path)
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        raise InputFileError(what, p, f"is not a readable file: cannot read it ({exc.strerror or exc})") from None
+    _refuse_unless_regular(what, p, st)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputFileError(what, p, f"is not a readable file: cannot read it ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        _refuse_unless_regular(what, p, st)
+        start = max(0, st.st_size - max_bytes)
+        os.lseek(fd, start, os.SEEK_SET)
+        chunks: list[bytes] = []
+        total = 0
+        while total < max_bytes:
+            chunk = os.read(fd, min(_READ_CHUNK, max_bytes - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as exc:
+        raise InputFileError(what, p, f"is not a readable file: cannot read it ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks), start

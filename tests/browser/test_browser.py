@@ -225,6 +225,26 @@ def test_pasted_config_is_read_and_linted(page):
     assert any("error" in f for f in findings), findings  # fp16 and bf16 both enabled
 
 
+def test_pasted_log_is_diagnosed_under_the_verdict(page):
+    """A CUDA OOM (PyTorch >= 2.1 wording, inside engine.backward) pasted in "Paste your log": the diagnosis names
+    the phase and what PyTorch reports, escaped (the markup in the log is shown as text)."""
+    log = "\n".join(['Traceback (most recent call last):', '    engine.backward(loss)',
+                     '  File "deepspeed/runtime/engine.py", line 2100, in backward',
+                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                     "capacity of 79.15 GiB of which 1.23 GiB is free. Including non-PyTorch memory, this process has "
+                     "77.91 GiB memory in use. Of the allocated memory 75.01 GiB is allocated by PyTorch, and 1.45 GiB "
+                     "is reserved by PyTorch but unallocated. <b>x</b>"])
+    page.get_by_text("Paste your log", exact=True).click()
+    page.locator(".zp-app textarea[placeholder^='Paste a training log']").fill(log)
+    page.get_by_role("button", name="Diagnose log").click()
+    box = page.locator(".zp-app .zp-diagnosis")
+    box.wait_for(timeout=20_000)
+    text = box.inner_text()
+    assert "CUDA out of memory in the backward on GPU 0" in text and "79.15 GiB total" in text
+    assert "Fix:" in text or "a problem was found" in text
+    page.get_by_text("Paste your log", exact=True).click()  # closed again
+
+
 def test_invalid_input_shows_a_message_not_a_traceback(page):
     checkbox = page.locator(".zp-app .widget-checkbox", has_text="QLoRA").locator("input")
     page.get_by_text("Advanced", exact=True).click()

@@ -8,7 +8,7 @@ traceback.
 
 One module per group of subcommands, each with ``register(subparsers, add_scenario_options)``; its handler
 (``set_defaults(func=...)``) takes the parsed args and returns an exit status: :mod:`.plan` (estimate, recommend,
-deepspeed-estimate, the catalog), :mod:`.config` (config, check), :mod:`.app`, :mod:`.probe`, :mod:`.calibrate`,
+deepspeed-estimate, the catalog), :mod:`.config` (config, check), :mod:`.diagnose`, :mod:`.app`, :mod:`.probe`, :mod:`.calibrate`,
 :mod:`.launch` (launch-script). What they share is in :mod:`.common`. Heavy dependencies (voila, torch,
 deepspeed) are imported only when their command runs.
 """
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import sys
 
-from . import app, calibrate, config, launch, plan, probe
+from . import app, calibrate, config, diagnose, launch, plan, probe
 from .common import UsageError, _Parser, add_scenario_options, fail, scenario_from_args
 
-COMMANDS = (plan, config, app, probe, calibrate, launch)
+COMMANDS = (plan, config, diagnose, app, probe, calibrate, launch)
 """The subcommand modules, in the order ``--help`` lists them."""
 
 __all__ = ["COMMANDS", "UsageError", "add_scenario_options", "build_parser", "fail", "main", "scenario_from_args"]

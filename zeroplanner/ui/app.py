@@ -792,8 +792,15 @@ class PlannerApp(w.VBox):
         hf = w.VBox([self.hf_upload, self.hf_limit, self.hf_area, self.hf_button, self.hf_message])
         hf.add_class("zp-hf")
         self._uploaded_model = None  # (file name, Architecture) of a model read from a config.json
-        acc = lazy_accordion([("Your model: HF config.json", hf), ("Paste your DeepSpeed config", paste)],
-                             layout=self.controls.shared.plain)
+        # a training log read against the plan (zeroplanner.diagnose: the CLI's `diagnose`)
+        self.log_area = w.Textarea(placeholder="Paste a training log (CUDA OOM, DeepSpeed timers, comms summary, "
+                                               "see_memory_usage, HF Trainer metrics) here, then Diagnose",
+                                   layout=w.Layout(width="100%", height="120px"))
+        self.log_button = w.Button(description="Diagnose log", layout=w.Layout(width="120px"))
+        self.log_button.on_click(lambda _: self.diagnose_log(self.log_area.value))
+        log_box = w.VBox([self.log_area, self.log_button])
+        acc = lazy_accordion([("Your model: HF config.json", hf), ("Paste your DeepSpeed config", paste),
+                              ("Paste your log", log_box)], layout=self.controls.shared.plain)
         self.paste_findings = self.findings
         return [html_widget("<b>Your setup</b>"), self.probe_button, self.probe_message, acc]
 
@@ -932,6 +939,42 @@ class PlannerApp(w.VBox):
             f"</div><ul style='padding-left:18px;margin:4px 0'>{items or '<li>No findings.</li>'}</ul>"
         )
         return findings
+
+    def diagnose_log(self, text: str):
+        """Read a pasted training log against the current scenario (:func:`zeroplanner.diagnose.diagnose`) and show
+        the diagnosis under the verdict. Never raises for bad text; returns the Diagnosis (None when nothing was
+        read). The log's text is shown escaped, never executed."""
+        from ..diagnose import diagnose
+        from ..runlog import read_log
+
+        reading = read_log(text or "")
+        if reading.empty:
+            self.findings.value = ("<div class='zp-error'><b>Nothing read from this log:</b> paste a CUDA "
+                                   "out-of-memory message, DeepSpeed's wall_clock_breakdown timers, the comms "
+                                   "logger summary, see_memory_usage lines or the HF Trainer's metrics.</div>")
+            return None
+        try:
+            d = diagnose(reading, self.state.scenario)
+        except Exception as exc:  # noqa: BLE001 - shown as one line, never a traceback
+            _log.debug("log not diagnosed", exc_info=True)
+            self.findings.value = (f"<div class='zp-error'><b>Cannot diagnose this log:</b> "
+                                   f"{html.escape(error_message(exc))}</div>")
+            return None
+        rows = "".join(
+            f"<tr><td>{html.escape(c.part)}</td><td>{c.measured:.4g} {html.escape(c.unit)}</td>"
+            f"<td>{c.predicted:.4g} {html.escape(c.unit)}</td><td>x{c.ratio:.2f}"
+            + (" <b>outside the model's error</b>" if c.disagrees else "") + "</td></tr>" for c in d.comparisons)
+        table = ("<table class='zp-diagnosis-table'><tr><th>part</th><th>measured</th><th>predicted</th><th></th></tr>"
+                 + rows + "</table>") if rows else ""
+        problems = "".join(f"<li style='color:#c62828'>{html.escape(p)}</li>" for p in d.problems)
+        read = "".join(f"<li>{html.escape(r['what'])}: {html.escape(str(r['value']))} "
+                       f"<i>(line {r['line_number']})</i></li>" for r in d.read)
+        fix = f"<p><b>Fix:</b> {html.escape(d.remedy['text'])}</p>" if d.remedy else ""
+        head = "healthy: no problem found" if d.healthy else "a problem was found"
+        self.findings.value = (f"<div class='zp-diagnosis'><b>Your log, against this plan: {head}.</b>"
+                               f"<ul style='padding-left:18px;margin:4px 0'>{problems}</ul>{fix}{table}"
+                               f"<details><summary>What was read</summary><ul>{read}</ul></details></div>")
+        return d
 
     @staticmethod
     def _about_html() -> str:

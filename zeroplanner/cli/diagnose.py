@@ -1,0 +1,126 @@
+"""``zeroplanner diagnose LOG [--config ds_config.json] [--hf-trainer] [scenario options] [--json]
+[--write-calibration FILE]``: read a training log against the plan (:mod:`zeroplanner.runlog`,
+:mod:`zeroplanner.diagnose`).
+
+The scenario: the DeepSpeed config (read as ``check`` reads it) over the scenario options; without ``--config``,
+the ZeRO stage, micro-batch and accumulation the log states are used where the command line does not give them
+(each said in the output). Exit status 0 healthy, 1 a problem found (an OOM, communication over 30% of the step,
+a part outside the model's error), 2 unreadable input (no such file, not a regular file, nothing readable in it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..files import InputFileError, read_regular_file_tail
+from ..runlog import MAX_LOG_BYTES
+from .common import EXIT_BAD_INPUT
+
+
+def register(subparsers, add_scenario_options) -> None:
+    p = subparsers.add_parser(
+        "diagnose", help="read a DeepSpeed / HF Trainer log against the plan: what it measured, the bottleneck, "
+        "the fix", description="Read a training log (CUDA OOM messages, DeepSpeed wall_clock_breakdown timers, the "
+        "comms logger summary, see_memory_usage, the HF Trainer's metrics, the flops profiler) and compare it with "
+        "what zeroplanner predicts for the run. Exit 0 healthy, 1 a problem found, 2 unreadable input.")
+    p.add_argument("log_path", metavar="LOG", help="the log file (only its last 8 MiB are read)")
+    p.add_argument("--config", default=None, help="the run's DeepSpeed config (JSON)")
+    p.add_argument("--hf-trainer", action="store_true", help="the config was run through the HF Trainer/accelerate")
+    p.add_argument("--write-calibration", default=None, metavar="FILE",
+                   help="write the measured figures as a file --cluster-from reads")
+    p.add_argument("--json", action="store_true", help="print one JSON object: read, comparisons, problems, remedy")
+    add_scenario_options(p)
+    p.set_defaults(func=run)
+
+
+def _error(message: str) -> int:
+    sys.stderr.write(f"zeroplanner: error: {message}\n")
+    return EXIT_BAD_INPUT
+
+
+def _scenario(args, reading, notes):
+    from .common import scenario_from_args
+    from ..specs import replace
+
+    if args.config:
+        from ..deepspeed import ConfigError, from_deepspeed_config, load_config_text
+        from .config import MAX_CONFIG_BYTES, _read_config_bytes
+
+        mode = "hf_trainer" if args.hf_trainer else "deepspeed"
+        data = _read_config_bytes(args.config, "--config")
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ValueError(f"--config {args.config!r}: larger than the 1 MB limit")
+        try:
+            config, _ = load_config_text(data, mode)
+            scenario, _ = from_deepspeed_config(config, base=scenario_from_args(args), mode=mode)
+        except ConfigError as exc:
+            raise ValueError(f"--config {args.config!r}: {exc}") from None
+        return scenario
+    scenario = scenario_from_args(args)
+    st = reading.settings
+    zero, training = {}, {}
+    if "zero_stage" in st and args.stage is None:
+        zero["stage"] = st["zero_stage"].value
+    if "micro_batch" in st and args.micro_batch is None:
+        training["micro_batch"] = st["micro_batch"].value
+    if "grad_accum" in st and args.grad_accum is None:
+        training["grad_accum"] = st["grad_accum"].value
+    if zero or training:
+        try:
+            scenario = replace(scenario, zero=replace(scenario.zero, **zero),
+                               training=replace(scenario.training, **training))
+        except Exception as exc:  # noqa: BLE001 - a value the log states that the scenario refuses
+            notes.append(f"the log's settings {zero | training} were not applied: {str(exc).splitlines()[0]}")
+            return scenario
+        notes.append(f"settings taken from the log (not given on the command line): {zero | training}")
+    return scenario
+
+
+def run(args) -> int:
+    from ..diagnose import calibration, diagnose
+    from ..runlog import read_log
+
+    try:
+        raw, skipped = read_regular_file_tail(args.log_path, MAX_LOG_BYTES, "LOG")
+    except InputFileError as exc:
+        return _error(str(exc))
+    reading = read_log(raw)
+    if skipped:
+        reading.skipped.insert(0, f"the first {skipped:,} bytes of the file (only the last 8 MiB of a log are read)")
+    if reading.empty:
+        return _error(f"LOG {args.log_path!r}: nothing readable in it (no CUDA OOM message, DeepSpeed timer, comms "
+                      "summary, see_memory_usage line, HF Trainer metrics or flops profiler output)")
+    notes: list[str] = []
+    try:
+        scenario = _scenario(args, reading, notes)
+    except (ValueError, InputFileError) as exc:
+        return _error(str(exc))
+    d = diagnose(reading, scenario)
+    d.notes[:0] = notes
+    written = None
+    if args.write_calibration:
+        cal, cal_notes = calibration(reading, scenario)
+        try:
+            with open(args.write_calibration, "w", encoding="utf-8") as f:
+                json.dump(cal, f, indent=1)
+        except OSError as exc:
+            return _error(f"--write-calibration {args.write_calibration!r}: cannot write it ({exc.strerror or exc})")
+        d.notes += cal_notes
+        written = args.write_calibration
+    if getattr(args, "json", False):
+        obj = d.to_json()
+        obj["scenario"] = {"model": scenario.model.name, "stage": scenario.zero.stage,
+                           "gpus_per_node": scenario.cluster.gpus_per_node, "nodes": scenario.cluster.nodes,
+                           "micro_batch": scenario.training.micro_batch, "grad_accum": scenario.training.grad_accum,
+                           "seq_len": scenario.training.seq_len}
+        obj["calibration_written"] = written
+        print(json.dumps(obj, indent=1, default=str))
+    else:
+        print(f"Diagnosed against: {scenario.model.name}, ZeRO-{scenario.zero.stage}, "
+              f"{scenario.cluster.nodes} x {scenario.cluster.gpus_per_node} {scenario.cluster.gpu.name}, micro-batch "
+              f"{scenario.training.micro_batch} x {scenario.training.grad_accum}, sequence {scenario.training.seq_len}")
+        print(d.text())
+        if written:
+            print(f"calibration written to {written} (use it with --cluster-from {written})")
+    return 0 if d.healthy else 1

@@ -1,0 +1,314 @@
+"""Diagnose a training run's log against the plan: what was read, predicted vs measured, the bottleneck, the fix.
+
+:func:`diagnose` takes a :class:`~zeroplanner.runlog.LogReading` and the run's Scenario (from its DeepSpeed config
+and the user's options) and returns a :class:`Diagnosis`:
+
+- ``read``: every figure used, with the log line it came from;
+- ``comparisons``: predicted vs measured per part, flagged where they differ by more than the model's error
+  (step time: the planner's tolerance, ``planner.DEFAULT_TOLERANCE``, the order of the step-time model's error in
+  docs/validation.md section 5; memory: the step peak's stated error, ``timeline.memory_error_fraction``);
+- ``problems``: an out-of-memory error (the phase it happened in against the predicted peak phase, and whether
+  the allocator's reserved-but-unallocated bytes alone would have served the request: fragmentation, for which
+  PyTorch's own message names ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``), communication over 30% of the
+  step (the rule of thumb of the article the product grew from: "if all-gather or reduce takes more than 30% of the
+  step, communication is the bottleneck");
+- ``remedy``: the smallest configuration change that fits (``planner.nearest_fit``) or the planner's pick, priced,
+  as a list of setting changes;
+- :func:`calibration` turns the measured collectives (and, with optimizer offload, the optimizer step) into a file
+  ``--cluster-from`` reads (``probe.cluster_from_probe``).
+
+Units: bytes, seconds; GiB (2^30) and Gbit/s where DeepSpeed prints them. No torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .runlog import LogReading
+from .specs import Scenario
+from .units import GIB
+
+COMM_SHARE_LIMIT = 0.30
+"""Communication above this share of the step is the bottleneck: the rule of thumb the article the product grew
+from states (docs/references.md), the same 30% the planner's cluster advice uses (advice.py)."""
+
+# comms logger op names (deepspeed/comm/comm.py functions the logger wraps) -> the planner's collective names
+_OPS = {"all_reduce": "all_reduce", "inference_all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
+        "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_fn": "reduce_scatter",
+        "reduce_scatter": "reduce_scatter", "all_gather_into_tensor": "all_gather", "allgather_fn": "all_gather",
+        "all_gather": "all_gather", "all_gather_base": "all_gather", "all_to_all_single": "all_to_all",
+        "broadcast": "broadcast"}
+
+
+@dataclass
+class Comparison:
+    part: str
+    measured: float
+    predicted: float
+    unit: str
+    tolerance: float
+    source: str
+
+    @property
+    def ratio(self) -> float:
+        return self.measured / self.predicted if self.predicted else float("inf")
+
+    @property
+    def disagrees(self) -> bool:
+        return abs(self.ratio - 1.0) > self.tolerance
+
+
+@dataclass
+class Diagnosis:
+    """See the module docstring. ``healthy``: no problem found and no part outside the model's error."""
+
+    read: list[dict[str, Any]] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    remedy: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    comm_share: float | None = None
+    oom_phase: str = ""
+    predicted_peak_phase: str = ""
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems and not any(c.disagrees for c in self.comparisons)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"healthy": self.healthy, "read": self.read, "problems": self.problems, "remedy": self.remedy,
+                "notes": self.notes, "comm_share_of_step": self.comm_share, "oom_phase": self.oom_phase or None,
+                "predicted_peak_phase": self.predicted_peak_phase or None,
+                "comparisons": [{"part": c.part, "measured": c.measured, "predicted": c.predicted, "unit": c.unit,
+                                 "ratio": c.ratio, "tolerance": c.tolerance, "disagrees": c.disagrees,
+                                 "source": c.source} for c in self.comparisons]}
+
+    def text(self) -> str:
+        out = ["Read from the log:"]
+        out += [f"  {r['what']}: {r['value']} (line {r['line_number']}: {r['line'][:120]})" for r in self.read]
+        if self.comparisons:
+            out.append("Predicted vs measured:")
+            for c in self.comparisons:
+                flag = "  <- outside the model's error" if c.disagrees else ""
+                out.append(f"  {c.part}: measured {c.measured:.4g} {c.unit}, predicted {c.predicted:.4g} {c.unit} "
+                           f"(x{c.ratio:.2f}; model error {c.tolerance:.0%}){flag}")
+        out += [f"Problem: {p}" for p in self.problems]
+        if self.remedy:
+            out.append(f"Fix: {self.remedy['text']}")
+        out += [f"note: {n}" for n in self.notes]
+        out.append("healthy: no problem found" if self.healthy else "a problem was found")
+        return "\n".join(out)
+
+
+def _read(d: Diagnosis, what: str, value: Any, fig_line: int, line: str) -> None:
+    d.read.append({"what": what, "value": value, "line_number": fig_line, "line": line})
+
+
+def _steps(reading: LogReading) -> list[dict[str, float]]:
+    """Per-step global timers, the first dropped as warm-up when more than one step was printed."""
+    steps = [t for t in reading.global_timers() if {"fwd", "bwd", "step"} <= set(t)]
+    return steps[1:] if len(steps) > 1 else steps
+
+
+def _choice_changes(scenario: Scenario, choice) -> list[str]:
+    from .planner import Choice
+
+    z, t, c = scenario.zero, scenario.training, scenario.cluster
+    now = {"stage": z.stage, "offload_optimizer": z.offload_optimizer.device, "offload_param": z.offload_param.device,
+           "checkpointing": t.checkpointing, "micro_batch": t.micro_batch, "grad_accum": t.grad_accum,
+           "overlap_comm": z.overlap_comm, "reduce_bucket_size": z.reduce_bucket_size,
+           "sequence_parallel_size": c.sequence_parallel_size}
+    return [f"{k} {now[k]} -> {getattr(choice, k)}" for k in Choice.model_fields
+            if k in now and now[k] != getattr(choice, k) and not (k == "overlap_comm" and now[k] is None)]
+
+
+def _remedy_from_plan(scenario: Scenario, why: str) -> dict[str, Any] | None:
+    from .planner import plan
+
+    p = plan(scenario)
+    if not p.fits:
+        return {"text": f"{why}: nothing the planner searches fits this cluster ({p.warnings[0] if p.warnings else ''})",
+                "changes": [], "label": None, "tokens_per_second": None}
+    changes = _choice_changes(scenario, p.choice)
+    return {"text": f"{why}: {p.choice.label}, {p.estimate.tokens_per_second:,.0f} tokens/s predicted, "
+            f"{p.estimate.step_peak.verdict()}; change " + ("; ".join(changes) or "nothing (it is the pick)"),
+            "changes": changes, "label": p.choice.label, "tokens_per_second": p.estimate.tokens_per_second,
+            "advice": [a.text for a in getattr(p, "cluster_advice", []) or []]}
+
+
+def same_phase(log_phase: str, timeline_phase: str) -> bool:
+    """Whether a traceback's phase (runlog: forward, loss, backward, optimizer step) is the timeline's
+    (costmodel/timeline.py PHASES). ``engine.backward`` runs the loss backward and the layers' backward, and the
+    model's forward call computes the loss too, so "backward" matches both backward phases and "forward" both
+    forward phases."""
+    groups = {"forward": ("forward", "loss forward"), "loss": ("loss forward", "loss backward"),
+              "backward": ("loss backward", "backward"), "optimizer step": ("optimizer step",)}
+    return timeline_phase in groups.get(log_phase, ())
+
+
+def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
+    """Compare ``reading`` with what the cost model predicts for ``scenario`` (see the module docstring).
+    Raises nothing for a valid Scenario; a reading with nothing in it gives a Diagnosis with a note saying so."""
+    from .costmodel import estimate
+    from .costmodel.measured_peaks import predicted_peak_bytes
+    from .planner import DEFAULT_TOLERANCE, nearest_fit
+
+    d = Diagnosis()
+    d.notes += reading.skipped
+    est = estimate(scenario)
+    peak = est.step_peak
+    d.predicted_peak_phase = peak.phase if peak else ""
+    if reading.empty:
+        d.notes.append("nothing this reader knows was found in the log (CUDA OOM messages, DeepSpeed's "
+                       "wall_clock_breakdown timers, the comms logger summary, see_memory_usage lines, the HF "
+                       "Trainer's metrics, the flops profiler)")
+        return d
+    for key, fig in reading.settings.items():
+        _read(d, f"log states {key}", fig.value, fig.line_number, fig.line)
+
+    # -- step time from DeepSpeed's timers (milliseconds, summed over a step's micro-steps)
+    steps = _steps(reading)
+    step_seconds = None
+    if steps:
+        last = reading.global_timers()[-1]
+        line = next(t for t in reversed(reading.timers) if t.value is last)
+        step_seconds = sum(s["fwd"] + s["bwd"] + s["step"] for s in steps) / len(steps) / 1e3
+        _read(d, "step time (fwd + bwd + step, s, mean of the printed steps after the first)", round(step_seconds, 4),
+              line.line_number, line.line)
+        d.comparisons.append(Comparison("step", step_seconds, est.step_seconds, "s", DEFAULT_TOLERANCE,
+                                        "wall_clock_breakdown fwd + bwd + step"))
+        opt = sum(s["step"] for s in steps) / len(steps) / 1e3
+        predicted_opt = est.optimizer_seconds_per_step + est.offload_seconds_per_step
+        if predicted_opt > 0:
+            d.comparisons.append(Comparison("optimizer step", opt, predicted_opt, "s", DEFAULT_TOLERANCE,
+                                            "wall_clock_breakdown step"))
+    trainer = [t for t in reading.trainer if "train_samples_per_second" in t.value]
+    if trainer:
+        t = trainer[-1]
+        sps = t.value["train_samples_per_second"]
+        _read(d, "train_samples_per_second (HF Trainer)", sps, t.line_number, t.line)
+        predicted = est.tokens_per_second / scenario.training.seq_len
+        d.comparisons.append(Comparison("samples/s", sps, predicted, "samples/s", DEFAULT_TOLERANCE,
+                                        "HF Trainer metrics (includes data loading, logging and the first steps)"))
+
+    # -- collectives
+    if reading.comms:
+        total_ms = sum(r.total_latency_ms for r in reading.comms)
+        by_op: dict[str, float] = {}
+        for r in reading.comms:
+            by_op[r.op] = by_op.get(r.op, 0.0) + r.total_latency_ms
+        first = reading.comms[0]
+        _read(d, "comms logger: total latency by op (ms, whole run)", {k: round(v, 2) for k, v in by_op.items()},
+              first.line_number, f"{first.op} ...")
+        big = max(reading.comms, key=lambda r: r.message_bytes)
+        _read(d, f"busbw of the largest message ({big.op}, {big.message_bytes:,} bytes), Gbit/s", big.busbw_gbps,
+              big.line_number, f"{big.op} {big.message_bytes} B x {big.count}: {big.busbw_gbps} Gbps")
+        printed = len(reading.global_timers())
+        if step_seconds and printed:
+            per_step = total_ms / 1e3 / printed
+            d.comm_share = per_step / step_seconds
+            d.notes.append(f"communication share = the comms logger's total latency / the {printed} printed steps "
+                           f"/ the mean step time: {per_step:.3g} s of {step_seconds:.3g} s (the logger times each "
+                           "collective whole, overlapped or not)")
+            if d.comm_share > COMM_SHARE_LIMIT:
+                d.problems.append(f"communication is {d.comm_share:.0%} of the step, above the {COMM_SHARE_LIMIT:.0%} "
+                                  "rule of thumb: communication is the bottleneck (raise the buckets, accumulate "
+                                  "more micro-steps per step, or change the parallelism)")
+        collective = _OPS.get(big.op)
+        if collective:
+            one_node = scenario.cluster.nodes == 1
+            gb = scenario.cluster.gpu.intra_node_busbw_gb_per_s if one_node else (
+                scenario.cluster.network.link_gbps / 8 * scenario.cluster.network.nics_per_node
+                * scenario.cluster.network.efficiency)
+            d.comparisons.append(Comparison(f"{collective} busbw at {big.message_bytes:,} bytes", big.busbw_gbps,
+                                            gb * 8, "Gbit/s", DEFAULT_TOLERANCE,
+                                            "comms logger busbw_avg vs the cluster's "
+                                            + ("intra-node busbw" if one_node else "inter-node bus bandwidth")))
+
+    # -- memory
+    if reading.memory and peak:
+        m = max(reading.memory, key=lambda f: f.value["max_ma_gib"])
+        _read(d, "see_memory_usage Max_MA / Max_CA (GiB)", (m.value["max_ma_gib"], m.value["max_ca_gib"]),
+              m.line_number, m.line)
+        err = peak.error_fraction
+        d.comparisons.append(Comparison("peak allocated", m.value["max_ma_gib"],
+                                        predicted_peak_bytes(scenario, "max_memory_allocated") / GIB, "GiB", err,
+                                        "see_memory_usage Max_MA vs the step peak (live tensors + cuBLAS workspace)"))
+        d.comparisons.append(Comparison("peak reserved", m.value["max_ca_gib"],
+                                        predicted_peak_bytes(scenario, "max_memory_reserved") / GIB, "GiB", err,
+                                        "see_memory_usage Max_CA vs the step peak with the allocator's slack"))
+
+    # -- out of memory
+    if reading.ooms:
+        o = reading.ooms[-1]
+        _read(d, f"CUDA out of memory ({o.wording} PyTorch wording): tried to allocate (bytes)", o.tried_bytes,
+              o.line_number, o.line)
+        d.oom_phase = o.phase
+        where = f" in the {o.phase}" if o.phase else ""
+        text = (f"CUDA out of memory{where} on GPU {o.gpu_index} ({o.total_bytes / GIB:.2f} GiB total, "
+                f"{o.tried_bytes / GIB:.2f} GiB requested, {o.free_bytes / GIB:.2f} GiB free)")
+        if peak:
+            text += f"; the model puts this step's peak in the {peak.phase} at {peak.bytes / GIB:.1f} GiB"
+            if o.phase:
+                text += " (the same phase)" if same_phase(o.phase, peak.phase) else f" (not the {o.phase})"
+        if o.reserved_unallocated_bytes is not None:
+            text += (f"; {o.reserved_unallocated_bytes / GIB:.2f} GiB reserved by PyTorch but unallocated "
+                     f"({o.reserved_unallocated_bytes / o.total_bytes:.0%} of the GPU)")
+            if o.reserved_unallocated_bytes >= o.tried_bytes:
+                text += (": more than the request, so fragmentation alone failed it: set "
+                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's own advice in this message)")
+        d.problems.append(text)
+        fit = nearest_fit(scenario)
+        if fit is not None and fit.why_not and not (peak and fit.estimate.step_peak.bytes >= peak.bytes):
+            d.remedy = {"text": f"the nearest configuration that fits: {fit.label} ({fit.why_not}), "
+                        f"{fit.estimate.tokens_per_second:,.0f} tokens/s predicted, {fit.estimate.step_peak.verdict()}",
+                        "changes": fit.why_not.split("; "), "label": fit.label,
+                        "tokens_per_second": fit.estimate.tokens_per_second}
+        else:
+            d.remedy = _remedy_from_plan(scenario, "the model predicts this configuration fits"
+                                         + (f" ({peak.verdict()})" if peak else "")
+                                         + ", so the run holds more than it prices; the planner's pick for more "
+                                         "headroom")
+    elif d.comm_share is not None and d.comm_share > COMM_SHARE_LIMIT:
+        d.remedy = _remedy_from_plan(scenario, "the planner's pick for this cluster")
+    return d
+
+
+def calibration(reading: LogReading, scenario: Scenario) -> tuple[dict[str, Any], list[str]]:
+    """A file for ``--cluster-from`` (a probe result, probe/cluster.py ``cluster_changes``) from what the log
+    measured, and one line per figure saying what it determines and what a log cannot determine.
+
+    - all-reduce at two or more message sizes (comms logger: avg latency per size) -> ``world`` records for the
+      alpha-beta fit: on one node the intra-node busbw and latency, over several the network's efficiency;
+    - with optimizer offload, DeepSpeed's ``step`` timer -> ``benchmarks.cpu_adam``: trainable parameters per node /
+      step seconds (the step also copies the parameters back, so this is a lower bound on the Adam rate).
+    Not determinable from a log: GPU memory (the OOM's total capacity is reported, not applied), host RAM, PCIe."""
+    notes: list[str] = []
+    c = scenario.cluster
+    ranks = c.world_size
+    out: dict[str, Any] = {"source": "zeroplanner diagnose --write-calibration",
+                           "message": "figures measured in a training log; GPUs kept as given",
+                           "cuda_available": False, "nodes": c.nodes, "backend": "from a training log"}
+    records = [{"collective": "all_reduce", "ranks": ranks, "bytes": r.message_bytes,
+                "seconds": r.avg_latency_ms / 1e3} for r in reading.comms if _OPS.get(r.op) == "all_reduce"
+               and r.avg_latency_ms > 0]
+    if len({r["bytes"] for r in records}) >= 2:
+        out["world"] = records
+        if c.nodes > 1:
+            out["intra_node"] = []
+        notes.append(f"all-reduce at {len(records)} message sizes -> "
+                     + ("intra-node busbw and latency" if c.nodes == 1 else "the network's efficiency and latency"))
+    else:
+        notes.append("all-reduce at fewer than two message sizes: the bandwidth cannot be fitted")
+    steps = _steps(reading)
+    if scenario.zero.offload_optimizer.device != "none" and steps:
+        from .costmodel import make_context
+
+        step_s = sum(s["step"] for s in steps) / len(steps) / 1e3
+        rate = make_context(scenario).trainable / c.nodes / step_s
+        out["benchmarks"] = {"cpu_adam": {"ok": True, "params_per_second": rate, "threads": "from the log"}}
+        notes.append(f"optimizer offload: the step timer ({step_s:.3g} s) -> CPU-Adam {rate:.3g} parameters/s per node "
+                     "(a lower bound: the step also copies the parameters back)")
+    notes.append("not determinable from a log: GPU memory, host RAM, NVMe, PCIe bandwidth")
+    return out, notes
