@@ -80,7 +80,10 @@ RULES: dict[str, Rule] = {
     "auto_outside_hf": Rule(checked_by="config", source="\"auto\" reaches DeepSpeed unfilled (docs/references.md s.7): "
                             "batch keys raise in DeepSpeedConfig, optimizer/scheduler/clipping in the engine, "
                             "pydantic blocks drop it (warning)"),
-    "auto_not_filled": Rule(checked_by="runtime", source="transformers integrations/deepspeed.py fills only its keys"),
+    "auto_not_filled": Rule(checked_by="trainer", source="transformers integrations/deepspeed.py and accelerate's "
+                            "DeepSpeedPlugin fill only their keys; accelerate fill_match raises on the rest"),
+    "no_zero_block_hf": Rule(checked_by="trainer", source="accelerate utils/dataclasses.py DeepSpeedPlugin.__post_init__ "
+                             "(\"Please specify the ZeRO optimization config\")"),
     "hf_fill_mismatch": Rule(checked_by="trainer", source="HfTrainerDeepSpeedConfig.trainer_config_finalize "
                              "(mismatches with TrainingArguments raise ValueError)"),
     "tensor_parallel_size": Rule(checked_by="engine", source="engine.py _configure_tensor_parallel; "

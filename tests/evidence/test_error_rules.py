@@ -707,6 +707,39 @@ def offload_client_optimizer_engine_raises(request, tmp_path):
     runs_ok(request, "offload_client_adamw_unforced")
 
 
+def _trainer_refuses(config: dict[str, Any], match: str) -> None:
+    """The HF Trainer's whole path (TrainingArguments(deepspeed=config), Trainer.train() for one step on a CPU rank:
+    zeroplanner/calibrate/config_judge.py) stops on the config with ``match`` in its message."""
+    from zeroplanner.calibrate.config_judge import judge_config
+
+    verdict = judge_config(copy.deepcopy(config), "hf_trainer")
+    assert verdict["verdict"] == "refused" and match in verdict["error"], verdict
+
+
+_HF_AUTO = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+            "train_batch_size": "auto", "bf16": {"enabled": "auto"}}
+
+
+@evidence("auto_not_filled")
+def auto_not_filled_accelerate_raises(request, tmp_path):
+    """A key neither the Trainer nor accelerate fills, left "auto" (FastChat's sub_group_size; a legacy
+    ``bfloat16`` block): accelerate raises ValueError "not found in kwargs" before DeepSpeed starts."""
+    config = {**_HF_AUTO, "zero_optimization": {"stage": 2, "allgather_bucket_size": "auto"}}
+    assert "auto_not_filled" in errors(config, "hf_trainer")
+    hf_rejects(config)
+    _trainer_refuses(config, "`zero_optimization.allgather_bucket_size` not found in kwargs")
+
+
+@evidence("no_zero_block_hf")
+def no_zero_block_accelerate_raises(request, tmp_path):
+    """No zero_optimization block (bigscience's ds_zero0.json): accelerate's DeepSpeedPlugin refuses the config;
+    DeepSpeed alone runs it without ZeRO."""
+    config = dict(_HF_AUTO)
+    assert "no_zero_block_hf" in errors(config, "hf_trainer")
+    assert "no_zero_block_hf" not in errors({"train_micro_batch_size_per_gpu": 1})
+    _trainer_refuses(config, "Please specify the ZeRO optimization config")
+
+
 @evidence("nvme_without_path")
 def nvme_without_path_engine_fails(request, tmp_path):
     """ZeRO-3 NVMe offload with no nvme_path: for offload_param deepspeed.initialize asserts
@@ -918,6 +951,7 @@ def test_the_walk_finds_the_known_error_rules():
 def _param(case: Callable, *values: Any, id: str):
     """Cases that use :func:`engine_runs` carry the ``engine`` mark (``-m "not engine"`` leaves them out)."""
     uses_engine = any(f"{name}(request" in inspect.getsource(case) for name in ("run", "fails", "runs_ok"))
+    uses_engine = uses_engine or "_trainer_refuses(" in inspect.getsource(case)
     return pytest.param(*values, id=id, marks=[pytest.mark.engine] if uses_engine else [])
 
 

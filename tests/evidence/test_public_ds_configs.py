@@ -5,7 +5,9 @@ path and commit, and how the project launches it). The truth: tests/data/public_
 run on the real engine on one CPU rank the way its project launches it (the HF Trainer's ``train()`` for one step,
 or ``deepspeed.initialize`` and one step; zeroplanner/calibrate/config_judge.py, benchmarks/judge_public_configs.py).
 Both sides see the same dict on one GPU (``config_judge.for_one_rank``); verdicts caused by this CPU-only machine
-(``environment``: NVMe offload without libaio, GPU-only optimizers) are not compared.
+(``environment``: NVMe offload without libaio, GPU-only optimizers) are not compared. A raw DeepSpeed config
+without an optimizer block is judged with the optimizer such a script passes, torch's AdamW (SOURCES.json says
+where a project passes DeepSpeedCPUAdam instead).
 """
 
 from __future__ import annotations

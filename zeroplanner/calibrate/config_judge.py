@@ -31,8 +31,9 @@ from typing import Any
 JUDGE_WORKER = Path(__file__).with_name("_config_judge.py")
 
 ENVIRONMENT_CAUSES = (
-    r"async_io", r"\baio\b", r"libaio", r"CUDA", r"cuda", r"NCCL", r"nccl", r"cupy", r"No module named 'apex'",
-    r"requires a GPU", r"GPU is not available", r"op_builder", r"CompressedBackend", r"mpi4py",
+    r"async_io", r"\blibaio\b", r"AsyncIOBuilder", r"Torch not compiled with CUDA", r"CUDA is not available",
+    r"no CUDA GPUs are available", r"NCCL (?:error|backend)", r"\bcupy\b", r"No module named 'apex'",
+    r"requires a GPU", r"GPU is not available", r"mpi4py",
 )
 """Patterns of a refusal caused by this CPU-only machine (DeepSpeed's op builders and GPU-only optimizers such as
 1-bit LAMB's compressed backend, NVMe offload without libaio, Apex), not by the config."""

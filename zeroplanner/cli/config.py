@@ -460,7 +460,8 @@ def run_check(args) -> int:
             versions = library_versions() or {}
             names = [f"deepspeed {versions.get('deepspeed', '?')} DeepSpeedConfig"]
             if mode == "hf_trainer":
-                names.insert(0, f"transformers {versions.get('transformers', '?')} HfTrainerDeepSpeedConfig")
+                names.insert(0, f"transformers {versions.get('transformers', '?')} HfTrainerDeepSpeedConfig, "
+                             "accelerate's DeepSpeedPlugin")
             validated_by = names
             findings += _merge_library(findings, library)
     if validated_by is None:

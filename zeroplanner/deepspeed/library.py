@@ -255,9 +255,9 @@ def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode) ->
             filled = _accelerate_ulysses(filled, ranks // sp)
             world = ranks // sp
     with _deepspeed_world(world):
+        ds = None
         try:
             ds = DeepSpeedConfig(filled)
-            _engine_checks(ds, filled, mode, out)
         except Exception as exc:  # DeepSpeed raises pydantic, assertion, value, type and its own errors
             if hasattr(exc, "errors") and hasattr(exc, "title"):
                 out += _validation_findings(exc)
@@ -270,40 +270,30 @@ def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode) ->
                 out.append(Finding(severity="error", key="", rule="deepspeed_rejects",
                                    message=f"{where}DeepSpeed's own DeepSpeedConfig raises {type(exc).__name__}: "
                                    f"{first}.{hint}", fix=""))
+    if ds is not None:
+        _engine_checks(ds, out)
     return out
 
 
-def _engine_checks(ds: Any, config: dict[str, Any], mode: Mode, out: list[Finding]) -> None:
-    """Two refusals of ``deepspeed.initialize`` that ``DeepSpeedConfig`` does not raise, with the engine's own rule
-    and message (runtime/engine.py, DeepSpeed 0.19.8), checked on the constructed config ``ds``:
-
-    - ``_do_sanity_check``: an optimizer ``type`` that is neither in ``DEEPSPEED_OPTIMIZERS`` nor a ``torch.optim``
-      class ("<type> is not a supported DeepSpeed Optimizer"; 1-bit Adam/LAMB were removed from DeepSpeed);
-    - ``_configure_basic_optimizer``: optimizer offload to cpu/nvme with a client optimizer that is not
-      DeepSpeedCPUAdam and ``zero_force_ds_cpu_optimizer`` left true. Only for raw DeepSpeed without an
-      ``optimizer`` block, where the script passes its own optimizer (assumed torch's, as most do; the HF Trainer's
-      path is accepted: measured on the public configs, tests/evidence/test_public_ds_configs.py)."""
+def _engine_checks(ds: Any, out: list[Finding]) -> None:
+    """A refusal of ``deepspeed.initialize`` that ``DeepSpeedConfig`` does not raise, with the engine's own rule and
+    message (runtime/engine.py ``_do_sanity_check``, DeepSpeed 0.19.8), checked on the constructed config ``ds``: an
+    optimizer ``type`` that is neither in ``DEEPSPEED_OPTIMIZERS`` (after DeepSpeedConfig's lowercasing) nor a
+    ``torch.optim`` class name ("<type> is not a supported DeepSpeed Optimizer"; 1-bit Adam/LAMB were removed
+    from DeepSpeed). ZeRO-Offload with a client optimizer, the other such refusal, is the key tables' rule
+    (lint.py ``offload_client_optimizer``)."""
     import torch
     from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
 
     name = ds.optimizer_name
     if name is not None and name not in DEEPSPEED_OPTIMIZERS and getattr(torch.optim, name, None) is None:
+        cased = next((n for n in dir(torch.optim) if n.lower() == str(name).lower()), None)
         out.append(Finding(severity="error", key="optimizer.type", rule="deepspeed_rejects",
                            message=f"deepspeed.initialize asserts: {name} is not a supported DeepSpeed Optimizer "
                            f"(runtime/engine.py _do_sanity_check; DeepSpeed's optimizers: "
-                           f"{', '.join(DEEPSPEED_OPTIMIZERS)}, or a torch.optim class name).",
-                           fix="Use a supported optimizer type, e.g. AdamW."))
-    offload = ds.zero_config.offload_optimizer
-    if (mode == "deepspeed" and "optimizer" not in config and offload is not None
-            and str(getattr(offload.device, "value", offload.device)) in ("cpu", "nvme")
-            and ds.zero_force_ds_cpu_optimizer):
-        out.append(Finding(severity="error", key="zero_optimization.offload_optimizer", rule="deepspeed_rejects",
-                           message="deepspeed.initialize raises ZeRORuntimeException: You are using ZeRO-Offload "
-                           "with a client provided optimizer (runtime/engine.py _configure_basic_optimizer): the "
-                           "config has no optimizer block, so the script passes its own, and unless that is "
-                           "DeepSpeedCPUAdam the engine refuses it.",
-                           fix="Add an optimizer block (e.g. {\"type\": \"AdamW\", ...}), pass "
-                           "deepspeed.ops.adam.DeepSpeedCPUAdam, or set \"zero_force_ds_cpu_optimizer\": false."))
+                           f"{', '.join(DEEPSPEED_OPTIMIZERS)}, or a torch.optim class name, case-sensitive).",
+                           fix=f"Write \"{cased}\" (torch.optim's spelling)." if cased
+                           else "Use a supported optimizer type, e.g. AdamW."))
 
 
 def _accelerate_fill(filled: dict[str, Any], out: list[Finding]) -> bool:
@@ -326,14 +316,18 @@ def _accelerate_fill(filled: dict[str, Any], out: list[Finding]) -> bool:
     try:
         plugin = DeepSpeedPlugin(hf_ds_config=copy.deepcopy(filled))
         plugin.deepspeed_config_process(must_match=False)
-    except ValueError as exc:
+    except (ValueError, NotImplementedError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
         key = first.split("`")[1] if first.count("`") >= 2 else ("zero_optimization" if "ZeRO" in first else "")
+        if "not found in kwargs" in first:
+            fix = "Write the value instead of \"auto\": the Trainer and accelerate fill only the keys they know."
+        elif key == "zero_optimization":
+            fix = "Add \"zero_optimization\": {\"stage\": 0} (or the stage you want)."
+        else:
+            fix = ""
         out.append(Finding(severity="error", key=clip_key(key), rule="hf_fill_mismatch",
-                           message=f"after the HF Trainer's fill, accelerate's DeepSpeedPlugin raises ValueError: "
-                           f"{first[:300]}",
-                           fix="Write the value instead of \"auto\" (the Trainer and accelerate fill only the keys "
-                           "they know), and give a zero_optimization block (stage 0 is allowed)."))
+                           message=f"after the HF Trainer's fill, accelerate's DeepSpeedPlugin raises "
+                           f"{type(exc).__name__}: {first[:300]}", fix=fix))
         return False
     finally:
         unset_hf_deepspeed_config()

@@ -29,7 +29,10 @@ nvme_optimizer_below_stage3   warning    stage 1/2 treat any offload_optimizer d
 auto_outside_hf               error/warn "auto" with DeepSpeed alone (docs/references.md s.7): batch keys,
                                          optimizer, scheduler, clipping fail; zero/bf16/fp16 blocks drop it
                                          and use the default: warning; info in HF mode
-auto_not_filled               warning    "auto" in a key the HF Trainer does not fill
+auto_not_filled               error      "auto" in a key neither the HF Trainer nor accelerate fills (accelerate
+                                         raises "not found in kwargs")
+no_zero_block_hf              error      no zero_optimization block under the HF Trainer (accelerate's
+                                         DeepSpeedPlugin raises)
 removed_key                   error      keys DeepSpeed 0.19.8 removed and rejects
 max_grad_norm_param           error      optimizer.params.max_grad_norm (DeepSpeed raises; use gradient_clipping)
 untested_optimizer            error      non-DeepSpeed optimizer type with ZeRO needs zero_allow_untested_optimizer
@@ -408,6 +411,16 @@ def _rule_offload_stage(config: dict[str, Any], out: list[Finding]) -> None:
                      "drive.")
 
 
+ACCELERATE_PLUGIN_AUTO_KEYS = (
+    "gradient_accumulation_steps", "gradient_clipping", "zero_optimization.stage",
+    "zero_optimization.offload_optimizer.device", "zero_optimization.offload_param.device",
+    "zero_optimization.offload_param.nvme_path", "zero_optimization.offload_optimizer.nvme_path",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+)
+"""Keys accelerate's ``DeepSpeedPlugin`` fills from its own options when they are "auto" (accelerate
+utils/dataclasses.py ``__post_init__``: ``plugin_to_config_mapping``)."""
+
+
 def _rule_auto(config: dict[str, Any], mode: Mode, scenario: Scenario | None, out: list[Finding]) -> None:
     filled = hf_auto_values(scenario) if scenario is not None else {}
     stage = _stage(config)
@@ -420,10 +433,19 @@ def _rule_auto(config: dict[str, Any], mode: Mode, scenario: Scenario | None, ou
                                  "zero_optimization.stage3_param_persistence_threshold")
             if key in HF_TRAINER_AUTO_KEYS and not (stage3_key and stage != 3):
                 resolved.append(f"{key}={filled[key]}" if key in filled else key)
+            elif stage3_key:
+                # below stage 3 the Trainer leaves them; accelerate's _prepare_deepspeed fills every hidden-size
+                # key still "auto" (judged on the engine: accepted), and DeepSpeed ignores them below stage 3
+                resolved.append(f"{key} (accelerate's hidden-size fill; unused below stage 3)")
+            elif key in ACCELERATE_PLUGIN_AUTO_KEYS:
+                resolved.append(f"{key} (accelerate's DeepSpeedPlugin, from its own options)")
             else:
-                _add(out, "warning", key, "auto_not_filled", f"the HF Trainer does not fill 'auto' in {key}"
-                     + (" below stage 3" if stage3_key else "") + "; DeepSpeed drops it and uses its default.",
-                     "Write a number, or remove the key.")
+                fix = ("Write true or false instead of \"auto\"" if key.endswith(".enabled")
+                       else "Write the value instead of \"auto\"")
+                _add(out, "error", key, "auto_not_filled", f"the HF Trainer and accelerate fill \"auto\" only in "
+                     f"the keys they know, and {key} is not one: accelerate stops training with ValueError: "
+                     f"`{key}` not found in kwargs (utils/dataclasses.py DeepSpeedPlugin.fill_match, run by "
+                     "Accelerator._prepare_deepspeed).", fix + ".")
             continue
         top = key.split(".", 1)[0]
         severity = "error"
@@ -480,7 +502,8 @@ def _rule_optimizer(config: dict[str, Any], mode: Mode, out: list[Finding]) -> N
              "DeepSpeed optimizer (torch.optim is used); with ZeRO DeepSpeed asserts unless "
              "zero_allow_untested_optimizer is true (engine.py, _do_optimizer_sanity_check).",
              "Add \"zero_allow_untested_optimizer\": true.")
-    if _device(config, "offload_optimizer") == "none" or stage < 1 or "optimizer" in config:
+    legacy = _get(config, "zero_optimization.cpu_offload") is True  # the pre-0.3.x spelling of offload to cpu
+    if (_device(config, "offload_optimizer") == "none" and not legacy) or "optimizer" in config:
         # An optimizer block: DeepSpeed builds it itself (DeepSpeedCPUAdam for Adam/AdamW/Adagrad/Lion under
         # offload, torch.optim otherwise) and the client-optimizer check below never runs (engine.py,
         # _configure_optimizer: the check sits in the client-optimizer branch only).
@@ -496,7 +519,8 @@ def _rule_optimizer(config: dict[str, Any], mode: Mode, out: list[Finding]) -> N
         return
     if force:
         _add(out, "error", "zero_force_ds_cpu_optimizer", "offload_client_optimizer", "ZeRO-Offload with a "
-             "client-built optimizer (no optimizer block) under deepspeed.initialize: DeepSpeed raises "
+             "client-built optimizer (no optimizer block) under deepspeed.initialize, at any stage: if the script "
+             "passes a torch optimizer, DeepSpeed raises "
              "ZeRORuntimeException unless that optimizer is DeepSpeedCPUAdam/DeepSpeedCPULion or "
              "zero_force_ds_cpu_optimizer is false (engine.py, _configure_optimizer). Under the HF Trainer or "
              "accelerate the same file runs (accelerate swaps in DeepSpeedCPUAdam): check with --hf-trainer.",
@@ -584,6 +608,11 @@ def lint(config: Any, scenario: Scenario | None = None, mode: Mode = "deepspeed"
     _rule_precision(config, out)
     _rule_offload_stage(config, out)
     _rule_auto(config, mode, scenario, out)
+    if mode == "hf_trainer" and "zero_optimization" not in config:
+        _add(out, "error", "zero_optimization", "no_zero_block_hf", "no zero_optimization block: under the HF "
+             "Trainer accelerate's DeepSpeedPlugin raises ValueError: Please specify the ZeRO optimization config in "
+             "the DeepSpeed config. (accelerate utils/dataclasses.py DeepSpeedPlugin.__post_init__).",
+             "Add \"zero_optimization\": {\"stage\": 0} (or the stage you want).")
     _rule_optimizer(config, mode, out)
     if scenario is not None:
         _rule_cluster(config, scenario, out)
