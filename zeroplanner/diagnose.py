@@ -29,6 +29,11 @@ from .runlog import LogReading
 from .specs import Scenario
 from .units import GIB
 
+OUTSIDE_SHARE = 0.20
+"""An OOM where more than this share of the GPU is in use but not held by the process's PyTorch allocator (total -
+free - reserved, from PyTorch's own message) is put down to memory the planner does not price (another process, a
+generation server, non-PyTorch allocations): a threshold of this tool, not a measured figure."""
+
 COMM_SHARE_LIMIT = 0.30
 """Communication above this share of the step is the bottleneck: the rule of thumb the article the product grew
 from states (docs/references.md), the same 30% the planner's cluster advice uses (advice.py)."""
@@ -123,10 +128,17 @@ def _choice_changes(scenario: Scenario, choice) -> list[str]:
             if k in now and now[k] != getattr(choice, k) and not (k == "overlap_comm" and now[k] is None)]
 
 
-def _remedy_from_plan(scenario: Scenario, why: str) -> dict[str, Any] | None:
+def _remedy_from_plan(scenario: Scenario, why: str, below_bytes: float | None = None) -> dict[str, Any] | None:
+    """The planner's pick as a change list; with ``below_bytes`` only if its step peak is below that (a pick with
+    less headroom than what already failed is no fix)."""
     from .planner import plan
 
     p = plan(scenario)
+    if below_bytes is not None and p.fits and p.estimate.step_peak.bytes >= below_bytes:
+        return {"text": f"{why} has no more headroom than this one ({p.choice.label}: "
+                f"{p.estimate.step_peak.verdict()}); no priced change would have avoided this OOM: measure what "
+                "holds the memory (torch.cuda.memory_summary() at the failing step)", "changes": [], "label": None,
+                "tokens_per_second": None}
     if not p.fits:
         return {"text": f"{why}: nothing the planner searches fits this cluster ({p.warnings[0] if p.warnings else ''})",
                 "changes": [], "label": None, "tokens_per_second": None}
@@ -171,8 +183,7 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
     steps = _steps(reading)
     step_seconds = None
     if steps:
-        last = reading.global_timers()[-1]
-        line = next(t for t in reversed(reading.timers) if t.value is last)
+        line = next(t for t in reversed(reading.timers) if "fwd" in t.value or "forward" in t.value)
         step_seconds = sum(s["fwd"] + s["bwd"] + s["step"] for s in steps) / len(steps) / 1e3
         _read(d, "step time (fwd + bwd + step, s, mean of the printed steps after the first)", round(step_seconds, 4),
               line.line_number, line.line)
@@ -192,9 +203,28 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
         d.comparisons.append(Comparison("samples/s", sps, predicted, "samples/s", DEFAULT_TOLERANCE,
                                         "HF Trainer metrics (includes data loading, logging and the first steps)"))
 
-    # -- collectives
+    # -- collectives. The engine's own timers come first where they separate the communication: bwd_allreduce is
+    # the gradient reduction inside backward (ZeRO-0/1/2), optimizer_allgather the parameter all-gather after the
+    # step (ZeRO-1/2); ZeRO-3's gathers run inside fwd/bwd, so there the comms logger's times are used
+    timer_share = False
+    if steps and all("bwd_allreduce" in st for st in steps) and scenario.zero.stage < 3:
+        gathers = [t.value.get("optimizer_allgather", 0.0) for t in reading.timers if "optimizer_allgather" in t.value]
+        gather = sum(gathers[1:]) / max(1, len(gathers) - 1) if len(gathers) > 1 else sum(gathers)
+        comm = sum(st["bwd_allreduce"] for st in steps) / len(steps) + gather
+        d.comm_share = comm / 1e3 / step_seconds
+        timer_share = True
+        d.notes.append(f"communication share = DeepSpeed's bwd_allreduce + optimizer_allgather timers / the step: "
+                       f"{comm:.4g} ms of {step_seconds * 1e3:.4g} ms")
+        if d.comm_share > COMM_SHARE_LIMIT:
+            d.problems.append(f"communication is {d.comm_share:.0%} of the step, above the {COMM_SHARE_LIMIT:.0%} "
+                              "rule of thumb: communication is the bottleneck (raise the buckets, accumulate "
+                              "more micro-steps per step, or change the parallelism)")
     if reading.comms:
-        total_ms = sum(r.total_latency_ms for r in reading.comms)
+        # the training collectives only (broadcasts and barriers are initialisation), each row's trimmed mean
+        # latency x count (DeepSpeed's avg_latency is trim_mean(..., 0.1): the first, slow calls are left out)
+        train = [r for r in reading.comms if _OPS.get(r.op) in ("all_reduce", "reduce_scatter", "all_gather",
+                                                                 "all_to_all")]
+        total_ms = sum(r.avg_latency_ms * r.count for r in train)
         by_op: dict[str, float] = {}
         for r in reading.comms:
             by_op[r.op] = by_op.get(r.op, 0.0) + r.total_latency_ms
@@ -205,13 +235,18 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
         _read(d, f"busbw of the largest message ({big.op}, {big.message_bytes:,} bytes), Gbit/s", big.busbw_gbps,
               big.line_number, f"{big.op} {big.message_bytes} B x {big.count}: {big.busbw_gbps} Gbps")
         printed = len(reading.global_timers())
-        if step_seconds and printed:
+        if step_seconds and printed and not timer_share:
             per_step = total_ms / 1e3 / printed
             d.comm_share = per_step / step_seconds
-            d.notes.append(f"communication share = the comms logger's total latency / the {printed} printed steps "
-                           f"/ the mean step time: {per_step:.3g} s of {step_seconds:.3g} s (the logger times each "
-                           "collective whole, overlapped or not)")
-            if d.comm_share > COMM_SHARE_LIMIT:
+            d.notes.append(f"communication share = the comms logger's all-reduce, reduce-scatter and all-gather "
+                           f"time (mean latency x count) / the {printed} printed steps / the mean step time: "
+                           f"{per_step:.3g} s of {step_seconds:.3g} s (the logger times each collective whole, "
+                           "overlapped or not)")
+            if d.comm_share > 1.0:
+                d.notes.append(f"the logged collective time is {d.comm_share:.1f}x the step: the comms logger's "
+                               "latencies include waits for the other ranks (stragglers), so no share is judged")
+                d.comm_share = None
+            elif d.comm_share > COMM_SHARE_LIMIT:
                 d.problems.append(f"communication is {d.comm_share:.0%} of the step, above the {COMM_SHARE_LIMIT:.0%} "
                                   "rule of thumb: communication is the bottleneck (raise the buckets, accumulate "
                                   "more micro-steps per step, or change the parallelism)")
@@ -258,7 +293,18 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
             if o.reserved_unallocated_bytes >= o.tried_bytes:
                 text += (": more than the request, so fragmentation alone failed it: set "
                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's own advice in this message)")
+        held = o.reserved_bytes if o.reserved_bytes is not None else None
+        outside = (o.total_bytes - o.free_bytes - held) if held is not None else None
+        if outside is not None and outside > OUTSIDE_SHARE * o.total_bytes:
+            text += (f"; {outside / GIB:.1f} GiB of the GPU's used memory is not this process's PyTorch memory "
+                     "(other processes on the GPU, e.g. a generation server, or non-PyTorch allocations): the planner "
+                     "prices this process's tensors only")
         d.problems.append(text)
+        if outside is not None and outside > OUTSIDE_SHARE * o.total_bytes:
+            d.remedy = {"text": f"free the {outside / GIB:.1f} GiB held outside this process's PyTorch allocator, "
+                        "or budget for it: no ZeRO setting changes it (the planner's memory is per process)",
+                        "changes": [], "label": None, "tokens_per_second": None}
+            return d
         fit = nearest_fit(scenario)
         if fit is not None and fit.why_not and not (peak and fit.estimate.step_peak.bytes >= peak.bytes):
             d.remedy = {"text": f"the nearest configuration that fits: {fit.label} ({fit.why_not}), "
@@ -268,8 +314,8 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
         else:
             d.remedy = _remedy_from_plan(scenario, "the model predicts this configuration fits"
                                          + (f" ({peak.verdict()})" if peak else "")
-                                         + ", so the run holds more than it prices; the planner's pick for more "
-                                         "headroom")
+                                         + ", so the run holds more than it prices; the planner's pick",
+                                         below_bytes=peak.bytes if peak else None)
     elif d.comm_share is not None and d.comm_share > COMM_SHARE_LIMIT:
         d.remedy = _remedy_from_plan(scenario, "the planner's pick for this cluster")
     return d

@@ -35,55 +35,66 @@ MAX_LOG_BYTES = 8 * 2**20
 end: the last timers, the comms summary, the OOM)."""
 
 _GIB, _MIB, _KIB = 2**30, 2**20, 2**10
-_UNITS = {"B": 1, "KIB": _KIB, "MIB": _MIB, "GIB": _GIB, "TIB": 2**40,
+_UNITS = {"B": 1, "BYTES": 1, "KIB": _KIB, "MIB": _MIB, "GIB": _GIB, "TIB": 2**40,
           # PyTorch's OOM message and DeepSpeed's convert_size/see_memory_usage write 1024-based sizes with these
           "KB": _KIB, "MB": _MIB, "GB": _GIB, "TB": 2**40}
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_RANK_PREFIX = re.compile(r"^(?:\[(?:rank|Rank)\s*\d+\]:?\s*|\d+:\s(?=\S)|\[default\d+\]:)")
-_SIZE = r"([0-9][0-9.,]*)\s*([KMGT]i?B|B)"
+_RANK_PREFIX = re.compile(r"^(?:>\s?|\^\[c)*(?:\[(?:rank|Rank)\s*\d+\]:?\s*|\d+:\s(?=\S)|\[default\d+\]:)?")
+_SIZE = r"([0-9][0-9.,]*)\s*([KMGT]i?B|bytes|B)\b"
 
 OOM_WORDINGS = {
     # torch >= 2.1 (c10/cuda/CUDACachingAllocator.cpp): "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of
     # 79.15 GiB of which 1.23 GiB is free. ... Of the allocated memory 75.01 GiB is allocated by PyTorch, and
     # 1.45 GiB is reserved by PyTorch but unallocated."
     "new": re.compile(
-        r"Tried to allocate " + _SIZE + r"\.\s*GPU\s*(\d+) has a total capac(?:i)?ty of " + _SIZE
+        r"Tried to allocate " + _SIZE + r"\.\s*GPU\s*(\d*) has a total capac(?:i)?ty of " + _SIZE
         + r" of which " + _SIZE + r" is free\.(?:.*?this process has " + _SIZE + r" memory in use\.)?"
-        + r"(?:.*?Of the allocated memory " + _SIZE + r" is allocated by PyTorch, and " + _SIZE
+        + r"(?:.*?Of the allocated memory " + _SIZE + r" is allocated by PyTorch,(?: with [^,]* private pools"
+        + r" \(e\.g\., CUDA Graphs\),)? and " + _SIZE
         + r" is reserved by PyTorch but unallocated)?", re.S),
     # torch 1.x - 2.0: "Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.56 GiB already
     # allocated; 3.44 MiB free; 14.63 GiB reserved in total by PyTorch)"
     "1.x": re.compile(
-        r"Tried to allocate " + _SIZE + r"\s*\(GPU\s*(\d+);\s*" + _SIZE + r" total capacity;\s*" + _SIZE
+        r"Tried to allocate " + _SIZE + r"\s*\(GPU\s*(\d*);\s*" + _SIZE + r" total capacity;\s*" + _SIZE
         + r" already allocated;\s*" + _SIZE + r" free;\s*" + _SIZE + r" reserved in total by PyTorch"),
     # torch <= 1.4: "... already allocated; 11.81 MiB free; 426.00 KiB cached)"
     "cached": re.compile(
-        r"Tried to allocate " + _SIZE + r"\s*\(GPU\s*(\d+);\s*" + _SIZE + r" total capacity;\s*" + _SIZE
-        + r" already allocated;\s*" + _SIZE + r" free;\s*" + _SIZE + r" cached\)"),
+        r"Tried to allocate " + _SIZE + r"\s*\(GPU\s*(\d*);\s*" + _SIZE + r" total capacity;\s*" + _SIZE
+        + r" already allocated;\s*" + _SIZE + r" free;\s*" + _SIZE + r" cached(?:;[^)]*)?\)"),
 }
 """The CUDA out-of-memory wordings of PyTorch releases, newest first (sizes 1024-based as PyTorch's
 ``format_size`` writes them)."""
 
-_TIMER_LINE = re.compile(r"time \(ms\)((?:\s*\|\s*[A-Za-z_]+:\s*[-0-9.]+)+)")
-_TIMER_PART = re.compile(r"\|\s*([A-Za-z_]+):\s*([-0-9.]+)")
+_TIMER_LINE = re.compile(r"time \(ms\)\s*(\|.*)$")
+_TIMER_PART = re.compile(r"^\s*([A-Za-z_]+):\s*(-?[0-9.]+)\s*$")
+LEGACY_TIMERS = {"forward_microstep": "fwd_microstep", "backward_microstep": "bwd_microstep",
+                 "backward_inner_microstep": "bwd_inner_microstep",
+                 "backward_allreduce_microstep": "bwd_allreduce_microstep", "forward": "fwd", "backward": "bwd",
+                 "backward_inner": "bwd_inner", "backward_allreduce": "bwd_allreduce"}
+"""DeepSpeed's timer names before 0.3.x (``forward_microstep``, ...) -> today's (deepspeed/utils/timer.py)."""
 _COMMS_HEADER = re.compile(r"Comm\. Op\s+Message Size\s+Count\s+Total Latency\(ms\)\s+Avg Latency\(ms\)")
 _COMMS_ROW = re.compile(r"^\s+" + _SIZE + r"\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$")
-_OP_NAME = re.compile(r"^([a-z_][a-z0-9_]*)\s*$")
+_OP_NAME = re.compile(r"^([a-z_][a-z0-9_]*)\s*(?:\|\s*\[Caller Func:[^\]]*\])?\s*$")
 _MEMORY = re.compile(r"MA\s+([0-9.]+)\s*GB\s+Max_MA\s+([0-9.]+)\s*GB\s+CA\s+([0-9.]+)\s*GB\s+Max_CA\s+([0-9.]+)\s*GB")
 _TRAINER = re.compile(r"\{[^{}]*'train_(?:runtime|samples_per_second|loss)'[^{}]*\}")
-_TRAINER_ITEM = re.compile(r"'([a-z_]+)':\s*([-0-9.eE+]+)")
-_FLOPS = {
-    "fwd_flops_per_gpu": re.compile(r"fwd flops per GPU:\s*([0-9.]+)\s*([KMGTP]?)"),
-    "fwd_latency_seconds": re.compile(r"fwd latency:\s*([0-9.]+)\s*(m?s|us)"),
-    "iter_latency_seconds": re.compile(r"iter latency:\s*([0-9.]+)\s*(m?s|us)"),
-    "flops_per_gpu_per_second": re.compile(r"FLOPS per GPU = .*?:\s*([0-9.]+)\s*([KMGTP]?)FLOPS"),
+_TRAINER_ITEM = re.compile(r"'([a-z_]+)':\s*'?([-0-9.eE+]+)'?(?=[,}\s])")
+_FLOPS = {  # deepspeed/profiling/flops_profiler/profiler.py print_model_profile, the summary block
+    "fwd_flops_per_gpu": re.compile(r"^\s*fwd flops per GPU:\s*([0-9.]+)\s*([KMGTP]?)\s*$"),
+    "params_per_gpu": re.compile(r"^\s*params per gpu:\s*([0-9.]+)\s*([KMGTP]?)\s*$", re.I),
+    "fwd_latency_seconds": re.compile(r"^\s*fwd latency:\s*([0-9.]+)\s*(m?s|us)\s*$"),
+    "bwd_latency_seconds": re.compile(r"^\s*bwd latency:\s*([0-9.]+)\s*(m?s|us)\s*$"),
+    "step_latency_seconds": re.compile(r"^\s*step latency:\s*([0-9.]+)\s*(m?s|us)\s*$"),
+    "iter_latency_seconds": re.compile(r"^\s*iter latency:\s*([0-9.]+)\s*(m?s|us)\s*$"),
+    "fwd_bwd_flops_per_second": re.compile(r"fwd\+bwd FLOPS per GPU = .*?:\s*([0-9.]+)\s*([KMGTP]?)FLOPS"),
+    "world_size": re.compile(r"^\s*world size:\s*(\d+)()\s*$"),
+    "batch_size_per_gpu": re.compile(r"^\s*batch size per GPU:\s*(\d+)()\s*$"),
 }
-_SETTINGS = {
-    "world_size": re.compile(r"\bworld_size\b[ .]*[=:]?\s*(\d+)"),
-    "zero_stage": re.compile(r"\"stage\":\s*(\d)|zero_optimization_stage[ .]*(\d)|\bZeRO[- ]?Stage (\d)", re.I),
-    "micro_batch": re.compile(r"train_micro_batch_size_per_gpu[\" .:]*\s*(\d+)"),
-    "grad_accum": re.compile(r"gradient_accumulation_steps[\" .:]*\s*(\d+)"),
+_SETTINGS = {  # DeepSpeed's config printout (runtime/config.py DeepSpeedConfig.print: "  name ...... value")
+    "world_size": re.compile(r"\bdist_world_size=(\d+)|Config mesh_device \S+ world_size = (\d+)"),
+    "zero_stage": re.compile(r"\]\s+zero_optimization_stage\s*\.*\s*(\d)\s*$|Creating \S+ ZeRO stage (\d) optimizer"),
+    "micro_batch": re.compile(r"\]\s+train_micro_batch_size_per_gpu\s*\.*\s*(\d+)\s*$"),
+    "grad_accum": re.compile(r"\]\s+gradient_accumulation_steps\s*\.*\s*(\d+)\s*$"),
 }
 _RUN_START = re.compile(r"DeepSpeed info: version=|\[launch\.py:\d+:main\] WORLD INFO DICT|Setting ds_accelerator to")
 _PHASE_FRAMES = (  # traceback frames (innermost last) -> the phase of the step
@@ -91,7 +102,7 @@ _PHASE_FRAMES = (  # traceback frames (innermost last) -> the phase of the step
     ("backward", re.compile(r"in (?:backward|_engine_run_backward|run_backward|allreduce_gradients|reduce_ipg_grads)"
                             r"\b|\.backward\(")),
     ("loss", re.compile(r"in (?:cross_entropy|ForCausalLMLoss|loss_function|log_softmax|nll_loss)\b")),
-    ("forward", re.compile(r"in (?:forward|_call_impl|_wrapped_call_impl)\b|model\(\*\*|engine\(")),
+    ("forward", re.compile(r"in (?:forward|_call_impl|_wrapped_call_impl)\b|model\(\*\*|engine\(|forward=True")),
 )
 
 
@@ -114,7 +125,7 @@ class OOM:
     traceback lines before it, or "" when none names one."""
 
     tried_bytes: int
-    gpu_index: int
+    gpu_index: int | None
     total_bytes: int
     free_bytes: int
     allocated_bytes: int | None
@@ -163,12 +174,15 @@ class LogReading:
 
     def global_timers(self) -> list[dict[str, float]]:
         """The timer lines that carry the per-step totals (``fwd``, ``bwd``, ``step``: DeepSpeed's GLOBAL timers,
-        summed over the step's micro-steps), oldest first."""
-        return [t.value for t in self.timers if "step" in t.value or "fwd" in t.value]
+        summed over the step's micro-steps), oldest first, names as today's DeepSpeed writes them
+        (:data:`LEGACY_TIMERS`)."""
+        named = [{LEGACY_TIMERS.get(k, k): v for k, v in t.value.items()} for t in self.timers]
+        return [t for t in named if "fwd" in t or ("step" in t and "bwd" in t)]
 
     def micro_timers(self) -> list[dict[str, float]]:
-        """The timer lines of micro-steps (``fwd_microstep``, ``bwd_microstep``, ``step_microstep``)."""
-        return [t.value for t in self.timers if any(k.endswith("_microstep") for k in t.value)]
+        """The timer lines of micro-steps (``fwd_microstep``, ``bwd_microstep``, ``step_microstep``), today's names."""
+        named = [{LEGACY_TIMERS.get(k, k): v for k, v in t.value.items()} for t in self.timers]
+        return [t for t in named if any(k.endswith("_microstep") for k in t)]
 
 
 def _clean(raw: str) -> str:
@@ -186,8 +200,9 @@ def _binary(line: str) -> bool:
 
 
 def _phase_before(lines: list[str], end: int) -> str:
-    """The phase named by the innermost matching traceback frame in the 60 lines before ``end``."""
-    for ln in reversed(lines[max(0, end - 60):end + 1]):
+    """The phase named by the innermost matching traceback frame in the 60 lines before ``end`` (Python prints the
+    frames before the error), else in the 10 lines after it (excerpts that quote the error first)."""
+    for ln in [*reversed(lines[max(0, end - 60):end + 1]), *lines[end + 1:end + 11]]:
         for phase, pattern in _PHASE_FRAMES:
             if pattern.search(ln):
                 return phase
@@ -236,11 +251,11 @@ def read_log(data: str | bytes, *, max_bytes: int = MAX_LOG_BYTES) -> LogReading
         out.lines_read += 1
         for wording, pattern in OOM_WORDINGS.items():
             # the new wording spans a few sentences, sometimes wrapped over lines: match on a window
-            window = " ".join(lines[i:i + 4]) if wording == "new" else ln
+            window = " ".join(x.strip() for x in lines[i:i + 6])  # wrapped or split over lines
             m = pattern.search(window)
             if m and "Tried to allocate" in ln:
                 g = m.groups()
-                tried, gpu, total = _bytes(g[0], g[1]), int(g[2]), _bytes(g[3], g[4])
+                tried, gpu, total = _bytes(g[0], g[1]), int(g[2]) if g[2] else None, _bytes(g[3], g[4])
                 if wording == "new":
                     free = _bytes(g[5], g[6])
                     alloc = _bytes(g[9], g[10]) if g[9] else None
@@ -257,9 +272,11 @@ def read_log(data: str | bytes, *, max_bytes: int = MAX_LOG_BYTES) -> LogReading
                 break
         m = _TIMER_LINE.search(ln)
         if m:
-            parts = {k: float(v) for k, v in _TIMER_PART.findall(m.group(1))}
-            if parts:
-                out.timers.append(Figure(parts, number, ln.strip()[:500]))
+            # every part must be "name: number" with DeepSpeed's names (letters and _): Megatron prints its own
+            # "time (ms) | forward: ... | backward-backward: ..." lines, which are not DeepSpeed's timers
+            parts = [_TIMER_PART.match(x) for x in m.group(1).split("|")[1:]]
+            if parts and all(parts):
+                out.timers.append(Figure({p.group(1): float(p.group(2)) for p in parts}, number, ln.strip()[:500]))
             continue
         if _COMMS_HEADER.search(ln):
             in_comms, op = True, None

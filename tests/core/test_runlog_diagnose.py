@@ -110,3 +110,17 @@ def test_write_calibration_is_read_by_cluster_from(tmp_path, capsys):
     main(["recommend", "--cluster-from", str(cal), *args])
     after = json.loads(capsys.readouterr().out)
     assert after["estimate"]["tokens_per_second"] < before["estimate"]["tokens_per_second"]
+
+
+def test_readme_shows_the_real_diagnose_output(capsys):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "README.md").read_text(encoding="utf-8")
+    block = text.split("**Read your run's log.**", 1)[1].split("```text", 1)[1].split("```", 1)[0].strip("\n")
+    command, *lines = block.splitlines()
+    assert command.startswith("$ zeroplanner diagnose ")
+    argv = command.split()[2:]
+    argv[1] = str(root / argv[1])
+    main(argv)
+    assert capsys.readouterr().out.splitlines() == lines

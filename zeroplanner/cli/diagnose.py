@@ -66,6 +66,16 @@ def _scenario(args, reading, notes):
         training["micro_batch"] = st["micro_batch"].value
     if "grad_accum" in st and args.grad_accum is None:
         training["grad_accum"] = st["grad_accum"].value
+    cluster = {}
+    if "world_size" in st and args.gpus_per_node is None and args.nodes is None:
+        cluster["gpus_per_node"] = st["world_size"].value
+    if cluster:
+        try:
+            scenario = replace(scenario, cluster=replace(scenario.cluster, **cluster))
+            notes.append(f"GPUs from the log's world size (one node; give --nodes / --gpus-per-node otherwise): "
+                         f"{cluster['gpus_per_node']}")
+        except Exception as exc:  # noqa: BLE001
+            notes.append(f"the log's world size {cluster['gpus_per_node']} was not applied: {str(exc).splitlines()[0]}")
     if zero or training:
         try:
             scenario = replace(scenario, zero=replace(scenario.zero, **zero),
