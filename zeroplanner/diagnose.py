@@ -76,6 +76,12 @@ class Diagnosis:
     comm_share: float | None = None
     oom_phase: str = ""
     predicted_peak_phase: str = ""
+    measured_step_seconds: float | None = None
+    """The log's mean step time (DeepSpeed's timers), for charts."""
+    measured_memory_gib: float | None = None
+    measured_memory_label: str = ""
+    """The log's memory figure for charts: see_memory_usage's Max_MA, or at an OOM what PyTorch held plus the
+    request (a lower bound of what the step needed)."""
 
     @property
     def healthy(self) -> bool:
@@ -187,8 +193,24 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
         step_seconds = sum(s["fwd"] + s["bwd"] + s["step"] for s in steps) / len(steps) / 1e3
         _read(d, "step time (fwd + bwd + step, s, mean of the printed steps after the first)", round(step_seconds, 4),
               line.line_number, line.line)
+        d.measured_step_seconds = step_seconds
         d.comparisons.append(Comparison("step", step_seconds, est.step_seconds, "s", DEFAULT_TOLERANCE,
                                         "wall_clock_breakdown fwd + bwd + step"))
+        # forward vs backward: the matmul FLOPs split 1 : 2 (backward computes the gradients of the inputs and of
+        # the weights; Narayanan et al. 2021, arXiv 2104.04473, section 5.1), full checkpointing adds one forward to
+        # the backward (1 : 3); the backward also carries the exposed communication and ZeRO's hooks
+        full = scenario.training.checkpointing == "full"
+        fwd_share = 0.25 if full else 1.0 / 3.0
+        comp = est.compute_seconds_per_step
+        predicted_fwd = comp * fwd_share
+        predicted_bwd = (comp * (1.0 - fwd_share) + est.communication.exposed_seconds_per_step
+                         + est.fetch_overhead_seconds_per_step)
+        d.comparisons.append(Comparison("forward", sum(s["fwd"] for s in steps) / len(steps) / 1e3, predicted_fwd,
+                                        "s", DEFAULT_TOLERANCE, "wall_clock_breakdown fwd vs compute x "
+                                        + ("1/4 (full checkpointing)" if full else "1/3")))
+        d.comparisons.append(Comparison("backward", sum(s["bwd"] for s in steps) / len(steps) / 1e3, predicted_bwd,
+                                        "s", DEFAULT_TOLERANCE, "wall_clock_breakdown bwd vs the rest of compute + "
+                                        "exposed communication + ZeRO-3 fetch overhead"))
         opt = sum(s["step"] for s in steps) / len(steps) / 1e3
         predicted_opt = est.optimizer_seconds_per_step + est.offload_seconds_per_step
         if predicted_opt > 0:
@@ -267,6 +289,8 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
         _read(d, "see_memory_usage Max_MA / Max_CA (GiB)", (m.value["max_ma_gib"], m.value["max_ca_gib"]),
               m.line_number, m.line)
         err = peak.error_fraction
+        d.measured_memory_gib = m.value["max_ma_gib"]
+        d.measured_memory_label = f"your log: Max_MA {m.value['max_ma_gib']:.1f} GiB"
         d.comparisons.append(Comparison("peak allocated", m.value["max_ma_gib"],
                                         predicted_peak_bytes(scenario, "max_memory_allocated") / GIB, "GiB", err,
                                         "see_memory_usage Max_MA vs the step peak (live tensors + cuBLAS workspace)"))
@@ -280,6 +304,9 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
         _read(d, f"CUDA out of memory ({o.wording} PyTorch wording): tried to allocate (bytes)", o.tried_bytes,
               o.line_number, o.line)
         d.oom_phase = o.phase
+        if o.allocated_bytes is not None:
+            d.measured_memory_gib = (o.allocated_bytes + o.tried_bytes) / GIB
+            d.measured_memory_label = f"your log: OOM at >= {d.measured_memory_gib:.1f} GiB"
         where = f" in the {o.phase}" if o.phase else ""
         text = (f"CUDA out of memory{where} on GPU {o.gpu_index} ({o.total_bytes / GIB:.2f} GiB total, "
                 f"{o.tried_bytes / GIB:.2f} GiB requested, {o.free_bytes / GIB:.2f} GiB free)")

@@ -227,7 +227,8 @@ def test_pasted_config_is_read_and_linted(page):
 
 def test_pasted_log_is_diagnosed_under_the_verdict(page):
     """A CUDA OOM (PyTorch >= 2.1 wording, inside engine.backward) pasted in "Paste your log": the diagnosis names
-    the phase and what PyTorch reports, escaped (the markup in the log is shown as text)."""
+    the phase and what PyTorch reports, escaped (the markup in the log is shown as text), and the memory it measured
+    is drawn on the step's memory chart."""
     log = "\n".join(['Traceback (most recent call last):', '    engine.backward(loss)',
                      '  File "deepspeed/runtime/engine.py", line 2100, in backward',
                      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
@@ -242,6 +243,11 @@ def test_pasted_log_is_diagnosed_under_the_verdict(page):
     text = box.inner_text()
     assert "CUDA out of memory in the backward on GPU 0" in text and "79.15 GiB total" in text
     assert "Fix:" in text or "a problem was found" in text
+    # the measured figure beside the prediction: PyTorch's 75.01 GiB held + the 2.00 GiB asked, on "Over one step"
+    page.get_by_role("tab", name="Over one step").click()
+    page.wait_for_function("() => [...document.querySelectorAll('.zp-app .bqplot svg text')]"
+                           ".some(t => t.textContent === 'your log: OOM at >= 77.0 GiB')", timeout=30_000)
+    page.get_by_role("tab", name="Memory per GPU").click()
     page.get_by_text("Paste your log", exact=True).click()  # closed again
 
 

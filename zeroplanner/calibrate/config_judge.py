@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def judge_config(config: dict[str, Any], mode: str, *, timeout_seconds: float = 
         cmd = [sys.executable, "-u", "-m", "deepspeed.launcher.runner", "--num_gpus", "1", "--no_local_rank",
                "--master_port", str(_free_port()), str(JUDGE_WORKER), "--config", str(path), "--mode", mode,
                "--out", str(out)]
-        env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_seconds, env=env, cwd=tmp)
         if not out.exists():
             raise RuntimeError(f"the judge wrote no result (exit {proc.returncode}): {proc.stdout[-1500:]}")

@@ -245,6 +245,7 @@ class PlannerApp(w.VBox):
         html_widget = self.controls.shared.html  # one HTMLStyle and one Layout for every text widget
         self.memory_chart = MemoryChart()
         self._charts: dict[str, Any] = {"memory": self.memory_chart}
+        self._measured: dict[str, tuple[float | None, str]] = {}  # chart -> (figure from a pasted log, label)
         self._stale: set[str] = set()
         self._explain_panel = None
         self._compare_panel = None
@@ -373,6 +374,8 @@ class PlannerApp(w.VBox):
             if name == "time":
                 chart.on_select(lambda variant, part: self._explain_clicked("time", variant, part))
             self._charts[name] = chart
+            if name in self._measured:
+                chart.show_measured(*self._measured[name])
             self._stale.add(name)
             self._tab_boxes[self.tab_index(name)].children = [chart, chart.legend]
         if name in self._stale and self.view is not None:
@@ -969,6 +972,13 @@ class PlannerApp(w.VBox):
         problems = "".join(f"<li style='color:#c62828'>{html.escape(p)}</li>" for p in d.problems)
         read = "".join(f"<li>{html.escape(r['what'])}: {html.escape(str(r['value']))} "
                        f"<i>(line {r['line_number']})</i></li>" for r in d.read)
+        self._measured = {
+            "time": (d.measured_step_seconds, f"your log: {d.measured_step_seconds:.3g} s"
+                     if d.measured_step_seconds else ""),
+            "step": (d.measured_memory_gib, d.measured_memory_label)}
+        for name, args in self._measured.items():  # drawn now if the chart exists, else when it is first built
+            if name in self._charts:
+                self._charts[name].show_measured(*args)
         fix = f"<p><b>Fix:</b> {html.escape(d.remedy['text'])}</p>" if d.remedy else ""
         head = "healthy: no problem found" if d.healthy else "a problem was found"
         self.findings.value = (f"<div class='zp-diagnosis'><b>Your log, against this plan: {head}.</b>"

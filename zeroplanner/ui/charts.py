@@ -30,6 +30,8 @@ FIT_COLOR = "#2e7d32"
 RISKY_COLOR = "#8a5a00"
 HOST_COLOR = "#9d755d"
 OOM_COLOR = "#c62828"
+MEASURED_COLOR = "#1565c0"
+"""Figures measured in the user's log ("Paste your log"), drawn beside the predictions."""
 
 FIGURE_WIDTH_PX, FIGURE_HEIGHT_PX = 680, 360
 _FIG_LAYOUT = dict(width=f"{FIGURE_WIDTH_PX}px", height=f"{FIGURE_HEIGHT_PX}px", flex="0 0 auto")
@@ -359,8 +361,32 @@ class StepTimeChart(bq.Figure):
             bq.Axis(scale=self.y_scale, side="left", label="seconds per step", tick_format=".3~g",
                     label_offset="45px", grid_lines="dashed"),
         ]
-        super().__init__(**_figure("Step time (s) and tokens/s", [self.bars, self.rate_labels, self.oom_labels],
+        # a step time measured in the user's log (app "Paste your log"), drawn beside the predicted bars
+        self.measured = bq.Lines(x=[], y=[], colors=[MEASURED_COLOR], line_style="dashed", stroke_width=2,
+                                 display_legend=False, scales={"x": self.x_scale, "y": self.y_scale})
+        self.measured_label = bq.Label(x=[], y=[], text=[], colors=[MEASURED_COLOR], align="start", default_size=11,
+                                       y_offset=-6, scales={"x": self.x_scale, "y": self.y_scale})
+        self._measured: tuple[float, str] | None = None
+        self._ticks: list[str] = []
+        super().__init__(**_figure("Step time (s) and tokens/s", [self.bars, self.rate_labels, self.oom_labels,
+                                                                  self.measured, self.measured_label],
                                    axes, legend="top-left"))
+
+    def show_measured(self, seconds: float | None, label: str = "") -> None:
+        """Draw (or, with None, remove) a dashed line at a step time measured in a log, labelled."""
+        self._measured = (float(seconds), label) if seconds else None
+        self._draw_measured()
+
+    def _draw_measured(self) -> None:
+        if self._measured is None or not self._ticks:
+            assign(self.measured, x=[], y=[])
+            assign(self.measured_label, x=[], y=[], text=[])
+            return
+        value, label = self._measured
+        ends = [self._ticks[0], self._ticks[-1]]
+        assign(self.y_scale, max=max(float(self.y_scale.max or 0.0), nice_ceiling(value * 1.12)))
+        assign(self.measured, x=ends, y=[value, value])
+        assign(self.measured_label, x=ends[:1], y=[value], text=[label])
 
     def _on_hover(self, mark, event) -> None:
         view = self._view
@@ -388,6 +414,8 @@ class StepTimeChart(bq.Figure):
                text=[_rate(view.tokens_per_second[i]) for i in fit])
         assign(self.oom_labels, x=[ticks[i] for i in oom], y=[float(totals[i]) for i in oom],
                text=["OOM" for _ in oom])
+        self._ticks = ticks
+        self._draw_measured()
 
 
 class ScalingChart(bq.Figure):
@@ -510,10 +538,31 @@ class StepTimelineChart(bq.Figure):
             bq.Axis(scale=self.y_scale, side="left", label="GiB per GPU", tick_format=".0f",
                     label_offset="45px", grid_lines="dashed"),
         ]
+        self.measured = bq.Lines(x=[], y=[], colors=[MEASURED_COLOR], line_style="dashed", stroke_width=2,
+                                 display_legend=False, scales=scales)
+        self.measured_label = bq.Label(x=[], y=[], text=[], colors=[MEASURED_COLOR], align="start", default_size=11,
+                                       y_offset=14, x_offset=2, scales=scales)
+        self._measured: tuple[float, str] | None = None
+        self._edges: list[float] = []
         super().__init__(**_figure("Memory over one step (GiB per GPU)",
                                    [self.bars, self.separators, self.capacity, self.capacity_label,
-                                    self.peak_marker, self.peak_label], axes))
+                                    self.peak_marker, self.peak_label, self.measured, self.measured_label], axes))
         self.fig_margin = {**_MARGIN, "right": _TIMELINE_RIGHT_PX}
+
+    def show_measured(self, gib: float | None, label: str = "") -> None:
+        """Draw (or, with None, remove) a dashed line at a memory figure measured in a log (GiB), labelled."""
+        self._measured = (float(gib), label) if gib else None
+        self._draw_measured()
+
+    def _draw_measured(self) -> None:
+        if self._measured is None or not self._edges:
+            assign(self.measured, x=[], y=[])
+            assign(self.measured_label, x=[], y=[], text=[])
+            return
+        value, label = self._measured
+        assign(self.y_scale, max=max(float(self.y_scale.max or 0.0), nice_ceiling(value * 1.15)))
+        assign(self.measured, x=self._edges, y=[value, value])
+        assign(self.measured_label, x=self._edges[:1], y=[value], text=[label])
 
     def update(self, view: StepView) -> None:
         self._view = view
@@ -531,6 +580,8 @@ class StepTimelineChart(bq.Figure):
         assign(self.axes[0], tick_values=np.array([pos for pos, _ in view.ticks], dtype=float))
         assign(self.bars, x=x, y=view.gib)
         edges = [-0.5, max(n - 0.5, 0.5)]
+        self._edges = edges
+        self._draw_measured()
         assign(self.capacity, x=edges, y=[cap, cap], labels=[f"GPU memory ({cap:.0f} GiB)"])
         assign(self.capacity_label, x=edges[:1], y=[cap], text=[f"GPU {cap:.0f} GiB"])
         if view.boundaries:
