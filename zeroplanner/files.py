@@ -57,6 +57,32 @@ def _too_large(what: str, path: str, size_text: str, max_bytes: int, limit_note:
     return InputFileError(what, path, f"is {size_text} bytes; the limit is {max_bytes} bytes{note}")
 
 
+def _open_regular(p: str, what: str, *, max_bytes: int | None = None, limit_note: str = "") -> tuple[int, os.stat_result]:
+    """(an open descriptor, its fstat) of the regular file ``p``: ``os.stat`` first and a non-regular path (or, with
+    ``max_bytes``, one larger) refused before opening; opened ``O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`` and
+    checked again on the descriptor. The caller closes it. Raises :class:`InputFileError`."""
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        raise InputFileError(what, p, f"is not a readable file: cannot read it ({exc.strerror or exc})") from None
+    _refuse_unless_regular(what, p, st)
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise _too_large(what, p, str(st.st_size), max_bytes, limit_note)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:  # permission denied, removed since the stat, a socket (ENXIO), ...
+        raise InputFileError(what, p, f"is not a readable file: cannot read it ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        _refuse_unless_regular(what, p, st)
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise _too_large(what, p, str(st.st_size), max_bytes, limit_note)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
 def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str, *, limit_note: str = "") -> bytes:
     """The bytes of the regular file at ``path`` (symlinks followed), at most ``max_bytes`` bytes.
 
@@ -81,22 +107,8 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str, *
     p = os.fspath(path)
     if isinstance(p, bytes):  # pragma: no cover - the package passes str paths
         p = os.fsdecode(p)
+    fd, _ = _open_regular(p, what, max_bytes=max_bytes, limit_note=limit_note)
     try:
-        st = os.stat(p)
-    except OSError as exc:
-        raise InputFileError(what, p, f"is not a readable file: cannot read it ({exc.strerror or exc})") from None
-    _refuse_unless_regular(what, p, st)
-    if st.st_size > max_bytes:
-        raise _too_large(what, p, str(st.st_size), max_bytes, limit_note)
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:  # permission denied, removed since the stat, a socket (ENXIO), ...
-        raise InputFileError(what, p, f"is not a readable file: cannot read it ({exc.strerror or exc})") from None
-    try:
-        st = os.fstat(fd)
-        _refuse_unless_regular(what, p, st)
-        if st.st_size > max_bytes:
-            raise _too_large(what, p, str(st.st_size), max_bytes, limit_note)
         chunks: list[bytes] = []
         total = 0
         while total <= max_bytes:
@@ -122,18 +134,8 @@ def read_regular_file_tail(path: str | os.PathLike[str], max_bytes: int, what: s
     ``O_NONBLOCK | O_NOCTTY`` and checked again with ``os.fstat``), then a seek to ``size - max_bytes``. Raises
     :class:`InputFileError` for a missing, unreadable or non-regular path. Never reads more than ``max_bytes``."""
     p = os.fspath(path)
+    fd, st = _open_regular(p, what)
     try:
-        st = os.stat(p)
-    except OSError as exc:
-        raise InputFileError(what, p, f"is not a readable file: cannot read it ({exc.strerror or exc})") from None
-    _refuse_unless_regular(what, p, st)
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise InputFileError(what, p, f"is not a readable file: cannot read it ({exc.strerror or exc})") from None
-    try:
-        st = os.fstat(fd)
-        _refuse_unless_regular(what, p, st)
         start = max(0, st.st_size - max_bytes)
         os.lseek(fd, start, os.SEEK_SET)
         chunks: list[bytes] = []

@@ -334,6 +334,19 @@ def _rate(tps: float) -> str:
     return f"{tps / 1e3:.3g}k" if tps >= 1e3 else f"{tps:.3g}"
 
 
+def _draw_measured_line(chart, ends: list, room: float) -> None:
+    """Draw ``chart._measured`` ((value, label) or None) as its ``measured`` line across ``ends`` (x values of the
+    chart's scale) with its ``measured_label``, raising the y scale to ``room`` x the value when it is higher."""
+    if chart._measured is None or not ends:
+        assign(chart.measured, x=[], y=[])
+        assign(chart.measured_label, x=[], y=[], text=[])
+        return
+    value, label = chart._measured
+    assign(chart.y_scale, max=max(float(chart.y_scale.max or 0.0), nice_ceiling(value * room)))
+    assign(chart.measured, x=ends, y=[value, value])
+    assign(chart.measured_label, x=ends[:1], y=[value], text=[label])
+
+
 class StepTimeChart(bq.Figure):
     """Stacked bars: step time of every variant split into compute, exposed communication and offload/CPU
     optimizer time (s); tokens/s over each bar (thousands, "k"); "OOM" over variants that do not fit."""
@@ -378,15 +391,8 @@ class StepTimeChart(bq.Figure):
         self._draw_measured()
 
     def _draw_measured(self) -> None:
-        if self._measured is None or not self._ticks:
-            assign(self.measured, x=[], y=[])
-            assign(self.measured_label, x=[], y=[], text=[])
-            return
-        value, label = self._measured
-        ends = [self._ticks[0], self._ticks[-1]]
-        assign(self.y_scale, max=max(float(self.y_scale.max or 0.0), nice_ceiling(value * 1.12)))
-        assign(self.measured, x=ends, y=[value, value])
-        assign(self.measured_label, x=ends[:1], y=[value], text=[label])
+        ends = [self._ticks[0], self._ticks[-1]] if self._ticks else []
+        _draw_measured_line(self, ends, 1.12)
 
     def _on_hover(self, mark, event) -> None:
         view = self._view
@@ -555,14 +561,7 @@ class StepTimelineChart(bq.Figure):
         self._draw_measured()
 
     def _draw_measured(self) -> None:
-        if self._measured is None or not self._edges:
-            assign(self.measured, x=[], y=[])
-            assign(self.measured_label, x=[], y=[], text=[])
-            return
-        value, label = self._measured
-        assign(self.y_scale, max=max(float(self.y_scale.max or 0.0), nice_ceiling(value * 1.15)))
-        assign(self.measured, x=self._edges, y=[value, value])
-        assign(self.measured_label, x=self._edges[:1], y=[value], text=[label])
+        _draw_measured_line(self, self._edges, 1.15)
 
     def update(self, view: StepView) -> None:
         self._view = view
