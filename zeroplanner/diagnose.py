@@ -54,6 +54,9 @@ class Comparison:
     unit: str
     tolerance: float
     source: str
+    lower_bound: bool = False
+    """The measured figure is a lower bound (what an OOM shows): only a measured value above the prediction
+    disagrees."""
 
     @property
     def ratio(self) -> float:
@@ -61,6 +64,8 @@ class Comparison:
 
     @property
     def disagrees(self) -> bool:
+        if self.lower_bound:
+            return self.ratio - 1.0 > self.tolerance
         return abs(self.ratio - 1.0) > self.tolerance
 
 
@@ -84,8 +89,11 @@ class Diagnosis:
     request (a lower bound of what the step needed)."""
 
     @property
-    def healthy(self) -> bool:
-        return not self.problems and not any(c.disagrees for c in self.comparisons)
+    def healthy(self) -> bool | None:
+        """True: something was compared and no problem found; False: a problem; None: nothing to compare."""
+        if self.problems:
+            return False
+        return True if self.comparisons else None
 
     def to_json(self) -> dict[str, Any]:
         return {"healthy": self.healthy, "read": self.read, "problems": self.problems, "remedy": self.remedy,
@@ -93,23 +101,29 @@ class Diagnosis:
                 "predicted_peak_phase": self.predicted_peak_phase or None,
                 "comparisons": [{"part": c.part, "measured": c.measured, "predicted": c.predicted, "unit": c.unit,
                                  "ratio": c.ratio, "tolerance": c.tolerance, "disagrees": c.disagrees,
-                                 "source": c.source} for c in self.comparisons]}
+                                 "lower_bound": c.lower_bound, "source": c.source} for c in self.comparisons]}
 
     def text(self) -> str:
         out = ["Read from the log:"]
-        out += [f"  {r['what']}: {r['value']} (line {r['line_number']}: {r['line'][:120]})" for r in self.read]
+        out += [f"  {r['what']}: {r['value']} (line {r['line_number']}: {_cut(r['line'])})" for r in self.read]
         if self.comparisons:
             out.append("Predicted vs measured:")
             for c in self.comparisons:
                 flag = "  <- outside the model's error" if c.disagrees else ""
-                out.append(f"  {c.part}: measured {c.measured:.4g} {c.unit}, predicted {c.predicted:.4g} {c.unit} "
+                bound = "at least " if c.lower_bound else ""
+                out.append(f"  {c.part}: measured {bound}{c.measured:.4g} {c.unit}, predicted {c.predicted:.4g} {c.unit} "
                            f"(x{c.ratio:.2f}; model error {c.tolerance:.0%}){flag}")
         out += [f"Problem: {p}" for p in self.problems]
         if self.remedy:
             out.append(f"Fix: {self.remedy['text']}")
         out += [f"note: {n}" for n in self.notes]
-        out.append("healthy: no problem found" if self.healthy else "a problem was found")
+        out.append({True: "healthy: no problem found", False: "a problem was found",
+                    None: "nothing to compare: no verdict"}[self.healthy])
         return "\n".join(out)
+
+
+def _cut(line: str, limit: int = 120) -> str:
+    return line if len(line) <= limit else line[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _read(d: Diagnosis, what: str, value: Any, fig_line: int, line: str) -> None:
@@ -141,7 +155,7 @@ def _remedy_from_plan(scenario: Scenario, why: str, below_bytes: float | None = 
 
     p = plan(scenario)
     if below_bytes is not None and p.fits and p.estimate.step_peak.bytes >= below_bytes:
-        return {"text": f"{why} has no more headroom than this one ({p.choice.label}: "
+        return {"text": f"{why} has less headroom than this one ({p.choice.label}: "
                 f"{p.estimate.step_peak.verdict()}); no priced change would have avoided this OOM: measure what "
                 "holds the memory (torch.cuda.memory_summary() at the failing step)", "changes": [], "label": None,
                 "tokens_per_second": None}
@@ -184,6 +198,15 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
         return d
     for key, fig in reading.settings.items():
         _read(d, f"log states {key}", fig.value, fig.line_number, fig.line)
+    for key, fig in reading.flops.items():  # shown, not compared (the profiler's own FLOP count and latencies)
+        _read(d, f"flops profiler {key}", fig.value, fig.line_number, fig.line)
+    micro = reading.micro_timers()
+    if micro and not reading.global_timers():
+        line = reading.timers[-1]
+        means = {k: round(sum(t.get(k, 0.0) for t in micro) / len(micro), 2)
+                 for k in ("fwd_microstep", "bwd_microstep", "step_microstep")}
+        _read(d, f"micro-step timers, mean of {len(micro)} (ms; no per-step totals printed, so not compared)", means,
+              line.line_number, line.line)
 
     # -- step time from DeepSpeed's timers (milliseconds, summed over a step's micro-steps)
     steps = _steps(reading)
@@ -286,7 +309,8 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
     # -- memory
     if reading.memory and peak:
         m = max(reading.memory, key=lambda f: f.value["max_ma_gib"])
-        _read(d, "see_memory_usage Max_MA / Max_CA (GiB)", (m.value["max_ma_gib"], m.value["max_ca_gib"]),
+        _read(d, "see_memory_usage Max_MA / CA / Max_CA (GiB)",
+              (m.value["max_ma_gib"], m.value["ca_gib"], m.value["max_ca_gib"]),
               m.line_number, m.line)
         err = peak.error_fraction
         d.measured_memory_gib = m.value["max_ma_gib"]
@@ -294,58 +318,131 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
         d.comparisons.append(Comparison("peak allocated", m.value["max_ma_gib"],
                                         predicted_peak_bytes(scenario, "max_memory_allocated") / GIB, "GiB", err,
                                         "see_memory_usage Max_MA vs the step peak (live tensors + cuBLAS workspace)"))
-        d.comparisons.append(Comparison("peak reserved", m.value["max_ca_gib"],
+        reserved = max(f.value["max_ca_gib"] for f in reading.memory)
+        reserved = max(reserved, max(f.value["ca_gib"] for f in reading.memory))  # Max_CA is printed rounded
+        d.comparisons.append(Comparison("peak reserved", reserved,
                                         predicted_peak_bytes(scenario, "max_memory_reserved") / GIB, "GiB", err,
                                         "see_memory_usage Max_CA vs the step peak with the allocator's slack"))
 
     # -- out of memory
     if reading.ooms:
-        o = reading.ooms[-1]
-        _read(d, f"CUDA out of memory ({o.wording} PyTorch wording): tried to allocate (bytes)", o.tried_bytes,
-              o.line_number, o.line)
-        d.oom_phase = o.phase
-        if o.allocated_bytes is not None:
-            d.measured_memory_gib = (o.allocated_bytes + o.tried_bytes) / GIB
-            d.measured_memory_label = f"your log: OOM at >= {d.measured_memory_gib:.1f} GiB"
-        where = f" in the {o.phase}" if o.phase else ""
-        text = (f"CUDA out of memory{where} on GPU {o.gpu_index} ({o.total_bytes / GIB:.2f} GiB total, "
-                f"{o.tried_bytes / GIB:.2f} GiB requested, {o.free_bytes / GIB:.2f} GiB free)")
-        if peak:
-            text += f"; the model puts this step's peak in the {peak.phase} at {peak.bytes / GIB:.1f} GiB"
-            if o.phase:
-                text += " (the same phase)" if same_phase(o.phase, peak.phase) else f" (not the {o.phase})"
-        if o.reserved_unallocated_bytes is not None:
-            text += (f"; {o.reserved_unallocated_bytes / GIB:.2f} GiB reserved by PyTorch but unallocated "
-                     f"({o.reserved_unallocated_bytes / o.total_bytes:.0%} of the GPU)")
-            if o.reserved_unallocated_bytes >= o.tried_bytes:
-                text += (": more than the request, so fragmentation alone failed it: set "
-                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (PyTorch's own advice in this message)")
-        held = o.reserved_bytes if o.reserved_bytes is not None else None
-        outside = (o.total_bytes - o.free_bytes - held) if held is not None else None
-        if outside is not None and outside > OUTSIDE_SHARE * o.total_bytes:
-            text += (f"; {outside / GIB:.1f} GiB of the GPU's used memory is not this process's PyTorch memory "
-                     "(other processes on the GPU, e.g. a generation server, or non-PyTorch allocations): the planner "
-                     "prices this process's tensors only")
-        d.problems.append(text)
-        if outside is not None and outside > OUTSIDE_SHARE * o.total_bytes:
-            d.remedy = {"text": f"free the {outside / GIB:.1f} GiB held outside this process's PyTorch allocator, "
-                        "or budget for it: no ZeRO setting changes it (the planner's memory is per process)",
-                        "changes": [], "label": None, "tokens_per_second": None}
-            return d
+        _diagnose_oom(d, reading.ooms[-1], scenario, est)
+    elif d.comm_share is not None and d.comm_share > COMM_SHARE_LIMIT:
+        d.remedy = _remedy_from_plan(scenario, "the planner's pick for this cluster")
+    _log_vs_scenario(d, reading, scenario)
+    off = [c for c in d.comparisons if c.disagrees]
+    if off and not d.problems:
+        worst = max(off, key=lambda c: abs(c.ratio - 1.0))
+        d.problems.append(f"the measured {worst.part} is x{worst.ratio:.2f} the prediction ({worst.measured:.4g} vs "
+                          f"{worst.predicted:.4g} {worst.unit}), outside the model's error of {worst.tolerance:.0%}"
+                          + (f" ({len(off)} parts are)" if len(off) > 1 else "") + ": check that the scenario is "
+                          "the run's (model, GPUs, micro-batch, precision), or the model is off here")
+    if not d.comparisons and not d.problems:
+        d.notes.append("nothing read from this log can be compared with the plan (e.g. only micro-step timers or "
+                       "the flops profiler): the reading is shown, no verdict is given")
+    return d
+
+
+def _log_vs_scenario(d: Diagnosis, reading: LogReading, scenario: Scenario) -> None:
+    """A note for each setting the log states that differs from the scenario diagnosed, and for an OOM's GPU
+    capacity that differs from the scenario's GPU memory by more than 2%."""
+    st = reading.settings
+    have = {"world_size": scenario.cluster.world_size, "zero_stage": scenario.zero.stage,
+            "micro_batch": scenario.training.micro_batch, "grad_accum": scenario.training.grad_accum}
+    for key, fig in st.items():
+        if key in have and fig.value != have[key]:
+            d.notes.append(f"the log states {key} {fig.value} (line {fig.line_number}) but the scenario diagnosed has "
+                           f"{have[key]}: the predictions are for the scenario")
+    if reading.ooms:
+        total = reading.ooms[-1].total_bytes
+        mem = scenario.cluster.gpu_memory_bytes or scenario.cluster.gpu.memory_bytes
+        if abs(total - mem) > 0.02 * mem:
+            d.notes.append(f"the OOM's GPU has {total / GIB:.2f} GiB, the scenario {mem / GIB:.2f} GiB: give --gpu or "
+                           "--gpu-memory-gib to diagnose against the run's GPU")
+
+
+def _fragmentation_advice(o) -> str:
+    """What to set when the allocator's cache alone failed the request: the hint PyTorch's message gives."""
+    if "expandable_segments" in o.line or o.wording == "new":
+        return "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the advice PyTorch gives in this message)"
+    if o.wording == "1.x":
+        return ("set PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:<MB> (the advice this PyTorch's message gives; "
+                "expandable_segments needs PyTorch 2.1 or newer)")
+    return "upgrade PyTorch (2.1+ has PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation)"
+
+
+def _diagnose_oom(d: Diagnosis, o, scenario: Scenario, est) -> None:
+    from .planner import nearest_fit
+
+    peak = est.step_peak
+    gpu = "?" if o.gpu_index is None else o.gpu_index
+    _read(d, f"CUDA out of memory ({o.wording} PyTorch wording): requested / total / free GiB",
+          (round(o.tried_bytes / GIB, 2), round(o.total_bytes / GIB, 2), round(o.free_bytes / GIB, 2)),
+          o.line_number, o.line)
+    if o.allocated_bytes is not None:
+        _read(d, "held by PyTorch at the OOM: allocated / reserved but unallocated GiB",
+              (round(o.allocated_bytes / GIB, 2), None if o.reserved_unallocated_bytes is None
+               else round(o.reserved_unallocated_bytes / GIB, 2)), o.line_number, o.line)
+        d.measured_memory_gib = (o.allocated_bytes + o.tried_bytes) / GIB
+        d.measured_memory_label = f"your log: OOM at >= {d.measured_memory_gib:.1f} GiB"
+        if peak and o.phase not in ("engine initialisation", "model loading"):
+            d.comparisons.append(Comparison("allocated at the OOM + the request", d.measured_memory_gib,
+                                            peak.bytes / GIB, "GiB", peak.error_fraction,
+                                            "PyTorch's OOM message vs the step peak (a lower bound of what the step "
+                                            "needed)", lower_bound=True))
+    d.oom_phase = o.phase
+    where = (f" during {o.phase}" if o.phase in ("engine initialisation", "model loading")
+             else f" in the {o.phase}" if o.phase else "")
+    text = (f"CUDA out of memory{where} on GPU {gpu} ({o.total_bytes / GIB:.2f} GiB total, "
+            f"{o.tried_bytes / GIB:.2f} GiB requested, {o.free_bytes / GIB:.2f} GiB free)")
+    if peak:
+        text += f"; the model puts this step's peak in the {peak.phase} at {peak.bytes / GIB:.1f} GiB"
+        if o.phase in ("engine initialisation", "model loading"):
+            text += " (this OOM is before the first training step: the step's peak is not this moment)"
+        elif o.phase:
+            text += " (the same phase)" if same_phase(o.phase, peak.phase) else f" (not the {o.phase})"
+    fragmented = o.reserved_unallocated_bytes is not None and o.reserved_unallocated_bytes >= o.tried_bytes
+    if o.reserved_unallocated_bytes is not None:
+        text += (f"; {o.reserved_unallocated_bytes / GIB:.2f} GiB reserved by PyTorch but unallocated "
+                 f"({o.reserved_unallocated_bytes / o.total_bytes:.0%} of the GPU)")
+        if fragmented:
+            text += ": more than the request, so fragmentation alone failed it"
+    predicted_fits = bool(peak) and peak.headroom_bytes >= 0
+    held = o.reserved_bytes
+    context = scenario.assumptions.cuda_context_bytes
+    outside = (o.total_bytes - o.free_bytes - held - context) if held is not None else None
+    elsewhere = predicted_fits and outside is not None and outside > OUTSIDE_SHARE * o.total_bytes
+    if elsewhere:
+        text += (f"; {outside / GIB:.1f} GiB of the GPU's used memory is neither this process's PyTorch memory nor "
+                 f"its CUDA context ({context / GIB:.2f} GiB assumed): other processes on the GPU (e.g. a generation "
+                 "server) or non-PyTorch allocations; the planner prices this process's tensors only")
+    d.problems.append(text)
+    if not predicted_fits and peak:
         fit = nearest_fit(scenario)
-        if fit is not None and fit.why_not and not (peak and fit.estimate.step_peak.bytes >= peak.bytes):
-            d.remedy = {"text": f"the nearest configuration that fits: {fit.label} ({fit.why_not}), "
-                        f"{fit.estimate.tokens_per_second:,.0f} tokens/s predicted, {fit.estimate.step_peak.verdict()}",
+        if fit is not None:
+            d.remedy = {"text": f"the model agrees this configuration does not fit ({peak.verdict()}); the nearest "
+                        f"configuration that fits: {fit.label} ({fit.why_not}), {fit.estimate.tokens_per_second:,.0f} "
+                        f"tokens/s predicted, {fit.estimate.step_peak.verdict()}",
                         "changes": fit.why_not.split("; "), "label": fit.label,
                         "tokens_per_second": fit.estimate.tokens_per_second}
         else:
-            d.remedy = _remedy_from_plan(scenario, "the model predicts this configuration fits"
-                                         + (f" ({peak.verdict()})" if peak else "")
-                                         + ", so the run holds more than it prices; the planner's pick",
-                                         below_bytes=peak.bytes if peak else None)
-    elif d.comm_share is not None and d.comm_share > COMM_SHARE_LIMIT:
-        d.remedy = _remedy_from_plan(scenario, "the planner's pick for this cluster")
-    return d
+            d.remedy = {"text": f"the model agrees this configuration does not fit ({peak.verdict()}), and nothing the "
+                        "planner searches fits this cluster: more GPUs, a smaller model, LoRA/QLoRA "
+                        "(`zeroplanner recommend` prices them)", "changes": [], "label": None,
+                        "tokens_per_second": None}
+    elif elsewhere:
+        d.remedy = {"text": f"free the {outside / GIB:.1f} GiB held outside this process's PyTorch allocator, "
+                    "or budget for it: no ZeRO setting changes it (the planner's memory is per process)",
+                    "changes": [], "label": None, "tokens_per_second": None}
+    elif fragmented:
+        d.remedy = {"text": _fragmentation_advice(o) + "; the model's step peak "
+                    + (f"leaves {peak.headroom_bytes / GIB:.1f} GiB" if peak else "is not known"),
+                    "changes": ["PYTORCH_CUDA_ALLOC_CONF"], "label": None, "tokens_per_second": None}
+    else:
+        d.remedy = _remedy_from_plan(scenario, "the model predicts this configuration fits"
+                                     + (f" ({peak.verdict()})" if peak else "")
+                                     + ", so the run holds more than it prices; the planner's pick",
+                                     below_bytes=peak.bytes if peak else None)
 
 
 def calibration(reading: LogReading, scenario: Scenario) -> tuple[dict[str, Any], list[str]]:
@@ -354,9 +451,9 @@ def calibration(reading: LogReading, scenario: Scenario) -> tuple[dict[str, Any]
 
     - all-reduce at two or more message sizes (comms logger: avg latency per size) -> ``world`` records for the
       alpha-beta fit: on one node the intra-node busbw and latency, over several the network's efficiency;
-    - with optimizer offload, DeepSpeed's ``step`` timer -> ``benchmarks.cpu_adam``: trainable parameters per node /
-      step seconds (the step also copies the parameters back, so this is a lower bound on the Adam rate).
-    Not determinable from a log: GPU memory (the OOM's total capacity is reported, not applied), host RAM, PCIe."""
+    Not determinable from a log: the CPU-Adam rate (the step timer bounds it from below only), GPU memory (the OOM's
+    total capacity is reported, not applied), host RAM, PCIe. Returns ``({}, notes)`` when nothing can be
+    calibrated."""
     notes: list[str] = []
     c = scenario.cluster
     ranks = c.world_size
@@ -374,14 +471,10 @@ def calibration(reading: LogReading, scenario: Scenario) -> tuple[dict[str, Any]
                      + ("intra-node busbw and latency" if c.nodes == 1 else "the network's efficiency and latency"))
     else:
         notes.append("all-reduce at fewer than two message sizes: the bandwidth cannot be fitted")
-    steps = _steps(reading)
-    if scenario.zero.offload_optimizer.device != "none" and steps:
-        from .costmodel import make_context
-
-        step_s = sum(s["step"] for s in steps) / len(steps) / 1e3
-        rate = make_context(scenario).trainable / c.nodes / step_s
-        out["benchmarks"] = {"cpu_adam": {"ok": True, "params_per_second": rate, "threads": "from the log"}}
-        notes.append(f"optimizer offload: the step timer ({step_s:.3g} s) -> CPU-Adam {rate:.3g} parameters/s per node "
-                     "(a lower bound: the step also copies the parameters back)")
+    notes.append("not written: a CPU-Adam rate (DeepSpeed's step timer also holds the copy back and the "
+                 "gradient norm, so it bounds the rate from below only; measure it with `zeroplanner probe "
+                 "--benchmarks`)")
     notes.append("not determinable from a log: GPU memory, host RAM, NVMe, PCIe bandwidth")
+    if "world" not in out:
+        return {}, notes
     return out, notes

@@ -99,8 +99,7 @@ _SETTINGS = {  # DeepSpeed's config printout (runtime/config.py DeepSpeedConfig.
 _RUN_START = re.compile(r"DeepSpeed info: version=|\[launch\.py:\d+:main\] WORLD INFO DICT|Setting ds_accelerator to")
 _PHASE_FRAMES = (  # traceback frames (innermost last) -> the phase of the step
     ("optimizer step", re.compile(r"in (?:step|_take_model_step|_optimizer_step|optimizer_step)\b|\.step\(\)")),
-    ("backward", re.compile(r"in (?:backward|_engine_run_backward|run_backward|allreduce_gradients|reduce_ipg_grads)"
-                            r"\b|\.backward\(")),
+    ("backward", re.compile(r"in (?:\w*backward\w*|allreduce_gradients|reduce_ipg_grads)\b|\.backward\(")),
     ("loss", re.compile(r"in (?:cross_entropy|ForCausalLMLoss|loss_function|log_softmax|nll_loss)\b")),
     ("forward", re.compile(r"in (?:forward|_call_impl|_wrapped_call_impl)\b|model\(\*\*|engine\(|forward=True")),
 )
@@ -199,10 +198,28 @@ def _binary(line: str) -> bool:
     return bad > 0.3 * len(line)
 
 
+_OUTER_PHASES = (  # frames that put the whole traceback before training, whatever runs inside them
+    ("engine initialisation", re.compile(r"in (?:initialize|initialize_optimizer_states|_configure_optimizer|"
+                                         r"_configure_zero_optimizer|_create_fp32_partitions|__init__)\b.*|"
+                                         r"deepspeed\.initialize\(")),
+    ("model loading", re.compile(r"in (?:from_pretrained|load_model|_load_pretrained_model|load_state_dict|_apply)"
+                                 r"\b|\bload_model\(|\bt\.to\(|\.cuda\(\)")),
+)
+
+
 def _phase_before(lines: list[str], end: int) -> str:
-    """The phase named by the innermost matching traceback frame in the 60 lines before ``end`` (Python prints the
-    frames before the error), else in the 10 lines after it (excerpts that quote the error first)."""
-    for ln in [*reversed(lines[max(0, end - 60):end + 1]), *lines[end + 1:end + 11]]:
+    """The phase of an OOM from the traceback around it (the 60 lines before ``end``, where Python prints the
+    frames, else the 10 after it, for excerpts that quote the error first): "engine initialisation" or "model
+    loading" when a frame of deepspeed.initialize (which runs a first optimizer step inside) or of model loading
+    is in it, else the phase of the innermost matching frame."""
+    window = [*reversed(lines[max(0, end - 60):end + 1]), *lines[end + 1:end + 11]]
+    for phase, pattern in _OUTER_PHASES:
+        if any(pattern.search(ln) and "Traceback" not in ln for ln in window if "File " in ln or "(" in ln):
+            if phase == "engine initialisation" and not any(
+                    re.search(r"deepspeed|initialize", ln) for ln in window):
+                continue
+            return phase
+    for ln in window:
         for phase, pattern in _PHASE_FRAMES:
             if pattern.search(ln):
                 return phase

@@ -189,5 +189,17 @@ def test_an_oom_with_memory_held_elsewhere_is_said_and_not_priced(capsys):
                "qwen2.5-7b", "--gpu", "H100-80GB", "--gpus-per-node", "8", "--stage", "3", "--lora-rank", "16",
                "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 1 and "not this process's PyTorch memory" in out["problems"][0]
+    assert rc == 1 and "neither this process's PyTorch memory nor its CUDA context" in out["problems"][0]
+    assert out["oom_phase"] == "model loading"  # the traceback: nn.Module._apply -> t.to(
     assert out["remedy"]["changes"] == []
+
+
+@pytest.mark.parametrize("file,phase", [
+    ("ds237_oom_cached_zero2_optimizer_state_init.log", "engine initialisation"),  # initialize_optimizer_states
+    ("lf9510_oom_new_rank_prefix_interleaved.log", "model loading"),  # load_model
+    ("lightning18134_oom_1x_zero3_offload_forward_fetch.log", "forward"),  # fetch_sub_module(forward=True)
+    ("lf7532_oom_new_zero3_offload_optimizer_step.log", "optimizer step"),
+    ("ds115_oom_cached_inactive_after_backward.log", "backward"),  # backward_step
+])
+def test_public_oom_phase_from_its_traceback(file, phase):
+    assert _reading(DATA / "public" / file).ooms[-1].phase == phase

@@ -99,8 +99,10 @@ def run(args) -> int:
     if skipped:
         reading.skipped.insert(0, f"the first {skipped:,} bytes of the file (only the last 8 MiB of a log are read)")
     if reading.empty:
-        return _error(f"LOG {args.log_path!r}: nothing readable in it (no CUDA OOM message, DeepSpeed timer, comms "
-                      "summary, see_memory_usage line, HF Trainer metrics or flops profiler output)")
+        where = f"its last {MAX_LOG_BYTES // 2**20} MiB (the file has {(skipped + len(raw)) / 2**20:.1f} MiB)" \
+            if skipped else "it"
+        return _error(f"LOG {args.log_path!r}: nothing readable in {where} (no CUDA OOM message, DeepSpeed timer, "
+                      "comms summary, see_memory_usage line, HF Trainer metrics or flops profiler output)")
     notes: list[str] = []
     try:
         scenario = _scenario(args, reading, notes)
@@ -109,8 +111,12 @@ def run(args) -> int:
     d = diagnose(reading, scenario)
     d.notes[:0] = notes
     written = None
+    cal: dict = {}
     if args.write_calibration:
         cal, cal_notes = calibration(reading, scenario)
+        if not cal:
+            d.notes += cal_notes + ["nothing to calibrate from this log: no file written"]
+    if args.write_calibration and cal:
         try:
             with open(args.write_calibration, "w", encoding="utf-8") as f:
                 json.dump(cal, f, indent=1)
@@ -133,4 +139,4 @@ def run(args) -> int:
         print(d.text())
         if written:
             print(f"calibration written to {written} (use it with --cluster-from {written})")
-    return 0 if d.healthy else 1
+    return 1 if d.healthy is False else 0
