@@ -14,8 +14,8 @@ and the user's options) and returns a :class:`Diagnosis`:
   step, communication is the bottleneck");
 - ``remedy``: the smallest configuration change that fits (``planner.nearest_fit``) or the planner's pick, priced,
   as a list of setting changes;
-- :func:`calibration` turns the measured collectives (and, with optimizer offload, the optimizer step) into a file
-  ``--cluster-from`` reads (``probe.cluster_from_probe``).
+- :func:`calibration` turns the measured all-reduce into a file ``--cluster-from`` reads
+  (``probe.cluster_from_probe``).
 
 Units: bytes, seconds; GiB (2^30) and Gbit/s where DeepSpeed prints them. No torch.
 """
@@ -33,6 +33,9 @@ OUTSIDE_SHARE = 0.20
 """An OOM where more than this share of the GPU is in use but not held by the process's PyTorch allocator (total -
 free - reserved, from PyTorch's own message) is put down to memory the planner does not price (another process, a
 generation server, non-PyTorch allocations): a threshold of this tool, not a measured figure."""
+
+BEFORE_TRAINING = ("engine initialisation", "model loading")
+"""The phases of runlog's OOM traceback reading that come before the first training step."""
 
 COMM_SHARE_LIMIT = 0.30
 """Communication above this share of the step is the bottleneck: the rule of thumb the article the product grew
@@ -71,7 +74,7 @@ class Comparison:
 
 @dataclass
 class Diagnosis:
-    """See the module docstring. ``healthy``: no problem found and no part outside the model's error."""
+    """See the module docstring; ``healthy``: see the property."""
 
     read: list[dict[str, Any]] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
@@ -136,22 +139,10 @@ def _steps(reading: LogReading) -> list[dict[str, float]]:
     return steps[1:] if len(steps) > 1 else steps
 
 
-def _choice_changes(scenario: Scenario, choice) -> list[str]:
-    from .planner import Choice
-
-    z, t, c = scenario.zero, scenario.training, scenario.cluster
-    now = {"stage": z.stage, "offload_optimizer": z.offload_optimizer.device, "offload_param": z.offload_param.device,
-           "checkpointing": t.checkpointing, "micro_batch": t.micro_batch, "grad_accum": t.grad_accum,
-           "overlap_comm": z.overlap_comm, "reduce_bucket_size": z.reduce_bucket_size,
-           "sequence_parallel_size": c.sequence_parallel_size}
-    return [f"{k} {now[k]} -> {getattr(choice, k)}" for k in Choice.model_fields
-            if k in now and now[k] != getattr(choice, k) and not (k == "overlap_comm" and now[k] is None)]
-
-
 def _remedy_from_plan(scenario: Scenario, why: str, below_bytes: float | None = None) -> dict[str, Any] | None:
     """The planner's pick as a change list; with ``below_bytes`` only if its step peak is below that (a pick with
     less headroom than what already failed is no fix)."""
-    from .planner import plan
+    from .planner import choice_changes, plan
 
     p = plan(scenario)
     if below_bytes is not None and p.fits and p.estimate.step_peak.bytes >= below_bytes:
@@ -162,11 +153,11 @@ def _remedy_from_plan(scenario: Scenario, why: str, below_bytes: float | None = 
     if not p.fits:
         return {"text": f"{why}: nothing the planner searches fits this cluster ({p.warnings[0] if p.warnings else ''})",
                 "changes": [], "label": None, "tokens_per_second": None}
-    changes = _choice_changes(scenario, p.choice)
+    changes = choice_changes(scenario, p.choice)
     return {"text": f"{why}: {p.choice.label}, {p.estimate.tokens_per_second:,.0f} tokens/s predicted, "
             f"{p.estimate.step_peak.verdict()}; change " + ("; ".join(changes) or "nothing (it is the pick)"),
             "changes": changes, "label": p.choice.label, "tokens_per_second": p.estimate.tokens_per_second,
-            "advice": [a.text for a in getattr(p, "cluster_advice", []) or []]}
+            "advice": [a.text for a in p.cluster_advice or []]}
 
 
 def same_phase(log_phase: str, timeline_phase: str) -> bool:
@@ -184,7 +175,7 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
     Raises nothing for a valid Scenario; a reading with nothing in it gives a Diagnosis with a note saying so."""
     from .costmodel import estimate
     from .costmodel.measured_peaks import predicted_peak_bytes
-    from .planner import DEFAULT_TOLERANCE, nearest_fit
+    from .planner import DEFAULT_TOLERANCE
 
     d = Diagnosis()
     d.notes += reading.skipped
@@ -213,7 +204,10 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
     step_seconds = None
     if steps:
         line = next(t for t in reversed(reading.timers) if "fwd" in t.value or "forward" in t.value)
-        step_seconds = sum(s["fwd"] + s["bwd"] + s["step"] for s in steps) / len(steps) / 1e3
+        def mean_seconds(*names: str) -> float:  # DeepSpeed's timers are milliseconds
+            return sum(s[n] for s in steps for n in names) / len(steps) / 1e3
+
+        step_seconds = mean_seconds("fwd", "bwd", "step")
         _read(d, "step time (fwd + bwd + step, s, mean of the printed steps after the first)", round(step_seconds, 4),
               line.line_number, line.line)
         d.measured_step_seconds = step_seconds
@@ -228,13 +222,13 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
         predicted_fwd = comp * fwd_share
         predicted_bwd = (comp * (1.0 - fwd_share) + est.communication.exposed_seconds_per_step
                          + est.fetch_overhead_seconds_per_step)
-        d.comparisons.append(Comparison("forward", sum(s["fwd"] for s in steps) / len(steps) / 1e3, predicted_fwd,
+        d.comparisons.append(Comparison("forward", mean_seconds("fwd"), predicted_fwd,
                                         "s", DEFAULT_TOLERANCE, "wall_clock_breakdown fwd vs compute x "
                                         + ("1/4 (full checkpointing)" if full else "1/3")))
-        d.comparisons.append(Comparison("backward", sum(s["bwd"] for s in steps) / len(steps) / 1e3, predicted_bwd,
+        d.comparisons.append(Comparison("backward", mean_seconds("bwd"), predicted_bwd,
                                         "s", DEFAULT_TOLERANCE, "wall_clock_breakdown bwd vs the rest of compute + "
                                         "exposed communication + ZeRO-3 fetch overhead"))
-        opt = sum(s["step"] for s in steps) / len(steps) / 1e3
+        opt = mean_seconds("step")
         predicted_opt = est.optimizer_seconds_per_step + est.offload_seconds_per_step
         if predicted_opt > 0:
             d.comparisons.append(Comparison("optimizer step", opt, predicted_opt, "s", DEFAULT_TOLERANCE,
@@ -251,19 +245,14 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
     # -- collectives. The engine's own timers come first where they separate the communication: bwd_allreduce is
     # the gradient reduction inside backward (ZeRO-0/1/2), optimizer_allgather the parameter all-gather after the
     # step (ZeRO-1/2); ZeRO-3's gathers run inside fwd/bwd, so there the comms logger's times are used
-    timer_share = False
     if steps and all("bwd_allreduce" in st for st in steps) and scenario.zero.stage < 3:
         gathers = [t.value.get("optimizer_allgather", 0.0) for t in reading.timers if "optimizer_allgather" in t.value]
         gather = sum(gathers[1:]) / max(1, len(gathers) - 1) if len(gathers) > 1 else sum(gathers)
-        comm = sum(st["bwd_allreduce"] for st in steps) / len(steps) + gather
+        comm = mean_seconds("bwd_allreduce") * 1e3 + gather
         d.comm_share = comm / 1e3 / step_seconds
-        timer_share = True
         d.notes.append(f"communication share = DeepSpeed's bwd_allreduce + optimizer_allgather timers / the step: "
                        f"{comm:.4g} ms of {step_seconds * 1e3:.4g} ms")
-        if d.comm_share > COMM_SHARE_LIMIT:
-            d.problems.append(f"communication is {d.comm_share:.0%} of the step, above the {COMM_SHARE_LIMIT:.0%} "
-                              "rule of thumb: communication is the bottleneck (raise the buckets, accumulate "
-                              "more micro-steps per step, or change the parallelism)")
+
     if reading.comms:
         # the training collectives only (broadcasts and barriers are initialisation), each row's trimmed mean
         # latency x count (DeepSpeed's avg_latency is trim_mean(..., 0.1): the first, slow calls are left out)
@@ -280,7 +269,7 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
         _read(d, f"busbw of the largest message ({big.op}, {big.message_bytes:,} bytes), Gbit/s", big.busbw_gbps,
               big.line_number, f"{big.op} {big.message_bytes} B x {big.count}: {big.busbw_gbps} Gbps")
         printed = len(reading.global_timers())
-        if step_seconds and printed and not timer_share:
+        if step_seconds and printed and d.comm_share is None:  # no share from the timers
             per_step = total_ms / 1e3 / printed
             d.comm_share = per_step / step_seconds
             d.notes.append(f"communication share = the comms logger's all-reduce, reduce-scatter and all-gather "
@@ -291,16 +280,12 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
                 d.notes.append(f"the logged collective time is {d.comm_share:.1f}x the step: the comms logger's "
                                "latencies include waits for the other ranks (stragglers), so no share is judged")
                 d.comm_share = None
-            elif d.comm_share > COMM_SHARE_LIMIT:
-                d.problems.append(f"communication is {d.comm_share:.0%} of the step, above the {COMM_SHARE_LIMIT:.0%} "
-                                  "rule of thumb: communication is the bottleneck (raise the buckets, accumulate "
-                                  "more micro-steps per step, or change the parallelism)")
+
         collective = _OPS.get(big.op)
         if collective:
             one_node = scenario.cluster.nodes == 1
-            gb = scenario.cluster.gpu.intra_node_busbw_gb_per_s if one_node else (
-                scenario.cluster.network.link_gbps / 8 * scenario.cluster.network.nics_per_node
-                * scenario.cluster.network.efficiency)
+            gb = (scenario.cluster.gpu.intra_node_busbw_gb_per_s if one_node
+                  else scenario.cluster.network.node_busbw_bytes_per_second / 1e9)
             d.comparisons.append(Comparison(f"{collective} busbw at {big.message_bytes:,} bytes", big.busbw_gbps,
                                             gb * 8, "Gbit/s", DEFAULT_TOLERANCE,
                                             "comms logger busbw_avg vs the cluster's "
@@ -325,6 +310,10 @@ def diagnose(reading: LogReading, scenario: Scenario) -> Diagnosis:
                                         "see_memory_usage Max_CA vs the step peak with the allocator's slack"))
 
     # -- out of memory
+    if d.comm_share is not None and d.comm_share > COMM_SHARE_LIMIT:
+        d.problems.append(f"communication is {d.comm_share:.0%} of the step, above the {COMM_SHARE_LIMIT:.0%} "
+                          "rule of thumb: communication is the bottleneck (raise the buckets, accumulate "
+                          "more micro-steps per step, or change the parallelism)")
     if reading.ooms:
         _diagnose_oom(d, reading.ooms[-1], scenario, est)
     elif d.comm_share is not None and d.comm_share > COMM_SHARE_LIMIT:
@@ -385,19 +374,19 @@ def _diagnose_oom(d: Diagnosis, o, scenario: Scenario, est) -> None:
                else round(o.reserved_unallocated_bytes / GIB, 2)), o.line_number, o.line)
         d.measured_memory_gib = (o.allocated_bytes + o.tried_bytes) / GIB
         d.measured_memory_label = f"your log: OOM at >= {d.measured_memory_gib:.1f} GiB"
-        if peak and o.phase not in ("engine initialisation", "model loading"):
+        if peak and o.phase not in BEFORE_TRAINING:
             d.comparisons.append(Comparison("allocated at the OOM + the request", d.measured_memory_gib,
                                             peak.bytes / GIB, "GiB", peak.error_fraction,
                                             "PyTorch's OOM message vs the step peak (a lower bound of what the step "
                                             "needed)", lower_bound=True))
     d.oom_phase = o.phase
-    where = (f" during {o.phase}" if o.phase in ("engine initialisation", "model loading")
+    where = (f" during {o.phase}" if o.phase in BEFORE_TRAINING
              else f" in the {o.phase}" if o.phase else "")
     text = (f"CUDA out of memory{where} on GPU {gpu} ({o.total_bytes / GIB:.2f} GiB total, "
             f"{o.tried_bytes / GIB:.2f} GiB requested, {o.free_bytes / GIB:.2f} GiB free)")
     if peak:
         text += f"; the model puts this step's peak in the {peak.phase} at {peak.bytes / GIB:.1f} GiB"
-        if o.phase in ("engine initialisation", "model loading"):
+        if o.phase in BEFORE_TRAINING:
             text += " (this OOM is before the first training step: the step's peak is not this moment)"
         elif o.phase:
             text += " (the same phase)" if same_phase(o.phase, peak.phase) else f" (not the {o.phase})"

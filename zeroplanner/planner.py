@@ -921,18 +921,22 @@ def nearest_fit(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE) -> 
     i = int(order[np.argsort(changed, kind="stable")[0]])
     ch = _choice_at(cand, i)
     sc = apply_choice(scenario, ch, validate=False)
-    now = Choice(stage=scenario.zero.stage, offload_optimizer=scenario.zero.offload_optimizer.device,
-                 offload_param=scenario.zero.offload_param.device, checkpointing=scenario.training.checkpointing,
-                 micro_batch=scenario.training.micro_batch, grad_accum=scenario.training.grad_accum,
-                 overlap_comm=scenario.zero.overlap_comm, reduce_bucket_size=scenario.zero.reduce_bucket_size,
-                 zero_hpz_partition_size=scenario.zero.zero_hpz_partition_size,
-                 zero_quantized_weights=scenario.zero.zero_quantized_weights,
-                 zero_quantized_gradients=scenario.zero.zero_quantized_gradients,
-                 sequence_parallel_size=scenario.cluster.sequence_parallel_size)
-    changes = [f"{k} {getattr(now, k)} -> {getattr(ch, k)}" for k in Choice.model_fields
-               if getattr(now, k) != getattr(ch, k) and not (k == "overlap_comm" and now.overlap_comm is None)]
     return Option(label=ch.label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, i),
-                  why_not="; ".join(changes))
+                  why_not="; ".join(choice_changes(scenario, ch)))
+
+
+def choice_changes(scenario: Scenario, choice: Choice) -> list[str]:
+    """The settings ``choice`` changes from ``scenario``'s own configuration, one ``"stage 2 -> 3"`` per
+    :class:`Choice` field that differs (``overlap_comm`` left to DeepSpeed's default is no change)."""
+    z = scenario.zero
+    now = Choice(stage=z.stage, offload_optimizer=z.offload_optimizer.device, offload_param=z.offload_param.device,
+                 checkpointing=scenario.training.checkpointing, micro_batch=scenario.training.micro_batch,
+                 grad_accum=scenario.training.grad_accum, overlap_comm=z.overlap_comm,
+                 reduce_bucket_size=z.reduce_bucket_size, zero_hpz_partition_size=z.zero_hpz_partition_size,
+                 zero_quantized_weights=z.zero_quantized_weights, zero_quantized_gradients=z.zero_quantized_gradients,
+                 sequence_parallel_size=scenario.cluster.sequence_parallel_size)
+    return [f"{k} {getattr(now, k)} -> {getattr(choice, k)}" for k in Choice.model_fields
+            if getattr(now, k) != getattr(choice, k) and not (k == "overlap_comm" and now.overlap_comm is None)]
 
 
 def _split_values(values: dict[str, np.ndarray], *shapes: tuple[int, ...]) -> list[dict[str, np.ndarray]]:

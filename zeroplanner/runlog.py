@@ -266,11 +266,12 @@ def read_log(data: str | bytes, *, max_bytes: int = MAX_LOG_BYTES) -> LogReading
             binary += 1
             continue
         out.lines_read += 1
-        for wording, pattern in OOM_WORDINGS.items():
-            # the new wording spans a few sentences, sometimes wrapped over lines: match on a window
-            window = " ".join(x.strip() for x in lines[i:i + 6])  # wrapped or split over lines
+        # an OOM message spans a few sentences, often wrapped or split over lines: matched on a window of the
+        # next lines, built only where a message starts
+        window = " ".join(x.strip() for x in lines[i:i + 6]) if "Tried to allocate" in ln else ""
+        for wording, pattern in (OOM_WORDINGS.items() if window else ()):
             m = pattern.search(window)
-            if m and "Tried to allocate" in ln:
+            if m:
                 g = m.groups()
                 tried, gpu, total = _bytes(g[0], g[1]), int(g[2]) if g[2] else None, _bytes(g[3], g[4])
                 if wording == "new":
