@@ -181,9 +181,8 @@ def step_peak_rows(stored: dict[str, Any] | None = None) -> list[dict[str, Any]]
 
 
 def peak_error_fraction(rows: list[dict[str, Any]], quantile: float = 0.9) -> float:
-    """The headroom, as a fraction of the predicted peak, that covers the measured peak on ``quantile`` of the rows:
-    the quantile of (measured - predicted) / predicted, at least 0 (numpy's linear interpolation)."""
-    import numpy as np
+    """:func:`~zeroplanner.costmodel.measured_peaks.under_prediction_quantile` of the census rows (the measured peak
+    of the median launch against the timeline's): the engine's stated error, timeline.ENGINE_MEMORY_ERROR_FRACTION."""
+    from ..costmodel.measured_peaks import under_prediction_quantile
 
-    under = [(r["measured_bytes"] - r["predicted_bytes"]) / r["predicted_bytes"] for r in rows]
-    return max(0.0, float(np.quantile(under, quantile)))
+    return under_prediction_quantile([(r["measured_bytes"], r["predicted_bytes"]) for r in rows], quantile)

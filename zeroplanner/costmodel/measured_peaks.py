@@ -29,7 +29,7 @@ from ..specs import Scenario
 from ..units import GIB
 
 __all__ = ["PublicPeakRow", "gpu_peak_error_fraction", "load_public_peaks", "predicted_peak_bytes",
-           "public_peak_rows", "render_public_peaks_markdown", "scenario_of"]
+           "public_peak_rows", "render_public_peaks_markdown", "scenario_of", "under_prediction_quantile"]
 
 _PATH = "_measurements/public_peaks.json"
 
@@ -105,14 +105,20 @@ def public_peak_rows() -> list[PublicPeakRow]:
     return out
 
 
-def gpu_peak_error_fraction(rows: list[PublicPeakRow], quantile: float = 0.75) -> float:
-    """The headroom, as a fraction of the predicted peak, that covers the measured peak on ``quantile`` of ``rows``:
-    the quantile of (measured - predicted) / predicted, at least 0 (numpy's linear interpolation). The planner's
-    stated error on a GPU (costmodel/timeline.py GPU_MEMORY_ERROR_FRACTION) is this over the stored rows."""
+def under_prediction_quantile(pairs: list[tuple[float, float]], quantile: float) -> float:
+    """The headroom, as a fraction of the predicted peak, that covers the measured peak on ``quantile`` of the
+    (measured, predicted) ``pairs``: the quantile of (measured - predicted) / predicted, at least 0 (numpy's linear
+    interpolation). Both stated errors of the step peak are this (costmodel/timeline.py)."""
     import numpy as np
 
-    under = [(r.measured_bytes - r.predicted_bytes) / r.predicted_bytes for r in rows]
+    under = [(measured - predicted) / predicted for measured, predicted in pairs]
     return max(0.0, float(np.quantile(under, quantile)))
+
+
+def gpu_peak_error_fraction(rows: list[PublicPeakRow], quantile: float = 0.75) -> float:
+    """:func:`under_prediction_quantile` of the public rows: the planner's stated error on a GPU
+    (costmodel/timeline.py GPU_MEMORY_ERROR_FRACTION) is this over the stored rows."""
+    return under_prediction_quantile([(r.measured_bytes, r.predicted_bytes) for r in rows], quantile)
 
 
 def _setup(s: Scenario) -> tuple[str, str, str]:
