@@ -286,6 +286,21 @@ def _read_config_bytes(path: str, what: str) -> bytes:
     return read_regular_file(path, MAX_CONFIG_BYTES, what, limit_note="1 MB")
 
 
+def read_config_file(path: str, what: str, mode: str) -> tuple[dict, list[Finding]]:
+    """A DeepSpeed config file (or stdin for ``-``) read the way the client of ``mode`` reads it
+    (:func:`zeroplanner.deepspeed.load_config_text`): (config, the reader's findings). ``what`` names it in errors
+    (``CONFIG``, ``--config``). Raises :class:`~zeroplanner.files.InputFileError` (not a readable regular file),
+    ``ValueError`` (over MAX_CONFIG_BYTES) or :class:`~zeroplanner.deepspeed.ConfigError` (unreadable as a config),
+    each one line naming ``what`` and the path."""
+    data = _read_config_bytes(path, what)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{what} {path!r}: larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
+    try:
+        return load_config_text(data, mode)
+    except ConfigError as exc:
+        raise ConfigError(f"{what} {path!r}: {exc}") from None
+
+
 def _priced_for(args, scenario) -> tuple[dict, list[Finding]]:
     """What ``check`` prices that the config does not say: the model and shape, and where each came from."""
     from ..scenarios import DEFAULT_MODEL
@@ -414,17 +429,11 @@ def run_check(args) -> int:
     from .common import estimate_json, inputs_json, scenario_from_args
     from ..costmodel import estimate
 
-    try:
-        data = _read_config_bytes(args.config_path, "CONFIG")
-    except InputFileError as exc:
-        return _error(str(exc))
-    if len(data) > MAX_CONFIG_BYTES:
-        return _error(f"CONFIG {args.config_path!r}: larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
     mode = "hf_trainer" if args.hf_trainer else "deepspeed"
     try:
-        config, read_findings = load_config_text(data, mode)
-    except ConfigError as exc:
-        return _error(f"CONFIG {args.config_path!r}: {exc}")
+        config, read_findings = read_config_file(args.config_path, "CONFIG", mode)
+    except ValueError as exc:  # InputFileError, ConfigError, oversized
+        return _error(str(exc))
     from_accelerate: dict = {}
     if args.accelerate_config:
         from ..inputs import BY_KEY

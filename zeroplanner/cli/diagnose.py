@@ -44,15 +44,12 @@ def _scenario(args, reading, notes):
     from ..specs import replace
 
     if args.config:
-        from ..deepspeed import ConfigError, from_deepspeed_config, load_config_text
-        from .config import MAX_CONFIG_BYTES, _read_config_bytes
+        from ..deepspeed import ConfigError, from_deepspeed_config
+        from .config import read_config_file
 
         mode = "hf_trainer" if args.hf_trainer else "deepspeed"
-        data = _read_config_bytes(args.config, "--config")
-        if len(data) > MAX_CONFIG_BYTES:
-            raise ValueError(f"--config {args.config!r}: larger than the 1 MB limit")
+        config, _ = read_config_file(args.config, "--config", mode)
         try:
-            config, _ = load_config_text(data, mode)
             scenario, _ = from_deepspeed_config(config, base=scenario_from_args(args), mode=mode)
         except ConfigError as exc:
             raise ValueError(f"--config {args.config!r}: {exc}") from None
@@ -97,7 +94,8 @@ def run(args) -> int:
         return _error(str(exc))
     reading = read_log(raw)
     if skipped:
-        reading.skipped.insert(0, f"the first {skipped:,} bytes of the file (only the last 8 MiB of a log are read)")
+        reading.skipped.insert(0, f"the first {skipped:,} bytes of the file (only the last {MAX_LOG_BYTES // 2**20} MiB "
+                                  "of a log are read)")
     if reading.empty:
         where = f"its last {MAX_LOG_BYTES // 2**20} MiB (the file has {(skipped + len(raw)) / 2**20:.1f} MiB)" \
             if skipped else "it"

@@ -24,9 +24,9 @@ the rules of :mod:`zeroplanner.deepspeed.lint` are all there is (the tests keep 
 Errors are reported in zeroplanner's words as :class:`~zeroplanner.deepspeed.Finding` objects (rule
 ``deepspeed_rejects`` or ``hf_fill_mismatch``), each naming the library class that raised. DeepSpeed stops at the
 first failing block, so at most one ``deepspeed_rejects`` finding comes back. Engine-level checks (optimizer
-construction) are not run: they need a model and a process group; two engine refusals that need neither (an
-unsupported optimizer type, ZeRO-Offload with a client optimizer) are checked with the engine's rule
-(:func:`_engine_checks`). With ``mode="hf_trainer"`` accelerate's ``DeepSpeedPlugin`` then sees the filled config
+construction) are not run: they need a model and a process group; an engine refusal that needs neither (an
+unsupported optimizer type) is checked with the engine's rule (:func:`_engine_checks`; ZeRO-Offload with a client
+optimizer is lint.py's rule). With ``mode="hf_trainer"`` accelerate's ``DeepSpeedPlugin`` then sees the filled config
 (:func:`_accelerate_fill`), as the Trainer's path does.
 """
 
