@@ -5,14 +5,13 @@ bring your own config.json.
   without scrolling.
 - In every chart (each tab opened in turn) no two tick labels overlap and none reaches outside its figure
   (bounding boxes from the DOM); the memory chart's "fits" / "OOM" row lies above the bars and under the title.
-- Uploading a HF config.json from ../shared/hf-configs/ changes the verdict and the config; a malformed one shows an
+- Uploading a HF config.json from tests/data/hf-configs/ changes the verdict and the config; a malformed one shows an
   error naming the key and the page keeps working. A narrower window falls back to one column.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -26,10 +25,8 @@ from ..browserkit import BAD_CONSOLE, open_page  # noqa: E402
 from .test_browser import config_text, set_slider, wait_changed, widget  # noqa: E402
 
 VIEWPORT = {"width": 1440, "height": 900}
-HF_CONFIGS = Path(os.environ.get("ZEROPLANNER_HF_CONFIGS", Path(__file__).resolve().parents[3] / "shared" /
-                                 "hf-configs"))
-if not HF_CONFIGS.is_dir():
-    HF_CONFIGS = Path("/work/shared/hf-configs")
+HF_CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf-configs"
+"""Published config.json files copied into the clone (their sources: tests/data/hf-configs/README.md)."""
 UPLOAD = HF_CONFIGS / "mixtral-8x22b.json"
 """A config the reader supports (``zeroplanner estimate --hf-config`` reads it): model_type mixtral, 141 B."""
 
@@ -167,8 +164,6 @@ def test_no_tick_label_overlaps_or_is_clipped(page, tab):
 
 
 def test_uploaded_config_json_changes_the_verdict_and_the_config(page, tmp_path):
-    if not UPLOAD.is_file():
-        pytest.skip(f"no {UPLOAD} (set ZEROPLANNER_HF_CONFIGS to the shared hf-configs folder)")
     set_slider(page, "Nodes", 4)
     page.wait_for_function("() => document.querySelector('.zp-config textarea').value"
                            ".includes('\"train_batch_size\": 256,')", timeout=20_000)

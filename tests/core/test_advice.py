@@ -199,10 +199,10 @@ def test_headline_names_the_chosen_offload_only():
 
 
 def _readme_examples() -> list[tuple[list[str], list[str]]]:
-    """(argv, printed lines) of the README's 'Advice before the stage' block."""
+    """(argv, printed lines) of the 'Advice before the stage' block of docs/guide.md."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guide.md").read_text(encoding="utf-8")
     block = text.split("**Advice before the stage.**", 1)[1].split("```text", 1)[1].split("```", 1)[0]
     out, argv, lines = [], None, []
     for ln in block.strip("\n").splitlines():

@@ -275,13 +275,13 @@ def test_every_option_of_every_subcommand_has_help_and_shows_its_default():
     assert not missing, missing
 
 
-# -- 5. README's check run is real -------------------------------------------------------------------------------
+# -- 5. docs/guide.md's check run is real -----------------------------------------------------------------------
 def test_readme_check_run_names_its_assumptions(cli_main, capsys, tmp_path, monkeypatch):
-    """The README's `check` example, run: the lines that state what it assumed and took from the file are the
-    README's, word for word (the numbers below them follow the cost model and are not compared)."""
+    """docs/guide.md's `check` example, run: the lines that state what it assumed and took from the file are the
+    guide's, word for word (tests/core/test_readme.py compares the whole output)."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "guide.md").read_text(encoding="utf-8")
     block = readme.split("$ zeroplanner config --model llama-3.1-8b", 1)[1].split("```", 1)[0]
     commands = [line[2:].split()[1:] for line in block.splitlines() if line.startswith("$ ")]
     config_argv = ("config --model llama-3.1-8b" + block.splitlines()[0]).split()

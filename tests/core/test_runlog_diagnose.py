@@ -116,7 +116,7 @@ def test_readme_shows_the_real_diagnose_output(capsys):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    text = (root / "README.md").read_text(encoding="utf-8")
+    text = (root / "docs" / "guide.md").read_text(encoding="utf-8")
     block = text.split("**Read your run's log.**", 1)[1].split("```text", 1)[1].split("```", 1)[0].strip("\n")
     command, *lines = block.splitlines()
     assert command.startswith("$ zeroplanner diagnose ")
