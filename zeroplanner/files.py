@@ -4,7 +4,9 @@ Pure standard library (no torch, no widgets): the core imports it. Every place t
 given goes through :func:`read_regular_file` -- the ``--hf-config`` / ``--cluster-from`` JSON, the ``check`` CONFIG
 and its ``--accelerate-config`` YAML (:mod:`zeroplanner.cli`), :func:`zeroplanner.catalog.hfconfig.load_hf_config`,
 :func:`zeroplanner.probe.load_probe`, and the per-rank result JSON the calibration and probe workers write
-(:mod:`zeroplanner.calibrate`, :mod:`zeroplanner.probe.benchmarks`).
+(:mod:`zeroplanner.calibrate`, :mod:`zeroplanner.probe.benchmarks`). The command line reads every user path
+(those above, ``diagnose``'s LOG and ``--config``) through :func:`zeroplanner.cli.common.read_input_file`, which
+turns :class:`InputFileError` into its one-line usage error (exit status 2).
 
 Why: ``open(path).read()`` on a FIFO with no writer blocks forever, on ``/dev/zero`` (or a symlink to it) reads
 forever, and on a directory raises ``IsADirectoryError``, which surfaced as a traceback. Here a

@@ -76,6 +76,9 @@ RULES: dict[str, Rule] = {
                               "WarmupLR (engine); allgather_bucket_size 0 accepted (DeepSpeed #8260: warning)"),
     "batch_mismatch": Rule(checked_by="config", source="DeepSpeedConfig._batch_assertion (DeepSpeed #6914)"),
     "fp16_and_bf16": Rule(checked_by="config", source="DeepSpeedConfig._do_error_check"),
+    "hf_model_config": Rule(checked_by="config", source="a Hugging Face model config.json has no batch key: "
+                            "DeepSpeedConfig._set_batch_related_parameters asserts ('Either train_batch_size or "
+                            "train_micro_batch_size_per_gpu needs to be provided')"),
     "removed_key": Rule(checked_by="config", source="_REMOVED_TOP_LEVEL_CONFIG_KEYS, _REMOVED_ZERO_CONFIG_KEYS"),
     "auto_outside_hf": Rule(checked_by="config", source="\"auto\" reaches DeepSpeed unfilled (docs/references.md s.7): "
                             "batch keys raise in DeepSpeedConfig, optimizer/scheduler/clipping in the engine, "

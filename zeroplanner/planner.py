@@ -113,6 +113,20 @@ def varied_axes(cand: Candidates, tp: np.ndarray | None = None) -> list[str]:
     return [a for a, col in _axis_values(cand, tp).items() if col.size and col.min() != col.max()]
 
 
+def zeropp_parts(hpz_partition_size: int, quantized_weights: bool, quantized_gradients: bool) -> str:
+    """Which ZeRO++ parts are on, in the ZeRO++ paper's names (Wang et al., arXiv 2306.10209): ``hpZ N``
+    (``zero_hpz_partition_size`` N > 1: a secondary weight shard over N GPUs), ``qwZ`` (``zero_quantized_weights``:
+    int8 weight all-gather), ``qgZ`` (``zero_quantized_gradients``: int4 gradient reduce-scatter); "" when none is.
+
+    >>> zeropp_parts(8, True, True)
+    'hpZ 8, qwZ, qgZ'
+    >>> zeropp_parts(1, False, True)
+    'qgZ'
+    """
+    parts = [f"hpZ {hpz_partition_size}"] if hpz_partition_size > 1 else []
+    return ", ".join(parts + ["qwZ"] * bool(quantized_weights) + ["qgZ"] * bool(quantized_gradients))
+
+
 class _Out(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
@@ -147,8 +161,9 @@ class Choice(_Out):
             off.append(f"{self.offload_param.upper() if self.offload_param == 'cpu' else 'NVMe'} params")
         if off:
             parts.append("+ " + " & ".join(off))
-        if self.zero_quantized_weights or self.zero_hpz_partition_size > 1:
-            parts.append("+ ZeRO++")
+        zpp = zeropp_parts(self.zero_hpz_partition_size, self.zero_quantized_weights, self.zero_quantized_gradients)
+        if zpp:
+            parts.append(f"+ ZeRO++ ({zpp})")
         if self.sequence_parallel_size > 1:
             parts.append(f"+ Ulysses SP {self.sequence_parallel_size}")
         ckpt = {"none": "no", "selective": "selective", "full": "full"}[self.checkpointing]
@@ -177,8 +192,9 @@ def _short(c: Choice) -> str:
         parts.append(f"offload_optimizer {c.offload_optimizer}")
     if c.offload_param != "none":
         parts.append(f"offload_param {c.offload_param}")
-    if c.zero_hpz_partition_size > 1 or c.zero_quantized_weights or c.zero_quantized_gradients:
-        parts.append("ZeRO++")
+    zpp = zeropp_parts(c.zero_hpz_partition_size, c.zero_quantized_weights, c.zero_quantized_gradients)
+    if zpp:
+        parts.append(f"ZeRO++ ({zpp})")
     if c.sequence_parallel_size > 1:
         parts.append(f"sequence_parallel_size {c.sequence_parallel_size}")
     parts.append(f"{c.checkpointing} checkpointing, micro-batch {c.micro_batch} x {c.grad_accum}")
@@ -1012,11 +1028,44 @@ def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, p
     Models are Llama-shaped (:meth:`Architecture.from_parameter_count`) on a log grid between ``low`` and
     ``high``, with the scenario's training settings (its Ulysses degree too: shapes whose heads it does not split
     are skipped); the answer is the largest grid point that fits (grid spacing 10**(log10(high/low)/(points-1)),
-    15% for the defaults).
+    15% for the defaults). :func:`largest_model_limits` also says what stops each variant there.
+    """
+    return {label: r["parameters"] for label, r in largest_model_limits(scenario, low=low, high=high,
+                                                                        points=points).items()}
+
+
+LIMIT_NAMES = {"fits_gpu": "GPU memory", "fits_cpu": "host RAM", "fits_nvme": "NVMe"}
+"""The resources a candidate must fit in (the cost model's ``evaluate``: ``fits = fits_gpu & fits_cpu & fits_nvme``),
+by the names :func:`largest_model_limits` gives them."""
+GRID_TOP = "the search's top"
+""":func:`largest_model_limits`' ``limited_by`` for a variant that fits even the largest model searched."""
+
+
+def largest_limit_text(limit: dict) -> str:
+    """What stops one variant of the largest-model table from training the next size searched (one value of :func:`largest_model_limits`):
+    the resources the next size searched does not fit in, and that size ("host RAM at 154.0 B")."""
+    names = tuple(limit.get("limited_by") or ())
+    if names == (GRID_TOP,) or not names:
+        return "nothing up to the largest size searched"
+    return f"{' and '.join(names)} at {limit['next_parameters'] / 1e9:,.1f} B"
+
+
+def largest_model_limits(scenario: Scenario, *, low: float = 1e8, high: float = 1e13,
+                         points: int = 81) -> dict[str, dict[str, Any]]:
+    """:func:`largest_model` with what limits each variant: {label: {"parameters": the largest grid point that
+    fits (0 if none), "next_parameters": the next size searched above it (0 if none), "limited_by": the resources
+    that size does not fit in, a tuple of :data:`LIMIT_NAMES` values ("GPU memory", "host RAM", "NVMe"), or
+    (:data:`GRID_TOP`,) when the largest size searched fits}}. Same grid and shapes as :func:`largest_model`; the
+    limit is read from the cost model's ``fits_gpu`` / ``fits_cpu`` / ``fits_nvme`` at ``next_parameters``.
+
+    Offloading moves memory from the GPU to host RAM or NVMe, so an offload variant can stop at a *smaller* model
+    than one that offloads less: its limit is then host RAM (or NVMe), not GPU memory.
     """
     grid = np.geomspace(low, high, points)
     labels = [v[0] for v in VARIANTS]
     best = dict.fromkeys(labels, 0)
+    # per label: (size, {resource: fits}) of every size evaluated, in grid order
+    seen: dict[str, list[tuple[int, dict[str, bool]]]] = {label: [] for label in labels}
     from .costmodel.ulysses import check_ulysses
 
     sp = scenario.cluster.sequence_parallel_size
@@ -1028,11 +1077,21 @@ def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, p
             continue  # the scenario's Ulysses degree does not split this shape's heads
         sc = scenario.model_copy(update={"model": arch})
         _, cand = _variant_candidates(sc, np.array([sc.cluster.nodes]))
-        fits = evaluate(make_context(sc), cand)["fits"][:, 0]
+        values = evaluate(make_context(sc), cand)
         for i, label in enumerate(labels):
-            if fits[i]:
+            seen[label].append((int(p), {k: bool(values[k][i, 0]) for k in LIMIT_NAMES}))
+            if values["fits"][i, 0]:
                 best[label] = int(p)
-    return best
+    out: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        above = [(size, ok) for size, ok in seen[label] if size > best[label]]
+        if not above:
+            out[label] = {"parameters": best[label], "next_parameters": 0, "limited_by": (GRID_TOP,)}
+            continue
+        size, ok = above[0]
+        out[label] = {"parameters": best[label], "next_parameters": size,
+                      "limited_by": tuple(name for key, name in LIMIT_NAMES.items() if not ok[key])}
+    return out
 
 
 LONGEST_SEQUENCE_QUANTUM = 1024
@@ -1121,6 +1180,6 @@ def sweep(scenario: Scenario, **axes: Sequence[int]) -> dict[str, np.ndarray]:
     return out
 
 
-__all__ = ["Choice", "Option", "Plan", "plan", "varied_axes", "SEARCH_INPUTS", "nearest_fit", "step_breakdown", "scaling", "largest_model", "sweep", "candidate_grid",
+__all__ = ["Choice", "Option", "Plan", "plan", "varied_axes", "SEARCH_INPUTS", "nearest_fit", "step_breakdown", "scaling", "largest_model", "largest_model_limits", "largest_limit_text", "sweep", "candidate_grid",
            "longest_sequence", "sequence_parallel_options",
-           "apply_choice", "VARIANTS"]
+           "apply_choice", "VARIANTS", "zeropp_parts"]

@@ -34,6 +34,16 @@ LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 _FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
 
+def _field_bound(model: type[BaseModel], field: str, bound: str) -> Any:
+    """The ``ge`` / ``le`` / ``gt`` / ``lt`` bound declared on ``model``'s ``field`` (``Field(le=1000)``), so code
+    that must stay inside a field's range reads it from the one declaration."""
+    for meta in model.model_fields[field].metadata:
+        value = getattr(meta, bound, None)
+        if value is not None:
+            return value
+    raise KeyError(f"{model.__name__}.{field} declares no {bound} bound")
+
+
 class _Frozen(BaseModel):
     model_config = _FROZEN
 
@@ -653,12 +663,20 @@ class Architecture(_Frozen):
         activations and FLOPs are synthesised). Layer count follows Llama-2's aspect ratio hidden/layers = 128
         (Llama-2-7B: 4096/32; 13B: 5120/40; Touvron et al., arXiv 2307.09288, Table 1 of the HF configs).
 
+        Above about 1.9e14 parameters that ratio would need more layers than ``n_layers`` allows (1000); there the
+        model keeps 1000 layers and grows wider instead (hidden = sqrt(parameters / (12 x 1000)), a multiple of 128),
+        so every count in [1e6, 1e15] -- the documented range of ``--params`` -- builds.
+
         Raises ``ValueError`` for parameters < 1e6 or > 1e15.
         """
         if not (1_000_000 <= parameters <= 10**15):
             raise ValueError(f"parameters={parameters} must be between 1e6 and 1e15")
+        max_layers = _field_bound(cls, "n_layers", "le")
         hidden = max(128, int(round((128 * parameters / 12) ** (1 / 3) / 128)) * 128)
         layers = max(1, int(round(parameters / (12 * hidden * hidden))))
+        if layers > max_layers:  # 12 * L * h^2 = parameters at L = max_layers
+            hidden = max(128, int(round(math.sqrt(parameters / (12 * max_layers)) / 128)) * 128)
+            layers = min(max_layers, max(1, int(round(parameters / (12 * hidden * hidden)))))
         ffn = int(math.ceil(8 * hidden / 3 / 256) * 256)
         heads = max(1, hidden // 128)
         return cls(

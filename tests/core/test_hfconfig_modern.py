@@ -182,8 +182,8 @@ _QWEN3 = dict(model_type="qwen3", hidden_size=4096, intermediate_size=12288, num
 
 
 @pytest.mark.parametrize("key,value,match", [
-    ("hidden_size", 10**30, "between 1 and 100000000"),
-    ("num_hidden_layers", -3, "between 1 and 1000"),
+    ("hidden_size", 10**30, "between 1 and 1,000,000"),  # Architecture.hidden_size le=1_000_000
+    ("num_hidden_layers", -3, "between 1 and 1,000"),  # Architecture.n_layers le=1000
     ("vocab_size", "151936", "integer"),
     ("intermediate_size", [1, 2], "integer"),
     ("head_dim", 1.5, "integer"),

@@ -102,7 +102,7 @@ def _qwen25_vl_small(**vision):
     (dict(depth=-1), "depth"),
     (dict(patch_size=500), "patch_size"),
     (dict(spatial_merge_size=64), "spatial_merge_size"),
-    (dict(hidden_size=2_000_000, num_heads=4), "tower width"),
+    (dict(hidden_size=2_000_000, num_heads=4), "vision_config.hidden_size"),  # the key path, its range 1-1e6
     (dict(in_chans=100_000), "in_channels x temporal_patch_size"),
     (dict(intermediate_size=10 ** 8), "intermediate_size"),
 ])

@@ -760,6 +760,20 @@ def nvme_without_path_engine_fails(request, tmp_path):
     ds_rejects(bad_type, 1, "nvme_path")
 
 
+@evidence("hf_model_config")
+def hf_model_config_given_as_the_deepspeed_config(request, tmp_path):
+    """A Hugging Face model config.json (model_type, architectures, shape keys) given where the DeepSpeed config
+    goes: DeepSpeed alone asserts a batch size (runtime/config.py _set_batch_related_parameters: 'Either
+    train_batch_size or train_micro_batch_size_per_gpu needs to be provided'); the HF client fails too
+    (library_findings: transformers' fill, then DeepSpeedConfig). zeroplanner says only that, once."""
+    model = dict(TINY_LLAMA, model_type="llama", architectures=["LlamaForCausalLM"], transformers_version="5.24.0")
+    for mode in ("deepspeed", "hf_trainer"):
+        assert [f.rule for f in lint(model, BASE2, mode)] == ["hf_model_config"]
+        assert "hf_model_config" in errors(model, mode)
+    ds_rejects(model, 2, "Either train_batch_size or train_micro_batch_size_per_gpu")
+    hf_rejects(model)
+
+
 @evidence("hpz_not_dividing")
 def hpz_not_dividing_the_world(request, tmp_path, monkeypatch):
     """utils/groups.py _create_zero_param_parallel_group (called by deepspeed.initialize for ZeRO-3 with

@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..files import read_regular_file
-from ..specs import Architecture, LinearMixer, VisionTower
+from ..specs import Architecture, LinearMixer, VisionTower, _field_bound
 
 __all__ = [
     "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_CONFIG_INTEGER", "SUPPORTED_MODEL_TYPES",
-    "architecture_from_hf_config", "check_config_structure", "load_hf_config",
+    "architecture_from_hf_config", "check_config_structure", "load_hf_config", "read_hf_config_bytes",
+    "too_large_message",
 ]
 
 MAX_CONFIG_BYTES = 1_000_000
@@ -46,6 +47,26 @@ MAX_CONFIG_DEPTH = 20
 """Deepest nesting of objects/lists accepted in a config.json (released files nest 4 levels: rope_parameters)."""
 
 
+_KEY_FIELDS = {
+    "num_hidden_layers": "n_layers", "n_layer": "n_layers", "hidden_size": "hidden_size", "n_embd": "hidden_size",
+    "n_embed": "hidden_size", "num_attention_heads": "n_heads", "n_head": "n_heads",
+    "num_key_value_heads": "n_kv_heads", "num_kv_heads": "n_kv_heads", "head_dim": "head_dim",
+    "intermediate_size": "ffn_size", "ffn_dim": "ffn_size", "moe_intermediate_size": "ffn_size",
+    "vocab_size": "vocab_size", "num_experts": "n_experts", "num_local_experts": "n_experts",
+    "n_routed_experts": "n_experts", "num_experts_per_tok": "experts_per_token",
+}
+"""config.json shape key -> the :class:`~zeroplanner.specs.Architecture` field it fills. :meth:`_Keys.integer`
+caps the key at that field's declared ``le`` bound (``n_layers`` <= 1000, ``hidden_size`` <= 1e6, ...), so a value
+the model refuses is refused here with the key's name and the real range."""
+
+
+def _field_max(key: str) -> int:
+    """The largest value of the shape key ``key``: :data:`MAX_CONFIG_INTEGER`, or less where the Architecture field
+    it fills declares less (:data:`_KEY_FIELDS`)."""
+    field = _KEY_FIELDS.get(key)
+    return min(MAX_CONFIG_INTEGER, _field_bound(Architecture, field, "le")) if field else MAX_CONFIG_INTEGER
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -53,12 +74,21 @@ def _short(value: Any) -> str:
 _MISSING = object()
 
 
+def _json_type(value: Any) -> str:
+    """The JSON type of a parsed value, in JSON's words (true/false is "boolean", a dict "object")."""
+    for kind, name in ((bool, "boolean"), (str, "string"), (dict, "object"), (list, "array"), (type(None), "null")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
 class _Keys:
     """Typed access to a config dict; every error is a ``ValueError`` naming the key and the allowed values."""
 
-    def __init__(self, config: Mapping[str, Any], model_type: str):
+    def __init__(self, config: Mapping[str, Any], model_type: str, prefix: str = ""):
         self.config = config
         self.model_type = model_type
+        self.prefix = prefix  # "vision_config." for a nested reader: messages name the whole key path
 
     def _lookup(self, names: tuple[str, ...]) -> tuple[str, Any]:
         for name in names:
@@ -67,21 +97,26 @@ class _Keys:
         return names[0], _MISSING
 
     def integer(
-        self, *names: str, default: Any = _MISSING, minimum: int = 1, maximum: int = MAX_CONFIG_INTEGER
+        self, *names: str, default: Any = _MISSING, minimum: int = 1, maximum: int | None = None
     ) -> Any:
         """An integer in [minimum, maximum] from the first present key of ``names``; ``default`` when absent (or
-        required)."""
+        required). ``maximum`` defaults to the key's :func:`_field_max` (the Architecture field's bound, else
+        :data:`MAX_CONFIG_INTEGER`) and is never above it. The message names the key and the whole range, for a
+        value of the wrong type (``1e12``, ``32.0``: JSON floats) as for one out of range."""
         key, value = self._lookup(names)
         if value is _MISSING:
             if default is _MISSING:
                 alias = f" (or {', '.join(repr(n) for n in names[1:])})" if len(names) > 1 else ""
                 raise ValueError(f"config.json for model_type {self.model_type!r} lacks required key {key!r}{alias}")
             return default
+        limit = _field_max(key) if maximum is None else min(maximum, _field_max(key))
+        allowed = f"config.json key {self.prefix + key!r} must be an integer between {minimum} and {limit:,}"
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"config.json key {key!r} must be an integer >= {minimum} (got {_short(value)})")
-        if not minimum <= value <= maximum:
-            raise ValueError(f"config.json key {key!r} must be an integer between {minimum} and {maximum} "
-                             f"(got {_short(value)})")
+            what = ("a number with a fraction or exponent" if isinstance(value, float) and not isinstance(value, bool)
+                    else f"a JSON {_json_type(value)}")
+            raise ValueError(f"{allowed} (got {_short(value)}, {what})")
+        if not minimum <= value <= limit:
+            raise ValueError(f"{allowed} (got {_short(value)})")
         return value
 
     def optional_integer(self, name: str, default: int | None, minimum: int = 1) -> int | None:
@@ -130,7 +165,7 @@ class _Keys:
         if not isinstance(value, Mapping):
             raise ValueError(f"config.json for model_type {self.model_type!r} needs an object {name!r} "
                              f"(got {_short(value)})")
-        return _Keys(value, f"{self.model_type}.{name}")
+        return _Keys(value, f"{self.model_type}.{name}", f"{self.prefix}{name}.")
 
     def flag(self, *names: str, default: bool) -> bool:
         key, value = self._lookup(names)
@@ -1067,30 +1102,91 @@ SUPPORTED_MODEL_TYPES: tuple[str, ...] = (*_FAMILIES, *_MODERN)
 """HF ``model_type`` values this reader understands."""
 
 
+def too_large_message(name: str, size: int) -> str:
+    """The size-limit refusal of a config.json of ``size`` bytes called ``name``, in the words of the CLI's
+    ``--hf-config`` (``zeroplanner: error: --hf-config: 'big.json' is 12000000 bytes; the limit is 1000000 bytes``,
+    :func:`zeroplanner.files.read_regular_file`'s size message after the path). The planner page says the same,
+    both in the kernel (:func:`read_hf_config_bytes`) and in the browser before a file is sent (the page template's
+    upload-limit script, which quotes the name the way ``repr`` does for a plain file name)."""
+    return f"{name!r} is {int(size)} bytes; the limit is {MAX_CONFIG_BYTES} bytes"
+
+
+_PARSE_DEPTH_GUARD = 200
+"""Nesting refused before parsing (``json.loads`` recurses once per level; Python's limit is 1000 frames). Text
+nested between :data:`MAX_CONFIG_DEPTH` and this is parsed, and :func:`check_config_structure` names the key path
+that goes too deep; either way the message names :data:`MAX_CONFIG_DEPTH`."""
+
+
+def _nesting_over(text: str, limit: int) -> bool:
+    """Whether the JSON text nests objects/arrays deeper than ``limit`` (brackets outside strings), found in one
+    pass without parsing: ``json.loads`` recurses once per level and ``'[' * 10000`` raised RecursionError."""
+    level = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            level += 1
+            if level > limit:
+                return True
+        elif ch in "]}":
+            level -= 1
+    return False
+
+
+def read_hf_config_bytes(raw: bytes | str, name: str) -> dict[str, Any]:
+    """The dict in a config.json's bytes (or text), read with this module's limits; ``name`` (a path or a file
+    name) is quoted in the messages. The one reader of config.json content: :func:`load_hf_config` (the CLI's and
+    the API's files) and the planner page's upload and paste box use it.
+
+    Raises ``ValueError``: more than :data:`MAX_CONFIG_BYTES` bytes (:func:`too_large_message`), empty, not UTF-8,
+    nested deeper than :data:`MAX_CONFIG_DEPTH` levels (text nested hundreds deep is refused before parsing), not JSON (NaN/Infinity
+    included), not a JSON object, or a structure :func:`check_config_structure` refuses.
+    """
+    data_bytes = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+    if len(data_bytes) > MAX_CONFIG_BYTES:
+        raise ValueError(too_large_message(name, len(data_bytes)))
+    try:
+        text = data_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"HF config {name!r} is not UTF-8 text: {exc}") from None
+    if not text.strip():
+        raise ValueError(f"HF config {name!r} is empty")
+    if _nesting_over(text, _PARSE_DEPTH_GUARD):
+        raise ValueError(f"HF config {name!r} is nested deeper than {MAX_CONFIG_DEPTH} levels")
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:  # pragma: no cover - the nesting check above refuses such text first
+        raise ValueError(f"HF config {name!r} is nested deeper than {MAX_CONFIG_DEPTH} levels") from None
+    except ValueError as exc:  # json.JSONDecodeError, or a NaN/Infinity constant
+        raise ValueError(f"HF config {name!r} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"HF config {name!r} must hold a JSON object, not {type(data).__name__}")
+    check_config_structure(data)
+    return data
+
+
 def load_hf_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a ``config.json`` file (or the ``config.json`` inside a directory) into a dict.
 
     Read with :func:`zeroplanner.files.read_regular_file`: only a regular file (symlinks followed), at most
-    :data:`MAX_CONFIG_BYTES` (1 MB) read. Raises ``ValueError`` if the file is missing or unreadable, is not a
-    regular file (a FIFO, device, socket; a directory without a ``config.json``: :class:`~zeroplanner.files.InputFileError`,
-    a ``ValueError``), is larger than :data:`MAX_CONFIG_BYTES`, is not UTF-8 JSON, or is not a JSON object.
+    :data:`MAX_CONFIG_BYTES` (1 MB) read, then parsed by :func:`read_hf_config_bytes`. Raises ``ValueError`` if the
+    file is missing or unreadable, is not a regular file (a FIFO, device, socket; a directory without a
+    ``config.json``: :class:`~zeroplanner.files.InputFileError`, a ``ValueError``), is larger than
+    :data:`MAX_CONFIG_BYTES`, is not UTF-8 JSON, nests deeper than :data:`MAX_CONFIG_DEPTH`, or is not a JSON object.
     """
     p = pathlib.Path(path)
     if p.is_dir():
         p = p / "config.json"
     raw = read_regular_file(p, MAX_CONFIG_BYTES, "HF config")
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"HF config {str(p)!r} is not UTF-8 text: {exc}") from None
-    except RecursionError:
-        raise ValueError(f"HF config {str(p)!r} is nested deeper than {MAX_CONFIG_DEPTH} levels") from None
-    except ValueError as exc:  # json.JSONDecodeError, or a NaN/Infinity constant
-        raise ValueError(f"HF config {str(p)!r} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"HF config {str(p)!r} must hold a JSON object, not {type(data).__name__}")
-    check_config_structure(data)
-    return data
+    return read_hf_config_bytes(raw, str(p))
 
 
 def check_config_structure(data: Mapping[str, Any]) -> None:

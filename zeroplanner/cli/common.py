@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import catalog
-from ..files import InputFileError, read_regular_file
+from ..files import InputFileError, read_regular_file, read_regular_file_tail
 from ..inputs import BY_KEY, CATALOG_KINDS, INPUTS, Input, input_for_error
 from ..scenarios import build_scenario
 from ..specs import Scenario
@@ -137,15 +137,44 @@ def _option(key: str | None, args: argparse.Namespace, hf: Any) -> str:
     return BY_KEY[key].cli_flag
 
 
-def _read_json_file(option: str, path: str) -> Any:
-    """The JSON value in the file ``path`` given to ``option`` (``--hf-config``, ``--cluster-from``): only a regular
-    file of at most :data:`MAX_INPUT_FILE_BYTES` is read (:func:`zeroplanner.files.read_regular_file`); a FIFO,
-    device, directory, socket, missing, unreadable or oversized path, or text that is not JSON, raises
-    :class:`UsageError` naming the option and the path (one line, exit status 2)."""
+def read_input_file(option: str, path: str, max_bytes: int, *, limit_note: str = "") -> bytes:
+    """The bytes of the file ``path`` the user gave to ``option`` (``--hf-config``, ``--cluster-from``, ``CONFIG``,
+    ``--config``, ``--accelerate-config``): the one reader of a user path in the CLI. Only a regular file of at most
+    ``max_bytes`` bytes is read (:func:`zeroplanner.files.read_regular_file`: a directory, FIFO, device or socket is
+    refused before it is opened, so nothing blocks); anything else raises :class:`UsageError`, one line naming the
+    option, the path and what it is, e.g. ``--hf-config: 'models/' is a directory, not a regular file`` (exit 2).
+    For ``--hf-config``, a directory that holds a ``config.json`` (a hub snapshot) gets the hint to pass that file."""
     try:
-        raw = read_regular_file(path, MAX_INPUT_FILE_BYTES, option)
+        return read_regular_file(path, max_bytes, option, limit_note=limit_note)
     except InputFileError as exc:
-        fail(option, f"{path!r} {exc.problem}")
+        raise _file_usage_error(option, path, exc) from None
+
+
+def read_input_file_tail(option: str, path: str, max_bytes: int) -> tuple[bytes, int]:
+    """:func:`read_input_file` for a file whose end matters (a training log): (its last ``max_bytes`` bytes, how
+    many bytes before them were skipped), :func:`zeroplanner.files.read_regular_file_tail`; the same refusals and
+    the same one-line :class:`UsageError`."""
+    try:
+        return read_regular_file_tail(path, max_bytes, option)
+    except InputFileError as exc:
+        raise _file_usage_error(option, path, exc) from None
+
+
+def _file_usage_error(option: str, path: str, exc: InputFileError) -> UsageError:
+    import os
+
+    hint = ""
+    inside = os.path.join(path, "config.json")
+    if option == "--hf-config" and exc.problem.startswith("is a directory") and os.path.isfile(inside):
+        hint = f"; pass the file inside it: {inside}"
+    return UsageError(option, f"{path!r} {exc.problem}{hint}")
+
+
+def _read_json_file(option: str, path: str) -> Any:
+    """The JSON value in the file ``path`` given to ``option`` (``--hf-config``, ``--cluster-from``), read by
+    :func:`read_input_file` (a regular file of at most :data:`MAX_INPUT_FILE_BYTES`); text that is not JSON
+    raises :class:`UsageError` naming the option and the path (one line, exit status 2)."""
+    raw = read_input_file(option, path, MAX_INPUT_FILE_BYTES)
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -154,11 +183,47 @@ def _read_json_file(option: str, path: str) -> Any:
         fail(option, f"{path!r} is nested too deeply to be a config")
 
 
+def _read_hf_config(option: str, path: str) -> dict:
+    """An HF config.json given to ``option``: the bytes by :func:`read_input_file` (a regular file only), the
+    content by :func:`zeroplanner.catalog.hfconfig.read_hf_config_bytes`, the one config.json reader the planner
+    page's upload and paste box use too (its size, nesting and structure limits, its messages); its refusal is one
+    :class:`UsageError` line naming the option (exit status 2)."""
+    from ..catalog.hfconfig import MAX_CONFIG_BYTES, read_hf_config_bytes
+
+    raw = read_input_file(option, path, MAX_CONFIG_BYTES)
+    try:
+        return read_hf_config_bytes(raw, path)
+    except ValueError as exc:
+        fail(option, str(exc))
+
+
+SUGGESTED_NAMES = 5
+"""How many catalog names an unknown ``--model`` / ``--gpu`` / ``--network`` suggests."""
+
+
+def closest_names(value: str, names: list[str], n: int = SUGGESTED_NAMES) -> list[str]:
+    """The ``n`` names of ``names`` closest to ``value``, spelled as in ``names`` (the catalog's "H200", never the
+    lower-cased "h200"): first the names that contain ``value`` (case-insensitively), then by difflib's similarity
+    ratio of the lower-cased strings (:func:`difflib.get_close_matches` with no cutoff, so there are always ``n``
+    while the catalog holds that many)."""
+    lowered = {}
+    for name in names:
+        lowered.setdefault(name.lower(), name)
+    typed = value.lower()
+    out = [lowered[k] for k in lowered if typed and typed in k][:n]
+    for k in difflib.get_close_matches(typed, list(lowered), n=len(lowered), cutoff=0.0):
+        if len(out) >= n:
+            break
+        if lowered[k] not in out:
+            out.append(lowered[k])
+    return out
+
+
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Build the Scenario from parsed scenario options; raises UsageError naming the option."""
     hf = None
     if args.hf_config is not None:
-        hf = _read_json_file("--hf-config", args.hf_config)
+        hf = _read_hf_config("--hf-config", args.hf_config)
         if not isinstance(hf, dict):
             fail("--hf-config", "must be a JSON object")
         from ..catalog.hfconfig import name_from_path
@@ -173,11 +238,11 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         if name == "model":  # the hub ids of catalog entries (catalog.model_hub_ids) name them too
             accepted |= {h.lower() for h in catalog.model_hub_ids()}
         if value is not None and value.lower() not in accepted:
-            close = difflib.get_close_matches(value.lower(), [n.lower() for n in names], n=3, cutoff=0.5)
-            close += [n.lower() for n in names if value.lower() in n.lower() and n.lower() not in close]
-            hint = f"did you mean {', '.join(close[:3])}? " if close else ""
-            hub = " (or the hub id of one: `zeroplanner models --json` lists them)" if name == "model" else ""
-            fail(option, f"unknown {name} {value!r}; {hint}known{hub}: {', '.join(names)}")
+            spelled = list(names) + (sorted(catalog.model_hub_ids()) if name == "model" else [])
+            close = closest_names(value, spelled)
+            listing = {"model": "`zeroplanner models` lists all, `--json` with their hub ids",
+                       "gpu": "`zeroplanner gpus` lists all", "network": "`zeroplanner networks` lists all"}[name]
+            fail(option, f"unknown {name} {value!r}; closest catalog names: {', '.join(close)} ({listing})")
     values = {inp.key: getattr(args, inp.key, None) for inp in INPUTS}
     values = {k: v for k, v in values.items() if v is not None}
     try:
@@ -185,9 +250,18 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     except ValidationError as exc:
         err = exc.errors()[0]
         msg = err["msg"].removeprefix("Value error, ")
-        key = input_for_error(tuple(err["loc"]), msg, given=values)
-        option = _option(key, args, hf) if key is not None or not err["loc"] else "--" + str(err["loc"][-1])
-        fail(option, msg)
+        loc = tuple(err["loc"])
+        key = input_for_error(loc, msg, given=values)
+        if key is not None or not loc:
+            fail(_option(key, args, hf), msg)
+        # a field no option sets: one of the model's (an Architecture built from --params / --hf-config, or the
+        # scenario's model block) is the model source's fault; any other is named by its place in the scenario,
+        # never as an option that does not exist
+        field = ".".join(str(part) for part in loc)
+        got = f" (got {err['input']!r})" if isinstance(err.get("input"), (int, float, str)) else ""
+        if exc.title == "Architecture" or loc[0] == "model":
+            fail(_option(None, args, hf), f"the model's {field.removeprefix('model.')}: {msg}{got}")
+        fail(f"scenario field {field}", f"{msg}{got}")
     except (ValueError, KeyError) as exc:
         fail(_option(None, args, hf), str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     if getattr(args, "cluster_from", None):

@@ -63,8 +63,7 @@ from ..deepspeed import (
     to_accelerate_config,
     to_deepspeed_config,
 )
-from ..deepspeed.lint import lint
-from ..files import InputFileError, read_regular_file
+from ..deepspeed.lint import hf_model_config_finding, lint, order_findings
 from .common import EXIT_BAD_INPUT, EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_STATUSES_HELP, advice_json, advice_text
 
 
@@ -275,26 +274,30 @@ def run_config(args) -> int:
 
 
 def _read_config_bytes(path: str, what: str) -> bytes:
-    """The bytes of the file ``path`` given as ``what`` (``CONFIG``, ``--accelerate-config``), or of stdin for
-    ``-``. A file is read only when it is a regular file of at most MAX_CONFIG_BYTES (1 MB,
-    :data:`zeroplanner.deepspeed.MAX_CONFIG_BYTES`; :func:`zeroplanner.files.read_regular_file`), else
-    :class:`~zeroplanner.files.InputFileError` (one line naming ``what``, the path and what it is: a FIFO, device,
-    directory, socket, a missing, unreadable or oversized file). Stdin: at most MAX_CONFIG_BYTES + 1 bytes, so a
-    huge input is refused by the caller's length check without reading it all."""
+    """The bytes of the file ``path`` given as ``what`` (``CONFIG``, ``--config``, ``--accelerate-config``), or of
+    stdin for ``-``. A file is read by :func:`.common.read_input_file`: only a regular file of at most
+    MAX_CONFIG_BYTES (1 MB, :data:`zeroplanner.deepspeed.MAX_CONFIG_BYTES`), else :class:`.common.UsageError`
+    (one line naming ``what``, the path and what it is: a FIFO, device, directory, socket, a missing, unreadable
+    or oversized file; exit status 2). Stdin: at most MAX_CONFIG_BYTES + 1 bytes, so a huge input is refused by
+    the caller's length check without reading it all."""
+    from .common import read_input_file
+
     if path == "-":
         return sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1)
-    return read_regular_file(path, MAX_CONFIG_BYTES, what, limit_note="1 MB")
+    return read_input_file(what, path, MAX_CONFIG_BYTES, limit_note="1 MB")
 
 
 def read_config_file(path: str, what: str, mode: str) -> tuple[dict, list[Finding]]:
     """A DeepSpeed config file (or stdin for ``-``) read the way the client of ``mode`` reads it
     (:func:`zeroplanner.deepspeed.load_config_text`): (config, the reader's findings). ``what`` names it in errors
-    (``CONFIG``, ``--config``). Raises :class:`~zeroplanner.files.InputFileError` (not a readable regular file),
-    ``ValueError`` (over MAX_CONFIG_BYTES) or :class:`~zeroplanner.deepspeed.ConfigError` (unreadable as a config),
-    each one line naming ``what`` and the path."""
+    (``CONFIG``, ``--config``). Raises :class:`.common.UsageError` (not a readable regular file, or over
+    MAX_CONFIG_BYTES) or :class:`~zeroplanner.deepspeed.ConfigError` (unreadable as a config), each one line
+    naming ``what`` and the path."""
+    from .common import fail
+
     data = _read_config_bytes(path, what)
     if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{what} {path!r}: larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
+        fail(what, f"{path!r} is larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
     try:
         return load_config_text(data, mode)
     except ConfigError as exc:
@@ -388,10 +391,7 @@ def _accelerate_shape(path: str) -> dict[str, int]:
     from .common import fail
 
     option = "--accelerate-config"
-    try:
-        data = _read_config_bytes(path, option)
-    except InputFileError as exc:
-        fail(option, f"{path!r} {exc.problem}")
+    data = _read_config_bytes(path, option)
     if len(data) > MAX_CONFIG_BYTES:
         fail(option, f"{path!r} is larger than the {MAX_CONFIG_BYTES}-byte (1 MB) limit")
     try:
@@ -425,6 +425,23 @@ def _accelerate_shape(path: str) -> dict[str, int]:
     return out
 
 
+def _not_a_deepspeed_config(args, base, finding: Finding, mode: str) -> int:
+    """``check``'s answer for a file that is no DeepSpeed config (a Hugging Face model config.json): that one error
+    finding and nothing priced (JSON: the same keys, ``fits``, ``priced``, ``scenario`` and ``estimate`` null);
+    exit status 1, the config has an error."""
+    from .common import inputs_json
+
+    if args.json:
+        obj = {"inputs": inputs_json(args, base), "fits": None, "findings": [finding.model_dump()], "errors": 1,
+               "warnings": 0, "mode": mode, "priced": None, "from_config": {}, "from_accelerate_config": {},
+               "validated_by": None, "scenario": None, "estimate": None}
+        sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+    else:
+        sys.stdout.write(f"{_finding_line(finding)}\n1 error(s), 0 warning(s); not a DeepSpeed config, nothing "
+                         f"priced; exit status {EXIT_DOES_NOT_FIT} (1 when the config has errors or does not fit)\n")
+    return EXIT_DOES_NOT_FIT
+
+
 def run_check(args) -> int:
     from .common import estimate_json, inputs_json, scenario_from_args
     from ..costmodel import estimate
@@ -432,7 +449,7 @@ def run_check(args) -> int:
     mode = "hf_trainer" if args.hf_trainer else "deepspeed"
     try:
         config, read_findings = read_config_file(args.config_path, "CONFIG", mode)
-    except ValueError as exc:  # InputFileError, ConfigError, oversized
+    except ConfigError as exc:  # not readable as a config (a path that is no regular file: UsageError, exit 2)
         return _error(str(exc))
     from_accelerate: dict = {}
     if args.accelerate_config:
@@ -445,6 +462,9 @@ def run_check(args) -> int:
                 from_accelerate[BY_KEY[key].cli_flag] = {"accelerate_config": value, "command_line": before}
             setattr(args, key, value)
     base = scenario_from_args(args)
+    not_deepspeed = hf_model_config_finding(config, "config.json" if args.config_path == "-" else args.config_path)
+    if not_deepspeed is not None:  # a model config.json: its keys are no DeepSpeed keys, and nothing is priced
+        return _not_a_deepspeed_config(args, base, not_deepspeed, mode)
     try:
         scenario, parse_findings = from_deepspeed_config(config, base=base, mode=mode)
     except ConfigError as exc:
@@ -484,9 +504,7 @@ def run_check(args) -> int:
                                 + (" (any error they raised is among the findings above)."
                                    if any(f.severity == "error" for f in findings) else "; they accepted it."),
                                 fix=""))
-    findings += assumption_notes
-    order = {"error": 0, "warning": 1, "info": 2}
-    findings.sort(key=lambda f: order[f.severity])
+    findings = order_findings([*findings, *assumption_notes])  # each once, errors first (text and JSON alike)
     try:
         est = estimate(scenario)
     except ValueError as exc:

@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..files import InputFileError, read_regular_file_tail
 from ..runlog import MAX_LOG_BYTES
-from .common import EXIT_BAD_INPUT
+from .common import EXIT_BAD_INPUT, read_input_file_tail
 
 
 def register(subparsers, add_scenario_options) -> None:
@@ -49,6 +48,12 @@ def _scenario(args, reading, notes):
 
         mode = "hf_trainer" if args.hf_trainer else "deepspeed"
         config, _ = read_config_file(args.config, "--config", mode)
+        from ..deepspeed.lint import hf_model_config_finding
+        from .common import fail
+
+        if hf_model_config_finding(config) is not None:
+            fail("--config", f"{args.config!r} is a Hugging Face model config.json, not a DeepSpeed config; pass "
+                 "it as --hf-config")
         try:
             scenario, _ = from_deepspeed_config(config, base=scenario_from_args(args), mode=mode)
         except ConfigError as exc:
@@ -88,10 +93,7 @@ def run(args) -> int:
     from ..diagnose import calibration, diagnose
     from ..runlog import read_log
 
-    try:
-        raw, skipped = read_regular_file_tail(args.log_path, MAX_LOG_BYTES, "LOG")
-    except InputFileError as exc:
-        return _error(str(exc))
+    raw, skipped = read_input_file_tail("LOG", args.log_path, MAX_LOG_BYTES)  # not a regular file: exit 2
     reading = read_log(raw)
     if skipped:
         reading.skipped.insert(0, f"the first {skipped:,} bytes of the file (only the last {MAX_LOG_BYTES // 2**20} MiB "
@@ -104,7 +106,7 @@ def run(args) -> int:
     notes: list[str] = []
     try:
         scenario = _scenario(args, reading, notes)
-    except (ValueError, InputFileError) as exc:
+    except ValueError as exc:  # ConfigError; a --config path that is no regular file raised UsageError (exit 2)
         return _error(str(exc))
     d = diagnose(reading, scenario)
     d.notes[:0] = notes

@@ -164,7 +164,7 @@ def _with_picked_sp(scenario, p):
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from ..planner import SEARCH_INPUTS, largest_model, longest_sequence, plan
+    from ..planner import SEARCH_INPUTS, longest_sequence, plan
 
     given = given_inputs(args)
     held = sorted(set(given) & set(SEARCH_INPUTS))
@@ -190,7 +190,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         "candidates_evaluated": p.candidates_evaluated,
         "without_held": None if free is None else {
             "fits": free.fits, "choice": _choice_json(free.choice) if free.choice else None},
-        "largest_model_parameters": largest_model(_with_picked_sp(scenario, p)),
+        **_largest(_with_picked_sp(scenario, p)),
         "longest_sequence": longest_sequence(scenario),
         "sequence": sequence_json(scenario),
         **advice_json(p),
@@ -215,7 +215,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     sp_note = (f", Ulysses sequence_parallel_size {p.choice.sequence_parallel_size} as picked"
                if p.fits and p.choice.sequence_parallel_size > 1 else "")
     text += f"largest trainable model on this cluster (Llama-shaped, same training settings{sp_note}):\n" + "".join(
-        f"  {label:<36} {n / 1e9:8.1f} B parameters\n" for label, n in obj["largest_model_parameters"].items())
+        f"  {label:<36} {n / 1e9:8.1f} B parameters (limited by {obj['largest_model_limited_by'][label]})\n"
+        for label, n in obj["largest_model_parameters"].items())
     text += (f"longest trainable sequence for {scenario.model.name} on this cluster (same training settings; Ulysses "
              "degrees over the whole cluster):\n" + "".join(
                  f"  {label:<36} {r['seq_len']:>12,} tokens"
@@ -223,6 +224,17 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                  + "\n" for label, r in obj["longest_sequence"].items()))
     _emit(args, obj, text)
     return EXIT_FITS if p.fits else EXIT_DOES_NOT_FIT
+
+
+def _largest(scenario) -> dict:
+    """The largest-model table's JSON: ``largest_model_parameters`` {variant: parameters} and
+    ``largest_model_limited_by`` {variant: what the next size searched does not fit in, in words}
+    (:func:`zeroplanner.planner.largest_model_limits`, one sweep for both)."""
+    from ..planner import largest_limit_text, largest_model_limits
+
+    limits = largest_model_limits(scenario)
+    return {"largest_model_parameters": {k: v["parameters"] for k, v in limits.items()},
+            "largest_model_limited_by": {k: largest_limit_text(v) for k, v in limits.items()}}
 
 
 def cmd_deepspeed_estimate(args: argparse.Namespace) -> int:
@@ -240,37 +252,53 @@ def cmd_deepspeed_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _catalog_row(kind: str, name: str) -> tuple[dict, str]:
+Cell = tuple[str, str]
+"""One table cell: (text, alignment), alignment "<" (left: names, words) or ">" (right: numbers)."""
+
+
+def _catalog_row(kind: str, name: str) -> tuple[dict, list[Cell]]:
+    """(the JSON object of one catalog entry, its text row as cells for :func:`text_table`)."""
     if kind == "models":
         m = catalog.model(name)
         hub = {n: h for h, n in catalog.model_hub_ids().items()}
         d = {"name": m.name, "family": m.family, "parameters": m.parameter_count, "layers": m.n_layers,
              "hidden_size": m.hidden_size, "heads": m.n_heads, "kv_heads": m.kv_heads, "vocab_size": m.vocab_size,
              "experts": m.n_experts, "hub_id": hub.get(m.name), "source": m.source}
-        return d, f"{m.name:<16} {m.parameter_count / 1e9:8.2f} B params  {m.n_layers:3d} layers  h={m.hidden_size}"
+        return d, [(m.name, "<"), (f"{m.parameter_count / 1e9:.2f} B params", ">"), (f"{m.n_layers} layers", ">"),
+                   (f"h={m.hidden_size}", "<")]
     if kind == "gpus":
         g = catalog.gpu(name)
         d = {"name": g.name, "memory_gib": g.memory_bytes / GIB, "memory_bytes": g.memory_bytes,
              "marketed_memory_gb": g.marketed_memory_gb, "peak_bf16_tflops": g.peak_bf16_tflops,
              "peak_fp16_tflops": g.peak_fp16_tflops, "intra_node_busbw_gb_per_s": g.intra_node_busbw_gb_per_s,
              "source": g.source}
-        sold = f" (sold as {g.marketed_memory_gb:g} GB)" if g.marketed_memory_gb else ""
-        return d, (f"{g.name:<11} {g.memory_bytes / GIB:6.2f} GiB{sold:<17} {g.peak_tflops('bf16'):7.1f} TFLOP/s "
-                   "bf16/fp16 "
-                   f"dense  intra-node busbw {g.intra_node_busbw_gb_per_s:.0f} GB/s")
+        sold = f"(sold as {g.marketed_memory_gb:g} GB)" if g.marketed_memory_gb else ""
+        return d, [(g.name, "<"), (f"{g.memory_bytes / GIB:.2f} GiB", ">"), (sold, "<"),
+                   (f"{g.peak_tflops('bf16'):.1f} TFLOP/s", ">"), ("bf16/fp16 dense  intra-node busbw", "<"),
+                   (f"{g.intra_node_busbw_gb_per_s:.0f} GB/s", ">")]
     n = catalog.network(name)
     d = {"name": n.name, "kind": n.kind, "link_gbps": n.link_gbps, "nics_per_node": n.nics_per_node,
          "efficiency": n.efficiency, "node_busbw_gb_per_s": n.node_busbw_bytes_per_second / 1e9,
          "latency_seconds": n.latency_seconds, "source": n.source}
-    return d, (f"{n.name:<10} {n.kind:<10} {n.nics_per_node} x {n.link_gbps:g} Gbit/s per node, "
-               f"~{n.node_busbw_bytes_per_second / 1e9:.1f} GB/s bus bandwidth, {n.latency_seconds * 1e6:.0f} us/step")
+    return d, [(n.name, "<"), (n.kind, "<"), (f"{n.nics_per_node} x {n.link_gbps:g} Gbit/s per node,", ">"),
+               (f"~{n.node_busbw_bytes_per_second / 1e9:.1f} GB/s bus bandwidth,", ">"),
+               (f"{n.latency_seconds * 1e6:.0f} us/step", ">")]
+
+
+def text_table(rows: list[list[Cell]], gap: str = "  ") -> str:
+    """Rows of cells as aligned text: each column as wide as its widest cell (so a long catalog name never pushes
+    its row out of line), names left-aligned and numbers right-aligned, columns ``gap`` apart, no trailing
+    spaces."""
+    widths = [max(len(row[i][0]) for row in rows if i < len(row)) for i in range(max(map(len, rows), default=0))]
+    return "\n".join(gap.join(f"{text:{align}{widths[i]}}" for i, (text, align) in enumerate(row)).rstrip()
+                     for row in rows)
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
     kind = args.kind
     names = {"models": catalog.model_names, "gpus": catalog.gpu_names, "networks": catalog.network_names}[kind]()
     rows = [_catalog_row(kind, n) for n in names]
-    _emit(args, {kind: [r[0] for r in rows]}, "\n".join(r[1] for r in rows))
+    _emit(args, {kind: [r[0] for r in rows]}, text_table([r[1] for r in rows]))
     return 0
 
 

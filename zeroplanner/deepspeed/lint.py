@@ -50,6 +50,9 @@ sequence_parallel_size        error/warn the Ulysses degree (sequence_parallel_s
                                          (UlyssesSPAttentionHF); under the HF Trainer the key at ZeRO-3 breaks
                                          zero.Init's batch assertion, and alone it turns no Ulysses on: warning
 nvme_without_path             error      ZeRO-3 NVMe offload without nvme_path (deepspeed.initialize fails)
+hf_model_config               error      the file is a Hugging Face model config.json (model_type, shape keys, no
+                                         DeepSpeed key): the only finding; pass it as --hf-config (DeepSpeedConfig
+                                         asserts a batch size, accelerate's DeepSpeedPlugin wants zero_optimization)
 ============================  =========  ========================================================================
 
 The run-level rules (zeroplanner.pitfalls): zero3_slow_network (ZeRO-3 across nodes on <= 25 Gb/s, or below
@@ -68,6 +71,7 @@ failing there. What DeepSpeed accepts and runs is a warning that says what reall
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from ..pitfalls import scenario_pitfalls
@@ -79,6 +83,7 @@ from .keys import (
     INTEGER_KEYS,
     REMOVED_TOP_LEVEL_KEYS,
     REMOVED_ZERO_KEYS,
+    TOP_LEVEL_KEYS,
     Finding,
     Mode,
     _short,
@@ -586,20 +591,81 @@ def _rule_pitfalls(scenario: Scenario, mode: Mode, out: list[Finding]) -> None:
         _add(out, p.severity, p.key, p.rule, message, p.fix)
 
 
-def lint(config: Any, scenario: Scenario | None = None, mode: Mode = "deepspeed") -> list[Finding]:
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def order_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """``findings`` as they are shown and returned everywhere (``check``'s text and JSON, ``config``, the app's
+    list, :func:`lint`): each statement once, errors first, then warnings, then infos, otherwise in the order
+    given. A statement is (key, message); said at two severities it is kept once, at the more severe one (with
+    that one's fix and rule), in the place where it was first said.
+
+    >>> a = Finding(severity="info", key="", message="m")
+    >>> b = Finding(severity="error", key="k", message="e")
+    >>> [f.severity for f in order_findings([a, b, a])]
+    ['error', 'info']
+    """
+    kept: dict[tuple[str, str], Finding] = {}
+    for f in findings:
+        said = (f.key, f.message)
+        if said not in kept or _SEVERITY_ORDER[f.severity] < _SEVERITY_ORDER[kept[said].severity]:
+            kept[said] = f
+    firsts = {id(f): i for i, f in enumerate(kept.values())}
+    return sorted(kept.values(), key=lambda f: (_SEVERITY_ORDER[f.severity], firsts[id(f)]))
+
+
+_HF_MODEL_MARKERS = ("model_type", "architectures", "transformers_version")
+"""Top-level keys every Hugging Face ``config.json`` carries (``PretrainedConfig.to_dict``) and no DeepSpeed config
+does."""
+_HF_SHAPE_KEYS = frozenset({"num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size",
+                            "intermediate_size", "n_layer", "n_embd", "n_head", "max_position_embeddings"})
+
+
+def hf_model_config_finding(config: Any, path: str = "config.json") -> Finding | None:
+    """One error finding when ``config`` is a Hugging Face *model* ``config.json`` (it has ``model_type``,
+    ``architectures`` or ``transformers_version`` and model shape keys such as ``num_hidden_layers``, and none of
+    DeepSpeed's top-level keys, :data:`~zeroplanner.deepspeed.keys.TOP_LEVEL_KEYS`) rather than a DeepSpeed config;
+    None otherwise. DeepSpeed refuses such a file (no batch size: ``DeepSpeedConfig`` asserts that
+    train_batch_size or train_micro_batch_size_per_gpu is given), and each of its keys would otherwise be one more
+    "unknown key" warning. ``path``: the file's path, for the command lines of the fix."""
+    if not isinstance(config, dict) or any(k in TOP_LEVEL_KEYS for k in config):
+        return None
+    markers = [k for k in _HF_MODEL_MARKERS if k in config]
+    shape = sorted(k for k in config if k in _HF_SHAPE_KEYS)
+    if not markers or not shape:
+        return None
+    said = ", ".join(markers + shape[:2])
+    import shlex
+
+    quoted = shlex.quote(path)
+    return Finding(severity="error", key="", rule="hf_model_config",
+                   message=f"this is a Hugging Face model config.json (it has {said}), not a DeepSpeed config: it "
+                   "describes the model, not how DeepSpeed trains it, and DeepSpeed refuses it (no batch size).",
+                   fix=f"Pass it as --hf-config: `zeroplanner check ds_config.json --hf-config {quoted}` checks a "
+                   f"DeepSpeed config for this model, `zeroplanner config --hf-config {quoted} -o ds_config.json` "
+                   "writes one.")
+
+
+def lint(config: Any, scenario: Scenario | None = None, mode: Mode = "deepspeed",
+         merge: Iterable[Finding] = ()) -> list[Finding]:
     """Findings for a DeepSpeed config ``dict`` (as read by :func:`zeroplanner.deepspeed.load_config_text`).
 
     ``scenario``: the run the config is for (cluster, model); needed by the cluster and cost-model rules, usually
     the scenario :func:`zeroplanner.deepspeed.from_deepspeed_config` built from this config. ``mode``:
     ``"hf_trainer"`` when the config goes through the HF Trainer/accelerate (then ``"auto"`` is fine where the
-    Trainer fills it). Never raises on malformed content; a non-dict ``config`` gives one error finding.
-    Findings come sorted errors first, then warnings, then info.
+    Trainer fills it). ``merge``: findings said about the same config elsewhere (the reader's and
+    ``from_deepspeed_config``'s), listed with these. Never raises on malformed content; a non-dict ``config`` gives
+    one error finding, a Hugging Face model config.json one error finding (:func:`hf_model_config_finding`) and
+    nothing else. Findings come through :func:`order_findings`: each once, errors first, then warnings, then info.
     """
     out: list[Finding] = []
     if not isinstance(config, dict):
-        return [Finding(severity="error", key="", rule="wrong_type",
-                        message=f"a DeepSpeed config is a JSON object, got {type(config).__name__}",
-                        fix="Pass the parsed JSON object.")]
+        return order_findings([Finding(severity="error", key="", rule="wrong_type",
+                                       message=f"a DeepSpeed config is a JSON object, got {type(config).__name__}",
+                                       fix="Pass the parsed JSON object."), *merge])
+    not_deepspeed = hf_model_config_finding(config)
+    if not_deepspeed is not None:
+        return [not_deepspeed]
     _rule_removed(config, out)
     _rule_integers(config, out)
     _rule_nonpositive(config, out)
@@ -617,5 +683,4 @@ def lint(config: Any, scenario: Scenario | None = None, mode: Mode = "deepspeed"
     if scenario is not None:
         _rule_cluster(config, scenario, out)
         _rule_pitfalls(scenario, mode, out)
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(out, key=lambda f: order[f.severity])
+    return order_findings([*out, *merge])
