@@ -69,7 +69,9 @@ class Widget:
     bounds stay the hard limits; text boxes use those); ``values`` maps widget values to input values where they
     differ (overlap_comm's "default"/"on"/"off"); ``labels`` are dropdown labels; ``scale`` is the input value
     of one widget unit (1e9: the size slider is in billions); ``key`` the control key when it is not the input's
-    (``model_params_b``); ``section`` where the control sits."""
+    (``model_params_b``); ``section`` where the control sits. A ``log_slider`` moves over exponents of ``base``
+    in steps of ``step`` (default 0.01): base 2, step 1 stops at 1, 2, 4, 8, ... (nodes, GPUs per node) while a
+    value typed into its readout is kept as typed (3 nodes)."""
 
     kind: str
     description: str = ""
@@ -83,6 +85,7 @@ class Widget:
     scale: float = 1.0
     key: str | None = None
     round_digits: int | None = None
+    base: float = 10.0
 
 
 def _get(data: Any, path: str) -> Any:
@@ -384,9 +387,9 @@ INPUTS: tuple[Input, ...] = (
           shown_fn=lambda s: s.cluster.memory_per_gpu_bytes / GIB,
           widget=Widget("float_slider", "GPU memory (GiB)", low=1, high=320, step=0.5, fmt=".1f", round_digits=1)),
     Input("gpus_per_node", "GPUs per node", "int", "cluster", "GPUs per node", path="cluster.gpus_per_node",
-          widget=Widget("int_slider", "GPUs per node", low=1, high=16)),
+          widget=Widget("log_slider", "GPUs per node", low=1, high=16, base=2, step=1, fmt="d")),
     Input("nodes", "Nodes", "int", "cluster", "number of nodes", path="cluster.nodes",
-          widget=Widget("int_slider", "Nodes", low=1, high=128)),
+          widget=Widget("log_slider", "Nodes", low=1, high=128, base=2, step=1, fmt="d")),
     Input("network", "Network (preset name)", "network", "cluster", f"network preset (default {DEFAULT_NETWORK})",
           path="cluster.network", default_value=DEFAULT_NETWORK, apply_fn=_apply_network,
           read_fn=_read_catalog(catalog.network_names, "cluster.network.name"),

@@ -180,7 +180,7 @@ def test_an_oversized_upload_is_refused_in_the_page_and_a_real_one_loads(page, t
     assert app.load_hf_config(big.read_bytes(), big.name) is None
     expected = html.unescape(re.sub(r"<[^>]+>", "", app.hf_message.value))
     assert refused.inner_text() == expected, (refused.inner_text(), expected)
-    assert f"{size:,} bytes; the limit is 1,000,000 bytes" in expected
+    assert f"'{big.name}' is {size} bytes; the limit is 1000000 bytes" in expected  # the CLI's --hf-config words
     # not sent: the kernel socket stayed up, and the planner still answers
     page.wait_for_timeout(1000)
     assert len(page.zp_sockets) == 1, page.zp_sockets

@@ -45,7 +45,10 @@ def test_panel_pins_and_updates():
     assert panel.memory_chart is None and panel.time_chart is None and panel.body.children == ()
     panel.pin()
     assert panel.body.layout.display == "" and not panel.unpin_button.disabled
-    assert panel.memory_chart in panel.body.children[0].children
+    columns = panel.body.children[0].children  # one column per chart: the figure, then its HTML legend under it
+    assert [col.children for col in columns] == [(panel.memory_chart, panel.memory_chart.legend),
+                                                 (panel.time_chart, panel.time_chart.legend)]
+    assert not any(mark.display_legend for fig in (panel.memory_chart, panel.time_chart) for mark in fig.marks)
     assert "no differences" in panel.inputs.value
     panel.update(build_scenario(nodes=2))
     assert "nodes" in panel.inputs.value and "train_batch_size" in panel.config.value

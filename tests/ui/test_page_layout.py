@@ -84,7 +84,7 @@ def test_a_hf_config_json_becomes_the_scenarios_model_with_the_cli_reader():
     ('{"model_type": "llama", "hidden_size": NaN}', "NaN"),
     ("[1, 2]", "JSON object"),
     ("", "empty"),
-    ("x" * (MAX_CONFIG_BYTES + 1), f"{MAX_CONFIG_BYTES:,}"),
+    ("x" * (MAX_CONFIG_BYTES + 1), f"the limit is {MAX_CONFIG_BYTES} bytes"),  # the CLI's words (hfconfig.too_large_message)
 ])
 def test_a_malformed_config_json_names_the_key_and_keeps_the_last_setup(text, key):
     app = PlannerApp()

@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from zeroplanner.catalog.hfconfig import MAX_CONFIG_BYTES  # noqa: E402
+from zeroplanner.catalog.hfconfig import MAX_CONFIG_BYTES, too_large_message  # noqa: E402
 from zeroplanner.server import SHARE_DIR, TEMPLATE  # noqa: E402
 from zeroplanner.ui import PlannerApp  # noqa: E402
 
@@ -48,11 +48,13 @@ def test_the_script_reads_that_limit_and_says_what_the_app_says(app):
     size = MAX_CONFIG_BYTES + 1
     assert app.load_hf_config(b"x" * size, "big.json") is None
     said = html.unescape(re.sub(r"<[^>]+>", "", app.hf_message.value))
-    assert said == (f"Cannot use big.json: {size:,} bytes; the limit is {MAX_CONFIG_BYTES:,} bytes. "
+    # the CLI's --hf-config size error (one reader, one message: catalog.hfconfig.too_large_message)
+    assert said == (f"Cannot use big.json: {too_large_message('big.json', size)}. "
                     "The planner keeps the last valid setup.")
-    # the script's sentence, piece by piece (numbers formatted like Python's "{:,}": toLocaleString("en-US"))
-    for piece in ('"Cannot use "', '" bytes; the limit is "', '" bytes. The planner keeps the last valid setup."',
-                  'toLocaleString("en-US")', "slice(0, 120)"):
+    assert too_large_message("big.json", size) == f"'big.json' is {size} bytes; the limit is {MAX_CONFIG_BYTES} bytes"
+    # the script's sentence, piece by piece (the name quoted as repr quotes it, sizes in plain digits: String())
+    for piece in ('"Cannot use "', "\" '\" + name + \"' is \" + String(file.size) + \" bytes; the limit is \" + "
+                  "String(limit) +", '" bytes. The planner keeps the last valid setup."', "slice(0, 120)"):
         assert piece in SCRIPT, piece
 
 

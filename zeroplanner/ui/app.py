@@ -50,8 +50,38 @@ from .state import (
 _CSS = """
 <style>
 .zp-app { font-family: var(--jp-ui-font-family, sans-serif); container-type: inline-size; }
-.zp-verdict { max-height: 150px; overflow-y: auto; }
-.zp-app .lm-TabBar-tab { min-width: 0 !important; flex: 0 1 auto !important; padding: 0 10px !important; }
+/* the verdict: headline, step peak and warnings first (state.banner_html), reasons collapsed; the box is bounded so
+   that the main chart stays above the fold at 1440 x 900, and tall enough for the headline and the first warning */
+.zp-verdict { max-height: 330px; overflow-y: auto; }
+.zp-verdict summary { cursor: pointer; color: #333; margin-top: 2px; }
+.zp-verdict .zp-advice, .zp-verdict .zp-warnings, .zp-verdict .zp-reasons { margin: 2px 0 0 0; }
+/* tab titles keep their width (never cut); a bar too narrow for them wraps */
+.zp-app .lm-TabBar-tab { min-width: 0 !important; flex: 0 0 auto !important; padding: 0 10px !important; }
+.zp-app .lm-TabBar-content { flex-wrap: wrap; }
+.zp-app .widget-toggle-button { text-overflow: clip; padding: 0 10px; }
+/* controls: a label never cut (it wraps), a readout looks like the box it is (it takes a typed value) */
+.zp-controls .widget-inline-hbox > .widget-label { white-space: normal; overflow-wrap: anywhere; text-overflow: clip;
+                                                  line-height: 14px; display: flex; align-items: center;
+                                                  justify-content: flex-end; align-self: stretch; }
+.zp-controls .jupyter-widget-Collapse-contents { padding: 6px 2px 6px 4px; }
+/* the column scrolls (max-height) instead of squeezing its parts: an open Advanced section left the main controls
+   0 px tall */
+.zp-controls > .lm-Widget { flex-shrink: 0; }
+.zp-controls .widget-checkbox .widget-label-basic { white-space: normal; text-overflow: clip; line-height: 16px; }
+.zp-controls .widget-readout { border: 1px solid #b5b5b5; border-radius: 3px; background: #fff; cursor: text;
+                               min-width: 52px; max-width: 84px; height: 24px; line-height: 24px; padding: 0 4px; }
+.zp-controls .widget-readout:focus { outline: 2px solid #4c78a8; }
+.zp-controls .zp-hint { color: #555; margin: 0 0 2px 0; }
+.zp-controls .zp-no-effect { color: #8a5a00; margin: -2px 0 4px 8px; }
+.zp-controls .zp-note:not(:has(small)) { display: none; }
+.zp-controls .zp-inactive { opacity: 0.6; }
+/* three columns: a slider's label sits above its track, so the track has the column's width (>= 180 px) */
+@container (min-width: 1241px) {
+  .zp-grid .zp-controls .widget-inline-hbox > .widget-label { justify-content: flex-start; padding-left: 4px; }
+  .zp-grid .zp-controls .widget-hslider { flex-wrap: wrap; height: auto; row-gap: 0; }
+  .zp-grid .zp-controls .widget-hslider > .widget-label { width: 100% !important; justify-content: flex-start;
+                                                          line-height: 18px; margin: 2px 0 0 0; }
+}
 .zp-verdict .zp-banner { margin: 0 0 4px 0; }
 .zp-grid .zp-controls .widget-accordion, .zp-grid .zp-controls .lm-Widget { max-width: 100%; }
 /* narrower than three columns (a small window, a JupyterLab cell): one column, controls first */
@@ -174,10 +204,6 @@ def receive_voila_request() -> None:
         os.environ[str(key)] = str(value)
 
 
-def _no_constant(name: str) -> float:
-    raise ValueError(f"non-standard JSON constant {name} is not allowed")
-
-
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -260,7 +286,7 @@ class PlannerApp(w.VBox):
                                          style={"description_width": "70px"}, layout=w.Layout(width="100%"))
         self.mode_toggle = w.ToggleButtons(options=[("DeepSpeed JSON", "deepspeed"), ("HF Trainer (auto)",
                                                                                        "hf_trainer")],
-                                           value=self.state.config_mode, style={"button_width": "130px"})
+                                           value=self.state.config_mode, style={"button_width": "auto"})
         self.variant_picker.observe(lambda ch: self._queue("config_variant", ch["new"]), names="value")
         self.mode_toggle.observe(lambda ch: self._queue("config_mode", ch["new"]), names="value")
         self.config_area = w.Textarea(layout=w.Layout(width="100%", height="430px"))
@@ -586,15 +612,18 @@ class PlannerApp(w.VBox):
     def compute_largest(self) -> dict[str, int]:
         """``zeroplanner.planner.largest_model`` for the current scenario, shown as a table (parameters, B).
         On demand only (about 0.3 s): the result is marked out of date when the setup changes."""
-        from ..planner import largest_model
+        from ..planner import largest_model_limits
+        from .charts import largest_limit_text
 
-        scenario, result = self._on_demand(largest_model, self.largest_html)
-        if result is None:
+        scenario, limits = self._on_demand(largest_model_limits, self.largest_html)
+        if limits is None:
             return {}
+        result = {label: r["parameters"] for label, r in limits.items()}
         top = max(result.values(), default=0) or 1
         self._largest_table = _bar_table(
-            "zp-largest", ("variant", "largest model (parameters)"), "#4c78a8", 240,
-            [((label, f"{p / 1e9:,.1f} B" if p else "none on the grid"), p / top) for label, p in result.items()])
+            "zp-largest", ("variant", "largest model (parameters)", "limited by"), "#4c78a8", 200,
+            [((label, f"{p / 1e9:,.1f} B" if p else "none on the grid", largest_limit_text(limits[label])), p / top)
+             for label, p in result.items()])
         self._largest_for = scenario
         self.largest_html.value = self._largest_table
         return result
@@ -821,24 +850,12 @@ class PlannerApp(w.VBox):
         """Make a HF ``config.json`` (its text or bytes) the scenario's model, with the reader and limits of the
         CLI's ``--hf-config`` (``zeroplanner.catalog.hfconfig``: size, JSON, ``model_type``, shape keys). Errors are shown
         in the page naming the key; the last valid setup stays. Returns the Architecture, or None."""
-        from ..catalog.hfconfig import MAX_CONFIG_BYTES as HF_LIMIT
-        from ..catalog.hfconfig import architecture_from_hf_config
+        from ..catalog.hfconfig import architecture_from_hf_config, read_hf_config_bytes
 
-        raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         shown = html.escape(name[:120])
         try:
-            if not raw.strip():
-                raise ValueError("the file is empty")
-            if len(raw) > HF_LIMIT:
-                raise ValueError(f"{len(raw):,} bytes; the limit is {HF_LIMIT:,} bytes")
-            try:
-                data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-            except UnicodeDecodeError as exc:
-                raise ValueError(f"not UTF-8 text: {exc}") from None
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not valid JSON: {exc}") from None
-            if not isinstance(data, dict):
-                raise ValueError(f"must hold a JSON object, not {type(data).__name__}")
+            # the CLI's reader: its size, nesting-depth and JSON limits and messages (catalog.hfconfig)
+            data = read_hf_config_bytes(text, name[:120])
             stem = name.rsplit("/", 1)[-1].removesuffix(".json")
             label = data.get("_name_or_path") if isinstance(data.get("_name_or_path"), str) else None
             arch = architecture_from_hf_config(data, name=(label or stem or "uploaded")[:200])
@@ -919,7 +936,7 @@ class PlannerApp(w.VBox):
         try:
             config, read_findings = load_config_text(text)
             scenario, findings = from_deepspeed_config(config, base=self.state.scenario, mode=mode)
-            findings = [*read_findings, *findings, *lint(config, scenario, mode=mode)]
+            findings = lint(config, scenario, mode=mode, merge=[*read_findings, *findings])
             est = estimate(scenario)
         except Exception as exc:  # ConfigError/ValidationError/ValueError explain the input; others are shown too
             _log.debug("pasted config not read", exc_info=True)

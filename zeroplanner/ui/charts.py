@@ -47,6 +47,15 @@ _STATUS_BASELINE_PX = 17
 4 px above to 10 px below its offset point (Chromium's bounding boxes), so at 17 px the row ends 1 px above the
 edge and stays clear of off-scale bars, which reach it (tests/browser/test_browser_layout.py)."""
 _X_TICKS = {"font-size": "11px"}
+PLAIN_TICKS = ",.6~r"
+"""Tick format of linear axes whose values span decades (seconds per step, the compare charts): d3-format's ``r``
+is decimal notation (never an exponent: 3000 -> "3,000", 0.005 -> "0.005", where ``.3~g`` wrote "3e+3"), with a
+thousands separator and trailing zeros trimmed (``~``); 6 significant digits keep every nice tick value exact."""
+GIB_TICKS = ",.0f"
+"""Whole GiB (and node counts) with a thousands separator: "1,400", not "1400"."""
+RATE_TICKS = "~s"
+"""Tokens/s on the scaling chart's log axis: SI prefixes without trailing zeros ("1k", "10k", "1M"); the axis label
+says what k and M are."""
 """Variant ticks are short names (:func:`short_label`) written level, so they neither overlap nor reach past the
 figure; the full names are in the legend's key and in every bar's tooltip."""
 OFFSCALE_FACTOR = 1.6
@@ -219,7 +228,7 @@ class MemoryChart(bq.Figure):
         _SegmentClicks.install(self, self.bars, len(MEMORY_TERMS))
         axes = [
             bq.Axis(scale=self.x_scale, label="ZeRO variant", label_offset="36px", tick_style=_X_TICKS),
-            bq.Axis(scale=self.y_scale, side="left", label="GiB per GPU", tick_format=".0f",
+            bq.Axis(scale=self.y_scale, side="left", label="GiB per GPU", tick_format=GIB_TICKS,
                     label_offset="45px", grid_lines="dashed"),
         ]
         super().__init__(**_figure("Memory per GPU (GiB)",
@@ -302,11 +311,11 @@ class HostMemoryChart(bq.Figure):
                                  labels=["Host RAM per node"], display_legend=False, scales=scales)
         self.capacity_label = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="start", default_size=11,
                                        y_offset=-7, x_offset=-30, scales=scales)
-        self.bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["variant", "GiB per node"], formats=["", ".1f"])
+        self.bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["variant", "GiB per node"], formats=["", ",.1f"])
         self.legend = w.HTML()
         axes = [
             bq.Axis(scale=self.x_scale, label="ZeRO variant", label_offset="36px", tick_style=_X_TICKS),
-            bq.Axis(scale=self.y_scale, side="left", label="GiB per node", tick_format=".0f",
+            bq.Axis(scale=self.y_scale, side="left", label="GiB per node", tick_format=GIB_TICKS,
                     label_offset="45px", grid_lines="dashed"),
         ]
         super().__init__(**_figure("Host RAM per node (GiB)", [self.bars, self.capacity, self.capacity_label],
@@ -371,7 +380,7 @@ class StepTimeChart(bq.Figure):
         axes = [
             bq.Axis(scale=self.x_scale, label="ZeRO variant (tokens/s over bars)", label_offset="36px",
                     tick_style=_X_TICKS),
-            bq.Axis(scale=self.y_scale, side="left", label="seconds per step", tick_format=".3~g",
+            bq.Axis(scale=self.y_scale, side="left", label="seconds per step", tick_format=PLAIN_TICKS,
                     label_offset="45px", grid_lines="dashed"),
         ]
         # a step time measured in the user's log (app "Paste your log"), drawn beside the predicted bars
@@ -424,26 +433,68 @@ class StepTimeChart(bq.Figure):
         self._draw_measured()
 
 
+SCALING_MARKER_PX = 7
+"""Scaling markers whose centres would be closer than this vertically (px) are spread side by side this far apart:
+a ``marker_size`` 28 marker (bqplot's size is its area, px^2) is about 6 px across."""
+SCALING_PAD = 1.3
+"""The scaling chart's node axis runs from the fewest nodes / 1.3 to the most x 1.3 (log scale): a marker on the
+first or last node count would otherwise sit on the plot's edge, half clipped away."""
+
+
+def dodge_nodes(nodes: np.ndarray, tokens_per_second: np.ndarray, *, x_decades: float, y_decades: float,
+                width_px: float, height_px: float, marker_px: float = SCALING_MARKER_PX) -> np.ndarray:
+    """x positions (node counts) of the scaling chart's points, ``tokens_per_second``'s shape (lines, nodes):
+    ``nodes`` where a point stands apart; where points of several lines at one node count would be drawn within
+    ``marker_px`` of each other vertically (their tokens/s coincide or nearly, e.g. a variant with and without a
+    CPU optimizer on many nodes), they are spread side by side, ``marker_px`` apart, centred on the node count.
+    ``x_decades`` / ``y_decades``: the log axes' spans in decades, drawn over ``width_px`` / ``height_px``."""
+    y = np.asarray(tokens_per_second, dtype=float)
+    x = np.broadcast_to(np.asarray(nodes, dtype=float), y.shape).copy()
+    if y.size == 0 or x_decades <= 0 or y_decades <= 0:
+        return x
+    close = marker_px * y_decades / height_px  # decades of tokens/s within one marker
+    step = marker_px * x_decades / width_px  # decades of nodes between side-by-side markers
+    for j in range(y.shape[1]):
+        rows = [i for i in np.argsort(y[:, j], kind="stable") if np.isfinite(y[i, j]) and y[i, j] > 0]
+        groups: list[list[int]] = []
+        for i in rows:
+            if groups and np.log10(y[i, j]) - np.log10(y[groups[-1][-1], j]) < close:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        for group in groups:
+            for k, i in enumerate(sorted(group)):
+                x[i, j] *= 10 ** ((k - (len(group) - 1) / 2) * step)
+    return x
+
+
 class ScalingChart(bq.Figure):
-    """Tokens/s against node count (log axis), one line per variant over the node counts where it fits (each with
+    """Tokens/s against node count (log axes), one line per variant over the node counts where it fits (each with
     its own colour and marker, named in the HTML legend under the figure), and the current node count as a
-    vertical dotted line. One ``Lines`` mark per variant, created once (more are added only if a plan ever has
-    more variants than before)."""
+    vertical dotted line drawn under them. Points of lines that coincide are spread side by side
+    (:func:`dodge_nodes`) so every line's markers show; ``node_counts(i)`` gives line ``i``'s exact node counts
+    (its ``x`` may be dodged). One ``Lines`` mark per variant, created once (more are added only if a plan ever has
+    more variants than before); the Recommended line (the first) is drawn on top."""
 
     def __init__(self) -> None:
         self.x_scale = bq.LogScale()
         self.y_scale = bq.LogScale()
         self.lines: list[bq.Lines] = []
+        self._nodes: list[np.ndarray] = []
         self.legend = w.HTML()
         self.current = bq.Lines(x=[1.0, 1.0], y=[1.0, 10.0], colors=["#555555"], line_style="dotted",
                                 stroke_width=2, labels=["current nodes"], display_legend=False,
                                 scales={"x": self.x_scale, "y": self.y_scale})
         axes = [
-            bq.Axis(scale=self.x_scale, label="nodes (log)", tick_format=".0f", label_offset="32px"),
-            bq.Axis(scale=self.y_scale, side="left", label="tokens/s (log)", tick_format=".2s",
-                    label_offset="45px", grid_lines="dashed"),
+            bq.Axis(scale=self.x_scale, label="nodes (log)", tick_format=GIB_TICKS, label_offset="32px"),
+            bq.Axis(scale=self.y_scale, side="left", label="tokens/s (log; k = thousand, M = million)",
+                    tick_format=RATE_TICKS, label_offset="45px", grid_lines="dashed"),
         ]
         super().__init__(**_figure("Scaling: tokens/s vs nodes", [self.current], axes))
+
+    def node_counts(self, i: int) -> np.ndarray:
+        """The node counts of line ``i``'s points (its ``x`` before spreading coinciding points)."""
+        return self._nodes[i] if i < len(self._nodes) else np.zeros(0)
 
     def _line(self, i: int) -> bq.Lines:
         while len(self.lines) <= i:
@@ -451,9 +502,10 @@ class ScalingChart(bq.Figure):
             line = bq.Lines(x=[], y=[], colors=[LINE_COLORS[k % len(LINE_COLORS)]],
                             marker=LINE_MARKERS[k % len(LINE_MARKERS)], marker_size=28, stroke_width=2,
                             display_legend=False, labels=[""], scales={"x": self.x_scale, "y": self.y_scale})
-            line.tooltip = bq.Tooltip(fields=["x", "y"], labels=["nodes", "tokens/s"], formats=[".0f", ",.0f"])
+            # tokens/s only: a point's x may be spread off its node count (dodge_nodes); the axis gives the nodes
+            line.tooltip = bq.Tooltip(fields=["y"], labels=["tokens/s"], formats=[",.0f"])
             self.lines.append(line)
-            self.marks = [*self.lines, self.current]
+            self.marks = [self.current, *reversed(self.lines)]  # the current-nodes line under every point
         return self.lines[i]
 
     def update(self, view: ScalingView) -> None:
@@ -466,24 +518,38 @@ class ScalingChart(bq.Figure):
                 top = bottom * 10
         else:
             bottom, top = 1.0, 10.0
-        assign(self.x_scale, min=float(min(view.nodes.min(), view.current_nodes)),
-               max=float(max(view.nodes.max(), view.current_nodes)))
+        low = float(min(view.nodes.min(), view.current_nodes)) / SCALING_PAD
+        high = float(max(view.nodes.max(), view.current_nodes)) * SCALING_PAD
+        assign(self.x_scale, min=low, max=high)
         assign(self.y_scale, min=bottom, max=top)
         decades = 10.0 ** np.arange(np.log10(bottom), np.log10(top) + 0.5)
         assign(self.axes[1], tick_values=decades)
+        margin = self.fig_margin
+        x = dodge_nodes(view.nodes, np.where(finite, y, np.nan), x_decades=float(np.log10(high / low)),
+                        y_decades=float(np.log10(top / bottom)),
+                        width_px=FIGURE_WIDTH_PX - margin["left"] - margin["right"],
+                        height_px=FIGURE_HEIGHT_PX - margin["top"] - margin["bottom"])
         items = []
+        self._nodes = []
         for i, label in enumerate(view.labels):
             line = self._line(i)
             ok = finite[i]
             name = label if ok.any() else f"{label} (does not fit)"
-            assign(line, x=view.nodes[ok], y=y[i][ok], labels=[name], visible=bool(ok.any()))
-            items.append(("line", LINE_COLORS[i % len(LINE_COLORS)], name))
+            assign(line, x=x[i][ok], y=y[i][ok], labels=[name], visible=bool(ok.any()))
+            self._nodes.append(np.asarray(view.nodes, dtype=float)[ok])
+            symbol = _MARKER_SYMBOLS.get(LINE_MARKERS[i % len(LINE_MARKERS)], "")
+            items.append(("line", LINE_COLORS[i % len(LINE_COLORS)], f"{symbol} {name}" if symbol else name))
         for line in self.lines[len(view.labels):]:
             assign(line, visible=False)
         assign(self.current, x=[float(view.current_nodes)] * 2, y=[bottom, top])
         legend = legend_html(items + [("dash", "#555555", f"current: {view.current_nodes} nodes")])
         if self.legend.value != legend:
             self.legend.value = legend
+
+
+_MARKER_SYMBOLS = {"circle": "●", "square": "■", "triangle-up": "▲", "diamond": "◆", "cross": "✚",
+                   "triangle-down": "▼"}
+"""The legend names each scaling line's marker too (lines are told apart by colour and marker)."""
 
 
 def _tick_key(x: float) -> str:
@@ -541,7 +607,7 @@ class StepTimelineChart(bq.Figure):
         axes = [
             bq.Axis(scale=self.x_scale, label="phase of one training step (points in step order)",
                     label_offset="36px", tick_style=_X_TICKS, tick_values=[], grid_lines="none"),
-            bq.Axis(scale=self.y_scale, side="left", label="GiB per GPU", tick_format=".0f",
+            bq.Axis(scale=self.y_scale, side="left", label="GiB per GPU", tick_format=GIB_TICKS,
                     label_offset="45px", grid_lines="dashed"),
         ]
         self.measured = bq.Lines(x=[], y=[], colors=[MEASURED_COLOR], line_style="dashed", stroke_width=2,
@@ -617,3 +683,11 @@ class StepTimelineChart(bq.Figure):
         if view is None or p is None or not (0 <= p < len(view.labels)):
             return
         self.tooltip_html.value = timeline_tooltip(view, int(p))
+
+
+def largest_limit_text(limit: dict) -> str:
+    """The Largest-model table's "limited by" cell: :func:`zeroplanner.planner.largest_limit_text` (the CLI's
+    words)."""
+    from ..planner import largest_limit_text as text
+
+    return text(limit)

@@ -168,14 +168,23 @@ class ComparePanel(w.VBox):
 
     @staticmethod
     def _chart(title: str, labels: list[str], colors: tuple[str, ...], unit: str) -> bq.Figure:
+        """Two stacked bars (pinned, current). The legend is HTML under the figure (``figure.legend``, placed by
+        :meth:`_render`): bqplot's own legend is drawn inside the plot area, over the bars."""
+        from .charts import PLAIN_TICKS, legend_html
+
         xs, ys = bq.OrdinalScale(domain=["Pinned", "Current"]), bq.LinearScale(min=0.0)
         bars = bq.Bars(x=["Pinned", "Current"], y=np.zeros((len(labels), 2)), type="stacked", colors=list(colors),
-                       labels=labels, display_legend=True, scales={"x": xs, "y": ys}, padding=0.4)
-        bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["", unit], formats=["", ".3g"])
-        axes = [bq.Axis(scale=xs), bq.Axis(scale=ys, side="left", label=unit, tick_format=".3~g")]
-        return bq.Figure(marks=[bars], axes=axes, title=title, animation_duration=0, legend_location="top-left",
-                         fig_margin={"top": 40, "bottom": 30, "left": 55, "right": 10},
-                         layout=w.Layout(width="50%", height="300px", min_width="300px"))
+                       labels=labels, display_legend=False, scales={"x": xs, "y": ys}, padding=0.4)
+        bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["", unit], formats=["", PLAIN_TICKS])
+        axes = [bq.Axis(scale=xs), bq.Axis(scale=ys, side="left", label=unit, tick_format=PLAIN_TICKS,
+                                          label_offset="42px")]
+        figure = bq.Figure(marks=[bars], axes=axes, title=title, animation_duration=0,
+                           fig_margin={"top": 40, "bottom": 30, "left": 60, "right": 10},
+                           layout=w.Layout(width="100%", height="300px"))
+        legend = w.HTML(legend_html([("box", c, n) for c, n in zip(colors, labels)]))
+        legend.add_class("zp-compare-legend")
+        figure.legend = legend
+        return figure
 
     def update(self, scenario: Scenario) -> None:
         """Make ``scenario`` the current side and redraw. Planned only while something is pinned (the app calls
@@ -208,9 +217,15 @@ class ComparePanel(w.VBox):
             return
         self.body.layout.display = ""
         if self.memory_chart is None:  # first pin: build the charts now that the body is visible
-            self.memory_chart = self._chart("Memory per GPU (GiB)", [n for _, n in MEMORY_TERMS], TERM_COLORS, "GiB")
-            self.time_chart = self._chart("Step time (s)", [n for _, n in TIME_PARTS], TIME_COLORS, "s")
-            self.body.children = [w.HBox([self.memory_chart, self.time_chart]), self.table, self.inputs, self.config]
+            self.memory_chart = self._chart("Memory per GPU (GiB)", [n for _, n in MEMORY_TERMS], TERM_COLORS,
+                                            "GiB per GPU")
+            self.time_chart = self._chart("Step time (s)", [n for _, n in TIME_PARTS], TIME_COLORS,
+                                          "seconds per step")
+            column = dict(width="50%", min_width="300px")
+            charts = [w.VBox([fig, fig.legend], layout=w.Layout(**column))
+                      for fig in (self.memory_chart, self.time_chart)]
+            self.body.children = [w.HBox(charts, layout=w.Layout(flex_flow="row wrap")), self.table, self.inputs,
+                                  self.config]
         self.status.value = f"<span class='zp-muted'>Pinned: {html.escape(self.pinned.label)}</span>"
         a, b = self.pinned, self.current
         for fig, values in ((self.memory_chart, (a.memory_gib, b.memory_gib)),

@@ -441,16 +441,13 @@ def _variants(plan: Any) -> list[tuple[str, Scenario, Any]]:
 
 
 def zeropp_label(state: AppState) -> str:
-    """Chart label of the ZeRO++ variant, e.g. 'ZeRO-3 + ZeRO++ (hpZ 8, qwZ, qgZ)'."""
+    """Chart label of the ZeRO++ variant, e.g. 'ZeRO-3 + ZeRO++ (hpZ 8, qwZ, qgZ)' (the planner's words,
+    :func:`zeroplanner.planner.zeropp_parts`)."""
+    from ..planner import zeropp_parts
+
     z = state.scenario.zero
-    parts = []
-    if z.zero_hpz_partition_size > 1:
-        parts.append(f"hpZ {z.zero_hpz_partition_size}")
-    if z.zero_quantized_weights:
-        parts.append("qwZ")
-    if z.zero_quantized_gradients:
-        parts.append("qgZ")
-    return f"ZeRO-3 + ZeRO++ ({', '.join(parts)})"
+    parts = zeropp_parts(z.zero_hpz_partition_size, z.zero_quantized_weights, z.zero_quantized_gradients)
+    return f"ZeRO-3 + ZeRO++ ({parts})"
 
 
 def zeropp_scenario(state: AppState) -> Scenario:
@@ -623,7 +620,10 @@ def choice_text(choice: Any) -> str:
 
 
 def banner_html(plan: Any) -> str:
-    """The recommendation banner: the planner's choice, its key numbers, reasons and warnings (HTML)."""
+    """The recommendation banner (HTML), in the order a reader needs it: the headline (the planner's choice and its
+    key numbers, ``zp-headline``), the step's peak, the warnings, the advice, the assumptions, then the reasons in a
+    collapsed ``<details>`` ("Why this pick"). The page shows the banner in a box of bounded height; the headline and
+    the first warning come first so that they are read without scrolling it."""
     est = _attr(plan, "estimate")
     scenario = _attr(plan, "scenario")
     reasons = [str(r) for r in (_attr(plan, "reasons", []) or [])]
@@ -631,8 +631,8 @@ def banner_html(plan: Any) -> str:
     esc = html.escape
     if not _attr(plan, "fits", False):
         head = (
-            '<div class="zp-banner zp-bad"><b>Does not fit.</b> No ZeRO stage or offload choice fits this model '
-            "on this cluster."
+            '<div class="zp-banner zp-bad"><div class="zp-headline"><b>Does not fit.</b> No ZeRO stage or offload '
+            "choice fits this model on this cluster.</div>"
         )
     else:
         # the step's peak (costmodel/timeline.py), the figure the fit is decided by
@@ -641,23 +641,26 @@ def banner_html(plan: Any) -> str:
                  else _attr(_attr(est, "per_gpu_bytes"), "total", 0.0)) or 0.0
         cap = scenario.cluster.memory_per_gpu_bytes if scenario is not None else 0
         head = (
-            f'<div class="zp-banner zp-good"><b>Recommended: {esc(choice_text(_attr(plan, "choice")))}.</b> '
+            f'<div class="zp-banner zp-good"><div class="zp-headline"><b>Recommended: '
+            f'{esc(choice_text(_attr(plan, "choice")))}.</b> '
             f"peak {_fmt_gib(total)} of {_fmt_gib(cap)} per GPU, step {float(_attr(est, 'step_seconds', 0)):.3g} s, "
-            f"{_fmt_rate(float(_attr(est, 'tokens_per_second', 0)))}."
+            f"{_fmt_rate(float(_attr(est, 'tokens_per_second', 0)))}.</div>"
         )
-    assumed = [str(a) for a in (_attr(plan, "assumptions", []) or [])]
-    if assumed:  # the defaults the verdict rests on, with the verdict (before the reasons)
-        head += "".join(f"<div class='zp-assume'>{esc(sentence(a))}</div>" for a in assumed)
+    head += step_peak_html(est, "Over one step" if _attr(plan, "fits", False) else "Your settings over one step")
+    witems = "".join(f"<li>{esc(w)}</li>" for w in warnings)
+    # warnings right under the headline: the banner is a box of bounded height, and a warning must not scroll away
+    body = f"<div class='zp-warn-title'>Warnings</div><ul class='zp-warnings'>{witems}</ul>" if witems else ""
     advice = [str(a) for a in (_attr(plan, "advice", []) or [])]
     if advice:
-        head += "<ul class='zp-advice'>" + "".join(f"<li><b>Advice:</b> {esc(a)}</li>" for a in advice) + "</ul>"
-    head += step_peak_html(est, "Over one step" if _attr(plan, "fits", False) else "Your settings over one step")
-    items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
-    witems = "".join(f"<li>{esc(w)}</li>" for w in warnings)
-    # warnings first: the banner is a fixed-height box at 1440 x 900, and a warning is what must not scroll away
-    body = f"<div class='zp-warn-title'>Warnings</div><ul class='zp-warnings'>{witems}</ul>" if witems else ""
-    if items:
-        body += f"<ul class='zp-reasons'>{items}</ul>"
+        body += "<ul class='zp-advice'>" + "".join(f"<li><b>Advice:</b> {esc(a)}</li>" for a in advice) + "</ul>"
+    assumed = [str(a) for a in (_attr(plan, "assumptions", []) or [])]
+    # the defaults the verdict rests on, with the verdict (before the reasons)
+    body += "".join(f"<div class='zp-assume'>{esc(sentence(a))}</div>" for a in assumed)
+    if reasons:
+        items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
+        why = "Why this pick" if _attr(plan, "fits", False) else "How the candidates compare"
+        body += (f"<details class='zp-why'><summary>{why} ({len(reasons)} reason"
+                 f"{'s' if len(reasons) != 1 else ''})</summary><ul class='zp-reasons'>{items}</ul></details>")
     return head + body + "</div>"
 
 

@@ -54,8 +54,18 @@ _CSS = """
 .zp-tutorial .zp-no { color: #c62828; font-weight: bold; }
 .zp-tutorial table { border-collapse: collapse; }
 .zp-tutorial td, .zp-tutorial th { padding: 2px 8px; border-bottom: 1px solid #ddd; text-align: left; }
+.zp-tutorial .zp-tutorial-step, .zp-tutorial .widget-htmlmath, .zp-tutorial .widget-htmlmath-content,
+.zp-tutorial .zp-explain { min-width: 0; max-width: 100%; box-sizing: border-box; }
+.zp-tutorial .zp-explain-formula, .zp-tutorial .zp-explain-numbers,
+.zp-tutorial mjx-container[display="true"], .zp-tutorial .MathJax_Display {
+  max-width: 100%; overflow-x: auto; overflow-y: hidden; }
 </style>
 """
+"""The tutorial's styles. Formula blocks (``$$...$$`` in ``zp-explain-formula`` / ``zp-explain-numbers``, typeset by
+MathJax as ``mjx-container[display]``) are at most as wide as their step and scroll sideways inside their own box
+(``min-width: 0`` on the HTMLMath widget's content: a flex item, it otherwise grows to its widest formula):
+a substituted formula is up to twice as wide as an 800 px window, and was cut off at the page's edge
+(tests/browser/test_browser_charts.py)."""
 
 
 def with_zero(scenario: Scenario, stage: int, offload_optimizer: str = "none", offload_param: str = "none") -> Scenario:
