@@ -153,3 +153,28 @@ def read_regular_file_tail(path: str | os.PathLike[str], max_bytes: int, what: s
     finally:
         os.close(fd)
     return b"".join(chunks), start
+
+
+def nesting_over(text: str, limit: int) -> bool:
+    """Whether the JSON text nests objects/arrays deeper than ``limit`` (brackets outside strings), found in one
+    pass without parsing: ``json.loads`` recurses once per level and ``'[' * 10000`` raised RecursionError.
+    The pre-check of every JSON reader of user text (an HF config.json, a DeepSpeed config)."""
+    level = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            level += 1
+            if level > limit:
+                return True
+        elif ch in "]}":
+            level -= 1
+    return False

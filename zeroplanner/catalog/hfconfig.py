@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..files import read_regular_file
+from ..files import nesting_over, read_regular_file
 from ..specs import Architecture, LinearMixer, VisionTower, _field_bound
 
 __all__ = [
@@ -1117,30 +1117,6 @@ nested between :data:`MAX_CONFIG_DEPTH` and this is parsed, and :func:`check_con
 that goes too deep; either way the message names :data:`MAX_CONFIG_DEPTH`."""
 
 
-def _nesting_over(text: str, limit: int) -> bool:
-    """Whether the JSON text nests objects/arrays deeper than ``limit`` (brackets outside strings), found in one
-    pass without parsing: ``json.loads`` recurses once per level and ``'[' * 10000`` raised RecursionError."""
-    level = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            level += 1
-            if level > limit:
-                return True
-        elif ch in "]}":
-            level -= 1
-    return False
-
-
 def read_hf_config_bytes(raw: bytes | str, name: str) -> dict[str, Any]:
     """The dict in a config.json's bytes (or text), read with this module's limits; ``name`` (a path or a file
     name) is quoted in the messages. The one reader of config.json content: :func:`load_hf_config` (the CLI's and
@@ -1159,7 +1135,7 @@ def read_hf_config_bytes(raw: bytes | str, name: str) -> dict[str, Any]:
         raise ValueError(f"HF config {name!r} is not UTF-8 text: {exc}") from None
     if not text.strip():
         raise ValueError(f"HF config {name!r} is empty")
-    if _nesting_over(text, _PARSE_DEPTH_GUARD):
+    if nesting_over(text, _PARSE_DEPTH_GUARD):
         raise ValueError(f"HF config {name!r} is nested deeper than {MAX_CONFIG_DEPTH} levels")
     try:
         data = json.loads(text, parse_constant=_reject_constant)

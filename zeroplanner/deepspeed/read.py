@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from ..costmodel.context import attention_tp_share
+from ..files import nesting_over
 from ..costmodel.ulysses import check_ulysses
 from ..specs import OffloadSpec, Scenario, TrainingSpec, ZeroSpec, hpz_divides
 from .emit import hf_auto_values
@@ -101,26 +102,8 @@ def load_config_text(text: str | bytes, mode: Mode = "deepspeed") -> tuple[dict[
     if not text.strip():
         raise ConfigError("config is empty (DeepSpeed would read it as {} and then fail: no batch size)")
     # Cheap pre-check: nesting depth from brackets outside strings, so a hostile "[[[[..." never reaches the parser.
-    level = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            level += 1
-            if level > deepest:
-                deepest = level
-                if deepest > MAX_DEPTH:
-                    raise ConfigError(f"config nests deeper than {MAX_DEPTH} levels")
-        elif ch in "]}":
-            level -= 1
+    if nesting_over(text, MAX_DEPTH):
+        raise ConfigError(f"config nests deeper than {MAX_DEPTH} levels")
     duplicates: list[str] = []
 
     def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
