@@ -373,7 +373,7 @@ INPUTS: tuple[Input, ...] = (
           f"catalog name (default {DEFAULT_MODEL}); see `zeroplanner models`", path="model",
           default_value=DEFAULT_MODEL, apply_fn=_apply_model, read_fn=_read_model,
           widget=Widget("dropdown", "Model")),
-    Input("params", "Model size (parameters)", "int", "model (one of)", "a bare parameter count, e.g. 7e9",
+    Input("params", "Model size (parameters)", "int", "model (one of)", "a bare parameter count, e.g. 7e9 or 7B",
           path="model.parameter_count_override", bounds=(1_000_000, 10**15), default_value=None,
           apply_fn=_apply_params, read_fn=lambda s: s.model.parameter_count_override,
           shown_fn=lambda s: s.parameters,

@@ -53,7 +53,7 @@ class _Parser(argparse.ArgumentParser):
 _SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 
 
-def _positive_int(name: str, low: int = 1, high: int = 10**7):
+def _positive_int(name: str, low: int = 1, high: int = 10**7, hint: str = ""):
     def parse(text: str) -> int:
         scale = 1
         if text[-1:].lower() in _SUFFIXES and text[:-1].replace(".", "", 1).isdigit():  # 7B, 1.5B, 500M
@@ -62,9 +62,9 @@ def _positive_int(name: str, low: int = 1, high: int = 10**7):
         try:
             value = int(float(text)) if ("e" in text.lower() or "." in text) else int(text)
         except (ValueError, OverflowError):  # OverflowError: "1e400" is inf
-            raise argparse.ArgumentTypeError(f"{name} must be an integer in [{low}, {high}] (got {text!r})") from None
+            raise argparse.ArgumentTypeError(f"{name} must be an integer in [{low}, {high}] (got {text!r}){hint}") from None
         if not (low <= value <= high) or (("e" in text.lower() or "." in text) and float(text) != value):
-            raise argparse.ArgumentTypeError(f"{name} must be an integer in [{low}, {high}] (got {text!r})")
+            raise argparse.ArgumentTypeError(f"{name} must be an integer in [{low}, {high}] (got {text!r}){hint}")
         return value
 
     return parse
@@ -88,7 +88,8 @@ def _input_type(inp: Input):
     """argparse type of an int/float input: the bounds of its spec field, in the input's unit."""
     flag = inp.cli_flag
     if inp.kind == "int":
-        return _positive_int(flag, int(inp.low), int(inp.high))
+        hint = "; a count such as 7e9, 7B or 500M" if inp.key == "params" else ""
+        return _positive_int(flag, int(inp.low), int(inp.high), hint)
     return _positive_float(flag, inp)
 
 

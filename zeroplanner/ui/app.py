@@ -452,7 +452,7 @@ class PlannerApp(w.VBox):
         box = self._tab_boxes[self.tab_index("largest")]
         if box.children:
             return
-        self.largest_button = w.Button(description="Update", layout=w.Layout(width="90px"),
+        self.largest_button = w.Button(description="Update", layout=w.Layout(width="auto", min_width="90px"),
                                        tooltip="Search the largest Llama-shaped model each variant can train here")
         self.largest_button.on_click(lambda _: (self.compute_largest(), self.compute_longest()))
         box.children = [w.HBox([self.largest_button, w.HTML(
