@@ -172,7 +172,8 @@ def _file_usage_error(option: str, path: str, exc: InputFileError) -> UsageError
 
 
 def _read_json_file(option: str, path: str) -> Any:
-    """The JSON value in the file ``path`` given to ``option`` (``--hf-config``, ``--cluster-from``), read by
+    """The JSON value in the file ``path`` given to ``option`` (``--cluster-from``; ``--hf-config`` goes through
+    :func:`_read_hf_config`), read by
     :func:`read_input_file` (a regular file of at most :data:`MAX_INPUT_FILE_BYTES`); text that is not JSON
     raises :class:`UsageError` naming the option and the path (one line, exit status 2)."""
     raw = read_input_file(option, path, MAX_INPUT_FILE_BYTES)
@@ -224,9 +225,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Build the Scenario from parsed scenario options; raises UsageError naming the option."""
     hf = None
     if args.hf_config is not None:
-        hf = _read_hf_config("--hf-config", args.hf_config)
-        if not isinstance(hf, dict):
-            fail("--hf-config", "must be a JSON object")
+        hf = _read_hf_config("--hf-config", args.hf_config)  # a dict: read_hf_config_bytes refuses anything else
         from ..catalog.hfconfig import name_from_path
 
         named = hf.get("_name_or_path")

@@ -610,8 +610,7 @@ def order_findings(findings: Iterable[Finding]) -> list[Finding]:
         said = (f.key, f.message)
         if said not in kept or _SEVERITY_ORDER[f.severity] < _SEVERITY_ORDER[kept[said].severity]:
             kept[said] = f
-    firsts = {id(f): i for i, f in enumerate(kept.values())}
-    return sorted(kept.values(), key=lambda f: (_SEVERITY_ORDER[f.severity], firsts[id(f)]))
+    return sorted(kept.values(), key=lambda f: _SEVERITY_ORDER[f.severity])  # stable: first-said order kept
 
 
 _HF_MODEL_MARKERS = ("model_type", "architectures", "transformers_version")
