@@ -135,3 +135,62 @@ def test_hf_fill_that_fails_in_its_constructor_is_a_finding_not_a_crash():
     raised AttributeError out of library_findings; it is the fill failing, reported as such."""
     found = library_findings({"train_micro_batch_size_per_gpu": 2, "zero_optimization": 5}, BASE, "hf_trainer")
     assert [f.rule for f in found] == ["hf_fill_mismatch"] and "AttributeError" in found[0].message
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The fill in a child process (``zeroplanner check --hf-trainer`` run as a command: hf_fill.FillChild)
+# ---------------------------------------------------------------------------------------------------------------
+CHILD_CASES = {  # what the child must answer exactly as this process does: accepted, the Trainer's and
+    "accepted": planted("hf_trainer"),  # accelerate's refusals, and the constructor failing
+    "trainer_mismatch": planted("hf_trainer", train_batch_size=7),
+    "accelerate_auto_left": {**planted("hf_trainer"), "bfloat16": {"enabled": "auto"}},
+    "constructor_fails": {"train_micro_batch_size_per_gpu": 2, "zero_optimization": 5},
+}
+
+
+def test_fill_in_a_child_gives_this_process_answer():
+    """FillChild runs hf_fill.py as a file in a fresh interpreter (no zeroplanner import): its answer is the same
+    filled config and findings as hf_fill.fill here, for an accepted config and each kind of refusal."""
+    from zeroplanner.deepspeed import hf_fill
+    from zeroplanner.deepspeed.library import fill_shape
+
+    for name, config in CHILD_CASES.items():
+        shape = fill_shape(config, BASE)
+        with hf_fill.FillChild() as child:
+            answer = child.fill(copy.deepcopy(config), shape)
+        assert answer == hf_fill.fill(copy.deepcopy(config), shape), name
+    assert hf_fill.fill(CHILD_CASES["accelerate_auto_left"], fill_shape({}, BASE))[1][0]["key"] == "bfloat16.enabled"
+
+
+def test_a_child_that_cannot_answer_leaves_the_fill_to_this_process(monkeypatch):
+    """A child that exits without an answer (here: an interpreter that is not Python) is no answer: fill() returns
+    None and library_findings fills in this process, with the same findings as without a child."""
+    from zeroplanner.deepspeed import hf_fill
+
+    config = CHILD_CASES["trainer_mismatch"]
+    monkeypatch.setattr(hf_fill.sys, "executable", "/bin/false")
+    with hf_fill.FillChild() as child:
+        assert child.fill(config, {"world_size": 8}) is None
+    with hf_fill.FillChild() as child:
+        assert library_findings(config, BASE, "hf_trainer", child) == library_findings(config, BASE, "hf_trainer")
+
+
+def test_check_as_a_command_says_what_check_in_process_says(tmp_path, capsys):
+    """The whole-process command (``python -m zeroplanner.cli``: the child fill) and main() in this process (the
+    in-process fill) print the same JSON, on a config the fill accepts and one accelerate refuses."""
+    import json
+    import subprocess
+    import sys
+
+    from zeroplanner.cli import main
+
+    for name in ("accepted", "accelerate_auto_left"):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(CHILD_CASES[name]))
+        args = ["check", str(path), "--hf-trainer", "--json"]
+        rc = main(args)
+        here = json.loads(capsys.readouterr().out)
+        done = subprocess.run([sys.executable, "-m", "zeroplanner.cli", *args], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == rc, done.stderr[-2000:]
+        assert json.loads(done.stdout) == here, name

@@ -1,7 +1,5 @@
 """``python -m zeroplanner.cli`` is the ``zeroplanner`` command."""
 
-import sys
+from . import entry
 
-from . import main
-
-sys.exit(main())
+entry()

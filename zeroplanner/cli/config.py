@@ -443,10 +443,24 @@ def _not_a_deepspeed_config(args, base, finding: Finding, mode: str) -> int:
 
 
 def run_check(args) -> int:
+    mode = "hf_trainer" if args.hf_trainer else "deepspeed"
+    child = None
+    if mode == "hf_trainer" and not args.no_library_check and getattr(args, "whole_process", False):
+        from ..deepspeed.hf_fill import FillChild, available
+
+        # transformers and accelerate load in a child while this process reads, prices and loads DeepSpeed
+        child = FillChild() if available() else None
+    try:
+        return _run_check(args, mode, child)
+    finally:
+        if child is not None:
+            child.close()
+
+
+def _run_check(args, mode: str, child) -> int:
     from .common import estimate_json, inputs_json, scenario_from_args
     from ..costmodel import estimate
 
-    mode = "hf_trainer" if args.hf_trainer else "deepspeed"
     try:
         config, read_findings = read_config_file(args.config_path, "CONFIG", mode)
     except ConfigError as exc:  # not readable as a config (a path that is no regular file: UsageError, exit 2)
@@ -484,7 +498,7 @@ def run_check(args) -> int:
     if not args.no_library_check:
         from ..deepspeed.library import library_findings, library_versions
 
-        library = library_findings(config, scenario, mode)
+        library = library_findings(config, scenario, mode, child)
         if library is not None:
             versions = library_versions() or {}
             names = [f"deepspeed {versions.get('deepspeed', '?')} DeepSpeedConfig"]

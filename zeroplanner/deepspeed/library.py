@@ -35,12 +35,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import math
 import sys
 import types
 from typing import Any, Iterator
 
 from ..specs import Scenario
+from . import hf_fill
+from .hf_fill import _get, _number
 from .keys import AUTO, Finding, Mode, clip_key
 from .read import batch_world_size
 
@@ -78,7 +79,12 @@ def _quiet() -> Iterator[None]:
 
 
 def library_versions() -> dict[str, str] | None:
-    """Versions of the libraries :func:`library_findings` uses, or None when DeepSpeed is not installed."""
+    """Versions of the libraries :func:`library_findings` uses, or None when DeepSpeed is not installed. DeepSpeed's
+    is its ``__version__`` (imported: the validation needs it anyway); transformers' is the installed distribution's
+    (``importlib.metadata``, which is what ``transformers.__version__`` reports), so asking does not import
+    transformers in a process whose fill ran in :class:`~zeroplanner.deepspeed.hf_fill.FillChild`."""
+    import importlib.metadata
+
     with _quiet():
         try:
             import deepspeed
@@ -86,10 +92,8 @@ def library_versions() -> dict[str, str] | None:
             return None
         out = {"deepspeed": deepspeed.__version__}
         try:
-            import transformers
-
-            out["transformers"] = transformers.__version__
-        except ImportError:
+            out["transformers"] = importlib.metadata.version("transformers")
+        except importlib.metadata.PackageNotFoundError:
             pass
     return out
 
@@ -107,99 +111,15 @@ def _deepspeed_world(world_size: int) -> Iterator[None]:
         ds_config.dist = real
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _get(config: dict[str, Any], dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _training_arguments(config: dict[str, Any], scenario: Scenario) -> tuple[Any, dict[str, Any]]:
-    """A TrainingArguments stand-in (the attributes HfTrainerDeepSpeedConfig reads) and what it assumed."""
-    import dataclasses
-
-    from transformers import TrainingArguments
-
-    defaults = {f.name: f.default for f in dataclasses.fields(TrainingArguments)}
+def fill_shape(config: dict[str, Any], scenario: Scenario) -> hf_fill.Shape:
+    """What the HF Trainer's ``TrainingArguments`` and model would say for ``scenario`` (:data:`hf_fill.Shape`)."""
     t = scenario.training
-    assumed: dict[str, Any] = {}
-
-    def pick(name: str, dotted: str, default: Any) -> Any:
-        value = _get(config, dotted)
-        if _number(value) is not None:
-            assumed[name] = value
-            return value
-        return default
-
-    args = types.SimpleNamespace(
-        world_size=batch_world_size(config, scenario, "hf_trainer"),
-        per_device_train_batch_size=t.micro_batch,
-        gradient_accumulation_steps=t.grad_accum,
-        max_grad_norm=pick("max_grad_norm", "gradient_clipping", defaults["max_grad_norm"]),
-        learning_rate=pick("learning_rate", "optimizer.params.lr", defaults["learning_rate"]),
-        adam_epsilon=pick("adam_epsilon", "optimizer.params.eps", defaults["adam_epsilon"]),
-        weight_decay=pick("weight_decay", "optimizer.params.weight_decay", defaults["weight_decay"]),
-        adam_beta1=defaults["adam_beta1"], adam_beta2=defaults["adam_beta2"],
-        save_on_each_node=False, fp16_full_eval=False, bf16_full_eval=False,
-        bf16=t.precision == "bf16", fp16=t.precision == "fp16",
-    )
-    betas = _get(config, "optimizer.params.betas")
-    if isinstance(betas, list) and len(betas) == 2 and all(_number(b) is not None for b in betas):
-        args.adam_beta1, args.adam_beta2 = betas
-        assumed["adam_beta1, adam_beta2"] = betas
-    warmup = _get(config, "scheduler.params.warmup_num_steps")
-    steps = int(warmup) if _number(warmup) is not None else 0
-    args.get_warmup_steps = lambda n: steps
-    return args, assumed
+    return {"world_size": batch_world_size(config, scenario, "hf_trainer"), "micro_batch": t.micro_batch,
+            "grad_accum": t.grad_accum, "precision": t.precision, "hidden_size": scenario.model.hidden_size}
 
 
-def _fill_failed(exc: Exception) -> Finding:
-    return Finding(severity="error", key="", rule="hf_fill_mismatch",
-                   message=f"the HF Trainer's fill (HfTrainerDeepSpeedConfig) fails: "
-                   f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}", fix="")
-
-
-def _hf_fill(config: dict[str, Any], scenario: Scenario, out: list[Finding]) -> dict[str, Any] | None:
-    from transformers.integrations.deepspeed import (
-        HfTrainerDeepSpeedConfig,
-        unset_hf_deepspeed_config,
-    )
-
-    args, _ = _training_arguments(config, scenario)
-    total = _get(config, "scheduler.params.total_num_steps")
-    num_training_steps = int(total) if _number(total) is not None and total >= 1 else 1000
-    model = types.SimpleNamespace(config=types.SimpleNamespace(hidden_size=scenario.model.hidden_size))
-    hf = None
-    try:  # the constructor already reads the config (HfDeepSpeedConfig: zero_optimization.get(...))
-        hf = HfTrainerDeepSpeedConfig(copy.deepcopy(config))
-        hf.trainer_config_process(args)
-        hf.trainer_config_finalize(args, model, num_training_steps=num_training_steps)
-    except ValueError as exc:
-        mismatches = getattr(hf, "mismatches", []) or []
-        if not mismatches:  # raised before the consistency check (e.g. by the constructor)
-            out.append(_fill_failed(exc))
-        for line in mismatches:
-            out.append(Finding(
-                severity="error", key=clip_key(line.split("=", 1)[0].replace("- ds ", "").strip()),
-                rule="hf_fill_mismatch",
-                message=f"the HF Trainer's fill (transformers HfTrainerDeepSpeedConfig.trainer_config_finalize) "
-                f"raises: the config's value does not match what the Trainer computes ({line.strip('- ')}).",
-                fix="Write \"auto\" there, or the value the Trainer computes."))
-        return None
-    except (TypeError, KeyError, AttributeError) as exc:
-        out.append(_fill_failed(exc))
-        return None
-    finally:
-        unset_hf_deepspeed_config()
-    return hf.config
+def _as_finding(d: dict[str, str]) -> Finding:
+    return Finding(**{**d, "key": clip_key(d["key"])})
 
 
 def _validation_findings(exc: Any) -> list[Finding]:
@@ -218,35 +138,42 @@ def _validation_findings(exc: Any) -> list[Finding]:
     return out
 
 
-def library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode = "deepspeed") -> list[Finding] | None:
+def library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode = "deepspeed",
+                     child: hf_fill.FillChild | None = None) -> list[Finding] | None:
     """Findings from the installed libraries' own validation of ``config`` (see the module docstring), or ``None``
     when DeepSpeed (or, with ``mode="hf_trainer"``, transformers) is not installed. ``scenario`` supplies the world
     size (:func:`zeroplanner.deepspeed.batch_world_size`), hidden size and training values, usually the one
-    :func:`zeroplanner.deepspeed.from_deepspeed_config` read from this config. Nothing is written to stdout."""
+    :func:`zeroplanner.deepspeed.from_deepspeed_config` read from this config. With ``mode="hf_trainer"`` and a
+    started :class:`~zeroplanner.deepspeed.hf_fill.FillChild`, the Trainer's and accelerate's fill run in that
+    child (the same code, :func:`~zeroplanner.deepspeed.hf_fill.fill`), in this process when it cannot answer.
+    Nothing is written to stdout."""
     with _quiet():
-        return _library_findings(config, scenario, mode)
+        return _library_findings(config, scenario, mode, child)
 
 
-def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode) -> list[Finding] | None:
+def _library_findings(config: dict[str, Any], scenario: Scenario, mode: Mode,
+                      child: hf_fill.FillChild | None) -> list[Finding] | None:
+    if mode == "hf_trainer" and not hf_fill.available():
+        if child is not None:
+            child.close()
+        return None
     try:
         from deepspeed.runtime.config import DeepSpeedConfig
     except ImportError:
+        if child is not None:
+            child.close()
         return None
-    if mode == "hf_trainer":
-        try:
-            import transformers.integrations.deepspeed  # noqa: F401
-        except ImportError:
-            return None
     out: list[Finding] = []
     filled: dict[str, Any] | None = copy.deepcopy(config)
     sp = scenario.cluster.sequence_parallel_size
     ranks = batch_world_size(config, scenario, "hf_trainer")  # what dist.get_world_size() answers
     world = ranks if "sequence_parallel_size" in config or sp <= 1 else ranks // sp
     if mode == "hf_trainer":
-        filled = _hf_fill(config, scenario, out)
+        shape = fill_shape(config, scenario)
+        answer = child.fill(config, shape) if child is not None else None
+        filled, found = answer if answer is not None else hf_fill.fill(config, shape)
+        out += [_as_finding(d) for d in found]
         if filled is None:
-            return out
-        if not _accelerate_fill(filled, out):
             return out
         if "sequence_parallel_size" in filled and _get(filled, "zero_optimization.stage") == 3:
             _zero_init_check(filled, ranks, out)
@@ -294,44 +221,6 @@ def _engine_checks(ds: Any, out: list[Finding]) -> None:
                            f"{', '.join(DEEPSPEED_OPTIMIZERS)}, or a torch.optim class name, case-sensitive).",
                            fix=f"Write \"{cased}\" (torch.optim's spelling)." if cased
                            else "Use a supported optimizer type, e.g. AdamW."))
-
-
-def _accelerate_fill(filled: dict[str, Any], out: list[Finding]) -> bool:
-    """What accelerate does next with the Trainer's filled config: its ``DeepSpeedPlugin`` (utils/dataclasses.py)
-    refuses a config without a ``zero_optimization`` block and fills the keys it maps from its own options
-    (``gradient_accumulation_steps``, ``gradient_clipping``, the offload devices,
-    ``stage3_gather_16bit_weights_on_model_save``, ...), then ``Accelerator._prepare_deepspeed`` runs
-    ``deepspeed_config_process(must_match=False, ...)``, where every value still "auto" stops training with
-    ``ValueError: `<key>` not found in kwargs`` (``fill_match``), e.g. a legacy ``bfloat16.enabled`` or
-    ``zero_optimization.sub_group_size`` set to "auto". accelerate's own class is run on a copy; the kwargs of
-    ``_prepare_deepspeed`` (batch, precision, hidden-size buckets, optimizer and scheduler values) are those the
-    Trainer's fill has already written, so none are passed. Returns False (and appends the finding) when it raises;
-    True without accelerate."""
-    try:
-        from accelerate.utils.dataclasses import DeepSpeedPlugin
-    except ImportError:
-        return True
-    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-
-    try:
-        plugin = DeepSpeedPlugin(hf_ds_config=copy.deepcopy(filled))
-        plugin.deepspeed_config_process(must_match=False)
-    except (ValueError, NotImplementedError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        key = first.split("`")[1] if first.count("`") >= 2 else ("zero_optimization" if "ZeRO" in first else "")
-        if "not found in kwargs" in first:
-            fix = "Write the value instead of \"auto\": the Trainer and accelerate fill only the keys they know."
-        elif key == "zero_optimization":
-            fix = "Add \"zero_optimization\": {\"stage\": 0} (or the stage you want)."
-        else:
-            fix = ""
-        out.append(Finding(severity="error", key=clip_key(key), rule="hf_fill_mismatch",
-                           message=f"after the HF Trainer's fill, accelerate's DeepSpeedPlugin raises "
-                           f"{type(exc).__name__}: {first[:300]}", fix=fix))
-        return False
-    finally:
-        unset_hf_deepspeed_config()
-    return True
 
 
 def _zero_init_check(filled: dict[str, Any], ranks: int, out: list[Finding]) -> None:

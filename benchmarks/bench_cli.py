@@ -1,0 +1,75 @@
+"""Whole-process times of the ``zeroplanner`` command, against a bare ``python -c "import numpy, pydantic"``.
+
+Each command is run ``--repeats`` times (default 5) as a fresh process, the way a user runs it, and the median wall
+time is printed with its ratio to the bare import measured in the same run (both on the same machine at the same
+load, so the ratio is the figure to compare across machines). The ``check`` rows time a DeepSpeed config with
+"auto" values (tests/data/ds-configs/lf_z2_offload.json, LLaMA-Factory's ds_z2_offload_config.json) in the three ways ``check`` runs:
+DeepSpeed's own config class only, ``--hf-trainer`` (transformers' and accelerate's fill in a child process, then
+DeepSpeed's class in this one; issue 32 asks for under 3 s on the 2-core development machine), and
+``--no-library-check``.
+
+    python3 benchmarks/bench_cli.py [--repeats 5]
+
+Requires the ``zeroplanner`` console script on PATH (``pip install -e .``); DeepSpeed and transformers for the
+``check`` rows with the library check (they are reported as skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "tests" / "data" / "ds-configs" / "lf_z2_offload.json"
+
+
+def commands() -> list[tuple[str, list[str], bool]]:
+    exe = shutil.which("zeroplanner") or sys.exit("the zeroplanner command is not on PATH: pip install -e .")
+    libs = all(importlib.util.find_spec(m) is not None for m in ("deepspeed", "transformers"))
+    return [
+        ("bare: python -c 'import numpy, pydantic'", [sys.executable, "-c", "import numpy, pydantic"], True),
+        ("zeroplanner estimate", [exe, "estimate"], True),
+        ("zeroplanner recommend --model llama-2-70b --nodes 4", [exe, "recommend", "--model", "llama-2-70b",
+                                                                 "--nodes", "4"], True),
+        ("zeroplanner check CONFIG --no-library-check", [exe, "check", str(CONFIG), "--no-library-check"], True),
+        ("zeroplanner check CONFIG (DeepSpeedConfig)", [exe, "check", str(CONFIG)], libs),
+        ("zeroplanner check CONFIG --hf-trainer", [exe, "check", str(CONFIG), "--hf-trainer"], libs),
+    ]
+
+
+def wall_seconds(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    if done.returncode not in (0, 1):  # 1: the config has an error or does not fit, which is still a full run
+        sys.exit(f"{' '.join(cmd)} exited {done.returncode}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    rows = commands()
+    for _, cmd, ok in rows:  # one warm-up each: the first run after an install compiles bytecode
+        if ok:
+            wall_seconds(cmd)
+    bare = None
+    print(f"median of {args.repeats} whole-process runs; ratio to the bare import measured in this run")
+    for name, cmd, ok in rows:
+        if not ok:
+            print(f"{name:58s}  skipped (DeepSpeed or transformers not installed)")
+            continue
+        median = statistics.median(wall_seconds(cmd) for _ in range(args.repeats))
+        bare = bare if bare is not None else median
+        print(f"{name:58s} {median:6.2f} s  {median / bare:5.1f}x")
+
+
+if __name__ == "__main__":
+    main()
