@@ -58,10 +58,11 @@ def assert_shows(app: PlannerApp, scenario) -> None:
     np.testing.assert_allclose(np.asarray(app.time_chart.bars.y)[:, :n], _step_parts(plan), rtol=1e-9)
     np.testing.assert_allclose(np.asarray(app.host_chart.bars.y)[:n],
                                [e.host_required_bytes / GIB for _, _, e in bars], rtol=1e-9)  # what the verdict compares
-    # fits / OOM markings over the memory bars
-    n_oom = sum(not e.fits_gpu for _, _, e in bars)
-    assert len(app.memory_chart.oom_labels.text) == n_oom
-    assert len(app.memory_chart.fit_labels.text) == n - n_oom
+    # fits / OOM / RAM / NVMe markings over the memory bars: the estimate's whole verdict, in the bars' order
+    words = ["fits" if e.fits else "OOM" if not e.fits_gpu else "RAM" if not e.fits_cpu else "NVMe"
+             for _, _, e in bars]
+    assert list(app.memory_chart.fit_labels.text) == [w for w in words if w == "fits"]
+    assert list(app.memory_chart.oom_labels.text) == [w for w in words if w != "fits"]
     # scaling: each visible line is the planner's tokens/s at the node counts where the variant fits
     nodes = scaling_nodes(scenario.cluster.nodes)
     table = scaling(scenario, nodes=[int(x) for x in nodes])
@@ -335,6 +336,21 @@ def test_nothing_fits_is_said_in_banner_charts_and_config():
     assert "Nothing fits this cluster" in app.config_actions.value
 
 
+def test_an_offload_bar_within_gpu_memory_but_over_host_ram_is_not_marked_fits():
+    """Llama-2-70B on 8 x 80 GB with 256 GiB host RAM: ZeRO-3 + CPU offload holds 1,734 GiB per node on the host
+    (the host chart); its bar is within GPU memory, and the memory chart's row says "RAM", not "fits"."""
+    app = PlannerApp()
+    app.set(model="llama-2-70b", cpu_memory_gib=256)
+    scenario = build_scenario(model="llama-2-70b", cpu_memory_gib=256)
+    assert_shows(app, scenario)
+    m = app.view.memory
+    i = m.labels.index("ZeRO-3 + CPU optimizer")
+    assert m.fits_gpu[i] and not m.fits_cpu[i] and m.host_gib[i] > 256
+    assert "fits" not in list(app.memory_chart.fit_labels.text)
+    assert "RAM" in list(app.memory_chart.oom_labels.text)
+    assert "host RAM is short" in segment_tooltip(m, 0, i)
+
+
 def test_clicking_a_segment_opens_explain_on_that_variant_and_term():
     app = PlannerApp()
     bars = app.memory_chart.bars
@@ -381,6 +397,16 @@ def test_a_bad_link_opens_the_default_with_a_message(monkeypatch):
     app = PlannerApp()
     assert "link" in app.message.value and "nodes" in app.message.value
     assert app.state.scenario == build_scenario()
+
+
+def test_a_link_with_one_bad_key_applies_the_rest_and_names_it(monkeypatch):
+    monkeypatch.setenv("QUERY_STRING", "model=llama-2-13b&nodes=-3&gpu=H100-80GB&nodez=4")
+    app = PlannerApp()
+    assert app.state.scenario == build_scenario(model="llama-2-13b", gpu="H100-80GB")
+    assert "Not used from the link: nodes (must be an integer in [1, 100000] (got &#x27;-3&#x27;))" in \
+        app.message.value and "nodez (unknown key; did you mean nodes?)" in app.message.value
+    app.controls.widgets["nodes"].value = 2  # the note goes with the first change
+    assert app.message.value == ""
 
 
 def test_a_preheated_kernel_builds_the_page_before_the_request_and_then_opens_the_link(monkeypatch):

@@ -191,7 +191,7 @@ def _figure(title: str, marks, axes, legend: str = "top-right", margin_top_px: i
 
 class MemoryChart(bq.Figure):
     """Stacked bars: per-GPU memory of every variant by term (GiB), the GPU's capacity as a labelled dashed line,
-    and "fits" / "OOM" for each bar in a row above the plot. The axis runs to about the GPU's memory
+    and "fits" / "OOM" / "RAM" / "NVMe" for each bar in a row above the plot (:func:`short_word`). The axis runs to about the GPU's memory
     (:data:`OFFSCALE_FACTOR`); bars beyond it reach the top edge and carry their value. Hovering a segment shows
     its GiB and the cost-model terms (formula names)."""
 
@@ -251,10 +251,12 @@ class MemoryChart(bq.Figure):
                              + [("dash", OOM_COLOR, f"GPU memory ({cap:.0f} GiB)")], ticks_key_html(view.labels))
         if self.legend.value != legend:
             self.legend.value = legend
-        fit = [i for i, ok in enumerate(view.fits_gpu) if ok]
-        oom = [i for i, ok in enumerate(view.fits_gpu) if not ok]
-        for mark, idx, word in ((self.fit_labels, fit, "fits"), (self.oom_labels, oom, "OOM")):
-            assign(mark, x=[ticks[i] for i in idx], y=[top for _ in idx], text=[word for _ in idx])
+        # the whole verdict, not the GPU's alone: an offload bar within GPU memory whose host RAM (or NVMe) is short
+        # does not fit either, and its word says what is short
+        words = [short_word(view, i) for i in range(len(ticks))]
+        for mark, keep in ((self.fit_labels, lambda word: word == "fits"), (self.oom_labels, lambda word: word != "fits")):
+            idx = [i for i, word in enumerate(words) if keep(word)]
+            assign(mark, x=[ticks[i] for i in idx], y=[top for _ in idx], text=[words[i] for i in idx])
         off = [i for i, t in enumerate(view.total_gib) if t > top]
         assign(self.offscale_labels, x=[ticks[i] for i in off], y=[top * 0.8 for _ in off],
                text=[f"{view.total_gib[i]:,.0f}↑" for i in off])
@@ -271,11 +273,26 @@ class MemoryChart(bq.Figure):
         self.tooltip_html.value = segment_tooltip(view, int(t), int(v))
 
 
+SHORT_WORDS = {"fits": "fits", "OOM": "does not fit in GPU memory", "RAM": "fits in GPU memory; host RAM is short",
+               "NVMe": "fits in GPU memory; NVMe capacity is short"}
+"""The memory chart's status row (above each bar) and what each word means in its tooltip."""
+
+
+def short_word(view: MemoryView, variant: int) -> str:
+    """The status-row word of one bar: "fits", "OOM" (over GPU memory), "RAM" (host RAM per node short: offload
+    holds more than the node has) or "NVMe" (NVMe capacity short), from the estimate's whole verdict."""
+    if view.fits[variant]:
+        return "fits"
+    if not view.fits_gpu[variant]:
+        return "OOM"
+    return "RAM" if not view.fits_cpu[variant] else "NVMe"
+
+
 def segment_tooltip(view: MemoryView, term: int, variant: int) -> str:
     """HTML for one bar segment: variant, term name, GiB, the cost-model terms summed into it."""
     name = MEMORY_TERMS[term][1]
     detail = view.term_formulas[term][variant]
-    fits = "fits" if view.fits_gpu[variant] else "does not fit"
+    fits = SHORT_WORDS[short_word(view, variant)]
     return (
         f"<div style='padding:4px 6px;font-size:12px'><b>{html.escape(view.labels[variant])}</b> ({fits})<br>"
         f"{name}: <b>{view.gib[term, variant]:.2f} GiB</b> of {view.total_gib[variant]:.2f} GiB per GPU"
