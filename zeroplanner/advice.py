@@ -203,7 +203,7 @@ def cluster_advice(scenario: Scenario, p: Plan, held=(), tolerance: float = 0.1)
     pays = (f"{c.nodes} nodes pay off only above {_fmt_gbps(crossover)} Gbit/s per node ({c.network.name}'s "
             f"efficiency and latency kept; now {_fmt_gbps(now_gbps)} Gbit/s)" if crossover is not None else
             f"{c.nodes} nodes are not faster even at {_fmt_gbps(top)} Gbit/s per node")
-    text = (f"Train on {where}: {m_tps:,.0f} tokens/s, {speedup:.1f}x faster than {c.nodes} nodes "
+    text = (f"Train on {where}: {m_tps:,.0f} tokens/s, {faster_text(speedup)} than {c.nodes} nodes "
             f"({est.tokens_per_second:,.0f} tokens/s, {share:.0%} of the step exposed communication, above the "
             f"{COMMUNICATION_SHARE_LIMIT:.0%} rule of thumb) at the same global batch: on {m * c.gpus_per_node} "
             f"GPUs the planner picks {pm.choice.label}, rerun with --nodes {m} --micro-batch "
@@ -212,6 +212,12 @@ def cluster_advice(scenario: Scenario, p: Plan, held=(), tolerance: float = 0.1)
         nodes=c.nodes, exposed_fraction=share, tokens_per_second=est.tokens_per_second, fewer_nodes=m,
         fewer_nodes_label=pm.choice.label, fewer_nodes_tokens_per_second=m_tps, speedup=speedup,
         inter_node_gbps=now_gbps, crossover_inter_node_gbps=crossover, searched_up_to_gbps=top, text=text)
+
+
+def faster_text(speedup: float) -> str:
+    """How much faster a ratio of tokens/s above 1 is, as people say it: "4% faster" below 1.5x (where "1.0x
+    faster" would read as no gain), "2.3x faster" from 1.5x."""
+    return f"{speedup - 1.0:.0%} faster" if speedup < 1.5 else f"{speedup:.1f}x faster"
 
 
 def _method_options(scenario: Scenario) -> list[tuple[str, dict[str, object], str, str]]:

@@ -46,6 +46,7 @@ def test_fewer_nodes_are_advised_with_speedup_and_crossover():
     assert a.speedup == pytest.approx(one_node / p.estimate.tokens_per_second, rel=1e-9)
     assert a.speedup > 10  # 1,171 -> 17,031 tokens/s when this test was written
     assert f"{a.speedup:.1f}x faster" in a.text and "Train on 1 node" in a.text
+    assert a.speedup >= 1.5  # the ratio form; below 1.5x the text says the percentage (test below)
     # the crossover: two nodes at that bandwidth are at least as fast as one node, 10% below it they are not
     x = a.crossover_inter_node_gbps
     assert x is not None and 1.0 < x < CROSSOVER_MAX_GBPS
@@ -272,3 +273,11 @@ def test_warnings_say_what_the_planner_priced_for_the_stage_they_suggest(kw):
         expected = (f"priced here: at best {values['tokens_per_second'][ok].max():,.0f} tokens/s" if ok.any()
                     else f"priced here: no ZeRO-{m.group(1)} candidate fits")
         assert expected in m.group(2)
+
+
+def test_a_small_gain_reads_as_a_percentage_not_one_point_zero_x():
+    """advice.faster_text: the fewer-nodes advice fires from a 1% gain; "1.0x faster" read as no gain."""
+    from zeroplanner.advice import faster_text
+
+    assert faster_text(1.04) == "4% faster" and faster_text(1.49) == "49% faster"
+    assert faster_text(1.5) == "1.5x faster" and faster_text(13.6) == "13.6x faster"
