@@ -1,0 +1,78 @@
+"""The planner package stays readable: ``plan()`` is a short composition (grid -> one evaluation -> ranking ->
+reasons -> Plan) with no English in it (every sentence lives in ``zeroplanner/planner/reasons.py``), and no module
+of the package grows past 600 lines."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from pathlib import Path
+
+import zeroplanner.planner as planner
+from zeroplanner import build_scenario
+from zeroplanner.planner import grid, search
+
+PACKAGE = Path(planner.__file__).parent
+MAX_PLAN_LINES = 60
+MAX_FILE_LINES = 600
+
+
+def _plan_node() -> ast.FunctionDef:
+    node = ast.parse(textwrap.dedent(inspect.getsource(planner.plan))).body[0]
+    assert isinstance(node, ast.FunctionDef) and node.name == "plan"
+    return node
+
+
+def test_plan_is_under_60_lines():
+    lines = inspect.getsource(planner.plan).splitlines()  # signature, docstring and body
+    assert len(lines) < MAX_PLAN_LINES, f"plan() is {len(lines)} lines"
+    node = _plan_node()
+    assert node.end_lineno - node.lineno + 1 == len(lines)
+
+
+def test_plan_writes_no_english():
+    """No f-string and no string literal with a space in plan()'s body (its docstring aside): its sentences are
+    written in reasons.py."""
+    body = _plan_node().body[1:]  # [0] is the docstring
+    found = [ast.unparse(n) for stmt in body for n in ast.walk(stmt)
+             if isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Constant) and isinstance(n.value, str)
+                                                 and any(ch.isspace() for ch in n.value))]
+    assert found == []
+
+
+def test_no_planner_file_over_600_lines():
+    files = sorted(PACKAGE.glob("*.py"))
+    assert {"__init__.py", "grid.py", "rank.py", "reasons.py", "sweeps.py", "models.py", "search.py"} <= {
+        p.name for p in files}
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in files}
+    assert {name: n for name, n in sizes.items() if n > MAX_FILE_LINES} == {}, sizes
+
+
+def test_plan_evaluates_once(monkeypatch):
+    """One evaluate call for the grid and the chart variants together (a scenario where ZeRO-0/1/2 fit, so no
+    Ulysses or AutoTP grid is added). Counted where the planner calls it."""
+    calls = []
+
+    def counting(real):
+        def evaluate(ctx, cand):
+            calls.append(cand.stage.size)
+            return real(ctx, cand)
+        return evaluate
+
+    for module in (search, grid):
+        monkeypatch.setattr(module, "evaluate", counting(module.evaluate))
+    p = planner.plan(build_scenario(), advice=False)
+    assert p.fits and len(calls) == 1
+    assert calls[0] == p.candidates_evaluated + len(planner.VARIANTS)
+
+
+def test_every_name_of_the_former_module_is_still_importable():
+    names = ["AUTOTP_DEGREES", "DEFAULT_TOLERANCE", "GRID_TOP", "LIMIT_NAMES", "LONGEST_SEQUENCE_QUANTUM",
+             "SEARCH_INPUTS", "SP_MIN_SEQUENCE_TOKENS", "VARIANTS", "ZERO_PP_PAPER", "Choice", "Option", "Plan",
+             "apply_choice", "autotp_degrees", "candidate_grid", "choice_changes", "largest_limit_text",
+             "largest_model", "largest_model_limits", "longest_sequence", "nearest_fit", "plan",
+             "quantized_zeropp_allowed", "rank_candidates", "scaling", "sequence_parallel_options", "step_breakdown",
+             "sweep", "variant_options", "varied_axes", "zeropp_parts", "_split_values", "_variant_candidates"]
+    assert [n for n in names if not hasattr(planner, n)] == []
+    assert all(hasattr(planner, n) for n in planner.__all__)

@@ -1,0 +1,84 @@
+"""What the planner returns: :class:`Choice` (one configuration it can pick), :class:`Option` (a labelled,
+evaluated configuration) and :class:`Plan` (its answer for one scenario). Frozen pydantic models; the names they
+show (:attr:`Choice.label`) are written in :mod:`.reasons`, with the rest of the planner's English."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ..advice import ClusterAdvice, MethodAdvice
+from ..costmodel import Estimate
+from ..specs import Scenario
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+class Choice(_Out):
+    """One configuration the planner can pick (DeepSpeed key names where they exist)."""
+
+    stage: int
+    offload_optimizer: str
+    offload_param: str
+    checkpointing: str
+    micro_batch: int
+    grad_accum: int
+    overlap_comm: bool | None = None
+    reduce_bucket_size: int | None = None
+    zero_hpz_partition_size: int = 1
+    zero_quantized_weights: bool = False
+    zero_quantized_gradients: bool = False
+    sequence_parallel_size: int = 1
+    autotp_size: int | None = None
+    """DeepSpeed AutoTP degree (``tensor_parallel.autotp_size``); None: the scenario's, unchanged."""
+
+    @property
+    def label(self) -> str:
+        """``ZeRO-3 + CPU optimizer (full activation checkpointing, micro-batch 1 x 8 accumulation steps)``: the one
+        name the CLI, the JSON and the app give this configuration (:func:`.reasons.choice_label`)."""
+        from .reasons import choice_label  # reasons imports the grid, which builds Choices
+
+        return choice_label(self)
+
+
+class Option(_Out):
+    """A labelled, evaluated configuration. ``why_not``: for an alternative predicted faster than the pick, why
+    it was not picked (empty otherwise)."""
+
+    label: str
+    choice: Choice
+    scenario: Scenario
+    estimate: Estimate
+    why_not: str = ""
+
+
+class Plan(_Out):
+    """The planner's answer for one scenario."""
+
+    fits: bool
+    choice: Choice | None
+    scenario: Scenario
+    estimate: Estimate
+    reasons: list[str]
+    warnings: list[str]
+    alternatives: list[Option]
+    variants: list[Option]
+    candidates_evaluated: int
+    held: dict[str, Any] = {}
+    varied: list[str] = []
+    assumptions: list[str] = []
+    """Defaults the verdict rests on that the user did not give (:func:`zeroplanner.advice.verdict_assumptions`);
+    shown with the verdict, before the reasons."""
+    cluster_advice: ClusterAdvice | None = None
+    """Fewer nodes, when exposed communication is the bottleneck (:func:`zeroplanner.advice.cluster_advice`)."""
+    method_advice: list[MethodAdvice] = []
+    """Cheaper methods (LoRA, QLoRA), priced, when the pick offloads or nothing fits
+    (:func:`zeroplanner.advice.method_advice`); never picked."""
+
+    @property
+    def advice(self) -> list[str]:
+        """The advice texts, cluster first: what to say before the reasons."""
+        return ([self.cluster_advice.text] if self.cluster_advice else []) + [m.text for m in self.method_advice]
