@@ -5,7 +5,7 @@ time is printed with its ratio to the bare import measured in the same run (both
 load, so the ratio is the figure to compare across machines). The ``check`` rows time a DeepSpeed config with
 "auto" values (tests/data/ds-configs/lf_z2_offload.json, LLaMA-Factory's ds_z2_offload_config.json) in the three ways ``check`` runs:
 DeepSpeed's own config class only, ``--hf-trainer`` (transformers' and accelerate's fill in a child process, then
-DeepSpeed's class in this one; issue 32 asks for under 3 s on the 2-core development machine), and
+DeepSpeed's class in this one; the target is under 3 s on the 2-core development machine), and
 ``--no-library-check``.
 
     python3 benchmarks/bench_cli.py [--repeats 5]

@@ -33,9 +33,11 @@ Nothing here imports ipywidgets, bqplot or torch.
 
 from __future__ import annotations
 
+import math
 import re
 import typing
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel
@@ -119,6 +121,104 @@ def _number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Typed text -> value: the one grammar of every input (Input.parse), for the CLI, share links and the app
+# --------------------------------------------------------------------------------------------------------------
+MAX_TEXT_CHARS = 64
+"""Longest value text :meth:`Input.parse` reads (the longest catalog name or hub id is under 30 characters)."""
+COUNT_SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+"""Suffixes of an integer input's text: ``7B`` = 7e9, ``500M``, ``1.5k`` (case-insensitive)."""
+BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
+              "off": False}
+"""The words a yes/no input's text may be (case-insensitive)."""
+SUGGESTED_NAMES = 5
+"""How many catalog names an unknown model / GPU / network name suggests."""
+_PRINTABLE_RE = re.compile(r"^[\x21-\x7e]*$")
+_NUMBER_RE = re.compile(r"^([+-]?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40})(?:[eE][+-]?[0-9]{1,4})?)"
+                        r"([kKmMbBgGtT]?)$")
+
+
+def shown_text(value: Any) -> str:
+    """A user's value for a message, clipped to 40 characters and quoted (hostile text is never echoed at length)."""
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text[:40] + "..." if len(text) > 40 else text)
+
+
+def closest_names(value: str, names: list[str], n: int = SUGGESTED_NAMES) -> list[str]:
+    """The ``n`` names of ``names`` closest to ``value``, spelled as in ``names`` (the catalog's "H200", never the
+    lower-cased "h200"): first the names that contain ``value`` (case-insensitively), then by difflib's similarity
+    ratio of the lower-cased strings (:func:`difflib.get_close_matches` with no cutoff, so there are always ``n``
+    while the catalog holds that many)."""
+    import difflib
+
+    lowered: dict[str, str] = {}
+    for name in names:
+        lowered.setdefault(name.lower(), name)
+    typed = value.lower()
+    out = [lowered[k] for k in lowered if typed and typed in k][:n]
+    for k in difflib.get_close_matches(typed, list(lowered), n=len(lowered), cutoff=0.0):
+        if len(out) >= n:
+            break
+        if lowered[k] not in out:
+            out.append(lowered[k])
+    return out
+
+
+def catalog_spellings(kind: str) -> tuple[list[str], dict[str, str]]:
+    """(names, lookup) of a catalog kind: its names as the catalog spells them (for a model, its hub ids after them,
+    :func:`zeroplanner.catalog.model_hub_ids`), and lower-cased name or hub id -> catalog name."""
+    names = {"model": catalog.model_names, "gpu": catalog.gpu_names, "network": catalog.network_names}[kind]()
+    lookup = {n.lower(): n for n in names}
+    spelled = list(names)
+    if kind == "model":
+        hub = catalog.model_hub_ids()
+        spelled += sorted(hub)
+        for hub_id, name in hub.items():
+            lookup.setdefault(hub_id.lower(), name)
+    return spelled, lookup
+
+
+def _decimal(value: Any, *, suffixes: bool) -> Decimal | None:
+    """The exact number of a text (the grammar: digits, an optional point, sign and exponent, and for a count one
+    of :data:`COUNT_SUFFIXES`) or a JSON number; None when it is neither (``nan``, ``0x10``, ``1_000``, a bool)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(value) if math.isfinite(value) else None
+    if not isinstance(value, str):
+        return None
+    m = _NUMBER_RE.match(value)
+    if m is None or (m.group(2) and not suffixes):
+        return None
+    number = Decimal(m.group(1))
+    return number * COUNT_SUFFIXES[m.group(2).lower()] if m.group(2) else number
+
+
+def parse_integer(value: Any, low: float | None, high: float | None, hint: str = "") -> int:
+    """An integer in [low, high] from text (``7``, ``7e9``, ``7B``, ``1.5B``, ``500M``, ``2.0``) or a JSON number:
+    the grammar of every integer input (:meth:`Input.parse`, and the CLI's own counts). Raises ``ValueError`` with
+    the one message ``must be an integer in [low, high] (got '...')``."""
+    bad = ValueError(f"must be an integer in [{_number(low)}, {_number(high)}] (got {shown_text(value)}){hint}")
+    number = _decimal(value, suffixes=True)
+    if number is None or (low is not None and number < low) or (high is not None and number > high) \
+            or number != number.to_integral_value():
+        raise bad
+    return int(number)
+
+
+def _check_text(key: str, value: Any) -> None:
+    """The limits on any value text (length, characters) and on a JSON value (one scalar)."""
+    if isinstance(value, str):
+        if len(value) > MAX_TEXT_CHARS:
+            raise InputError(key, f"value is {len(value)} characters long; the limit is {MAX_TEXT_CHARS}")
+        if not _PRINTABLE_RE.match(value):
+            raise InputError(key, f"value {shown_text(value)} contains spaces, control or non-ASCII characters")
+    elif value is None or isinstance(value, (list, dict, tuple, set)):
+        raise InputError(key, f"must be a single value, got {type(value).__name__}")
+
+
 @dataclass(frozen=True)
 class Input:
     """One scenario input; everything not given is derived from ``key`` and the pydantic field at ``path``.
@@ -150,6 +250,7 @@ class Input:
     read_fn: Callable[[Scenario], Any] | None = field(default=None, repr=False)
     shown_fn: Callable[[Scenario], Any] | None = field(default=None, repr=False)
     app_implies: tuple[tuple[str, Any], ...] = ()  # set together with a non-default value in the app
+    text_hint: str = ""  # appended to the message of a bad value (params: "a count such as 7e9, 7B or 500M")
 
     # -- derived ----------------------------------------------------------------------------------------------
     @property
@@ -240,6 +341,60 @@ class Input:
         ok_low = low is None or (number > low if self.low_open else number >= low)
         ok_high = high is None or (number < high if self.high_open else number <= high)
         return ok_low and ok_high
+
+    # -- typed text -> value ------------------------------------------------------------------------------------
+    def parse(self, value: Any) -> Any:
+        """The input's value of a typed text (a CLI argument, a share-link value, a text typed into the app) or of
+        a JSON scalar, in the input's unit; the one grammar every front end reads an input with.
+
+        - int: ``4``, ``7e9``, ``7B`` / ``1.5B`` / ``500M`` / ``1k`` (:data:`COUNT_SUFFIXES`), ``2.0``; float:
+          ``0.5``, ``1e-3``, ``.5``. Never ``nan``, ``inf``, ``0x10``, ``1_000``. The field's bounds are checked.
+        - bool: ``true/false``, ``yes/no``, ``on/off``, ``1/0`` (:data:`BOOL_WORDS`); choice: one of
+          :attr:`choices`, case-insensitive.
+        - model / gpu / network: a catalog name, case-insensitive; a model also by the Hugging Face hub id of a
+          catalog entry (``Qwen/Qwen3-8B``, :func:`zeroplanner.catalog.model_hub_ids`). Returns the catalog's
+          spelling (``qwen3-8b``). Nothing is fetched: an id no catalog entry has is unknown.
+
+        Text is at most :data:`MAX_TEXT_CHARS` printable ASCII characters (no spaces or control characters);
+        nothing typed is executed or evaluated. Raises :class:`InputError` naming the input and the allowed values
+        or range, e.g. ``nodes: must be an integer in [1, 100000] (got 'abc')``.
+        """
+        _check_text(self.key, value)
+        kind = self.kind
+        if kind in CATALOG_KINDS:
+            if isinstance(value, str):
+                spelled, lookup = catalog_spellings(kind)
+                name = lookup.get(value.lower())
+                if name is not None:
+                    return name
+                close = ", ".join(closest_names(value, spelled))
+                raise InputError(self.key, f"unknown {kind} {shown_text(value)}; closest catalog names: {close}")
+            raise InputError(self.key, f"must be a {kind} catalog name (got {shown_text(value)})")
+        if kind == "choice":
+            text = value.lower() if isinstance(value, str) else None
+            if text not in self.choices:
+                raise InputError(self.key, f"must be one of {', '.join(self.choices)} (got {shown_text(value)})")
+            return text
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in BOOL_WORDS:
+                return BOOL_WORDS[value.lower()]
+            raise InputError(self.key, f"must be true or false (got {shown_text(value)})")
+        hint = f"; {self.text_hint}" if self.text_hint else ""
+        if kind == "int":
+            exact = _decimal(value, suffixes=True)
+            if exact is None or not self.in_range(exact) or exact != exact.to_integral_value():
+                raise InputError(self.key, self._range_message("an integer", value, hint))
+            return int(exact)
+        exact = _decimal(value, suffixes=False)
+        number = None if exact is None or not self.in_range(exact) else float(exact)
+        if number is None or not math.isfinite(number) or not self.in_range(number):
+            raise InputError(self.key, self._range_message("a number", value, hint))
+        return number
+
+    def _range_message(self, what: str, value: Any, hint: str) -> str:
+        return f"must be {what} in {self.range_text} (got {shown_text(value)}){hint}"
 
     # -- scenario data ------------------------------------------------------------------------------------------
     def apply(self, data: dict, value: Any) -> None:
@@ -375,6 +530,7 @@ INPUTS: tuple[Input, ...] = (
           widget=Widget("dropdown", "Model")),
     Input("params", "Model size (parameters)", "int", "model (one of)", "a bare parameter count, e.g. 7e9 or 7B",
           path="model.parameter_count_override", bounds=(1_000_000, 10**15), default_value=None,
+          text_hint="a count such as 7e9, 7B or 500M",
           apply_fn=_apply_params, read_fn=lambda s: s.model.parameter_count_override,
           shown_fn=lambda s: s.parameters,
           widget=Widget("log_slider", "Size (B params)", low=0.1, high=2000.0, scale=1e9, key="model_params_b")),

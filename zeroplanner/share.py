@@ -6,12 +6,18 @@ puts it in the kernel's environment as ``QUERY_STRING``; voila/handler.py, ``req
 :func:`scenario_from_environment`.
 
 Query keys are the CLI's scenario option names with underscores (``--gpus-per-node`` -> ``gpus_per_node``), see
-:data:`SHARE_KEYS`; values use the CLI's units (GiB for memory, Gbit/s per node for the network). Every key is
-optional; a missing key takes :func:`zeroplanner.scenarios.build_scenario`'s default (Llama-2-7B on one node of 8
-A100-80GB, InfiniBand HDR, ZeRO-2). Parsing is strict and never executes anything: only ``urllib.parse``, at most
-:data:`MAX_QUERY_CHARS` characters, no repeated or unknown keys (Voilà's own ``template`` and ``theme`` arguments
-are ignored), each value type- and range-checked, then validated by the pydantic specs. Every refusal is a
-:class:`ShareError` whose message names the key.
+:data:`SHARE_KEYS`; values use the CLI's units (GiB for memory, Gbit/s per node for the network) and the CLI's
+grammar, :meth:`zeroplanner.inputs.Input.parse` (``params=7B``, ``model=Qwen/Qwen3-8B``). Every key is optional; a
+missing key takes :func:`zeroplanner.scenarios.build_scenario`'s default (Llama-2-7B on one node of 8 A100-80GB,
+InfiniBand HDR, ZeRO-2). Reading never executes anything: only ``urllib.parse``, at most :data:`MAX_QUERY_CHARS`
+characters, each value type- and range-checked, then validated by the pydantic specs (Voilà's own ``template`` and
+``theme`` arguments are skipped).
+
+A link is read leniently (:func:`read_link`, :func:`scenario_from_query`): a key it cannot apply (unknown, given
+twice, a bad value, a value the specs reject) is left out, the rest applied, and what was left out is named
+(:class:`Ignored`, ``LinkScenario.note``); an unknown key is never used or stored, only its clipped name shown. The
+strict readings (:func:`parse_query`, ``scenario_from_query(strict=True)``, :func:`scenario_from_environment`,
+:func:`scenario_from_json`) refuse instead, with a :class:`ShareError` whose message names the key.
 
 What a link can carry: a catalog model (``model=``) or a bare parameter count (``params=``, the Llama-shaped model
 of :meth:`Architecture.from_parameter_count`); a catalog GPU with an optional memory override; a catalog network
@@ -27,21 +33,26 @@ import json
 import math
 import os
 import re
+import warnings
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
 from . import catalog
-from .inputs import CATALOG_KINDS, INPUTS, Input, input_for_error
+from .inputs import INPUTS, MAX_TEXT_CHARS, Input, InputError, input_for_error, shown_text
 from .scenarios import build_scenario
 from .specs import Architecture, Scenario
 
 MAX_QUERY_CHARS = 2000
 """Longest query string accepted (a full scenario with every key is about 500 characters)."""
-MAX_VALUE_CHARS = 64
-"""Longest single value accepted (the longest catalog name is under 20 characters)."""
+MAX_VALUE_CHARS = MAX_TEXT_CHARS
+"""Longest single value accepted (:data:`zeroplanner.inputs.MAX_TEXT_CHARS`; the longest catalog name or hub id is
+under 30 characters)."""
+MAX_NOTED = 6
+"""How many ignored keys a note names one by one (the rest are counted)."""
 MAX_JSON_CHARS = 200_000
 """Largest JSON text :func:`scenario_from_json` reads (a full scenario with its sources is about 6 kB)."""
 JSON_FORMAT = "zeroplanner-scenario"
@@ -60,6 +71,46 @@ class ShareError(ValueError):
         self.detail = message
 
 
+class ShareWarning(UserWarning):
+    """What :func:`scenario_from_query` ignored in a link (an unknown key, a bad value), as a Python warning: the
+    note of :func:`read_link`, for callers that only take the scenario."""
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """One key of a link that was not applied: ``key`` (clipped to 40 printable characters) and ``reason`` (the
+    message the strict reading raises, e.g. ``must be an integer in [1, 100000] (got 'abc')``)."""
+
+    key: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.reason})"
+
+
+class LinkScenario(NamedTuple):
+    """A link's scenario and what of the link was ignored (:func:`read_link`)."""
+
+    scenario: Scenario
+    ignored: tuple[Ignored, ...] = ()
+
+    @property
+    def note(self) -> str:
+        """One line naming what was ignored ('' when the whole link was applied), e.g. ``Not used from the link:
+        nodez (unknown key; did you mean nodes?). The rest of the link was applied.``"""
+        return ignored_note(self.ignored)
+
+
+def ignored_note(ignored: Iterable[Ignored]) -> str:
+    """The line a page shows for the keys a link could not apply ('' for none)."""
+    ignored = list(ignored)
+    if not ignored:
+        return ""
+    named = "; ".join(str(i) for i in ignored[:MAX_NOTED])
+    more = f"; and {len(ignored) - MAX_NOTED} more" if len(ignored) > MAX_NOTED else ""
+    return f"Not used from the link: {named}{more}. The rest of the link was applied."
+
+
 SHARE_KEYS: tuple[Input, ...] = INPUTS
 """Every key a link may carry, in the order :func:`scenario_to_query` writes them: the inputs of
 :data:`zeroplanner.inputs.INPUTS` (a key is the CLI option's name with underscores; ``flash_attention``,
@@ -71,19 +122,12 @@ ALWAYS_WRITTEN = ("gpu", "gpus_per_node", "nodes", "network")
 """Keys :func:`scenario_to_query` writes even at their default value (with the model), so a link names the cluster
 explicitly."""
 
-_BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
-_INT_RE = re.compile(r"^[0-9]{1,16}$")
-_SCI_RE = re.compile(r"^[0-9]{1,16}(\.[0-9]{1,16})?[eE]\+?[0-9]{1,2}$")
-_FLOAT_RE = re.compile(r"^[0-9]{1,16}(\.[0-9]{0,40})?([eE][+-]?[0-9]{1,3})?$|^\.[0-9]{1,40}$")
 _PRINTABLE_RE = re.compile(r"^[\x21-\x7e]*$")
 
 # --------------------------------------------------------------------------------------------------------------
 # Values
 # --------------------------------------------------------------------------------------------------------------
-def _shown(value: Any) -> str:
-    """A user's value for an error message, clipped (hostile input is never echoed at length)."""
-    text = value if isinstance(value, str) else repr(value)
-    return repr(text[:40] + "..." if len(text) > 40 else text)
+_shown = shown_text
 
 
 def _catalog_name(names: list[str], value: str) -> str | None:
@@ -91,85 +135,26 @@ def _catalog_name(names: list[str], value: str) -> str | None:
 
 
 def coerce_value(key: str, value: Any) -> Any:
-    """Type- and range-check one shared value (a query-string text, or a JSON scalar) and return it typed.
+    """Type- and range-check one shared value (a query-string text, or a JSON scalar) and return it typed: the
+    input's own grammar, :meth:`zeroplanner.inputs.Input.parse` (``params=7B``, ``model=Qwen/Qwen3-8B`` as on the
+    CLI), whose limits on length and characters apply.
 
     Raises :class:`ShareError` naming ``key`` (unknown key, wrong type, out of range, unknown catalog name).
     """
     spec = KEYS.get(key)
     if spec is None:
-        allowed = ", ".join(KEYS)
-        raise ShareError(_clip_key(key), f"unknown key; allowed keys: {allowed}")
-    if isinstance(value, str):
-        if len(value) > MAX_VALUE_CHARS:
-            raise ShareError(key, f"value is {len(value)} characters long; the limit is {MAX_VALUE_CHARS}")
-        if not _PRINTABLE_RE.match(value):
-            raise ShareError(key, f"value {_shown(value)} contains spaces, control or non-ASCII characters")
-    elif value is None or isinstance(value, (list, dict, tuple)):
-        raise ShareError(key, f"must be a single value, got {type(value).__name__}")
-    kind = spec.kind
-    if kind in CATALOG_KINDS:
-        if not isinstance(value, str) or not value:
-            raise ShareError(key, f"must be a {kind} catalog name")
-        names = {"model": catalog.model_names, "gpu": catalog.gpu_names, "network": catalog.network_names}[kind]()
-        name = _catalog_name(names, value)
-        if name is None:
-            raise ShareError(key, f"unknown {kind} {_shown(value)}; known: {', '.join(names)}")
-        return name
-    if kind == "choice":
-        text = str(value).lower() if isinstance(value, str) else None
-        if text not in spec.choices:
-            raise ShareError(key, f"must be one of {', '.join(spec.choices)} (got {_shown(value)})")
-        return text
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in _BOOL:
-            return _BOOL[value.lower()]
-        raise ShareError(key, f"must be true or false (got {_shown(value)})")
-    if kind == "int":
-        return _coerce_int(spec, value)
-    if kind == "float":
-        return _coerce_float(spec, value)
-    raise AssertionError(f"unhandled kind {kind}")  # pragma: no cover - every kind of INPUTS is handled
+        raise ShareError(_clip_key(key), f"unknown key; allowed keys: {', '.join(KEYS)}")
+    try:
+        return spec.parse(value)
+    except InputError as exc:
+        raise ShareError(key, exc.detail) from None
 
 
-def _coerce_int(spec: Input, value: Any) -> int:
-    bad = ShareError(spec.name, f"must be an integer in {spec.range_text} (got {_shown(value)})")
-    if isinstance(value, bool):
-        raise bad
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, float):
-        if not math.isfinite(value) or not value.is_integer():
-            raise bad
-        number = int(value)
-    elif isinstance(value, str) and _INT_RE.match(value):
-        number = int(value)
-    elif isinstance(value, str) and _SCI_RE.match(value):  # 7e9, as the CLI accepts
-        f = float(value)
-        if not f.is_integer():
-            raise bad
-        number = int(f)
-    else:
-        raise bad
-    if not spec.in_range(number):
-        raise bad
-    return number
+def _unknown_key(key: str) -> Ignored:
+    import difflib
 
-
-def _coerce_float(spec: Input, value: Any) -> float:
-    bad = ShareError(spec.name, f"must be a number in {spec.range_text} (got {_shown(value)})")
-    if isinstance(value, bool):
-        raise bad
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str) and _FLOAT_RE.match(value):
-        number = float(value)
-    else:
-        raise bad
-    if not math.isfinite(number) or not spec.in_range(number):
-        raise bad
-    return number
+    close = difflib.get_close_matches(key.lower(), list(KEYS), n=1, cutoff=0.6) if len(key) <= 40 else []
+    return Ignored(_clip_key(key), "unknown key" + (f"; did you mean {close[0]}?" if close else ""))
 
 
 def _clip_key(key: str) -> str:
@@ -191,7 +176,7 @@ def format_value(key: str, value: Any) -> str:
 # --------------------------------------------------------------------------------------------------------------
 def parse_inputs(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     """Typed, checked inputs from (key, value) pairs; refuses repeated keys and ``model`` together with
-    ``params``. Raises :class:`ShareError`."""
+    ``params``. Raises :class:`ShareError` (the strict reading; :func:`read_inputs` ignores and names instead)."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in IGNORED_QUERY_KEYS:
@@ -202,6 +187,36 @@ def parse_inputs(pairs: Iterable[tuple[str, Any]]) -> dict[str, Any]:
     if "model" in out and "params" in out:
         raise ShareError("params", "give either model or params, not both")
     return out
+
+
+def read_inputs(pairs: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], tuple[Ignored, ...]]:
+    """(inputs, ignored): :func:`parse_inputs` that applies what it can. An unknown key, a value of the wrong type
+    or outside its range, a key given more than once (every copy) and ``params`` beside ``model`` are left out
+    and named in ``ignored``; an unknown key is never used, stored or echoed beyond its clipped name."""
+    pairs = [(k, v) for k, v in pairs if k not in IGNORED_QUERY_KEYS]
+    counts: dict[str, int] = {}
+    for key, _ in pairs:
+        counts[key] = counts.get(key, 0) + 1
+    out: dict[str, Any] = {}
+    ignored: list[Ignored] = []
+    repeated: set[str] = set()
+    for key, value in pairs:
+        if counts[key] > 1:
+            if key not in repeated:
+                repeated.add(key)
+                ignored.append(Ignored(_clip_key(key), f"given {counts[key]} times"))
+            continue
+        if key not in KEYS:
+            ignored.append(_unknown_key(key))
+            continue
+        try:
+            out[key] = coerce_value(key, value)
+        except ShareError as exc:
+            ignored.append(Ignored(exc.key, exc.detail))
+    if "model" in out and "params" in out:
+        del out["params"]
+        ignored.append(Ignored("params", "give either model or params, not both; the model was used"))
+    return out, tuple(ignored)
 
 
 def scenario_from_inputs(inputs: Mapping[str, Any]) -> Scenario:
@@ -217,6 +232,22 @@ def scenario_from_inputs(inputs: Mapping[str, Any]) -> Scenario:
     except (KeyError, ValueError) as exc:
         key = "params" if "params" in inputs else "model"
         raise ShareError(key, str(exc).strip("'\"")) from None
+
+
+def scenario_from_inputs_leniently(inputs: Mapping[str, Any]) -> LinkScenario:
+    """:func:`scenario_from_inputs` that leaves out a given input the specs reject (``qlora`` without
+    ``lora_rank``, ``offload_param=cpu`` below stage 3) and names it, then builds the rest. Raises
+    :class:`ShareError` only when a rejection names no given input."""
+    inputs = dict(inputs)
+    ignored: list[Ignored] = []
+    while True:
+        try:
+            return LinkScenario(scenario_from_inputs(inputs), tuple(ignored))
+        except ShareError as exc:
+            if exc.key not in inputs:
+                raise
+            del inputs[exc.key]
+            ignored.append(Ignored(exc.key, exc.detail))
 
 
 def _comparable(scenario: Scenario) -> dict:
@@ -363,12 +394,9 @@ def scenario_to_query(scenario: Scenario, *, full: bool = False, strict: bool = 
     return inputs_to_query(inputs, full=full)
 
 
-def parse_query(query: str) -> dict[str, Any]:
-    """Typed, checked inputs of a query string (with or without the leading '?'; a whole URL is accepted too).
-
-    Raises :class:`ShareError`: longer than :data:`MAX_QUERY_CHARS`, malformed, a repeated or unknown key, or a
-    value of the wrong type / outside its range (the message names the key and the allowed values).
-    """
+def _query_pairs(query: str) -> list[tuple[str, str]]:
+    """The (key, value) pairs of a query string; raises :class:`ShareError` for the text as a whole (not text,
+    too long, malformed)."""
     if not isinstance(query, str):
         raise ShareError("query", f"must be text, got {type(query).__name__}")
     if len(query) > MAX_QUERY_CHARS:
@@ -378,24 +406,60 @@ def parse_query(query: str) -> dict[str, Any]:
         text = urlsplit(text).query
     text = text.removeprefix("?")
     if not text:
-        return {}
+        return []
     try:
-        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=True, max_num_fields=len(SHARE_KEYS) + 4,
-                          errors="strict")
+        return parse_qsl(text, keep_blank_values=True, strict_parsing=True, max_num_fields=len(SHARE_KEYS) + 4,
+                         errors="strict")
     except UnicodeDecodeError:
         raise ShareError("query", "contains percent-escapes that are not UTF-8") from None
     except ValueError as exc:
         raise ShareError("query", f"malformed ({str(exc)[:80]}); expected key=value pairs joined by '&'") from None
-    return parse_inputs(pairs)
 
 
-def scenario_from_query(query: str) -> Scenario:
-    """The scenario a query string describes (missing keys take ``build_scenario``'s defaults).
+def parse_query(query: str) -> dict[str, Any]:
+    """Typed, checked inputs of a query string (with or without the leading '?'; a whole URL is accepted too),
+    read strictly.
 
-    Raises :class:`ShareError` naming the key (see :func:`parse_query`; also values the specs reject together,
-    e.g. ``qlora=true`` without ``lora_rank``, or ``offload_param=cpu`` below stage 3).
+    Raises :class:`ShareError`: longer than :data:`MAX_QUERY_CHARS`, malformed, a repeated or unknown key, or a
+    value of the wrong type / outside its range (the message names the key and the allowed values).
+    :func:`read_query` reads the same text but ignores and names what it cannot apply.
     """
-    return scenario_from_inputs(parse_query(query))
+    return parse_inputs(_query_pairs(query))
+
+
+def read_query(query: str) -> tuple[dict[str, Any], tuple[Ignored, ...]]:
+    """(inputs, ignored) of a query string: :func:`read_inputs`. Raises :class:`ShareError` only for the text as
+    a whole (not text, longer than :data:`MAX_QUERY_CHARS`, malformed)."""
+    return read_inputs(_query_pairs(query))
+
+
+def read_link(query: str) -> LinkScenario:
+    """The scenario of a link and what of it was ignored: every key that can be applied is, and each unknown key,
+    bad value or value the specs reject is left out and named (``LinkScenario.note``), e.g.
+    ``read_link("model=llama-2-13b&nodez=4")`` is Llama-2-13B with the note ``nodez (unknown key; did you mean
+    nodes?)``. Raises :class:`ShareError` only for the query as a whole (too long, malformed) or a rejection that
+    names no key of the link."""
+    inputs, ignored = read_query(query)
+    built = scenario_from_inputs_leniently(inputs)
+    return LinkScenario(built.scenario, ignored + built.ignored)
+
+
+def scenario_from_query(query: str, *, strict: bool = False) -> Scenario:
+    """The scenario a query string describes (missing keys take ``build_scenario``'s defaults); ``params=7B`` and
+    ``model=Qwen/Qwen3-8B`` read as on the CLI (:meth:`zeroplanner.inputs.Input.parse`).
+
+    A key that cannot be applied (unknown, a bad value, a value the specs reject such as ``qlora=true`` without
+    ``lora_rank``) is left out and the rest applied (:func:`read_link`); what was left out is named in a
+    :class:`ShareWarning` (``warnings.catch_warnings(record=True)`` collects it; :func:`read_link` returns it).
+    Raises :class:`ShareError` for the query as a whole (too long, malformed). ``strict=True`` raises
+    :class:`ShareError` naming the key instead of leaving anything out (see :func:`parse_query`).
+    """
+    if strict:
+        return scenario_from_inputs(parse_query(query))
+    link = read_link(query)
+    if link.ignored:
+        warnings.warn(link.note, ShareWarning, stacklevel=2)
+    return link.scenario
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -480,21 +544,36 @@ def wait_for_voila_request() -> None:
     wait_for_request()
 
 
+def _environment_query(environ: Mapping[str, str] | None) -> str:
+    if environ is None:
+        wait_for_voila_request()
+    env = os.environ if environ is None else environ
+    return env.get("QUERY_STRING", "") or ""
+
+
 def scenario_from_environment(environ: Mapping[str, str] | None = None) -> Scenario | None:
-    """The scenario of the page's query string, or None when the page was opened without one.
+    """The scenario of the page's query string, or None when the page was opened without one; read strictly.
 
     Voilà gives each page's kernel the request's ``QUERY_STRING`` in its environment (voila/handler.py,
     ``request_info``, Voilà 0.5.13); a pre-heated kernel first waits for it (:func:`wait_for_voila_request`).
     ``environ`` (a mapping) replaces ``os.environ`` for tests and then nothing waits. Raises
-    :class:`ShareError` for a query that names no valid scenario.
+    :class:`ShareError` for a query that names no valid scenario (an unknown key, a bad value): a page that shows
+    that error and opens the default. :func:`link_from_environment` applies what it can and names the rest.
     """
-    if environ is None:
-        wait_for_voila_request()
-    env = os.environ if environ is None else environ
-    query = env.get("QUERY_STRING", "") or ""
+    query = _environment_query(environ)
     if not parse_query(query):
         return None
-    return scenario_from_query(query)
+    return scenario_from_query(query, strict=True)
+
+
+def link_from_environment(environ: Mapping[str, str] | None = None) -> LinkScenario | None:
+    """:func:`read_link` of the page's query string (see :func:`scenario_from_environment`), or None when the page
+    was opened without one (Voilà's own ``theme`` / ``template`` only). A link whose every key was ignored gives
+    the default scenario and the note naming them. Raises :class:`ShareError` for the query as a whole."""
+    query = _environment_query(environ)
+    if not _query_pairs(query) or all(k in IGNORED_QUERY_KEYS for k, _ in _query_pairs(query)):
+        return None
+    return read_link(query)
 
 
 def page_url(environ: Mapping[str, str] | None = None) -> str | None:

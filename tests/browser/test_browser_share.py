@@ -21,7 +21,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 from zeroplanner.costmodel import estimate  # noqa: E402
 from zeroplanner.explain import fmt_bytes_text  # noqa: E402
 from zeroplanner.scenarios import build_scenario  # noqa: E402
-from zeroplanner.ui.tutorial import with_zero  # noqa: E402
+from zeroplanner.ui.tutorial import Tutorial, with_zero  # noqa: E402
 from zeroplanner.server import voila_argv, voila_env  # noqa: E402
 
 from ..browserkit import BAD_CONSOLE, CHROMIUM, CHROMIUM_ARGS, open_page, png_stats, serve_app  # noqa: E402
@@ -83,9 +83,10 @@ def test_tutorial_page_opens_on_the_query_string_with_typeset_formulas(browser, 
         shown = fmt_bytes_text(estimate(s1).per_gpu_bytes.optimizer_states)
         step = page.locator(".zp-tutorial-step", has_text="2. ZeRO-1")
         assert step.locator(".zp-explain-value").first.inner_text() == shown
-        # answering the exercise in the page: type the number, press Check
+        # answering the exercise in the page (ZeRO-1 on twice the GPUs): type the number, press Check
+        answer = Tutorial(build_scenario(model="llama-2-13b", nodes=2, network="ib-ndr")).step("zero1").exercise
         box = step.locator(".zp-exercise input[type=number]")
-        box.fill(shown.split()[0])
+        box.fill(f"{answer.expected():.2f}")
         box.press("Enter")
         step.locator(".zp-exercise button", has_text="Check").click()
         step.locator(".zp-exercise", has_text="Correct").wait_for(timeout=20_000)

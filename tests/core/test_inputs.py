@@ -15,7 +15,7 @@ from zeroplanner.cli import build_parser, main, scenario_from_args
 from zeroplanner.deepspeed import from_deepspeed_config, to_deepspeed_config
 from zeroplanner.inputs import BY_KEY, INPUTS
 from zeroplanner.scenarios import build_scenario
-from zeroplanner.share import ShareError, format_value, scenario_from_query
+from zeroplanner.share import ShareError, format_value, read_link, scenario_from_query
 from zeroplanner.specs import ClusterSpec, Scenario, TrainingSpec, ZeroSpec
 
 # input key -> (a value that is not the default, inputs it needs besides itself). Adding an input to the table
@@ -189,8 +189,10 @@ def test_out_of_range_is_one_line_naming_the_input_and_its_range(key):
     bad = _out_of_range(inp)
     text = format_value(key, bad)
     with pytest.raises(ShareError) as info:
-        scenario_from_query(f"{key}={text}")
+        scenario_from_query(f"{key}={text}", strict=True)
     assert info.value.key == key and inp.range_text in str(info.value)
+    link = read_link(f"{key}={text}")  # a link leaves it out, names it with the same range, applies the rest
+    assert link.scenario == build_scenario() and link.ignored[0].key == key and inp.range_text in link.note
     proc = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "estimate", inp.cli_flag, text],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
@@ -218,3 +220,97 @@ def test_bounds_are_the_spec_fields_own():
     assert BY_KEY["precision"].choices == ("bf16", "fp16", "fp32")
     assert BY_KEY["grad_accum"].default == 8  # build_scenario's, not the field's 1
     assert table.zero_aliases("int")["prefetch_bucket_size"] == "stage3_prefetch_bucket_size"
+
+
+# -- one grammar per input (issue 30, item 6): Input.parse, read by the CLI, share links and the app -----------------
+TYPED = [  # (input key, what a user types, the value it means)
+    ("params", "7B", 7_000_000_000), ("params", "1.5B", 1_500_000_000), ("params", "7e9", 7_000_000_000),
+    ("params", "500M", 500_000_000), ("model", "Qwen/Qwen3-8B", "qwen3-8b"), ("model", "LLAMA-2-13B", "llama-2-13b"),
+    ("gpu", "h100-80gb", "H100-80GB"), ("nodes", "4", 4), ("nodes", "2.0", 2), ("seq_len", "4k", 4000),
+    ("mfu", ".5", 0.5), ("gpu_memory_gib", "40", 40.0), ("precision", "FP16", "fp16"),
+    ("checkpointing", "selective", "selective"), ("overlap_comm", "off", False), ("qlora", "yes", True),
+]
+BAD = [  # (input key, text, words of the one message every front end gives)
+    ("nodes", "abc", "must be an integer in [1, 100000] (got 'abc')"),
+    ("nodes", "1.5", "must be an integer in [1, 100000]"), ("nodes", "1_000", "must be an integer"),
+    ("params", "7", "[1000000, 1000000000000000] (got '7'); a count such as 7e9, 7B or 500M"),
+    ("mfu", "nan", "must be a number in (0, 1]"), ("mfu", "0x10", "must be a number"),
+    ("precision", "bf17", "must be one of bf16, fp16, fp32"),
+    ("model", "gpt-5", "unknown model 'gpt-5'; closest catalog names: "),
+    ("model", "no-owner/Qwen3-8B", "unknown model"),  # a hub id no catalog entry has: nothing is fetched
+    ("model", "a b", "contains spaces"), ("gpu", "x" * 80, "the limit is 64"),
+]
+
+
+@pytest.mark.parametrize(("key", "text", "value"), TYPED, ids=lambda v: str(v))
+def test_a_typed_value_means_the_same_in_the_cli_a_link_and_the_app(key, text, value):
+    inp = BY_KEY[key]
+    assert inp.parse(text) == value
+    context = {"lora_rank": 16} if key == "qlora" else {}
+    expected = build_scenario(**context, **{key: value})
+    argv = ["--lora-rank", "16"] if context else []
+    if inp.kind == "bool":  # a CLI flag, not a value: the same value through the flag
+        argv += [f"--{key.replace('_', '-')}" if value else f"--no-{key.replace('_', '-')}"]
+    else:
+        argv += [inp.cli_flag, text]
+    assert scenario_from_args(build_parser().parse_args(["estimate", *argv])) == expected
+    assert scenario_from_query("&".join([*(f"{k}={v}" for k, v in context.items()), f"{key}={text}"]),
+                               strict=True) == expected
+    if inp.control_key is None or inp.widget.kind == "checkbox":
+        return
+    pytest.importorskip("ipywidgets")
+    from zeroplanner.ui.state import apply_changes, state_from_scenario
+
+    state = apply_changes(state_from_scenario(build_scenario(**context)), {inp.control_key: text})
+    assert state.scenario == expected
+
+
+@pytest.mark.parametrize(("key", "text", "words"), BAD, ids=lambda v: str(v)[:20])
+def test_a_bad_typed_value_is_one_message_naming_the_input_everywhere(key, text, words, capsys):
+    inp = BY_KEY[key]
+    with pytest.raises(table.InputError) as info:
+        inp.parse(text)
+    assert info.value.key == key and words in info.value.detail
+    if inp.kind in table.CATALOG_KINDS:  # kept as typed by argparse (JSON "given"), checked building the scenario
+        assert main(["estimate", inp.cli_flag, text]) == 2
+    else:  # checked by argparse (the option's type)
+        with pytest.raises(SystemExit) as exit_info:
+            main(["estimate", inp.cli_flag, text])
+        assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{inp.cli_flag}" in err and words in err and len(err.strip().splitlines()) == 1, err
+    with pytest.raises(ShareError) as share_info:
+        scenario_from_query(f"{key}={text}", strict=True)
+    assert share_info.value.key == key and words in str(share_info.value)
+    assert words in read_link(f"{key}={text}").note
+    if inp.control_key is None:
+        return
+    pytest.importorskip("ipywidgets")
+    from zeroplanner.ui.state import apply_changes, default_state, error_message
+
+    with pytest.raises(ValueError) as app_info:
+        apply_changes(default_state(), {inp.control_key: text})
+    assert words in error_message(app_info.value)
+
+
+def test_the_app_takes_a_hub_id_and_opens_a_link_with_a_note_naming_what_it_ignored(monkeypatch):
+    pytest.importorskip("ipywidgets")
+    import html
+
+    from zeroplanner.ui import PlannerApp
+    from zeroplanner.ui.app import initial_state
+
+    app = PlannerApp(debounce_seconds=0)
+    app.set(model="Qwen/Qwen3-8B")
+    assert app.message.value == "" and app.state.scenario == build_scenario(model="qwen3-8b")
+    assert app.controls.widgets["model"].value == "qwen3-8b"
+    state, note = initial_state({"QUERY_STRING": "model=llama-2-13b&nodez=4&nodes=abc"})
+    assert state.scenario == build_scenario(model="llama-2-13b")
+    assert "nodez (unknown key; did you mean nodes?)" in note and "nodes (must be an integer" in note
+    monkeypatch.setenv("QUERY_STRING", "model=Qwen/Qwen3-8B&params=7B&nodes=2&nodez=4")
+    monkeypatch.delenv("VOILA_PREHEAT", raising=False)
+    app = PlannerApp(debounce_seconds=0)
+    assert app.state.scenario == build_scenario(model="qwen3-8b", nodes=2)
+    shown = html.unescape(app.message.value)
+    assert shown.startswith("<div class='zp-error'>Not used from the link: nodez (unknown key")
+    assert "params (give either model or params, not both; the model was used)" in shown

@@ -1,8 +1,11 @@
-"""Shareable scenarios: query string and JSON round trips, strict refusal of hostile or malformed input."""
+"""Shareable scenarios: query string and JSON round trips; a link's unknown or bad key left out and named (the rest
+applied), the strict readings' refusal of hostile or malformed input naming the key."""
 
 from __future__ import annotations
 
 import json
+import re
+import warnings
 from urllib.parse import parse_qsl
 
 import pytest
@@ -17,9 +20,13 @@ from zeroplanner.share import (
     KEYS,
     MAX_QUERY_CHARS,
     SHARE_KEYS,
+    Ignored,
     ShareError,
+    ShareWarning,
+    link_from_environment,
     page_url,
     parse_query,
+    read_link,
     scenario_from_environment,
     scenario_from_json,
     scenario_from_query,
@@ -149,8 +156,10 @@ def test_zero_keys_and_pin_memory_round_trip():
     assert "pin_memory=false" in query and "zero_hpz_partition_size=8" in query
     assert scenario_from_query(query) == s
     with pytest.raises(ShareError) as info:
-        scenario_from_query("zero_quantized_weights=true")  # ZeRO++ needs stage 3 (ZeroSpec's rule)
+        scenario_from_query("zero_quantized_weights=true", strict=True)  # ZeRO++ needs stage 3 (ZeroSpec's rule)
     assert info.value.key == "zero_quantized_weights"
+    link = read_link("zero_quantized_weights=true&nodes=2")  # leniently: left out and named, nodes applied
+    assert link.scenario == build_scenario(nodes=2) and [i.key for i in link.ignored] == ["zero_quantized_weights"]
 
 
 def test_settings_without_a_key_are_named():
@@ -198,19 +207,89 @@ def test_settings_without_a_key_are_named():
 )
 def test_hostile_or_malformed_queries_are_refused_naming_the_key(query, key, words):
     with pytest.raises(ShareError) as info:
-        scenario_from_query(query)
+        scenario_from_query(query, strict=True)
     assert info.value.key == key
     assert words in str(info.value)
     assert len(str(info.value)) < 1200
+    # read as a link: the key is left out and named with the same reason, the rest applied; only a query refused
+    # as a whole (too long, malformed) still raises
+    if key == "query":
+        with pytest.raises(ShareError) as info:
+            read_link(query)
+        assert info.value.key == "query" and words in str(info.value)
+        return
+    link = read_link(query)
+    assert key in [i.key for i in link.ignored], link.ignored
+    reason = next(i.reason for i in link.ignored if i.key == key)
+    assert words in reason or words == "more than once" and "given 2 times" in reason
+    assert key in link.note and len(link.note) < 1200
+    with pytest.warns(ShareWarning, match=re.escape(key)):
+        assert scenario_from_query(query) == link.scenario
+
+
+def test_acceptance_examples_read_as_on_the_cli():
+    """Issue 30: ``params=7B`` and a hub id read as ``--params 7B`` / ``--model Qwen/Qwen3-8B`` do; one unknown key
+    leaves the rest applied and is named."""
+    from zeroplanner.cli import build_parser, scenario_from_args
+
+    def cli(*argv):
+        return scenario_from_args(build_parser().parse_args(["estimate", *argv]))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing ignored: no warning
+        assert scenario_from_query("params=7B") == build_scenario(params=7_000_000_000) == cli("--params", "7B")
+        assert scenario_from_query("model=Qwen/Qwen3-8B") == build_scenario(model="qwen3-8b") == \
+            cli("--model", "Qwen/Qwen3-8B")
+        assert scenario_from_query("model=qwen%2FQwen3-8B") == build_scenario(model="qwen3-8b")  # escaped, any case
+        assert scenario_from_query("params=1.5B&nodes=2").parameters == 1_500_000_000
+    with pytest.warns(ShareWarning) as record:
+        s = scenario_from_query("model=llama-2-13b&nodez=4")
+    assert s == build_scenario(model="llama-2-13b")
+    assert len(record) == 1 and "nodez" in str(record[0].message)
+    link = read_link("model=llama-2-13b&nodez=4")
+    assert link.scenario == s and link.ignored == (Ignored("nodez", "unknown key; did you mean nodes?"),)
+    assert link.note == ("Not used from the link: nodez (unknown key; did you mean nodes?). The rest of the link "
+                         "was applied.")
+    # the link writes the catalog's name back, so it reopens the same scenario
+    assert "model=qwen3-8b" in scenario_to_query(scenario_from_query("model=Qwen/Qwen3-8B"))
+
+
+def test_a_bad_value_is_ignored_with_a_note_naming_it():
+    link = read_link("model=llama-2-13b&nodes=abc&gpu=H100-80GB")
+    assert link.scenario == build_scenario(model="llama-2-13b", gpu="H100-80GB")
+    assert link.ignored == (Ignored("nodes", "must be an integer in [1, 100000] (got 'abc')"),)
+    assert "nodes (must be an integer in [1, 100000] (got 'abc'))" in link.note
+    # several problems: each named once, in the link's order, the rest applied
+    link = read_link("nodes=2&nodes=3&stage=2&offload_param=cpu&foo=1&precision=fp16&model=gpt-5")
+    assert [i.key for i in link.ignored] == ["nodes", "foo", "model", "offload_param"]
+    assert link.scenario == build_scenario(stage=2, precision="fp16")
+    # a link of only bad keys: the default scenario, with the note
+    assert read_link("evil=1").scenario == build_scenario()
+    # model and params together: the model is used, params named
+    link = read_link("model=llama-2-13b&params=7B")
+    assert link.scenario.model.name == "llama-2-13b" and [i.key for i in link.ignored] == ["params"]
+
+
+def test_unknown_keys_are_never_used_and_shown_clipped():
+    long_key = "k" * 200
+    link = read_link(f"{long_key}=1&%3Cscript%3E=2&nodes=2")
+    assert link.scenario == build_scenario(nodes=2)
+    assert [len(i.key) <= 46 for i in link.ignored] == [True, True]  # clipped (repr of 40 characters at most)
+    assert "k" * 41 not in link.note
+    with pytest.raises(ShareError):  # more fields than any link has: the query as a whole
+        read_link("&".join(f"x{i}=1" for i in range(len(SHARE_KEYS) + 10)))
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(st.text(max_size=300))
 def test_arbitrary_text_never_raises_anything_but_share_error(text):
-    try:
-        scenario_from_query(text)
-    except ShareError:
-        pass
+    for strict in (True, False):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ShareWarning)
+                scenario_from_query(text, strict=strict)
+        except ShareError:
+            pass
 
 
 def test_voila_arguments_are_ignored_and_whole_urls_accepted():
@@ -225,8 +304,13 @@ def test_environment_reads_voila_query_string():
     assert scenario_from_environment({"QUERY_STRING": "theme=dark"}) is None
     s = scenario_from_environment({"QUERY_STRING": "model=llama-2-13b&nodes=2"})
     assert s == build_scenario(model="llama-2-13b", nodes=2)
-    with pytest.raises(ShareError, match="nodes"):
+    with pytest.raises(ShareError, match="nodes"):  # the strict reading
         scenario_from_environment({"QUERY_STRING": "nodes=zero"})
+    # the planner page's reading (ui.app.initial_state): the rest applied, the bad key named
+    assert link_from_environment({}) is None and link_from_environment({"QUERY_STRING": "theme=dark"}) is None
+    link = link_from_environment({"QUERY_STRING": "model=llama-2-13b&nodes=zero&theme=dark"})
+    assert link.scenario == build_scenario(model="llama-2-13b") and [i.key for i in link.ignored] == ["nodes"]
+    assert link_from_environment({"QUERY_STRING": "nodez=4"}).scenario == build_scenario()
 
 
 def test_share_link_uses_the_page_url():
@@ -249,6 +333,10 @@ def test_json_document_and_flat_json():
     assert scenario_from_json(scenario_to_json(s).encode()) == s
     assert scenario_from_json('{"model": "mistral-7b", "nodes": 2, "stage": 3}') == s
     assert scenario_from_json('{"model": "mistral-7b", "nodes": "2", "stage": "3"}') == s
+    # the inputs' one grammar here too, and strict: a flat JSON object is a file a tool wrote, so an unknown key is
+    # refused rather than left out (test_bad_json_is_refused_naming_the_key)
+    assert scenario_from_json('{"params": "7B"}') == build_scenario(params=7_000_000_000)
+    assert scenario_from_json('{"model": "Qwen/Qwen3-8B"}') == build_scenario(model="qwen3-8b")
 
 
 @pytest.mark.parametrize(
@@ -288,8 +376,9 @@ def test_json_field_errors_name_the_field_path():
 def test_every_key_is_type_checked():
     for spec in SHARE_KEYS:
         with pytest.raises(ShareError) as info:
-            scenario_from_query(f"{spec.name}=%7B%7D")  # "{}"
+            scenario_from_query(f"{spec.name}=%7B%7D", strict=True)  # "{}"
         assert info.value.key == spec.name
+        assert [i.key for i in read_link(f"{spec.name}=%7B%7D").ignored] == [spec.name]
     assert set(KEYS) == {k.name for k in SHARE_KEYS}
 
 

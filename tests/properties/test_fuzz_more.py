@@ -4,10 +4,10 @@ tests/core/test_lint.py (lint over JSON-shaped garbage) and tests/core/test_shar
 * config import as TEXT (what a user pastes or a file holds): arbitrary text and bytes, oversized text, deep
   nesting -> only :class:`zeroplanner.deepspeed.ConfigError`, one line, naming the limit; generated valid configs
   round-trip and price to finite, non-negative numbers;
-* the URL query parser per key: a hostile value for a known key is refused naming THAT key; generated valid queries
-  give finite, non-negative estimates;
-* the app (widget level, no browser): a 10 MB paste, deeply nested JSON and hostile query strings are refused with a
-  message and the app keeps working (a later control change recomputes the config); arbitrary control values never
+* the URL query parser per key: a hostile value for a known key is refused naming THAT key by the strict reading,
+  and left out and named by a link (the rest applied); generated valid queries give finite, non-negative estimates;
+* the app (widget level, no browser): a 10 MB paste, deeply nested JSON and hostile query strings are refused (or,
+  one key of a link, left out) with a message and the app keeps working (a later control change recomputes the config); arbitrary control values never
   raise out of the app.
 
 Fixed seed (``derandomize=True``) and bounded example counts, as in tests/properties/test_fuzz.py.
@@ -35,7 +35,7 @@ from zeroplanner.deepspeed import (
     to_deepspeed_config,
 )
 from zeroplanner.deepspeed.lint import lint
-from zeroplanner.share import KEYS, MAX_QUERY_CHARS, ShareError, scenario_from_query
+from zeroplanner.share import KEYS, MAX_QUERY_CHARS, ShareError, read_link, scenario_from_query
 from tests.properties.test_fuzz import _finite_non_negative, valid_kwargs
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -156,12 +156,20 @@ def test_a_bad_value_for_a_known_key_is_refused_naming_that_key(key, value):
 
     query = f"{key}={quote(value, safe='')}"
     try:
-        s = scenario_from_query(query)
+        s = scenario_from_query(query, strict=True)
     except ShareError as exc:
         assert exc.key in (key, "query") or key in str(exc), (query, str(exc))
         assert len(str(exc)) < 1200
+        try:  # a link leaves that key out and names it (or refuses the query as a whole, as strictly)
+            link = read_link(query)
+        except ShareError as whole:
+            assert whole.key == "query" == exc.key
+            return
+        assert [i.key for i in link.ignored] == [key] and len(link.note) < 1200, (query, link.ignored)
+        assert link.scenario == build_scenario()
         return
     _finite_non_negative(estimate(s).model_dump())  # the value happened to be valid
+    assert read_link(query) == (s, ())
 
 
 @FUZZ
@@ -169,8 +177,10 @@ def test_a_bad_value_for_a_known_key_is_refused_naming_that_key(key, value):
     lambda k: k not in KEYS and k not in ("template", "theme")))
 def test_unknown_keys_are_refused_by_name(name):
     with pytest.raises(ShareError) as info:
-        scenario_from_query(f"{name}=1")
+        scenario_from_query(f"{name}=1", strict=True)
     assert info.value.key == name[:80] or name[:40] in str(info.value)
+    link = read_link(f"{name}=1&nodes=2")  # a link: never used, named, the rest applied
+    assert link.scenario == build_scenario(nodes=2) and [i.key for i in link.ignored] == [name]
 
 
 @FUZZ
@@ -244,7 +254,9 @@ def test_app_opened_with_a_hostile_query_shows_why_and_opens_the_default(monkeyp
     monkeypatch.delenv("VOILA_PREHEAT", raising=False)
     app = PlannerApp(debounce_seconds=0)
     shown = html.unescape(app.message.value)
-    assert "The link's scenario was not used" in shown and key in shown
+    # the one key left out and named (the rest of the link, here nothing, applied), or the whole query refused
+    said = "The link's scenario was not used" if key == "query" else f"Not used from the link: {key}"
+    assert said in shown and key in shown
     assert "<script>" not in app.message.value  # escaped, not injected
     assert app.state == default_state()
     _still_works(app)

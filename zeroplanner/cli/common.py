@@ -4,18 +4,15 @@ table (:mod:`zeroplanner.inputs`) and reading them back into a Scenario, JSON ou
 from __future__ import annotations
 
 import argparse
-import re
-import difflib
 import json
-import math
+import re
 import sys
 from typing import Any
 
 from pydantic import ValidationError
 
-from .. import catalog
 from ..files import InputFileError, read_regular_file, read_regular_file_tail
-from ..inputs import BY_KEY, CATALOG_KINDS, INPUTS, Input, input_for_error
+from ..inputs import BY_KEY, CATALOG_KINDS, INPUTS, Input, InputError, input_for_error, parse_integer
 from ..scenarios import build_scenario
 from ..specs import Scenario
 
@@ -50,47 +47,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"zeroplanner: error: {message}\n")
 
 
-_SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
-
-
 def _positive_int(name: str, low: int = 1, high: int = 10**7, hint: str = ""):
+    """argparse type of a count that is not a scenario input (``deepspeed-estimate --params``): the integer grammar
+    of every input, :func:`zeroplanner.inputs.parse_integer` (``7B``, ``7e9``, ``500M``)."""
     def parse(text: str) -> int:
-        scale = 1
-        if text[-1:].lower() in _SUFFIXES and text[:-1].replace(".", "", 1).isdigit():  # 7B, 1.5B, 500M
-            scale, text = _SUFFIXES[text[-1].lower()], text[:-1]
-            text = repr(float(text) * scale)
         try:
-            value = int(float(text)) if ("e" in text.lower() or "." in text) else int(text)
-        except (ValueError, OverflowError):  # OverflowError: "1e400" is inf
-            raise argparse.ArgumentTypeError(f"{name} must be an integer in [{low}, {high}] (got {text!r}){hint}") from None
-        if not (low <= value <= high) or (("e" in text.lower() or "." in text) and float(text) != value):
-            raise argparse.ArgumentTypeError(f"{name} must be an integer in [{low}, {high}] (got {text!r}){hint}")
-        return value
-
-    return parse
-
-
-def _positive_float(name: str, inp: Input):
-    def parse(text: str) -> float:
-        bad = argparse.ArgumentTypeError(f"{name} must be a number in {inp.range_text} (got {text!r})")
-        try:
-            value = float(text)
-        except ValueError:
-            raise bad from None
-        if not math.isfinite(value) or not inp.in_range(value):
-            raise bad
-        return value
+            return parse_integer(text, low, high, hint)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{name} {exc}") from None
 
     return parse
 
 
 def _input_type(inp: Input):
-    """argparse type of an int/float input: the bounds of its spec field, in the input's unit."""
-    flag = inp.cli_flag
-    if inp.kind == "int":
-        hint = "; a count such as 7e9, 7B or 500M" if inp.key == "params" else ""
-        return _positive_int(flag, int(inp.low), int(inp.high), hint)
-    return _positive_float(flag, inp)
+    """argparse type of an input: its one grammar, :meth:`zeroplanner.inputs.Input.parse` (the share links' and
+    the app's too), its bounds the spec field's, in the input's unit; a bad value is ``--flag <why>``."""
+    def parse(text: str) -> Any:
+        try:
+            return inp.parse(text)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(f"{inp.cli_flag} {exc.detail}") from None
+
+    parse.__name__ = inp.key
+    return parse
 
 
 def _input_help(inp: Input) -> str:
@@ -122,7 +101,8 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
                 g.add_argument(inp.cli_flag, dest=inp.key, action="store_false" if inp.default else "store_true",
                                default=None, help=inp.help)
         elif inp.kind == "choice":
-            g.add_argument(inp.cli_flag, dest=inp.key, choices=inp.choices, default=None, help=_input_help(inp))
+            g.add_argument(inp.cli_flag, dest=inp.key, type=_input_type(inp), choices=inp.choices, default=None,
+                           help=_input_help(inp))
         elif inp.kind in CATALOG_KINDS:
             g.add_argument(inp.cli_flag, dest=inp.key, default=None, help=inp.help)
         else:
@@ -199,26 +179,8 @@ def _read_hf_config(option: str, path: str) -> dict:
         fail(option, str(exc))
 
 
-SUGGESTED_NAMES = 5
-"""How many catalog names an unknown ``--model`` / ``--gpu`` / ``--network`` suggests."""
-
-
-def closest_names(value: str, names: list[str], n: int = SUGGESTED_NAMES) -> list[str]:
-    """The ``n`` names of ``names`` closest to ``value``, spelled as in ``names`` (the catalog's "H200", never the
-    lower-cased "h200"): first the names that contain ``value`` (case-insensitively), then by difflib's similarity
-    ratio of the lower-cased strings (:func:`difflib.get_close_matches` with no cutoff, so there are always ``n``
-    while the catalog holds that many)."""
-    lowered = {}
-    for name in names:
-        lowered.setdefault(name.lower(), name)
-    typed = value.lower()
-    out = [lowered[k] for k in lowered if typed and typed in k][:n]
-    for k in difflib.get_close_matches(typed, list(lowered), n=len(lowered), cutoff=0.0):
-        if len(out) >= n:
-            break
-        if lowered[k] not in out:
-            out.append(lowered[k])
-    return out
+_LISTING = {"model": "`zeroplanner models` lists all, `--json` with their hub ids",
+            "gpu": "`zeroplanner gpus` lists all", "network": "`zeroplanner networks` lists all"}
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
@@ -231,18 +193,15 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         named = hf.get("_name_or_path")
         if not (isinstance(named, str) and named.strip()) and name_from_path(args.hf_config):
             hf = {**hf, "_name_or_path": name_from_path(args.hf_config)}  # the model is named after its file
-    for name, option in ((i.key, i.cli_flag) for i in INPUTS if i.kind in CATALOG_KINDS):
-        value = getattr(args, name)
-        names = {"model": catalog.model_names, "gpu": catalog.gpu_names, "network": catalog.network_names}[name]()
-        accepted = {n.lower() for n in names}
-        if name == "model":  # the hub ids of catalog entries (catalog.model_hub_ids) name them too
-            accepted |= {h.lower() for h in catalog.model_hub_ids()}
-        if value is not None and value.lower() not in accepted:
-            spelled = list(names) + (sorted(catalog.model_hub_ids()) if name == "model" else [])
-            close = closest_names(value, spelled)
-            listing = {"model": "`zeroplanner models` lists all, `--json` with their hub ids",
-                       "gpu": "`zeroplanner gpus` lists all", "network": "`zeroplanner networks` lists all"}[name]
-            fail(option, f"unknown {name} {value!r}; closest catalog names: {', '.join(close)} ({listing})")
+    for inp in INPUTS:
+        value = getattr(args, inp.key, None)
+        if inp.kind in CATALOG_KINDS and value is not None:
+            # checked by the input's grammar (a catalog name or, for a model, a catalog entry's hub id) but kept as
+            # typed: inputs_json's ``given`` shows the hub id the user typed
+            try:
+                inp.parse(value)
+            except InputError as exc:
+                fail(inp.cli_flag, f"{exc.detail} ({_LISTING[inp.kind]})")
     values = {inp.key: getattr(args, inp.key, None) for inp in INPUTS}
     values = {k: v for k, v in values.items() if v is not None}
     try:

@@ -140,19 +140,22 @@ def installed_versions(packages: tuple[str, ...] = ABOUT_PACKAGES) -> dict[str, 
 
 def initial_state(environ: dict[str, str] | None = None) -> tuple[AppState, str]:
     """The opening state: the page's query string when it names a scenario (``zeroplanner.share``: Voilà puts the
-    request's query string in the kernel's environment), else :func:`default_state`. Returns (state, message); the
-    message says why a link's scenario was refused (the default opens instead). ``environ`` (a mapping) replaces
-    ``os.environ`` and then nothing waits; without it a pre-heated Voilà kernel first waits for its page request
-    (``zeroplanner.share.wait_for_voila_request``)."""
-    from ..share import scenario_from_environment
+    request's query string in the kernel's environment), else :func:`default_state`. Returns (state, message).
+
+    A link is applied as far as it can be (``zeroplanner.share.link_from_environment``): an unknown key or a bad
+    value is left out, the rest applied, and the message names what was left out (``Not used from the link: nodez
+    (unknown key; did you mean nodes?). ...``); a query refused as a whole (too long, malformed) opens the default
+    and the message says why. ``environ`` (a mapping) replaces ``os.environ`` and then nothing waits; without it a
+    pre-heated Voilà kernel first waits for its page request (``zeroplanner.share.wait_for_voila_request``)."""
+    from ..share import link_from_environment
 
     try:
-        scenario = scenario_from_environment(environ)
+        link = link_from_environment(environ)
     except ValueError as exc:  # ShareError is a ValueError naming the key
         return default_state(), f"The link's scenario was not used: {error_message(exc)}"
-    if scenario is None:
+    if link is None:
         return default_state(), ""
-    return state_from_scenario(scenario), ""
+    return state_from_scenario(link.scenario), link.note
 
 
 TABS: tuple[tuple[str, str], ...] = (

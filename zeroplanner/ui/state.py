@@ -119,14 +119,23 @@ _UI_NAMES = {"model": "model_name", "gpu": "gpu_name", "network": "network_name"
 def _input_setter(inp: Input):
     """How the control of ``inp`` changes the state: the table's own ``apply`` (the same code the CLI and links
     go through), plus the catalog selection shown in the dropdowns, plus what the input needs in the app, which
-    has no stage control (ZeRO++ -> stage 3)."""
+    has no stage control (ZeRO++ -> stage 3).
+
+    A text value (a box or a menu sends text, ``app.set(model="Qwen/Qwen3-8B", micro_batch="4")``) is read by
+    the input's one grammar, :meth:`zeroplanner.inputs.Input.parse`, in the input's unit (``"7B"`` for the size),
+    as the CLI and share links read it: a catalog name or hub id, ``7B``, ``1e9``. A menu's own entries (the
+    ``overlap_comm`` menu's "default") and numbers from sliders and number boxes are in widget units."""
     ui_name = _UI_NAMES.get(inp.key)
+    widget_words = {shown for shown, _ in inp.widget.values} if inp.widget is not None else set()
 
     def setter(data: dict, ui: dict, value: Any) -> None:
         if inp.key == "model" and value == CUSTOM_MODEL:
             ui["model_name"] = CUSTOM_MODEL
             return
-        value = inp.from_widget(value)
+        if isinstance(value, str) and value not in widget_words:
+            value = inp.parse(value)  # InputError (a ValueError) names the input and the allowed values
+        else:
+            value = inp.from_widget(value)
         inp.apply(data, value)
         if inp.key == "params":
             ui["model_name"] = CUSTOM_MODEL
