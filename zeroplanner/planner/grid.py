@@ -191,7 +191,9 @@ def candidate_grid(scenario: Scenario, held=(), sp_values: Sequence[int] | None 
     for stage in stages:
         if zpp_held_on and stage < 3:
             continue
-        for oo in ((0,) if stage == 0 else (0, 1, 2)):
+        # below stage 3 DeepSpeed offloads any offload_optimizer device to host RAM (stage_1_and_2.py: cpu_offload =
+        # device != none; lint's nvme_optimizer_below_stage3): an NVMe optimizer there is a candidate only when held
+        for oo in ((0,) if stage == 0 else (0, 1, 2) if stage == 3 or "offload_optimizer" in held else (0, 1)):
             if oo not in oos:
                 continue
             for op in ((0, 1, 2) if stage == 3 else (0,)):
