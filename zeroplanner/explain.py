@@ -2,15 +2,19 @@
 LaTeX), the same formula with the scenario's numbers substituted, the result with its unit, and its source.
 
 The numbers come from :mod:`zeroplanner.costmodel.explain_terms`: every value is the vectorised
-:func:`~zeroplanner.costmodel.evaluate` at the scenario's candidate (the number the chart draws), and the memory,
-host and communication-volume terms are the labelled parts of :mod:`zeroplanner.costmodel.terms`, whose
-expressions this module renders as the formula and as the formula with numbers (the same strings computed them).
-Titles, symbols, words and sources are :data:`zeroplanner.costmodel.terms.TERM_INFO`. Only the step-time terms'
-formulas are still written here (:func:`_time_parts`), beside numbers taken from the model. Nothing here imports ipywidgets: :func:`explanation_html` returns HTML with ``$...$`` math
-for ``ipywidgets.HTMLMath`` (MathJax), :func:`explanation_markdown` the same for a Markdown report.
+:func:`~zeroplanner.costmodel.evaluate` at the scenario's candidate (the number the chart draws), and every term,
+memory and step time alike, is the labelled parts of :mod:`zeroplanner.costmodel.terms` the cost model computed it
+with; this module renders those expressions as the formula and as the formula with numbers (the same strings
+computed them), and a step-time term's ``definitions`` (the quantities its formula uses that are defined by an
+expression of their own: exposed collectives per micro-step, the GPU's micro-step, ...) as "where" lines rendered
+the same way. No formula is written here. Addends that are exactly 0 at the scenario's candidate are left out of
+both forms (:func:`zeroplanner.costmodel.terms.latex`'s ``zero``), as are parts that are 0. Titles, symbols,
+words and sources are :data:`zeroplanner.costmodel.terms.TERM_INFO`. Nothing here imports ipywidgets:
+:func:`explanation_html` returns HTML with ``$...$`` math for ``ipywidgets.HTMLMath`` (MathJax),
+:func:`explanation_markdown` the same for a Markdown report.
 
 Units: bytes are shown in GiB (2^30 bytes; MiB below 0.01 GiB), times in seconds (ms below 0.1 s), parameter
-counts as a x 10^k.
+counts, FLOPs and rates as a x 10^k.
 """
 
 from __future__ import annotations
@@ -59,9 +63,29 @@ class Part(BaseModel):
     value: float
 
 
+class Definition(BaseModel):
+    """A quantity a step-time formula uses that is defined by an expression of its own (a "where" line): its
+    :data:`~zeroplanner.costmodel.terms.SYMBOLS` name, LaTeX symbol, meaning, value in ``unit`` ("s", or the
+    symbol's unit), ``display`` (as shown), ``latex`` (symbol = formula), ``substituted`` (the same with numbers
+    and the result) and parts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    symbol: str
+    meaning: str
+    value: float
+    unit: str
+    display: str
+    latex: str
+    substituted: str
+    parts: list[Part]
+
+
 class Explanation(BaseModel):
     """A term explained. ``value`` is in ``unit`` ("bytes" or "seconds"); ``display`` is the value as shown
-    (e.g. "12.55 GiB"). ``latex`` is the symbolic formula, ``substituted`` the same with numbers and the result."""
+    (e.g. "12.55 GiB"). ``latex`` is the symbolic formula, ``substituted`` the same with numbers and the result;
+    ``definitions`` the where-lines of a step-time term (empty for the others)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -78,6 +102,7 @@ class Explanation(BaseModel):
     inputs: list[Quantity]
     parts: list[Part]
     source: str
+    definitions: list[Definition] = []
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -136,52 +161,36 @@ def _b(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _is_seconds(unit: str) -> bool:
+    return unit in ("seconds", "s")
+
+
 def _fmt_value_text(unit: str, x: float) -> str:
-    """``x`` bytes (``unit`` "bytes") or seconds (any other unit) for people."""
-    return fmt_bytes_text(x) if unit == "bytes" else fmt_seconds_text(x)
+    """``x`` bytes (``unit`` "bytes"), seconds ("seconds", "s") or a count of ``unit`` (FLOP/token) for people."""
+    if unit == "bytes":
+        return fmt_bytes_text(x)
+    if _is_seconds(unit):
+        return fmt_seconds_text(x)
+    return f"{x:.3g} {unit}"
+
+
+def _fmt_value(unit: str, x: float) -> str:
+    """``x`` in LaTeX: bytes and seconds with their unit, anything else as a count (a x 10^k)."""
+    if unit == "bytes":
+        return fmt_bytes(x)
+    if _is_seconds(unit):
+        return fmt_seconds(x)
+    return fmt_count(x)
 
 
 def _display(tv: TermValues) -> str:
     return _fmt_value_text(tv.unit, tv.value)
 
 
-def _fmt_value(tv_unit: str, x: float) -> str:
-    return _latex_unit(_fmt_value_text(tv_unit, x))
-
-
-def _table_parts(tv: TermValues, table: dict[str, tuple[str, str]], fmt: Callable[[float], str]) -> list[Part]:
-    """One :class:`Part` per entry of ``tv.parts``, its (symbolic, numeric) LaTeX from ``table``; a label the table
-    lacks shows as text, its value formatted by ``fmt``."""
-    out = []
-    for label, value in tv.parts.items():
-        sym, num = table.get(label, (rf"\text{{{label}}}", fmt(value)))
-        out.append(Part(label=label, latex=sym, numbers=num, value=float(value)))
-    return out
-
-
 # --------------------------------------------------------------------------------------------------------------
-# Formulas per term
+# Formulas: rendered from the expressions that computed each part
 # --------------------------------------------------------------------------------------------------------------
-_TIME_SYMBOLS = {
-    "ga": (r"GA", "gradient accumulation steps"),
-    "tokens_micro": (r"b\,s", "tokens per micro-batch"),
-    "flops_token": (r"F_{tok}", "executed FLOPs per token (incl. recompute)"),
-    "model_flops_token": (r"F_{model}", "model FLOPs per token"),
-    "peak": (r"P_{peak}", "dense peak FLOP/s"),
-    "mfu": (r"\mathrm{MFU}", "model FLOP utilisation assumption"),
-    "gpn": (r"g", "GPUs per node"),
-    "cpu_rate": (r"R_{cpu}", "CPU-Adam parameter updates per second per node"),
-    "touched": (r"\beta", "HBM bytes touched per parameter by the optimizer step"),
-    "hbm": (r"BW_{HBM}", "HBM bandwidth, bytes/s"),
-    "shard": (r"\Psi_t/N_d", "parameters the GPU updates"),
-}
-"""Symbols of the step-time explanations' inputs (their formulas are written in :func:`_time_parts`); the memory
-terms' symbols are :data:`zeroplanner.costmodel.terms.SYMBOLS`."""
-
-
 def _symbol(k: str) -> tuple[str, str] | None:
-    if k in _TIME_SYMBOLS:
-        return _TIME_SYMBOLS[k]
     if k in SYMBOLS:
         return SYMBOLS[k].latex, SYMBOLS[k].meaning
     return None
@@ -197,12 +206,23 @@ def _quantities(tv: TermValues, keys: tuple[str, ...]) -> list[Quantity]:
     return out
 
 
+def _zero(tv: TermValues) -> Callable[[str], bool]:
+    """Whether an input of ``tv`` is exactly 0 (its addends are then left out of the formula shown)."""
+    return lambda name: tv.inputs.get(name, 1.0) == 0.0
+
+
+def _shown_formulas(tv: TermValues) -> dict[str, str]:
+    """The expressions of the parts of ``tv`` that are not 0."""
+    return {label: expr for label, expr in tv.formulas.items() if tv.parts[label] != 0.0}
+
+
 def _input_keys(tv: TermValues) -> tuple[str, ...]:
-    """The inputs of the parts' expressions, in order of first use (terms stated as expressions), else the
-    step-time term's list."""
-    if tv.key in et.EXPRESSION_TERMS:
-        return tuple(dict.fromkeys(n for expr in tv.formulas.values() for n in input_names(expr)))
-    return _INPUT_KEYS.get(tv.key, ())
+    """The inputs of the formulas shown (the term's and its where-lines'), in order of first use, without the
+    quantities a where-line defines."""
+    defined = {d.key for d in tv.definitions}
+    names = [n for t in (tv, *tv.definitions) for expr in _shown_formulas(t).values()
+             for n in input_names(expr, _zero(t))]
+    return tuple(n for n in dict.fromkeys(names) if n not in defined)
 
 
 def _number(tv: TermValues, name: str) -> str:
@@ -211,7 +231,9 @@ def _number(tv: TermValues, name: str) -> str:
     unit = SYMBOLS[name].unit
     if unit == "bytes":
         return fmt_bytes(x)
-    if unit.startswith("bytes/"):
+    if unit == "s":
+        return fmt_seconds(x)
+    if unit.startswith("bytes/") and unit != "bytes/s":
         return _b(x)
     if unit == "fraction":
         return f"{x:.3g}"
@@ -219,66 +241,55 @@ def _number(tv: TermValues, name: str) -> str:
 
 
 def _expression_parts(tv: TermValues) -> list[Part]:
-    """Each part of a term stated as expressions (:mod:`zeroplanner.costmodel.terms`): its symbolic LaTeX and the
-    same with the scenario's numbers, both from the expression that computed it."""
+    """Each part of a term (:mod:`zeroplanner.costmodel.terms`): its symbolic LaTeX and the same with the
+    scenario's numbers, both from the expression that computed it, without its addends that are 0; a part that is
+    a sum is in parentheses (one addend of the term's sum: its own sum kept together)."""
     out = []
+    zero = _zero(tv)
     for label, expr in tv.formulas.items():
-        sym, num = latex(expr), latex(expr, lambda n: _number(tv, n))
-        if is_sum(expr):  # one addend of the term's sum: keep the part's own sum together
+        sym, num = latex(expr, zero=zero), latex(expr, lambda n: _number(tv, n), zero)
+        if is_sum(expr, zero):
             sym, num = f"({sym})", f"({num})"
         out.append(Part(label=label, latex=sym, numbers=num, value=float(tv.parts[label])))
     return out
 
 
-def _time_parts(tv: TermValues) -> list[Part]:
-    i = tv.inputs
-    if tv.key == "compute":
-        ga = fmt_count(i["ga"])
-        rate = rf"{i['peak'] / 1e12:.4g}\times10^{{12}}\times{i['mfu']:.3g}"
-        sym = r"GA\,b\,s\,F_{tok}/(P_{peak}\,\mathrm{MFU})"
-        num = rf"{ga}\times{fmt_count(i['tokens_micro'])}\times{fmt_count(i['flops_token'])}/({rate})"
-        return [Part(label="compute", latex=sym, numbers=num, value=tv.value)]
-    if tv.key == "communication":
-        ga = fmt_count(i["ga"])
-        if tv.case == "overlap":
-            fwd = (r"GA\max(0,t^{comm}_{fwd}-t^{comp}_{fwd})",
-                   rf"{ga}\times\max(0,{fmt_seconds(i['fwd_comm'])}-{fmt_seconds(i['fwd_compute'])})")
-            bwd = (r"GA\max(0,t^{comm}_{bwd}-t^{comp}_{bwd})",
-                   rf"{ga}\times\max(0,{fmt_seconds(i['bwd_comm'])}-{fmt_seconds(i['bwd_compute'])})")
-        else:
-            fwd = (r"GA\,t^{comm}_{fwd}", rf"{ga}\times{fmt_seconds(i['fwd_comm'])}")
-            bwd = (r"GA\,t^{comm}_{bwd}", rf"{ga}\times{fmt_seconds(i['bwd_comm'])}")
-        table = {"step boundary": (r"t_{boundary}", fmt_seconds(i["boundary"])), "forward (exposed)": fwd,
-                 "backward (exposed)": bwd}
-    elif tv.key == "offload":
-        ga = fmt_count(i["ga"])
-        table = {"PCIe (exposed)": (r"GA\max(0,t_{pcie}-t_{micro})",
-                                    rf"{ga}\times\max(0,{fmt_seconds(i['pcie_micro'])}-"
-                                    rf"{fmt_seconds(i['micro_compute'])})"),
-                 "parameter upload": (r"t_{upload}", fmt_seconds(i["pcie_boundary"])),
-                 "NVMe": (r"t_{nvme}", fmt_seconds(i["nvme"]))}
-    elif tv.key == "optimizer":
-        if tv.case == "cpu":
-            table = {"optimizer step": (r"g\,\Psi_t/(N_d\,R_{cpu})", rf"{fmt_count(i['gpn'])}\times"
-                                        rf"{fmt_count(i['Psi_t'])}/({fmt_count(i['N_d'])}\times"
-                                        rf"{fmt_count(i['cpu_rate'])})")}
-        else:
-            table = {"optimizer step": (r"\beta\,\Psi_t/(N_d\,BW_{HBM})" if i["shard"] != i["Psi_t"]
-                                        else r"\beta\,\Psi_t/BW_{HBM}",
-                                        rf"{_b(i['touched'])}\times{fmt_count(i['shard'])}/({fmt_count(i['hbm'])})")}
-    elif tv.key == "step":
-        table = {k: (rf"t_{{{k}}}", fmt_seconds(v)) for k, v in tv.parts.items()}
-    return _table_parts(tv, table, fmt_seconds)
+def _alone(text: str) -> str:
+    """A part shown alone needs no parentheses around its sum."""
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth == 0 and i < len(text) - 1:
+                return text
+        return text[1:-1]
+    return text
 
 
-_INPUT_KEYS = {
-    "compute": ("ga", "tokens_micro", "flops_token", "model_flops_token", "peak", "mfu"),
-    "communication": ("ga", "N_d"),
-    "offload": ("ga",),
-    "optimizer": ("gpn", "Psi_t", "N_d", "cpu_rate", "touched", "hbm"),
-    "step": (),
-}
-"""Inputs listed for the step-time terms (the others list the inputs of their parts' expressions)."""
+def _equation(symbol: str, unit: str, value: float, parts: list[Part]) -> tuple[str, str]:
+    """(symbol = formula, symbol = numbers [= the parts' values] = result) of the parts that are not 0."""
+    shown = [p for p in parts if p.value != 0]
+    if not shown:
+        return symbol + " = 0", symbol + " = " + _fmt_value(unit, 0.0)
+    if len(shown) == 1:
+        p = shown[0]
+        result = _fmt_value(unit, value)
+        numbers = "" if _alone(p.numbers) == result else f" = {_alone(p.numbers)}"
+        return f"{symbol} = {_alone(p.latex)}", f"{symbol}{numbers} = {result}"
+    formula = symbol + " = " + " + ".join(p.latex for p in shown)
+    substituted = symbol + " = " + " + ".join(p.numbers for p in shown)
+    values = [_fmt_value(unit, p.value) for p in shown]
+    if len(shown) > 1 and values != [p.numbers for p in shown]:
+        substituted += " = " + " + ".join(values)
+    return formula, substituted + " = " + _fmt_value(unit, value)
+
+
+def _definition(d: TermValues) -> Definition:
+    sym = SYMBOLS[d.key]
+    parts = _expression_parts(d)
+    formula, substituted = _equation(sym.latex, d.unit, d.value, parts)
+    return Definition(name=d.key, symbol=sym.latex, meaning=sym.meaning, value=float(d.value), unit=d.unit,
+                      display=_fmt_value_text(d.unit, d.value), latex=formula, substituted=substituted, parts=parts)
 
 
 def explain(scenario: Scenario, key: str) -> Explanation:
@@ -289,25 +300,15 @@ def explain(scenario: Scenario, key: str) -> Explanation:
         raise KeyError(f"unknown term {key!r}; known: {', '.join(et.ALL_FUNCTIONS)}")
     tv = et.ALL_FUNCTIONS[key](scenario)
     info = TERM_INFO[key]
-    title, symbol, category = info.title, info.symbol, info.category
-    parts = _expression_parts(tv) if key in et.EXPRESSION_TERMS else _time_parts(tv)
-    # zero parts are left out (a term that is offloaded or absent reads "= 0"), except for communication, where
-    # max(0, communication - compute) = 0 is the lesson of overlap_comm
-    shown = parts if key == "communication" else [p for p in parts if p.value != 0]
-    if not shown:
-        formula = symbol + " = 0"
-        substituted = symbol + " = " + _fmt_value(tv.unit, 0.0)
-    else:
-        formula = symbol + " = " + " + ".join(p.latex for p in shown)
-        substituted = symbol + " = " + " + ".join(p.numbers for p in shown)
-        values = [_fmt_value(tv.unit, p.value) for p in shown]
-        if len(shown) > 1 and values != [p.numbers for p in shown]:
-            substituted += " = " + " + ".join(values)
-        substituted += " = " + _fmt_value(tv.unit, tv.value)
+    parts = _expression_parts(tv)
+    # zero parts are left out (a term that is offloaded or absent reads "= 0"); within a part, max(0, comm -
+    # compute) stays even where it is 0 (the lesson of overlap_comm)
+    formula, substituted = _equation(info.symbol, tv.unit, tv.value, parts)
     return Explanation(
-        key=key, title=title, category=category, case=tv.case, value=float(tv.value), unit=tv.unit,
+        key=key, title=info.title, category=info.category, case=tv.case, value=float(tv.value), unit=tv.unit,
         display=_display(tv), words=info.words, latex=formula, substituted=substituted,
         inputs=_quantities(tv, _input_keys(tv)), parts=parts, source=info.source,
+        definitions=[_definition(d) for d in tv.definitions],
     )
 
 
@@ -339,6 +340,8 @@ def _fmt_quantity(q: Quantity) -> str:
         return f"{q.value / 1e12:.4g} TFLOP/s"
     if q.unit == "bytes/s":
         return f"{q.value / 1e9:.4g} GB/s"
+    if q.unit == "parameters/s":
+        return f"{q.value / 1e9:.4g} x 10^9 parameters/s"
     number = f"{q.value:,.0f}" if abs(q.value) >= 1e4 else f"{q.value:.4g}"
     return f"{number} {q.unit}".strip()
 
@@ -354,11 +357,17 @@ def explanation_html(e: Explanation, *, heading: bool = True) -> str:
     parts = "".join(f"<li>{esc(p.label)}: {esc(_fmt_value_text(e.unit, p.value))}</li>" for p in e.parts)
     head = (f"<div class='zp-explain-title'><b>{esc(e.title)}</b>: <b class='zp-explain-value'>"
             f"{esc(e.display)}</b></div>") if heading else ""
+    where = ""
+    if e.definitions:
+        where = "<div class='zp-explain-where'><div class='zp-muted'>where</div>" + "".join(
+            f"<div class='zp-explain-formula zp-explain-def' data-name='{esc(d.name)}'>$${d.latex}$$</div>"
+            f"<div class='zp-explain-numbers zp-explain-def'>$${d.substituted}$$</div>" for d in e.definitions
+        ) + "</div>"
     return (
         f"<div class='zp-explain' data-key='{esc(e.key)}' data-value='{e.value!r}'>{head}"
         f"<div>{esc(e.words)}</div>"
         f"<div class='zp-explain-formula'>$${e.latex}$$</div>"
-        f"<div class='zp-explain-numbers'>$${e.substituted}$$</div>"
+        f"<div class='zp-explain-numbers'>$${e.substituted}$$</div>{where}"
         f"<details><summary>Inputs and parts</summary><table class='zp-explain-inputs'>{rows}</table>"
         f"<ul>{parts}</ul></details>"
         f"<div class='zp-muted'>Unit: {esc('GiB (2^30 bytes)' if e.unit == 'bytes' else 'seconds per step')}. "
@@ -366,10 +375,20 @@ def explanation_html(e: Explanation, *, heading: bool = True) -> str:
     )
 
 
+def formula_lines(e: Explanation) -> list[str]:
+    """The formulas of ``e`` as Markdown lines (``$$`` math, blank lines between): the term's formula and its
+    numbers, then each where-line's."""
+    lines = [f"$${e.latex}$$", "", f"$${e.substituted}$$", ""]
+    if e.definitions:
+        lines += ["where", ""]
+        for d in e.definitions:
+            lines += [f"$${d.latex}$$", "", f"$${d.substituted}$$", ""]
+    return lines
+
+
 def explanation_markdown(e: Explanation) -> str:
     """Markdown (with ``$$`` math) for a report."""
-    lines = [f"**{e.title}: {e.display}** — {e.words}", "", f"$${e.latex}$$", "", f"$${e.substituted}$$", "",
-             f"*Source:* {e.source}", ""]
+    lines = [f"**{e.title}: {e.display}** — {e.words}", "", *formula_lines(e), f"*Source:* {e.source}", ""]
     return "\n".join(lines)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal, Sequence
 
 from .advice import sentence
 from .costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS, segment_value
-from .explain import explain_all, fmt_bytes_text, fmt_seconds_text
+from .explain import explain_all, fmt_bytes_text, fmt_seconds_text, formula_lines
 from .specs import Scenario
 from .units import GIB
 
@@ -351,8 +351,11 @@ def _html(d: dict, title: str, link: str | None) -> str:
     for e in d["explanations"].values():
         parts = "".join(f"<li>{esc(pt.label)}: {esc(fmt_bytes_text(pt.value) if e.unit == 'bytes' else fmt_seconds_text(pt.value))}</li>"
                         for pt in e.parts if pt.value)
+        where = "".join(f"<br><code>{esc(d.latex)}</code><br><code>{esc(d.substituted)}</code>"
+                        for d in e.definitions)
+        where = f"<div class='where'>where{where}</div>" if where else ""
         terms.append(f"<tr><td><b>{esc(e.title)}</b></td><td class='num'>{esc(e.display)}</td><td>{esc(e.words)}"
-                     f"<br><code>{esc(e.latex)}</code><br><code>{esc(e.substituted)}</code>"
+                     f"<br><code>{esc(e.latex)}</code><br><code>{esc(e.substituted)}</code>{where}"
                      f"{'<ul>' + parts + '</ul>' if parts else ''}<div class='src'>Source: {esc(e.source)}</div>"
                      "</td></tr>")
     storage = "".join(f"<tr><td><b>{esc(name)}</b></td><td class='num'>{esc(figure)}</td><td><ul>"
@@ -415,8 +418,7 @@ def _markdown(d: dict, title: str, link: str | None) -> str:
         lines += [f"| {ph} | {g:.1f} |" for ph, g in d["phase_peaks"]] + [""]
     lines += ["## Every number explained", ""]
     for e in d["explanations"].values():
-        lines += [f"**{e.title}: {e.display}**. {e.words}", "", f"$${e.latex}$$", "", f"$${e.substituted}$$", "",
-                  f"*Source:* {e.source}", ""]
+        lines += [f"**{e.title}: {e.display}**. {e.words}", "", *formula_lines(e), f"*Source:* {e.source}", ""]
     storage = _storage_rows(d["storage"])
     if storage:
         lines += ["## Host RAM and NVMe per node", ""]

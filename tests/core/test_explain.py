@@ -117,7 +117,15 @@ def test_formula_shows_the_branch_that_applies():
     assert explain(off, "host_memory").value > 0
     s3 = build_scenario(stage=3, nodes=2)
     comm = explain(s3, "communication")
-    assert comm.case == "overlap" and r"\max(0," in comm.latex
+    where = {d.name: d for d in comm.definitions}
+    # overlap_comm: what compute does not hide, plus overlap_loss of the overlapped part (issue 30: the panel had
+    # only the max term)
+    assert comm.case == "overlap" and comm.latex == r"t_{comm} = t_{coll} + t_{host}"
+    assert where["e_f"].latex == (r"e_{fwd} = \max(0,t^{comm}_{fwd}-t^{comp}_{fwd}) + "
+                                  r"\lambda\min(t^{comm}_{fwd},t^{comp}_{fwd})")
+    no = explain(build_scenario(stage=3, nodes=2, overlap_comm=False), "communication")
+    assert no.case == "no_overlap"
+    assert {d.name: d.latex for d in no.definitions}["e_f"] == r"e_{fwd} = t^{comm}_{fwd}"
 
 
 def test_time_segment_offload_is_offload_plus_optimizer():
@@ -134,7 +142,7 @@ def test_every_key_has_words_source_and_escaped_html():
         e = explain(scenario, key)
         assert e.words and e.source and e.latex.startswith("M_") or e.latex.startswith(("V_", "t_"))
         page = explanation_html(e)
-        assert "<script" not in page and page.count("$$") == 4
+        assert "<script" not in page and page.count("$$") == 4 + 4 * len(e.definitions)
 
 
 def test_unknown_key_is_refused_with_the_known_keys():
@@ -143,18 +151,23 @@ def test_unknown_key_is_refused_with_the_known_keys():
 
 
 def test_printed_formulas_are_the_expressions_that_computed_each_part():
-    """Every part of a memory / host / communication-volume term is printed from the expression the cost model
-    evaluated: the expression, evaluated with the inputs explain lists, gives the part's value, and both LaTeX
-    forms (symbols, numbers) are rendered from it."""
+    """Every part of every term (memory, host, communication volume and step time) and of every step-time
+    where-line is printed from the expression the cost model evaluated: the expression, evaluated with the inputs
+    explain lists, gives the part's value exactly, and both LaTeX forms (symbols, numbers) are rendered from it
+    (without its addends that are 0)."""
     from zeroplanner.costmodel.terms import evaluate_expr, latex
 
     for kw in GRID:
         scenario = build_scenario(**kw)
-        for key in et.EXPRESSION_TERMS:
+        for key in KEYS:
             tv = et.ALL_FUNCTIONS[key](scenario)
-            assert tv.formulas.keys() == tv.parts.keys(), (key, kw)
-            for label, expr in tv.formulas.items():
-                assert math.isclose(float(evaluate_expr(expr, tv.inputs)), tv.parts[label], rel_tol=1e-12), (key, label)
             e = explain(scenario, key)
-            for part in e.parts:
-                assert part.latex in (latex(tv.formulas[part.label]), f"({latex(tv.formulas[part.label])})")
+            assert [d.name for d in e.definitions] == [d.key for d in tv.definitions]
+            for t, parts in ((tv, e.parts), *((d, x.parts) for d, x in zip(tv.definitions, e.definitions))):
+                assert t.formulas.keys() == t.parts.keys(), (key, kw)
+                for label, expr in t.formulas.items():
+                    assert float(evaluate_expr(expr, t.inputs)) == t.parts[label], (key, t.key, label)
+                zero = lambda n, t=t: t.inputs.get(n, 1.0) == 0.0  # noqa: E731
+                for part in parts:
+                    sym = latex(t.formulas[part.label], zero=zero)
+                    assert part.latex in (sym, f"({sym})"), (key, part.label)

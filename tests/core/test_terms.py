@@ -76,8 +76,7 @@ def test_explain_mode_shows_the_vectorised_number_of_every_term(name):
         e = explain(scenario, key)
         assert e.value == reference[key], (name, key, e.value, reference[key])  # the same function: equal
         assert e.display == _shown(reference[key], e.unit)
-        if key in et.EXPRESSION_TERMS:
-            assert math.isclose(sum(p.value for p in e.parts), e.value, rel_tol=1e-12, abs_tol=1e-9), (name, key)
+        assert math.isclose(sum(p.value for p in e.parts), e.value, rel_tol=1e-12, abs_tol=1e-9), (name, key)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -179,3 +178,48 @@ def test_an_expression_may_only_use_known_inputs_and_min_max():
         evaluate_expr("abs(w)", {"w": 2.0})
     with pytest.raises(ValueError, match="not allowed"):
         evaluate_expr("w**2", {"w": 2.0})
+
+
+def test_max_min_take_any_number_of_arguments_elementwise():
+    from zeroplanner.costmodel.terms import evaluate_expr
+
+    x = {"t_gf": np.array([1.0, 3.0]), "t_cf": np.array([2.0, 2.0]), "lam": 0.5}
+    assert evaluate_expr("max(0, t_gf - t_cf) + lam*min(t_gf, t_cf)", x).tolist() == [0.5, 2.0]
+    assert evaluate_expr("max(t_gf, t_cf, 2.5)", x).tolist() == [2.5, 3.0]
+    assert evaluate_expr("min(t_gf, t_cf, 1.5)", x).tolist() == [1.0, 1.5]
+
+
+def test_define_makes_a_quantity_an_input_of_the_next_expressions():
+    """A quantity's value is its parts' sum, where each applies (the condition is the expressions' ``where``)."""
+    from zeroplanner.costmodel.terms import define
+
+    env = {"GA": np.array([2.0, 4.0]), "t_gf": np.array([1.0, 3.0]), "t_cf": np.array([2.0, 2.0]), "lam": 0.5}
+    overlap = np.array([True, False])
+    tp = define(env, "e_f", [("overlapped", "max(0, t_gf - t_cf) + lam*min(t_gf, t_cf)", overlap),
+                             ("not overlapped", "t_gf", ~overlap)])
+    assert env["e_f"].tolist() == [0.5, 3.0] and tp.inputs is env
+    define(env, "t_coll", [("micro-steps", "GA*e_f", True)])
+    assert env["t_coll"].tolist() == [1.0, 12.0]
+    with pytest.raises(ValueError, match="unknown quantity"):
+        define(env, "nope", [("x", "GA", True)])
+
+
+def test_latex_leaves_out_addends_that_are_zero_but_keeps_max_and_min():
+    from zeroplanner.costmodel.terms import input_names, is_sum, latex
+
+    zero = {"t_bnd": 0.0, "e_f": 0.0, "t_tp": 0.0, "e_b": 1.0, "GA": 8.0}
+    z = lambda n: zero.get(n, 1.0) == 0.0  # noqa: E731
+    assert latex("t_bnd + GA*(e_f + e_b + t_tp)", zero=z) == r"GA\,e_{bwd}"
+    assert latex("t_bnd + GA*(e_f + e_b + t_tp)") == r"t_{boundary} + GA(e_{fwd}+e_{bwd}+t_{TP})"
+    assert not is_sum("t_bnd + GA*(e_f + e_b + t_tp)", z) and is_sum("t_bnd + GA*(e_f + e_b + t_tp)")
+    assert input_names("t_bnd + GA*(e_f + e_b + t_tp)", z) == ["GA", "e_b"]
+    # a product with a zero factor goes; max(0, ...) stays even where its argument is 0
+    assert latex("GA*e_f + max(0, e_f - e_b)", zero=z) == r"\max(0,e_{fwd}-e_{bwd})"
+    assert latex("GA*e_f", zero=z) == r"GA\,e_{fwd}"  # all of it 0: shown whole
+
+
+def test_a_substituted_power_of_ten_divides_as_one_number():
+    from zeroplanner.costmodel.terms import latex
+
+    numbers = {"Psi_t": r"1.3\times10^{10}", "N_d": "16", "beta": "34", "BW_HBM": r"2.04\times10^{12}"}.get
+    assert latex("beta*(Psi_t/N_d)/BW_HBM", numbers) == r"34\times1.3\times10^{10}/16/(2.04\times10^{12})"

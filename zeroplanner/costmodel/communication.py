@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .context import Candidates, Context, data_parallel_degree, overlap_comm
+from .terms import TermParts, term
 
 STAGE0_ALLREDUCE_BUCKET = 500_000_000
 """DeepSpeed's stage-0 gradient all-reduce bucket (MEMORY_OPT_ALLREDUCE_SIZE in deepspeed/runtime/engine.py,
@@ -231,12 +232,34 @@ def autotp_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
             "seconds_micro": seconds}
 
 
+def wire_parts(ctx: Context, cand: Candidates, ar_bytes, rs_bytes, ag_bytes, a2a_bytes, uly, tp) -> TermParts:
+    """Bytes each GPU sends per step, by part (:class:`~.terms.TermParts` "communication_volume", float arrays):
+    ring collectives send 2(N_d-1)/N_d of an all-reduce's message and (N_d-1)/N_d of a reduce-scatter's or
+    all-gather's among the N_d data-parallel ranks; Ulysses' all-to-alls (p-1)/p of theirs and of the position_ids
+    all-gather among the p sequence-parallel ranks (each rank's b s/p x 8 bytes, to p-1 ranks); AutoTP's
+    all-reduces and logits all-gather among the t tensor-parallel ranks, every micro-step. ``ar_bytes``,
+    ``rs_bytes``, ``ag_bytes``: the data-parallel message bytes per step; ``a2a_bytes``: the all-to-alls' per step;
+    ``uly``, ``tp``: :func:`ulysses_terms`, :func:`autotp_terms`."""
+    x = {"N_d": data_parallel_degree(ctx, cand).astype(np.float64), "S_ar": ar_bytes, "S_rs": rs_bytes,
+         "S_ag": ag_bytes, "GA": cand.grad_accum.astype(np.float64)}
+    parts = [("all-reduce", "2*S_ar*((N_d-1)/N_d)", True),
+             ("reduce-scatter + all-gather", "(S_rs + S_ag)*((N_d-1)/N_d)", True)]
+    if np.any(cand.sp > 1):
+        x.update({"S_a2a": a2a_bytes, "S_pos": uly["position_ids_bytes_micro"], "p": cand.sp.astype(np.float64)})
+        parts.append(("Ulysses all-to-all + position_ids", "(S_a2a + GA*S_pos*p)*(p-1)/p", True))
+    if ctx.tp > 1:
+        x.update({"t": float(ctx.tp), "S_tar": tp["all_reduce_micro"], "S_tag": tp["all_gather_micro"]})
+        parts.append(("AutoTP all-reduce + all-gather", "GA*((t-1)/t)*(2*S_tar + S_tag)", True))
+    return term("communication_volume", x, parts)
+
+
 def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """Per-GPU message bytes per collective type per step, on-the-wire bytes, and seconds per phase.
 
     Returns a dict of float arrays:
       "all_reduce", "reduce_scatter", "all_gather": message bytes per step (nccl-tests "size", summed);
-      "wire_bytes": bytes each GPU sends per step (ring volume);
+      "wire_bytes": bytes each GPU sends per step (ring volume), the value of "wire_parts", its parts as
+      expressions (:func:`wire_parts`, a :class:`~.terms.TermParts`: explain mode prints them);
       "seconds": total collective time per step;
       "fwd_seconds_micro", "bwd_seconds_micro": stage-3 gathers/reduces per micro-step (overlappable);
       "reduce_seconds_micro": stage-2 gradient reduce-scatter per micro-step (overlappable);
@@ -316,24 +339,21 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     boundary = ar_t + np.where((st == 1) & ~per_micro, rs12_micro, 0.0) + np.where(is12, ag12, 0.0)
     seconds = boundary + ga * (fwd_micro + bwd_micro + reduce_micro)
 
-    frac = np.where(nf > 1, (nf - 1.0) / nf, 0.0)
-    wire = ar_bytes * 2.0 * frac + (rs_bytes + ag_bytes) * frac
     uly = ulysses_terms(ctx, cand)
     a2a_bytes = uly["a2a_message_bytes_micro"]  # zeros without sequence parallelism
-    if np.any(cand.sp > 1):
+    split = bool(np.any(cand.sp > 1))
+    if split:
         a2a_bytes = ga * a2a_bytes
-        sp = cand.sp.astype(np.float64)
-        # position_ids all-gather: each rank sends its b*s/P*8 bytes to P-1 ranks
-        wire = wire + (a2a_bytes + ga * uly["position_ids_bytes_micro"] * sp) * (sp - 1.0) / sp
         seconds = seconds + ga * uly["seconds_micro"]
     # AutoTP's collectives among the node's TP ranks, every micro-step, on the critical path (autotp_terms)
     tp = autotp_terms(ctx, cand)
-    tp_frac = (ctx.tp - 1.0) / ctx.tp
+    volume = wire_parts(ctx, cand, ar_bytes, rs_bytes, ag_bytes, a2a_bytes, uly, tp)
     ar_bytes = ar_bytes + ga * tp["all_reduce_micro"]
     ag_bytes = ag_bytes + ga * tp["all_gather_micro"]
-    wire = wire + ga * tp_frac * (2.0 * tp["all_reduce_micro"] + tp["all_gather_micro"])
+    wire = volume.value
     seconds = seconds + ga * tp["seconds_micro"]
     return {
+        "wire_parts": volume,
         "all_to_all": a2a_bytes,
         "a2a_seconds_micro": uly["seconds_micro"],
         "all_reduce": ar_bytes + 0.0 * nf,

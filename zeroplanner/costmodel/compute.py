@@ -1,4 +1,4 @@
-"""Compute time, optimizer time and offload traffic per optimizer step.
+"""Compute time per optimizer step (the optimizer step and offload traffic are priced in ``evaluate.step_terms``).
 
 FLOPs per token (PaLM, Chowdhery et al., arXiv 2204.02311, Appendix B): 6N + 12·L·H·Q·T for training, where N
 counts matmul weights (active experts only) and the second term is attention (T = sequence length, H·Q the query
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .context import OPTIMIZER_BYTES_TOUCHED, Candidates, Context, data_parallel_degree
+from .context import Candidates, Context
 from .steptime_constants import FITTED
+from .terms import define
 
 MAMF_FRACTION = {
     "ampere": 0.869, "hopper": 0.803, "cdna3": 0.601,
@@ -92,7 +93,17 @@ def ceiling_fraction(gen: str) -> float:
 
 
 def flops_per_token(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(model FLOPs per token, executed FLOPs per token, forward FLOPs per token), per tensor-parallel rank."""
+    """(model FLOPs per token, executed FLOPs per token, forward FLOPs per token), per tensor-parallel rank.
+    Executed = model + recompute + the vision tower's recompute (:func:`flops_per_token_parts`)."""
+    f = flops_per_token_parts(ctx, cand)
+    return f["F_model"], f["F_model"] + f["F_rec"] + f["F_vrec"], f["F_fwd"]
+
+
+def flops_per_token_parts(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+    """FLOPs per token per tensor-parallel rank, by part (float arrays shaped like ``cand``): "F_model" (model
+    FLOPs: 6N + 12·L·H·Q·T, frozen weights 4N, + the vision tower's), "F_rec" (the language model's recompute:
+    full checkpointing one forward, selective the attention core, TiledMLP the dense MLP's forward), "F_vrec" (the
+    vision tower's recompute), "F_fwd" (forward FLOPs). Names are :data:`~.terms.SYMBOLS` inputs."""
     sc = ctx.scenario
     m, t = sc.model, sc.training
     tp = float(ctx.tp)
@@ -117,7 +128,8 @@ def flops_per_token(ctx: Context, cand: Candidates) -> tuple[np.ndarray, np.ndar
         recompute = recompute + 2.0 * m.n_dense_layers * m.dense_mlp_params / tp
     v_model, v_recompute, v_fwd = vision_flops_per_token(sc, cand)
     model_arr = model + v_model + 0.0 * recompute
-    return model_arr, model_arr + recompute + v_recompute, fwd + v_fwd + 0.0 * recompute
+    return {"F_model": model_arr, "F_rec": recompute + 0.0 * model_arr, "F_vrec": v_recompute + 0.0 * model_arr,
+            "F_fwd": fwd + v_fwd + 0.0 * recompute}
 
 
 def vision_flops_per_token(sc, cand: Candidates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -147,35 +159,52 @@ def vision_flops_per_token(sc, cand: Candidates) -> tuple[np.ndarray, np.ndarray
     return model, recompute, fwd
 
 
-def compute_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
+COMPUTE_DEFINITIONS: tuple[tuple[str, str, str], ...] = (
+    ("F_x", "executed FLOPs per token", "F_model + F_rec + F_vrec"),
+    ("t_micro", "compute of one micro-step", "n_tok*F_x/(P_peak*eta) + t_mem + t_dq"),
+    ("t_cf", "forward", "n_tok*F_fwd/(P_peak*eta) + t_memf"),
+    ("t_cb", "backward (incl. recompute)", "t_micro - t_cf"),
+    ("t_compute", "micro-steps", "GA*t_micro"),
+)
+"""The compute time as expressions (:mod:`.terms`; name, label, expression), evaluated in this order by
+:func:`compute_terms`: executed FLOPs per token (model + recompute), a micro-step's compute (the GEMMs at
+``eta`` of the dense peak, the memory-bound kernels, QLoRA dequantisation), its forward (what the forward
+collectives overlap) and backward, and the step's compute (GA micro-steps)."""
+
+
+def compute_terms(ctx: Context, cand: Candidates) -> dict:
     """Compute seconds per step and per micro-step (forward / backward), model FLOPs per GPU per step.
 
     Per micro-step: tokens x executed FLOPs per token / (peak x :func:`achieved_fraction`) + the memory-bound
-    kernels (:func:`memory_bound_seconds_micro`) + QLoRA dequantisation.
+    kernels (:func:`memory_bound_seconds_micro`) + QLoRA dequantisation, computed through the expressions of
+    :data:`COMPUTE_DEFINITIONS` (explain mode prints the same ones).
     Returns dict of float arrays: "seconds", "fwd_seconds_micro", "bwd_seconds_micro", "model_flops",
     "dequant_seconds_micro", "memory_seconds_micro", "gemm_fraction" (:func:`achieved_fraction`) and
     "achieved_fraction" (the effective fraction of the peak of GEMMs and memory-bound kernels together: what
-    ``--mfu`` would have to be for the same compute time).
+    ``--mfu`` would have to be for the same compute time); "terms": name -> :class:`~.terms.TermParts` of each
+    definition, in order, whose ``inputs`` hold every input and defined value by :data:`~.terms.SYMBOLS` name.
     """
-    model, executed, fwd = flops_per_token(ctx, cand)
+    flops = flops_per_token_parts(ctx, cand)
     # Ulysses: each GPU computes its s/P tokens (and attention for n_heads/P heads over the whole sequence, the same
     # FLOPs as s/P tokens' share); FLOPs per token are unchanged
     tokens_micro = cand.micro_batch.astype(np.float64) * ctx.scenario.sequence_tokens / cand.sp
-    rate = ctx.peak_flops * achieved_fraction(ctx, cand)
+    frac = achieved_fraction(ctx, cand)
     mem_total, mem_fwd = memory_bound_seconds_micro(ctx, cand)
-    micro = tokens_micro * executed / rate + mem_total
-    fwd_micro = tokens_micro * fwd / rate + mem_fwd
     ga = cand.grad_accum.astype(np.float64)
     dq = qlora_dequant_seconds_micro(ctx, cand)
-    micro = micro + dq
+    env = {**flops, "GA": ga, "n_tok": tokens_micro, "P_peak": ctx.peak_flops, "eta": frac, "t_mem": mem_total,
+           "t_memf": mem_fwd, "t_dq": dq}
+    terms = {name: define(env, name, [(label, expr, True)]) for name, label, expr in COMPUTE_DEFINITIONS}
+    micro = env["t_micro"]
     return {
+        "terms": terms,
         "dequant_seconds_micro": dq,
-        "seconds": ga * micro,
-        "fwd_seconds_micro": fwd_micro,
-        "bwd_seconds_micro": micro - fwd_micro,
-        "model_flops": ga * tokens_micro * model,
-        "achieved_fraction": tokens_micro * executed / (micro - dq) / ctx.peak_flops,
-        "gemm_fraction": rate / ctx.peak_flops,
+        "seconds": env["t_compute"],
+        "fwd_seconds_micro": env["t_cf"],
+        "bwd_seconds_micro": env["t_cb"],
+        "model_flops": ga * tokens_micro * flops["F_model"],
+        "achieved_fraction": tokens_micro * env["F_x"] / (micro - dq) / ctx.peak_flops,
+        "gemm_fraction": ctx.peak_flops * frac / ctx.peak_flops,
         "memory_seconds_micro": mem_total,
     }
 
@@ -254,48 +283,3 @@ def qlora_dequant_seconds_micro(ctx: Context, cand: Candidates) -> np.ndarray:
         return np.zeros(cand.shape)
     passes = 2.0 + (cand.checkpointing == 2)
     return passes * ctx.frozen * QLORA_DEQUANT_BYTES / ctx.hbm_bytes_per_second
-
-
-def optimizer_and_offload_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
-    """Optimizer-step seconds (GPU roofline, DeepSpeed CPU-Adam, NVMe swapping) and PCIe offload seconds.
-
-    - GPU optimizer: OPTIMIZER_BYTES_TOUCHED per parameter of the local shard / HBM bandwidth.
-    - CPU optimizer: the node's ranks share the host: gpus_per_node * Ψ_t/N_d updates at
-      ``ClusterSpec.cpu_adam_params_per_second``.
-    - NVMe optimizer: states read and written once per step at the node's NVMe bandwidth (stage 3 only: ZeRO-1/2
-      run an NVMe optimizer offload as CPU offload).
-    - PCIe: gradients to the host every micro-step and updated parameters back once (optimizer offload);
-      parameters fetched for forward and backward every micro-step (parameter offload; NVMe adds the same bytes
-      through NVMe).
-    Returns dict: "optimizer_seconds", "pcie_seconds_micro", "pcie_seconds_boundary", "nvme_seconds".
-    """
-    c = ctx.scenario.cluster
-    n = data_parallel_degree(ctx, cand).astype(np.float64)
-    T, P = ctx.trainable, ctx.params
-    st = cand.stage
-    ga = cand.grad_accum.astype(np.float64)
-    shard = np.where(st >= 1, T / n, T)
-    touched = OPTIMIZER_BYTES_TOUCHED[ctx.scenario.training.optimizer] if ctx.mixed else 16.0
-    gpu_opt = shard * touched / ctx.hbm_bytes_per_second
-    cpu_opt = ctx.gpus_per_node * T / n / c.cpu_adam_params_per_second
-    off_opt = cand.offload_optimizer
-    optimizer_seconds = np.where(off_opt > 0, cpu_opt, gpu_opt)
-
-    K = ctx.master_bytes + ctx.optimizer_state_bytes
-    nvme_bps = c.nvme_gb_per_s * 1e9
-    # ZeRO-1/2 treat an NVMe optimizer offload as CPU offload (runtime/zero/stage_1_and_2.py: cpu_offload is any
-    # offload_optimizer device; only stage3.py builds the NVMe swappers), so only stage 3 swaps states
-    nvme_opt = np.where((off_opt == 2) & (st == 3), 2.0 * ctx.gpus_per_node * K * T / n / nvme_bps, 0.0)
-    param_part = P * ctx.weight_bytes / n
-    nvme_par = np.where(cand.offload_param == 2, 2.0 * ga * ctx.gpus_per_node * param_part / nvme_bps, 0.0)
-
-    pcie = ctx.pcie_bytes_per_second
-    grads_micro = np.where(off_opt > 0, T * ctx.grad_bytes / n / pcie, 0.0)
-    params_micro = np.where(cand.offload_param > 0, 2.0 * param_part / pcie, 0.0)
-    upload = np.where((off_opt > 0) & (cand.offload_param == 0), T * ctx.weight_bytes / n / pcie, 0.0)
-    return {
-        "optimizer_seconds": optimizer_seconds,
-        "pcie_seconds_micro": grads_micro + params_micro,
-        "pcie_seconds_boundary": upload,
-        "nvme_seconds": nvme_opt + nvme_par,
-    }

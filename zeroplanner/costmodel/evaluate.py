@@ -6,6 +6,8 @@ labelled terms, warnings and the JSON shape the CLI prints.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..pitfalls import COMMUNICATION_SHARE_LIMIT, scenario_pitfalls
@@ -13,86 +15,187 @@ from ..specs import Output, Scenario
 from ..units import gib
 from .communication import communication_terms
 from .activations import checkpoint_offload_bytes_per_micro
-from .compute import compute_terms, optimizer_and_offload_terms
-from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
+from .compute import compute_terms
+from .context import OPTIMIZER_BYTES_TOUCHED, Candidates, Context, data_parallel_degree, make_context, overlap_comm
 from .memory import TERMS, memory_term_parts, memory_terms
 from .timeline import PHASES, memory_error_fraction, timeline, peak
-from .terms import TERM_INFO
+from .terms import TERM_INFO, TermParts, define
 
 COMM_SHARE_WARNING = COMMUNICATION_SHARE_LIMIT
 """Exposed communication above 30% of the step is a bottleneck (one value with :mod:`zeroplanner.pitfalls`)."""
 
 
-def hidden_behind(work: np.ndarray, other: np.ndarray, loss: float) -> np.ndarray:
-    """Seconds of ``work`` left exposed when it overlaps ``other``: what does not fit under it, plus ``loss`` of the
-    overlapped part (concurrent kernels share SMs and HBM; the fitted ``overlap_loss``)."""
-    return np.maximum(0.0, work - other) + loss * np.minimum(work, other)
+HIDDEN_BEHIND = "max(0, {work} - {other}) + lam*min({work}, {other})"
+"""Seconds of ``work`` left exposed when it overlaps ``other``: what does not fit under it, plus ``lam`` (the fitted
+``overlap_loss``) of the overlapped part (concurrent kernels share SMs and HBM). A template for the expressions of
+:func:`step_terms`."""
 
 
-def step_parts(ctx: Context, cand: Candidates, comm, comp, opt) -> dict[str, np.ndarray]:
-    """Step seconds and its parts (compute, exposed communication, ZeRO host overhead, offload, optimizer).
+def _hidden(work: str, other: str) -> str:
+    return HIDDEN_BEHIND.format(work=work, other=other)
 
-    Per micro-step the GPU runs compute (incl. QLoRA dequantisation) plus the communication and PCIe traffic that
-    overlapping does not hide (:func:`hidden_behind` with overlap_comm, all of it without). ZeRO-3's host work per
-    module hook (``zero3_fetch_seconds`` x modules with parameters x 2, forward and backward) runs ahead of the GPU and is exposed only
-    where it is longer than the GPU's micro-step; ZeRO-2/3 gradient hooks (``grad_hook_seconds`` x parameter
-    tensors) are serial with backward, and so are AutoTP's per-layer all-reduces (communication.autotp_terms).
-    Boundary collectives, the parameter upload, NVMe swapping and the optimizer step are exposed.
-    "comm_exposed_seconds" includes the ZeRO host overhead (fetch + hooks: the collectives' coordination),
-    "collectives_exposed_seconds" is the collectives alone.
+
+STEP_OWNERS: dict[str, str] = {
+    **{name: "compute" for name in ("F_x", "t_micro", "t_cf", "t_cb", "t_compute")},
+    **{name: "communication" for name in ("e_f", "e_b", "t_gpu", "e_fe", "t_hk", "t_coll", "t_host", "t_comm")},
+    **{name: "offload" for name in ("t_c", "t_pcie", "e_p", "t_ck", "t_nvme", "t_offload")},
+    "t_opt": "optimizer",
+    "t_step": "step",
+}
+"""Step-time quantity -> the explained term whose explanation shows its formula (explain mode's where-lines); the
+others a formula uses are listed with their values. :data:`REPORTED_APART` are not in any formula."""
+
+REPORTED_APART: dict[str, str] = {"t_fetch": "fetch_overhead_seconds", "t_hooks": "hook_seconds",
+                                  "t_sp": "sp_all_to_all_seconds", "t_ckpt": "checkpoint_offload_seconds"}
+"""Quantities of :func:`step_terms` that are parts of the step reported on their own (Estimate's
+``fetch_overhead_seconds_per_step``, ...; they are inside t_host, t_coll and t_offload) -> evaluate's key."""
+
+TIME_TERM_SYMBOLS: dict[str, str] = {"compute": "t_compute", "communication": "t_comm", "offload": "t_offload",
+                                     "optimizer": "t_opt", "step": "t_step"}
+"""Explained step-time term (:data:`~.terms.TERM_INFO` key) -> its quantity in :class:`StepTerms`."""
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """The step time as expressions (:mod:`.terms`): ``terms`` maps each quantity (a :data:`~.terms.SYMBOLS` name:
+    "t_micro", "e_f", "t_comm", "t_step", ...) to its :class:`~.terms.TermParts`, in evaluation order (each uses
+    only inputs and the quantities before it); ``values`` holds every input and quantity by name (float arrays
+    shaped like the candidates, or scalars): seconds, except FLOPs per token, bytes, counts and fractions as
+    :data:`~.terms.SYMBOLS` gives their units."""
+
+    terms: dict[str, TermParts]
+    values: dict[str, object]
+
+
+def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: dict | None = None) -> StepTerms:
+    """The step's seconds and its parts, each an expression evaluated over the candidate arrays (the same strings
+    explain mode prints, so the formula shown is the formula computed).
+
+    Per micro-step the GPU runs compute (compute.compute_terms: forward t_cf, backward t_cb, with QLoRA
+    dequantisation) plus the communication and PCIe traffic that overlapping does not hide
+    (:data:`HIDDEN_BEHIND` with overlap_comm, all of it without): e_f the forward collectives behind the forward,
+    e_b the backward ones (ZeRO-3 gathers and reduce-scatters, ZeRO-1/2 reductions) behind the backward, e_p the
+    PCIe traffic (optimizer offload: gradients to the host every micro-step; parameter offload: parameters from
+    the host for forward and backward) behind the whole micro-step. ZeRO-3's host work per module hook (c_fetch x
+    modules with parameters x 2, forward and backward) runs ahead of the GPU and is exposed only where it is longer
+    than the GPU's micro-step t_GPU; ZeRO-2/3 gradient hooks (c_hook x parameter tensors) are serial with backward,
+    and so are AutoTP's per-layer all-reduces (communication.autotp_terms) and Ulysses' all-to-alls
+    (communication.ulysses_terms). ALST's checkpoint offload copies block (activations.
+    checkpoint_offload_bytes_per_micro). Boundary collectives, the parameter upload (optimizer offload without
+    parameter offload: Ψ_t w/N_d once per step), NVMe swapping (stage-3 optimizer states read and written once,
+    2 g K Ψ_t/N_d per node; ZeRO-1/2 run an NVMe optimizer offload as CPU offload, runtime/zero/stage_1_and_2.py;
+    offloaded parameters through NVMe every micro-step) and the optimizer step are exposed. Optimizer step: on
+    the GPU the bytes it touches per parameter of the local shard / HBM bandwidth (roofline, Williams et al., CACM
+    2009); offloaded, the node's ranks share the host: g Ψ_t/N_d updates at DeepSpeed CPU-Adam's rate
+    (``ClusterSpec.cpu_adam_params_per_second``). The constants fitted on measured runs (lam, c_fetch, c_hook) are
+    :data:`~.steptime_constants.FITTED`, read at each call.
+
+    ``comm``, ``comp``: :func:`~.communication.communication_terms` and :func:`~.compute.compute_terms` of the
+    same candidates (computed when None).
     """
     from .steptime_constants import FITTED
 
-    loss = FITTED["overlap_loss"]
-    ga = cand.grad_accum.astype(np.float64)
-    overlap = overlap_comm(ctx, cand)
-    fwd_c, bwd_c = comp["fwd_seconds_micro"], comp["bwd_seconds_micro"]
-    bwd_comm = comm["bwd_seconds_micro"] + comm["reduce_seconds_micro"]
-    fwd_exposed = np.where(overlap, hidden_behind(comm["fwd_seconds_micro"], fwd_c, loss), comm["fwd_seconds_micro"])
-    bwd_exposed = np.where(overlap, hidden_behind(bwd_comm, bwd_c, loss), bwd_comm)
-    micro_compute = fwd_c + bwd_c + comp["dequant_seconds_micro"]
-    pcie_micro = hidden_behind(opt["pcie_seconds_micro"], micro_compute, loss)
-    # Ulysses all-to-alls sit between the projections and the attention kernel (exposed); ALST's checkpoint
-    # offload copies blocking (activations.checkpoint_offload_bytes_per_micro): both serial with compute
-    a2a = comm["a2a_seconds_micro"]
-    split = bool(np.any(cand.sp > 1))
-    offloading = ctx.scenario.training.checkpoint_offload
-    ckpt_pcie = checkpoint_offload_bytes_per_micro(ctx, cand) / ctx.pcie_bytes_per_second if offloading else a2a * 0.0
-    gpu_micro = micro_compute + fwd_exposed + bwd_exposed + pcie_micro
-    if split or offloading:
-        gpu_micro = gpu_micro + a2a + ckpt_pcie
+    comm = communication_terms(ctx, cand) if comm is None else comm
+    comp = compute_terms(ctx, cand) if comp is None else comp
+    sc = ctx.scenario
+    c = sc.cluster
     st = cand.stage
-    # every module with parameters gets ZeRO-3's pre-/post-forward and pre-/post-backward hooks, whether it then
-    # gathers (partitioned) or finds its parameters available (persistent or still resident)
-    fetch_host = np.where(st == 3, FITTED["zero3_fetch_seconds"] * 2.0 * ctx.hooked_modules, 0.0)
-    fetch_exposed = np.maximum(0.0, fetch_host - gpu_micro)
+    n = data_parallel_degree(ctx, cand)
+    overlap = overlap_comm(ctx, cand)
+    off_opt, off_par = cand.offload_optimizer, cand.offload_param
+    # Ulysses all-to-alls sit between the projections and the attention kernel, ALST's checkpoint offload copies
+    # are blocking: both serial with compute (scenario-wide switches: the expressions differ, not their values)
+    split = bool(np.any(cand.sp > 1))
+    offloading = sc.training.checkpoint_offload
+    terms = dict(comp["terms"])
+    env = dict(next(iter(terms.values())).inputs)  # compute_terms' inputs and quantities, and the step's below
+    env.update({
+        "lam": FITTED["overlap_loss"], "c_f": FITTED["zero3_fetch_seconds"], "n_mod": ctx.hooked_modules,
+        "c_h": FITTED["grad_hook_seconds"], "n_t": ctx.param_tensors,
+        "t_gf": comm["fwd_seconds_micro"], "t_gb": comm["bwd_seconds_micro"], "t_rd": comm["reduce_seconds_micro"],
+        "t_bnd": comm["boundary_seconds"], "t_a2a": comm["a2a_seconds_micro"], "t_tp": comm["tp_seconds_micro"],
+        "Psi": ctx.params, "Psi_t": ctx.trainable, "w": ctx.weight_bytes, "w_g": ctx.grad_bytes,
+        "N_d": n.astype(np.float64), "g": ctx.gpus_per_node, "K": ctx.master_bytes + ctx.optimizer_state_bytes,
+        "beta": OPTIMIZER_BYTES_TOUCHED[sc.training.optimizer] if ctx.mixed else 16.0,
+        "BW_HBM": ctx.hbm_bytes_per_second, "BW_pcie": ctx.pcie_bytes_per_second, "BW_nvme": c.nvme_gb_per_s * 1e9,
+        "R_cpu": c.cpu_adam_params_per_second,
+    })
+    if offloading:
+        env["A_ck"] = checkpoint_offload_bytes_per_micro(ctx, cand)
+
+    def d(name: str, parts) -> None:
+        terms[name] = define(env, name, [p if len(p) == 3 else (*p, True) for p in parts])
+
+    # the collectives per micro-step that compute does not hide
+    d("e_f", [("overlapped with the forward", _hidden("t_gf", "t_cf"), overlap), ("not overlapped", "t_gf", ~overlap)])
+    d("e_b", [("overlapped with the backward", _hidden("t_gb + t_rd", "t_cb"), overlap),
+              ("not overlapped", "t_gb + t_rd", ~overlap)])
+    # PCIe traffic behind the micro-step's compute (with or without overlap_comm: DeepSpeed's offload streams)
+    d("t_c", [("forward + backward + dequantisation", "t_cf + t_cb + t_dq")])
+    d("t_pcie", [("gradients to the host", "Psi_t*w_g/N_d/BW_pcie", off_opt > 0),
+                 ("parameters from the host", "2*(Psi*w/N_d)/BW_pcie", off_par > 0)])
+    d("e_p", [("overlapped with compute", _hidden("t_pcie", "t_c"))])
+    if offloading:
+        d("t_ck", [("checkpoints to the host and back", "A_ck/BW_pcie")])
+    # ZeRO-3's module hooks: host work the GPU waits for beyond its own micro-step; every module with parameters
+    # gets ZeRO-3's pre-/post-forward and pre-/post-backward hooks, whether it then gathers (partitioned) or finds
+    # its parameters available (persistent or still resident)
+    d("t_gpu", [("the GPU's micro-step", "t_c + e_f + e_b + e_p" + (" + t_a2a" if split else "")
+                 + (" + t_ck" if offloading else ""))])
+    d("e_fe", [("module hooks beyond the GPU's micro-step", "max(0, 2*c_f*n_mod - t_gpu)", st == 3)])
     # ZeRO-2/3 only: ZeRO-1 with overlap_comm also reduces in backward hooks, but the measured ZeRO-2 / ZeRO-1
     # ratios of section 1 (BELLE's config: overlap_comm on for both) price what ZeRO-2's partitioned gradients add
-    hooked = st >= 2
-    n = data_parallel_degree(ctx, cand)
-    hooks = np.where(hooked & (n > 1), FITTED["grad_hook_seconds"] * ctx.param_tensors, 0.0)
-    # Ulysses' all-to-alls and AutoTP's per-layer all-reduces are serial with compute (communication.ulysses_terms,
-    # communication.autotp_terms): exposed in full
-    micro = (fwd_exposed + bwd_exposed + a2a) if split else (fwd_exposed + bwd_exposed)
-    collectives = comm["boundary_seconds"] + ga * (micro + comm["tp_seconds_micro"])
-    host = ga * (fetch_exposed + hooks)
-    offload = (ga * (pcie_micro + ckpt_pcie) if offloading else ga * pcie_micro) + opt["pcie_seconds_boundary"] \
-        + opt["nvme_seconds"]
-    compute = comp["seconds"]
-    step = compute + collectives + host + offload + opt["optimizer_seconds"]
-    return {"comm_exposed_seconds": collectives + host, "collectives_exposed_seconds": collectives,
-            "offload_seconds": offload, "fetch_overhead_seconds": ga * fetch_exposed, "hook_seconds": ga * hooks,
-            "step_seconds": step, "fwd_exposed_micro": fwd_exposed, "bwd_exposed_micro": bwd_exposed,
-            "pcie_exposed_micro": pcie_micro, "sp_all_to_all_seconds": ga * a2a,
-            "checkpoint_offload_seconds": ga * ckpt_pcie}
+    d("t_hk", [("gradient hooks", "c_h*n_t", (st >= 2) & (n > 1))])
+    d("t_coll", [("boundary + micro-steps",
+                  "t_bnd + GA*(e_f + e_b + t_a2a + t_tp)" if split else "t_bnd + GA*(e_f + e_b + t_tp)")])
+    d("t_host", [("module hooks + gradient hooks", "GA*(e_fe + t_hk)")])
+    d("t_comm", [("exposed collectives", "t_coll"), ("ZeRO host overhead", "t_host")])
+    d("t_nvme", [("optimizer states (ZeRO-3)", "2*g*K*Psi_t/N_d/BW_nvme", (off_opt == 2) & (st == 3)),
+                 ("parameters", "2*GA*g*(Psi*w/N_d)/BW_nvme", off_par == 2)])
+    d("t_offload", [("PCIe, exposed" + (" + checkpoint offload" if offloading else ""),
+                     "GA*(e_p + t_ck)" if offloading else "GA*e_p"),
+                    ("parameter upload", "Psi_t*w/N_d/BW_pcie", (off_opt > 0) & (off_par == 0)),
+                    ("NVMe", "t_nvme")])
+    d("t_opt", [("GPU, the 1/N_d shard", "beta*(Psi_t/N_d)/BW_HBM", (off_opt == 0) & (st >= 1)),
+                ("GPU, all parameters", "Psi_t*beta/BW_HBM", (off_opt == 0) & (st == 0)),
+                ("CPU-Adam on the host", "g*Psi_t/N_d/R_cpu", off_opt > 0)])
+    d("t_step", [("compute", "t_compute"), ("exposed collectives", "t_coll"), ("ZeRO host overhead", "t_host"),
+                 ("offload", "t_offload"), ("optimizer step", "t_opt")])
+    # the step's figures reported apart (Estimate fields)
+    d("t_fetch", [("micro-steps", "GA*e_fe")])
+    d("t_hooks", [("micro-steps", "GA*t_hk")])
+    if split:
+        d("t_sp", [("micro-steps", "GA*t_a2a")])
+    if offloading:
+        d("t_ckpt", [("micro-steps", "GA*t_ck")])
+    return StepTerms(terms, env)
+
+
+def step_parts(ctx: Context, cand: Candidates, comm: dict | None = None, comp: dict | None = None,
+               steps: StepTerms | None = None) -> dict[str, np.ndarray]:
+    """Step seconds and its parts (compute, exposed communication, ZeRO host overhead, offload, optimizer) by
+    evaluate's names, from :func:`step_terms` (``steps``, computed when None). Float arrays shaped like ``cand``.
+
+    "comm_exposed_seconds" includes the ZeRO host overhead (fetch + hooks: the collectives' coordination),
+    "collectives_exposed_seconds" is the collectives alone.
+    """
+    v = (steps or step_terms(ctx, cand, comm, comp)).values
+    zero = 0.0 * v["GA"]
+    return {"compute_seconds": v["t_compute"], "comm_exposed_seconds": v["t_comm"],
+            "collectives_exposed_seconds": v["t_coll"], "offload_seconds": v["t_offload"],
+            "optimizer_seconds": v["t_opt"], "fetch_overhead_seconds": v["t_fetch"], "hook_seconds": v["t_hooks"],
+            "step_seconds": v["t_step"], "fwd_exposed_micro": v["e_f"], "bwd_exposed_micro": v["e_b"],
+            "pcie_exposed_micro": v["e_p"], "sp_all_to_all_seconds": v.get("t_sp", zero),
+            "checkpoint_offload_seconds": v.get("t_ckpt", zero)}
 
 
 def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     """Every number of the cost model for every candidate. Float/bool arrays shaped like ``cand``.
 
     Step time = compute + exposed communication (incl. ZeRO host overhead) + exposed offload traffic + optimizer
-    step, as :func:`step_parts` composes it: overlap (overlap_comm: stage 3 gathers behind forward/backward compute,
-    stage 1-2 reductions behind backward) hides all but ``overlap_loss`` of the shorter side; boundary collectives
+    step, as :func:`step_terms` composes it (each part one expression): overlap (overlap_comm: stage 3 gathers
+    behind forward/backward compute, stage 1-2 reductions behind backward) hides all but ``overlap_loss`` of the
+    shorter side; boundary collectives
     and the optimizer step are exposed; ZeRO-3 module hooks cost host time the GPU waits for only beyond its own
     micro-step. The constants fitted on measured runs are in :mod:`.steptime_constants`.
     """
@@ -101,11 +204,10 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     step_peak, peak_phase = peak(timeline(ctx, cand, parts))
     comm = communication_terms(ctx, cand)
     comp = compute_terms(ctx, cand)
-    opt = optimizer_and_offload_terms(ctx, cand)
     a = ctx.scenario.assumptions
     c = ctx.scenario.cluster
     ga = cand.grad_accum.astype(np.float64)
-    parts = step_parts(ctx, cand, comm, comp, opt)
+    parts = step_parts(ctx, cand, comm, comp)
     comm_exposed = parts["comm_exposed_seconds"]
     offload_seconds = parts["offload_seconds"]
     step = parts["step_seconds"]
@@ -139,13 +241,13 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
             "comm_seconds": comm["seconds"],
             "comm_exposed_seconds": comm_exposed,
             "autotp_seconds": ga * comm["tp_seconds_micro"],  # AutoTP's all-reduces, exposed (in the above)
-            "compute_seconds": comp["seconds"],
+            "compute_seconds": parts["compute_seconds"],
             "achieved_fraction": comp["achieved_fraction"],
             "collectives_exposed_seconds": parts["collectives_exposed_seconds"],
             "fetch_overhead_seconds": parts["fetch_overhead_seconds"],
             "hook_seconds": parts["hook_seconds"],
             "offload_seconds": offload_seconds,
-            "optimizer_seconds": opt["optimizer_seconds"],
+            "optimizer_seconds": parts["optimizer_seconds"],
             "step_seconds": step,
             "tokens_per_second": tokens / step,
             "tflops_per_gpu": comp["model_flops"] / step / 1e12,

@@ -1,11 +1,14 @@
 """The cost model's intermediate values for one scenario, term by term, for explanations (tutorial, explain mode).
 
 Each function returns a :class:`TermValues`: the term's value (bytes per GPU, bytes per node, or seconds per
-step), which branch of the model applies (``case``), the inputs that went into it and the parts that add up to it.
-Nothing is recomputed here: the memory terms and host RAM are the labelled parts of the vectorised functions
-(``memory.memory_term_parts``: each part one expression, the same one explain mode prints) evaluated at the
-scenario's one candidate, and every term's value is :func:`~.evaluate.evaluate`'s output for that candidate, the
-number the charts draw (``tests/core/test_explain.py`` checks both, term by term, across many scenarios).
+step), which branch of the model applies (``case``), the inputs that went into it and the parts that add up to it,
+each part one expression of :mod:`.terms`. Nothing is recomputed here: every term is the labelled parts the cost
+model computed it with (``memory.memory_term_parts``, ``communication.wire_parts``, ``compute.compute_terms``,
+``evaluate.step_terms``: the same expressions explain mode prints) evaluated at the scenario's one candidate, and
+every term's value is :func:`~.evaluate.evaluate`'s output for that candidate, the number the charts draw
+(``tests/core/test_explain.py`` checks both, term by term, across many scenarios). A step-time term also carries
+its ``definitions``: the quantities its formula uses that are themselves defined by an expression (exposed
+forward collectives, the GPU's micro-step, ...), each a :class:`TermValues` of its own.
 
 Pure numpy; no UI imports.
 """
@@ -21,19 +24,11 @@ import numpy as np
 
 from ..specs import Scenario
 from .communication import communication_terms
-from .compute import compute_terms, flops_per_token, optimizer_and_offload_terms
-from .context import (
-    OPTIMIZER_BYTES_TOUCHED,
-    Candidates,
-    Context,
-    data_parallel_degree,
-    make_context,
-    overlap_comm,
-)
-from .evaluate import evaluate
-from .evaluate import step_parts as _step_parts
+from .compute import compute_terms
+from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
+from .evaluate import STEP_OWNERS, TIME_TERM_SYMBOLS, StepTerms, evaluate, step_terms
 from .memory import memory_term_parts, nvme_parts
-from .terms import SYMBOLS, TERM_INFO, TermParts, term
+from .terms import SYMBOLS, TERM_INFO, TermParts, input_names
 
 
 @dataclass(frozen=True)
@@ -42,10 +37,14 @@ class TermValues:
 
     key: "parameters", "gradients", "optimizer_states", "activations", "buffers", "overhead" (bytes per GPU),
     "host_memory" (bytes per node), "communication_volume" (bytes each GPU sends per step), "compute",
-    "communication", "offload", "optimizer", "step" (seconds per step).
-    value: the number (bytes or seconds), as :func:`~.evaluate.evaluate` gives it. case: the branch that applies
-    (e.g. "stage3", "offload"). inputs: symbol -> number (units in :data:`INPUT_UNITS`). parts: label -> number;
-    they sum to ``value``. formulas: label -> the part's expression (:mod:`.terms`), where the part is one.
+    "communication", "offload", "optimizer", "step" (seconds per step); for a definition, the quantity's
+    :data:`~.terms.SYMBOLS` name ("e_f", "t_gpu", ...).
+    value: the number (bytes, seconds, or the quantity's unit), as :func:`~.evaluate.evaluate` gives it. unit:
+    "bytes", "seconds", or a definition's :data:`~.terms.SYMBOLS` unit. case: the branch that applies (e.g.
+    "stage3", "offload"). inputs: symbol -> number (units in :data:`INPUT_UNITS`), every input of the expressions
+    (for the step-time terms also every quantity defined before). parts: label -> number of the parts that apply;
+    they sum to ``value``. formulas: label -> the part's expression (:mod:`.terms`). definitions: the quantities the
+    shown formulas use that this term's explanation defines, in the order a reader meets them.
     """
 
     key: str
@@ -55,16 +54,10 @@ class TermValues:
     inputs: dict[str, float] = field(default_factory=dict)
     parts: dict[str, float] = field(default_factory=dict)
     formulas: dict[str, str] = field(default_factory=dict)
+    definitions: tuple[TermValues, ...] = ()
 
 
-INPUT_UNITS = {
-    **{k: v.unit for k, v in SYMBOLS.items()},
-    "ga": "micro-steps", "tokens_micro": "tokens", "flops_token": "FLOP/token", "model_flops_token": "FLOP/token",
-    "peak": "FLOP/s", "mfu": "fraction", "fwd_comm": "s", "bwd_comm": "s", "fwd_compute": "s",
-    "bwd_compute": "s", "boundary": "s", "pcie_micro": "s", "micro_compute": "s", "pcie_boundary": "s",
-    "nvme": "s", "touched": "bytes/parameter", "hbm": "bytes/s", "gpn": "GPUs", "cpu_rate": "parameters/s",
-    "shard": "parameters", "frac": "fraction", "total": "s", "overlap": "x",
-}
+INPUT_UNITS = {k: v.unit for k, v in SYMBOLS.items()}
 """Unit of each input symbol."""
 
 EVALUATE_KEYS = {
@@ -82,13 +75,16 @@ def _one(x) -> float:
 
 @dataclass(frozen=True)
 class _Point:
-    """One scenario's context, candidate, :func:`evaluate` output and memory terms' parts (read-only)."""
+    """One scenario's context, candidate, :func:`evaluate` output, memory terms' parts, the communication volume's
+    parts and the step-time quantities (read-only)."""
 
     ctx: Context
     cand: Candidates
     n: float
     values: Mapping[str, float]
     memory: Mapping[str, TermParts]
+    volume: TermParts
+    steps: StepTerms
 
 
 @lru_cache(maxsize=64)
@@ -97,8 +93,10 @@ def _setup(scenario: Scenario) -> _Point:
     ctx = make_context(scenario)
     cand = Candidates.from_scenario(scenario)
     values = {k: _one(v) for k, v in evaluate(ctx, cand).items()}
+    comm = communication_terms(ctx, cand)
+    steps = step_terms(ctx, cand, comm, compute_terms(ctx, cand))
     return _Point(ctx, cand, _one(data_parallel_degree(ctx, cand)), MappingProxyType(values),
-                  MappingProxyType(memory_term_parts(ctx, cand)))
+                  MappingProxyType(memory_term_parts(ctx, cand)), comm["wire_parts"], steps)
 
 
 def _case(scenario: Scenario, key: str) -> str:
@@ -111,13 +109,21 @@ def _case(scenario: Scenario, key: str) -> str:
     return f"stage{z.stage}{off}" + ("_paper" if scenario.assumptions.accounting == "paper" else "")
 
 
-def from_parts(scenario: Scenario, tp: TermParts, value: float) -> TermValues:
-    """``tp`` at the scenario's one candidate: the parts that apply, their inputs and expressions."""
+def from_parts(scenario: Scenario, tp: TermParts, value: float, *, case: str | None = None,
+               inputs: dict[str, float] | None = None) -> TermValues:
+    """``tp`` at the scenario's one candidate: the parts that apply, their inputs and expressions. ``tp.key`` is a
+    :data:`~.terms.TERM_INFO` key or, for a definition, a :data:`~.terms.SYMBOLS` name (its unit is the
+    symbol's; ``case`` then defaults to "definition"). ``inputs``: the inputs already read at the candidate."""
     applying = [p for p in tp.parts if bool(np.asarray(p.applies).reshape(-1)[0])]
     parts = {p.label: _one(p.value) for p in applying}
     formulas = {p.label: p.expr for p in applying}
-    inputs = {k: _one(v) for k, v in tp.inputs.items()}
-    return TermValues(tp.key, value, TERM_INFO[tp.key].unit, _case(scenario, tp.key), inputs, parts, formulas)
+    if inputs is None:
+        inputs = {k: _one(v) for k, v in tp.inputs.items()}
+    if tp.key in TERM_INFO:
+        unit, case = TERM_INFO[tp.key].unit, case or _case(scenario, tp.key)
+    else:
+        unit, case = SYMBOLS[tp.key].unit, case or "definition"
+    return TermValues(tp.key, value, unit, case, inputs, parts, formulas)
 
 
 def _memory(scenario: Scenario, key: str) -> TermValues:
@@ -218,116 +224,100 @@ def offload_storage(scenario: Scenario) -> dict[str, dict]:
 
 
 def communication_volume(scenario: Scenario) -> TermValues:
-    """Bytes each GPU sends per step over the rings: all-reduce 2(N_d-1)/N_d x its size, reduce-scatter and
-    all-gather (N_d-1)/N_d x theirs, of communication.communication_terms' message sizes. The value is its
-    "wire_bytes" (evaluate's ``comm_wire_bytes``); the parts restate communication.py's ring-volume line as
-    expressions (the test checks they add up to it)."""
+    """Bytes each GPU sends per step over the rings (evaluate's ``comm_wire_bytes``): the parts
+    communication.communication_terms computes it with (communication.wire_parts: all-reduce 2(N_d-1)/N_d x its
+    message, reduce-scatter and all-gather (N_d-1)/N_d x theirs, Ulysses' all-to-alls (p-1)/p, AutoTP's
+    collectives (t-1)/t every micro-step)."""
     point = _setup(scenario)
-    comm = communication_terms(point.ctx, point.cand)
-    x = {"N_d": point.n, "S_ar": _one(comm["all_reduce"]), "S_rs": _one(comm["reduce_scatter"]),
-         "S_ag": _one(comm["all_gather"])}
-    tp = term("communication_volume", x, [("all-reduce", "2*(N_d-1)/N_d*S_ar", True),
-                                          ("reduce-scatter", "(N_d-1)/N_d*S_rs", True),
-                                          ("all-gather", "(N_d-1)/N_d*S_ag", True)])
-    return from_parts(scenario, tp, point.values["comm_wire_bytes"])
+    return from_parts(scenario, point.volume, point.values["comm_wire_bytes"])
+
+
+def _zero(inputs: Mapping[str, float]):
+    return lambda name: inputs.get(name, 1.0) == 0.0
+
+
+def _shown_names(tv: TermValues) -> list[str]:
+    """The inputs of ``tv``'s formulas as explain mode shows them: the parts that are not 0, each without its
+    addends that are 0 (:func:`~.terms.latex`'s ``zero``)."""
+    zero = _zero(tv.inputs)
+    names = [n for label, expr in tv.formulas.items() if tv.parts[label] != 0.0 for n in input_names(expr, zero)]
+    return list(dict.fromkeys(names))
+
+
+SHOWN_WITH: dict[str, tuple[str, ...]] = {"compute": ("t_cf", "t_cb")}
+"""Quantities a term's explanation defines although its own formula does not use them: the compute term shows the
+forward / backward split the overlap of communication is computed with."""
+
+
+def _time(scenario: Scenario, key: str) -> TermValues:
+    """Step-time term ``key`` (seconds per step) from :func:`~.evaluate.step_terms`: its parts, and the
+    definitions its formula uses that :data:`~.evaluate.STEP_OWNERS` assigns to it, each with the definitions it
+    uses in turn (the order a reader meets them), leaving out what is 0."""
+    point = _setup(scenario)
+    steps = point.steps
+    inputs = {k: _one(v) for k, v in steps.values.items()}
+    tv = from_parts(scenario, steps.terms[TIME_TERM_SYMBOLS[key]], point.values[EVALUATE_KEYS[key]],
+                    case=_time_case(scenario, point, key), inputs=inputs)
+    queue = [*_shown_names(tv), *SHOWN_WITH.get(key, ())]
+    seen, definitions = set(), []
+    while queue:
+        name = queue.pop(0)
+        if name in seen or STEP_OWNERS.get(name) != key or name not in steps.terms or inputs[name] == 0.0:
+            continue
+        seen.add(name)
+        d = from_parts(scenario, steps.terms[name], inputs[name], inputs=inputs)
+        definitions.append(d)
+        queue[0:0] = _shown_names(d)  # depth first: a quantity's own definitions right after it
+    return TermValues(tv.key, tv.value, tv.unit, tv.case, tv.inputs, tv.parts, tv.formulas, tuple(definitions))
+
+
+def _time_case(scenario: Scenario, point: _Point, key: str) -> str:
+    z = scenario.zero
+    if key == "compute":
+        return scenario.training.checkpointing
+    if key == "communication":
+        return "overlap" if bool(_one(overlap_comm(point.ctx, point.cand))) else "no_overlap"
+    if key == "offload":
+        return "none" if z.offload_optimizer.device == "none" and z.offload_param.device == "none" else "offload"
+    if key == "optimizer":
+        return "cpu" if z.offload_optimizer.device != "none" else "gpu"
+    return "sum"
 
 
 def compute(scenario: Scenario) -> TermValues:
-    """Compute seconds per step (evaluate's ``compute_seconds``): GA x tokens per micro-batch x executed FLOPs per
-    token / (peak x MFU), MFU the effective rate of the GEMMs and the memory-bound kernels together
-    (compute.compute_terms' ``achieved_fraction``); parts: forward and backward (+ recompute), from
-    compute.compute_terms."""
-    point = _setup(scenario)
-    ctx, cand = point.ctx, point.cand
-    model, executed, _ = (_one(x) for x in flops_per_token(ctx, cand))
-    comp = compute_terms(ctx, cand)
-    t = scenario.training
-    tokens = float(t.micro_batch * t.seq_len)
-    inputs = {"ga": float(t.grad_accum), "tokens_micro": tokens, "flops_token": executed,
-              "model_flops_token": model, "peak": ctx.peak_flops,
-              "mfu": _one(comp["achieved_fraction"])}
-    parts = {"forward": float(t.grad_accum) * _one(comp["fwd_seconds_micro"]),
-             "backward (+ recompute)": float(t.grad_accum) * _one(comp["bwd_seconds_micro"])}
-    if t.qlora:
-        parts["QLoRA dequantisation"] = float(t.grad_accum) * _one(comp["dequant_seconds_micro"])
-    return TermValues("compute", point.values["compute_seconds"], "seconds", t.checkpointing, inputs, parts)
+    """Compute seconds per step (evaluate's ``compute_seconds``): GA x one micro-step's compute, the tokens x
+    executed FLOPs per token at ``eta`` of the dense peak, the memory-bound kernels and QLoRA dequantisation
+    (compute.COMPUTE_DEFINITIONS); definitions: the micro-step, the executed FLOPs (model + recompute), and the
+    forward / backward split."""
+    return _time(scenario, "compute")
 
 
 def communication(scenario: Scenario) -> TermValues:
-    """Exposed communication seconds per step (evaluate's ``comm_exposed_seconds``). Parts: the collectives at
-    the step boundary + per micro-step the part of the forward / backward collectives that compute does not hide
-    (overlap_comm), from communication_terms and compute_terms, split by evaluate's own ``step_parts`` (the
-    function evaluate composes the step with, so nothing is re-derived here); a test checks the parts add up to
-    evaluate's value."""
-    point = _setup(scenario)
-    ctx, cand = point.ctx, point.cand
-    comm = communication_terms(ctx, cand)
-    comp = compute_terms(ctx, cand)
-    ga = float(scenario.training.grad_accum)
-    overlap = bool(_one(overlap_comm(ctx, cand)))
-    fwd_comm = _one(comm["fwd_seconds_micro"])
-    bwd_comm = _one(comm["bwd_seconds_micro"]) + _one(comm["reduce_seconds_micro"])
-    fwd_comp, bwd_comp = _one(comp["fwd_seconds_micro"]), _one(comp["bwd_seconds_micro"])
-    sp = _step_parts(ctx, cand, comm, comp, optimizer_and_offload_terms(ctx, cand))
-    fwd_exp, bwd_exp = _one(sp["fwd_exposed_micro"]), _one(sp["bwd_exposed_micro"])
-    boundary = _one(comm["boundary_seconds"])
-    parts = {"step boundary": boundary, "forward (exposed)": ga * fwd_exp, "backward (exposed)": ga * bwd_exp,
-             "ZeRO host overhead (fetch hooks, gradient hooks)": _one(sp["fetch_overhead_seconds"])
-             + _one(sp["hook_seconds"])}
-    inputs = {"ga": ga, "boundary": boundary, "fwd_comm": fwd_comm, "bwd_comm": bwd_comm, "fwd_compute": fwd_comp,
-              "bwd_compute": bwd_comp, "overlap": 1.0 if overlap else 0.0, "N_d": point.n,
-              "total": _one(comm["seconds"])}
-    return TermValues("communication", point.values["comm_exposed_seconds"], "seconds",
-                      "overlap" if overlap else "no_overlap", inputs, parts)
+    """Exposed communication seconds per step (evaluate's ``comm_exposed_seconds``) = exposed collectives (the step
+    boundary's, plus per micro-step the forward / backward collectives that compute does not hide with
+    overlap_comm, Ulysses' all-to-alls and AutoTP's all-reduces) + the ZeRO host overhead (ZeRO-3 module hooks
+    beyond the GPU's micro-step, ZeRO-2/3 gradient hooks), each a quantity of evaluate.step_terms."""
+    return _time(scenario, "communication")
 
 
 def offload(scenario: Scenario) -> TermValues:
-    """Exposed offload seconds per step (evaluate's ``offload_seconds``). Parts: PCIe traffic compute does not
-    hide, the boundary upload, NVMe swapping (compute.optimizer_and_offload_terms; the exposure from
-    evaluate's own ``step_parts``, checked by the test)."""
-    point = _setup(scenario)
-    ctx, cand = point.ctx, point.cand
-    opt = optimizer_and_offload_terms(ctx, cand)
-    comp = compute_terms(ctx, cand)
-    ga = float(scenario.training.grad_accum)
-    pcie_micro = _one(opt["pcie_seconds_micro"])
-    micro_compute = _one(comp["fwd_seconds_micro"]) + _one(comp["bwd_seconds_micro"])
-    sp = _step_parts(ctx, cand, communication_terms(ctx, cand), comp, opt)
-    parts = {"PCIe (exposed)": ga * _one(sp["pcie_exposed_micro"]),
-             "parameter upload": _one(opt["pcie_seconds_boundary"]), "NVMe": _one(opt["nvme_seconds"])}
-    inputs = {"ga": ga, "pcie_micro": pcie_micro, "micro_compute": micro_compute,
-              "pcie_boundary": parts["parameter upload"], "nvme": parts["NVMe"]}
-    z = scenario.zero
-    case = "none" if z.offload_optimizer.device == "none" and z.offload_param.device == "none" else "offload"
-    return TermValues("offload", point.values["offload_seconds"], "seconds", case, inputs, parts)
+    """Exposed offload seconds per step (evaluate's ``offload_seconds``): PCIe traffic compute does not hide (and
+    the checkpoint offload's blocking copies), the boundary upload, NVMe swapping (evaluate.step_terms)."""
+    return _time(scenario, "offload")
 
 
 def optimizer(scenario: Scenario) -> TermValues:
     """Optimizer-step seconds (evaluate's ``optimizer_seconds``): on GPU, bytes touched per parameter of the shard
-    / HBM bandwidth; offloaded, GPUs per node x Ψ_t/N_d updates at DeepSpeed CPU-Adam's rate. ``inputs`` are the
-    numbers compute.optimizer_and_offload_terms uses."""
-    point = _setup(scenario)
-    ctx, n = point.ctx, point.n
-    T = ctx.trainable
-    value = point.values["optimizer_seconds"]
-    if scenario.zero.offload_optimizer.device != "none":
-        inputs = {"gpn": float(ctx.gpus_per_node), "Psi_t": T, "N_d": n,
-                  "cpu_rate": scenario.cluster.cpu_adam_params_per_second}
-        case = "cpu"
-    else:
-        touched = OPTIMIZER_BYTES_TOUCHED[scenario.training.optimizer] if ctx.mixed else 16.0
-        shard = T / n if scenario.zero.stage >= 1 else T
-        inputs = {"shard": shard, "touched": touched, "hbm": ctx.hbm_bytes_per_second, "Psi_t": T, "N_d": n}
-        case = "gpu"
-    return TermValues("optimizer", value, "seconds", case, inputs, {"optimizer step": value})
+    / HBM bandwidth; offloaded, GPUs per node x Ψ_t/N_d updates at DeepSpeed CPU-Adam's rate
+    (evaluate.step_terms)."""
+    return _time(scenario, "optimizer")
 
 
 def step(scenario: Scenario) -> TermValues:
-    """Step seconds (evaluate's ``step_seconds``) = compute + exposed communication + exposed offload + optimizer
-    step, each evaluate's own value."""
-    v = _setup(scenario).values
-    parts = {k: v[EVALUATE_KEYS[k]] for k in ("compute", "communication", "offload", "optimizer")}
-    return TermValues("step", v["step_seconds"], "seconds", "sum", dict(parts), parts)
+    """Step seconds (evaluate's ``step_seconds``) = compute + exposed collectives + ZeRO host overhead + exposed
+    offload + optimizer step (evaluate.step_terms; the collectives and the host overhead are the communication
+    term's two parts)."""
+    return _time(scenario, "step")
 
 
 TIME_FUNCTIONS = {"compute": compute, "communication": communication, "offload": offload, "optimizer": optimizer}
@@ -335,8 +325,4 @@ TIME_FUNCTIONS = {"compute": compute, "communication": communication, "offload":
 
 ALL_FUNCTIONS = {**MEMORY_FUNCTIONS, "host_memory": host_memory, "communication_volume": communication_volume,
                  **TIME_FUNCTIONS, "step": step}
-
-EXPRESSION_TERMS: tuple[str, ...] = (*MEMORY_FUNCTIONS, "host_memory", "communication_volume")
-"""The terms whose parts are expressions (``TermValues.formulas``); explain mode prints those expressions. The
-step-time terms' numbers come from evaluate (``step_parts``); their LaTeX formulas are written in
-:mod:`zeroplanner.explain`."""
+"""Every explained term -> the function explaining it; every one's parts are expressions (``formulas``)."""

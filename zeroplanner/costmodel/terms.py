@@ -9,9 +9,13 @@ tutorial, the report, the app's charts and the compare view):
 - :class:`TermParts`: a term evaluated over the candidate arrays, as labelled parts. Each part is one arithmetic
   expression over named inputs (``"w*Psi_t/N_d"``) and a condition saying for which candidates it applies. The
   same expression string gives the number (evaluated with numpy, vectorised: this *is* the cost model, see
-  ``memory.py``), the symbolic LaTeX (:func:`latex`, input symbols from :data:`SYMBOLS`) and the LaTeX with the
-  scenario's numbers substituted (:func:`latex` with a formatter), so the formula shown can never differ from the
-  formula computed.
+  ``memory.py``, and for the step time ``compute.py`` and ``evaluate.py`` ``step_terms``), the symbolic LaTeX
+  (:func:`latex`, input symbols from :data:`SYMBOLS`) and the LaTeX with the scenario's numbers substituted
+  (:func:`latex` with a formatter), so the formula shown can never differ from the formula computed. A quantity
+  defined from others (:func:`define`: the exposed forward collectives per micro-step, the GPU's micro-step, ...)
+  is an input of the expressions after it, and explain mode shows its formula as a "where" line. Expressions
+  allow ``+ - * /``, parentheses, ``min``/``max`` (numpy's elementwise minimum / maximum, any number of
+  arguments); a condition (``where``) is a part's: the part is 0 where it does not apply.
 
 Pure Python + numpy; no UI imports.
 """
@@ -21,8 +25,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, cached_property, reduce
-from typing import Literal
+from functools import cache, cached_property
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -109,33 +113,40 @@ _INFO = (
     TermInfo("compute", "Compute", "Compute time", r"t_{compute}", "time", "seconds", "#4c78a8",
              "Executed FLOPs of the step at the GEMM rate plus the memory-bound kernels (norms, activations, "
              "eager attention scores, logits) at HBM bandwidth; MFU is the effective rate of the two together.",
-             "GA x tokens per micro-batch x executed FLOPs per token / (peak x MFU)",
+             "GA x (tokens per micro-step x executed FLOPs per token / (peak x GEMM fraction) + memory-bound "
+             "kernels + QLoRA dequantisation)",
              "PaLM (arXiv 2204.02311) App. B: 6N + 12LHQT FLOPs per token; recompute: Korthikanti et al. "
              "(arXiv 2205.05198) Sec. 5; memory-bound bytes per token counted on real transformers models "
              "(compute.ELEMENTWISE_BYTES_PER_HIDDEN); MFU assumption (Assumptions.mfu); "
-             "zeroplanner/costmodel/compute.py"),
+             "zeroplanner/costmodel/compute.py COMPUTE_DEFINITIONS"),
     TermInfo("communication", "Exposed communication", "Exposed communication time", r"t_{comm}", "time", "seconds",
              "#e45756",
              "Collective time that compute does not hide: step-boundary collectives, and with overlap_comm only "
-             "what exceeds the forward/backward compute of each micro-step.",
-             "step-boundary collectives + GA x exposed forward/backward collectives",
+             "what exceeds the forward/backward compute of each micro-step plus the fitted overlap_loss of the "
+             "overlapped part; Ulysses' all-to-alls and AutoTP's all-reduces in full; and the ZeRO host overhead "
+             "(ZeRO-3 module hooks the GPU waits for, ZeRO-2/3 gradient hooks).",
+             "step-boundary collectives + GA x (exposed forward/backward collectives + Ulysses all-to-alls + AutoTP "
+             "all-reduces) + GA x (ZeRO-3 module hooks beyond the GPU's micro-step + gradient hooks)",
              "alpha-beta ring model (Hockney 1994) with NCCL's latency model (src/graph/tuning.cc) and busbw "
-             "(nccl-tests PERFORMANCE.md); overlap as in DeepSpeed stage_1_and_2.py / stage3.py; "
-             "zeroplanner/costmodel/communication.py and evaluate.py"),
+             "(nccl-tests PERFORMANCE.md); overlap as in DeepSpeed stage_1_and_2.py / stage3.py; overlap_loss, "
+             "hook costs fitted on measured runs (steptime_constants.FITTED); "
+             "zeroplanner/costmodel/communication.py and evaluate.py step_terms"),
     TermInfo("offload", "Offload", "Exposed offload time", r"t_{offload}", "time", "seconds", None,
-             "PCIe traffic to and from the host that compute does not hide, the boundary upload, NVMe swapping.",
-             "exposed PCIe + parameter upload + NVMe",
-             "PCIe and NVMe bandwidths from the GPU and cluster specs; zeroplanner/costmodel/compute.py "
-             "optimizer_and_offload_terms"),
+             "PCIe traffic to and from the host that compute does not hide (and the checkpoint offload's blocking "
+             "copies), the boundary upload, NVMe swapping.",
+             "GA x exposed PCIe (+ checkpoint offload) + parameter upload + NVMe",
+             "PCIe and NVMe bandwidths from the GPU and cluster specs; DeepSpeed stage_1_and_2.py / stage3.py "
+             "offload paths; zeroplanner/costmodel/evaluate.py step_terms"),
     TermInfo("optimizer", "Optimizer step", "Optimizer step time", r"t_{optimizer}", "time", "seconds", None,
              "The optimizer step: memory-bound on the GPU (roofline), or DeepSpeed CPU-Adam on the host.",
              "bytes touched / HBM bandwidth (GPU), or GPUs per node x Ψ_t/N_d / CPU-Adam rate (offloaded)",
              "GPU: roofline (Williams et al., CACM 2009) with OPTIMIZER_BYTES_TOUCHED; CPU: DeepSpeed CPU-Adam rate "
-             "ClusterSpec.cpu_adam_params_per_second (calibration); zeroplanner/costmodel/compute.py"),
+             "ClusterSpec.cpu_adam_params_per_second (calibration); zeroplanner/costmodel/evaluate.py step_terms"),
     TermInfo("step", "Step", "Step time", r"t_{step}", "time", "seconds", None,
-             "Step time = compute + exposed communication + exposed offload + optimizer step.",
-             "compute + exposed communication + exposed offload + optimizer step",
-             "zeroplanner/costmodel/evaluate.py evaluate"),
+             "Step time = compute + exposed communication (its collectives and the ZeRO host overhead) + exposed "
+             "offload + optimizer step.",
+             "compute + exposed collectives + ZeRO host overhead + exposed offload + optimizer step",
+             "zeroplanner/costmodel/evaluate.py step_terms"),
 )
 TERM_INFO: dict[str, TermInfo] = {t.key: t for t in _INFO}
 """Every explained term, by key: the six per-GPU memory terms (``Estimate.per_gpu_bytes``), "host_memory" (bytes
@@ -268,20 +279,103 @@ SYMBOLS: dict[str, Symbol] = {
     "B_pb": Symbol(r"B_{pb}", "elements", "offload_param buffer_size"),
     "M_cpu": Symbol(r"M_{cpu}", "elements", "offload_param max_in_cpu (16-bit parameter elements kept in host RAM "
                     "per rank under NVMe parameter offload)"),
-    "S_ar": Symbol(r"S_{ar}", "bytes", "all-reduce message bytes per step"),
-    "S_rs": Symbol(r"S_{rs}", "bytes", "reduce-scatter message bytes per step"),
-    "S_ag": Symbol(r"S_{ag}", "bytes", "all-gather message bytes per step"),
+    "S_ar": Symbol(r"S_{ar}", "bytes", "data-parallel all-reduce message bytes per step"),
+    "S_rs": Symbol(r"S_{rs}", "bytes", "data-parallel reduce-scatter message bytes per step"),
+    "S_ag": Symbol(r"S_{ag}", "bytes", "data-parallel all-gather message bytes per step"),
+    "S_a2a": Symbol(r"S_{a2a}", "bytes", "Ulysses all-to-all message bytes per step (communication.ulysses_terms)"),
+    "S_pos": Symbol(r"S_{pos}", "bytes", "Ulysses position_ids bytes each rank contributes per micro-step (b s/p x 8)"),
+    "S_tar": Symbol(r"S^{TP}_{ar}", "bytes", "AutoTP all-reduce message bytes per micro-step "
+                    "(communication.autotp_terms)"),
+    "S_tag": Symbol(r"S^{TP}_{ag}", "bytes", "AutoTP logits all-gather message bytes per micro-step"),
+    # ---- step time (costmodel/compute.py compute_terms, costmodel/evaluate.py step_terms): seconds unless noted
+    "GA": Symbol(r"GA", "micro-steps", "gradient accumulation steps (micro-steps per optimizer step)"),
+    "n_tok": Symbol(r"n_{tok}", "tokens", "tokens each GPU computes per micro-step: b x s / p (s incl. image tokens)"),
+    "F_model": Symbol(r"F_{model}", "FLOP/token",
+                      "model FLOPs per token per GPU: 6N + 12 L H Q T (frozen LoRA/QLoRA weights 4N) + the vision "
+                      "tower's (PaLM arXiv 2204.02311 App. B; compute.flops_per_token)"),
+    "F_rec": Symbol(r"F_{rec}", "FLOP/token",
+                    "recomputed FLOPs per token: full checkpointing one forward, selective the attention core, "
+                    "TiledMLP the MLP forward (Korthikanti et al. arXiv 2205.05198 Sec. 5)"),
+    "F_vrec": Symbol(r"F_{rec,vis}", "FLOP/token", "the vision tower's recomputed forward per token (full "
+                     "checkpointing of a trained tower; compute.vision_flops_per_token)"),
+    "F_x": Symbol(r"F_{exec}", "FLOP/token", "executed FLOPs per token per GPU (model + recompute)"),
+    "F_fwd": Symbol(r"F_{fwd}", "FLOP/token", "forward FLOPs per token per GPU (2N + 4 L H Q T, + the vision tower's)"),
+    "P_peak": Symbol(r"P_{peak}", "FLOP/s", "dense peak of the GPU in the training precision"),
+    "eta": Symbol(r"\eta", "fraction", "fraction of the dense peak the GEMMs reach (compute.achieved_fraction; "
+                  "Assumptions.mfu when fixed)"),
+    "t_mem": Symbol(r"t_{mem}", "s", "memory-bound kernels (norms, activations, eager attention scores, logits) per "
+                    "micro-step: bytes / HBM bandwidth (compute.memory_bound_seconds_micro; 0 with a fixed MFU)"),
+    "t_memf": Symbol(r"t_{mem,fwd}", "s", "the forward's share of the memory-bound kernels per micro-step"),
+    "t_dq": Symbol(r"t_{dq}", "s", "QLoRA dequantisation per micro-step: (2 + full recompute) x Psi_f x 4.5 B / HBM "
+                   "bandwidth (compute.qlora_dequant_seconds_micro)"),
+    "t_micro": Symbol(r"t_{micro}", "s", "compute of one micro-step (forward + backward + recompute + dequantisation)"),
+    "t_cf": Symbol(r"t^{comp}_{fwd}", "s", "forward compute of one micro-step"),
+    "t_cb": Symbol(r"t^{comp}_{bwd}", "s", "backward compute of one micro-step (incl. recompute and the backward's "
+                   "share of dequantisation)"),
+    "t_compute": Symbol(r"t_{compute}", "s", "compute time per optimizer step"),
+    "lam": Symbol(r"\lambda", "fraction", "overlap_loss: fraction of the shorter of communication and compute that "
+                  "overlapping does not hide (fitted once, steptime_constants.FITTED)"),
+    "t_gf": Symbol(r"t^{comm}_{fwd}", "s", "ZeRO-3 forward all-gathers per micro-step (communication.py ring model)"),
+    "t_gb": Symbol(r"t^{comm}_{bwd}", "s", "ZeRO-3 backward all-gathers + gradient reduce-scatters per micro-step"),
+    "t_rd": Symbol(r"t^{comm}_{red}", "s", "ZeRO-1/2 gradient reduction inside backward per micro-step (ZeRO-2; "
+                   "ZeRO-1 with overlap_comm)"),
+    "t_bnd": Symbol(r"t_{boundary}", "s", "collectives at the step boundary: stage-0 all-reduce, ZeRO-1 reduction "
+                    "without overlap_comm, ZeRO-1/2 parameter all-gather, ZeRO-3 persistent-parameter all-gathers"),
+    "t_a2a": Symbol(r"t_{a2a}", "s", "Ulysses all-to-alls and position_ids all-gathers per micro-step, serial with "
+                    "compute (communication.ulysses_terms)"),
+    "t_tp": Symbol(r"t_{TP}", "s", "AutoTP's per-layer all-reduces per micro-step, serial with compute "
+                   "(communication.autotp_terms)"),
+    "e_f": Symbol(r"e_{fwd}", "s", "forward collectives per micro-step that compute does not hide"),
+    "e_b": Symbol(r"e_{bwd}", "s", "backward collectives per micro-step that compute does not hide"),
+    "t_c": Symbol(r"t^{comp}", "s", "GPU compute per micro-step that PCIe traffic overlaps: forward + backward + "
+                  "QLoRA dequantisation (t_dq is also inside the backward)"),
+    "w_g": Symbol(r"w_g", "bytes/parameter", "bytes per gradient element as sent to the host"),
+    "BW_pcie": Symbol(r"BW_{PCIe}", "bytes/s", "PCIe bandwidth of one GPU"),
+    "BW_nvme": Symbol(r"BW_{NVMe}", "bytes/s", "NVMe bandwidth of one node (ClusterSpec.nvme_gb_per_s)"),
+    "BW_HBM": Symbol(r"BW_{HBM}", "bytes/s", "HBM bandwidth of one GPU"),
+    "beta": Symbol(r"\beta", "bytes/parameter", "HBM bytes the optimizer step touches per parameter "
+                   "(context.OPTIMIZER_BYTES_TOUCHED; 16 in pure fp32)"),
+    "R_cpu": Symbol(r"R_{cpu}", "parameters/s", "DeepSpeed CPU-Adam parameter updates per second per node "
+                    "(ClusterSpec.cpu_adam_params_per_second)"),
+    "t_pcie": Symbol(r"t_{PCIe}", "s", "PCIe traffic per micro-step: gradients to the host (optimizer offload), "
+                     "parameters from the host for forward and backward (parameter offload)"),
+    "e_p": Symbol(r"e_{PCIe}", "s", "PCIe traffic per micro-step that compute does not hide"),
+    "A_ck": Symbol(r"A_{ckpt}", "bytes", "activation checkpoints copied to the host and back per micro-step "
+                   "(ALST checkpoint offload; activations.checkpoint_offload_bytes_per_micro)"),
+    "t_ck": Symbol(r"t_{ckpt}", "s", "blocking PCIe copies of the checkpoint offload per micro-step"),
+    "t_gpu": Symbol(r"t_{GPU}", "s", "the GPU's own work per micro-step (compute + exposed traffic)"),
+    "c_f": Symbol(r"c_{fetch}", "s", "host time per ZeRO-3 module hook (fitted once, steptime_constants.FITTED)"),
+    "n_mod": Symbol(r"n_{mod}", "modules", "modules that own parameters (each runs ZeRO-3's hooks in forward and "
+                    "in backward)"),
+    "e_fe": Symbol(r"e_{fetch}", "s", "ZeRO-3 host time per micro-step the GPU waits for (beyond its own work)"),
+    "c_h": Symbol(r"c_{hook}", "s", "host time per trainable tensor's ZeRO-2/3 gradient hook (fitted once, "
+                  "steptime_constants.FITTED)"),
+    "n_t": Symbol(r"n_{tensors}", "tensors", "trainable parameter tensors (one gradient hook each)"),
+    "t_hk": Symbol(r"t_{hook}", "s", "ZeRO-2/3 gradient-hook host time per micro-step, serial with backward"),
+    "t_coll": Symbol(r"t_{coll}", "s", "exposed collectives per optimizer step"),
+    "t_host": Symbol(r"t_{host}", "s", "ZeRO host overhead per optimizer step (module hooks + gradient hooks)"),
+    "t_comm": Symbol(r"t_{comm}", "s", "exposed communication per optimizer step (collectives + ZeRO host overhead)"),
+    "t_nvme": Symbol(r"t_{NVMe}", "s", "NVMe swapping per optimizer step"),
+    "t_offload": Symbol(r"t_{offload}", "s", "exposed offload traffic per optimizer step"),
+    "t_opt": Symbol(r"t_{optimizer}", "s", "optimizer step"),
+    "t_step": Symbol(r"t_{step}", "s", "step time"),
+    "t_fetch": Symbol(r"t_{fetch}", "s", "ZeRO-3 module-hook host time per step the GPU waits for"),
+    "t_hooks": Symbol(r"t_{hooks}", "s", "ZeRO-2/3 gradient-hook host time per step"),
+    "t_sp": Symbol(r"t_{SP}", "s", "Ulysses all-to-alls per step"),
+    "t_ckpt": Symbol(r"t_{ckpt,step}", "s", "checkpoint-offload PCIe time per step"),
 }
-"""Input name (as written in the part expressions) -> LaTeX, unit and meaning."""
+"""Input name (as written in the part expressions) -> LaTeX, unit and meaning. Units: "s" is seconds; the step-time
+quantities defined from others are listed too (a formula that uses one shows its value, and explain mode its own
+formula)."""
 
 
 # --------------------------------------------------------------------------------------------------------------
 # Terms as labelled parts
 # --------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PartValue:
+class PartValue(NamedTuple):
     """One labelled part of a term: its expression, where it applies (bool, an array or one for all candidates)
-    and its value (float array, 0 where it does not apply)."""
+    and its value (float array, 0 where it does not apply). A named tuple: built for every part of every term at
+    every evaluate, it must be cheap."""
 
     label: str
     expr: str
@@ -310,54 +404,70 @@ class TermParts:
         return sum((p.value for p in self.parts if p.label in labels), start=np.zeros_like(self.value))
 
 
-def _fold(f: Callable) -> Callable:
-    return lambda *args: reduce(f, args)
-
-
-_FUNCTIONS = {"min": _fold(np.minimum), "max": _fold(np.maximum)}
+_FUNCTIONS = frozenset({"min", "max"})
 
 
 @cache
 def _parsed(expr: str):
+    """The checked syntax tree of a term expression; raises ValueError for anything but ``+ - * /``, number
+    constants, :data:`SYMBOLS` names and calls of ``min``/``max`` with arguments."""
     tree = ast.parse(expr, mode="eval")
+    called = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
-                                               and not node.keywords):
-            raise ValueError(f"only min() and max() may be called in a term expression: {expr!r}")
-        if isinstance(node, ast.Name) and node.id not in SYMBOLS and node.id not in _FUNCTIONS:
+        if isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and not node.keywords):
+                raise ValueError(f"only min() and max() may be called in a term expression: {expr!r}")
+            called.add(id(node.func))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in SYMBOLS and id(node) not in called:
             raise ValueError(f"unknown input {node.id!r} in term expression {expr!r}; add it to SYMBOLS")
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED):
             raise ValueError(f"{type(node).__name__} is not allowed in a term expression: {expr!r}")
+        if isinstance(node, ast.Constant) and (isinstance(node.value, bool)
+                                               or not isinstance(node.value, (int, float))):
+            raise ValueError(f"only number constants are allowed in a term expression: {expr!r}")
+        if isinstance(node, ast.Call) and not node.args:
+            raise ValueError(f"min() and max() need arguments: {expr!r}")
     return tree
 
 
 _ALLOWED = (ast.Expression, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Name, ast.Load, ast.Constant,
             ast.Call)
-_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-        ast.Div: lambda a, b: a / b}
+
+
+_COMPILED_FUNCTIONS = {"max": "_maximum", "min": "_minimum"}
+_GLOBALS = {"__builtins__": {}, "_maximum": np.maximum, "_minimum": np.minimum}
 
 
 @cache
 def _evaluator(expr: str) -> Callable[[Mapping[str, object]], object]:
-    """``expr`` as nested closures, built once from its syntax tree (no ``eval``)."""
+    """``expr`` as one Python function of the inputs mapping, compiled once from its checked syntax tree
+    (:func:`_parsed`: only ``+ - * /``, number constants, :data:`SYMBOLS` names and ``min``/``max`` get here):
+    each name becomes ``x["name"]``, ``max(a, b, c)`` becomes ``np.maximum(np.maximum(a, b), c)`` (``min``
+    likewise). No builtins are reachable. The same operators in the same order as the expression, so the result
+    is what plain numpy arithmetic written the same way gives, bit for bit."""
 
-    def build(node) -> Callable[[Mapping[str, object]], object]:
-        if isinstance(node, ast.Expression):
-            return build(node.body)
+    def build(node):
         if isinstance(node, ast.Name):
-            name = node.id
-            return lambda x: x[name]
+            return ast.Subscript(value=ast.Name(id="x", ctx=ast.Load()), slice=ast.Constant(value=node.id),
+                                 ctx=ast.Load())
         if isinstance(node, ast.Constant):
-            const = node.value
-            return lambda x: const
+            return ast.Constant(value=node.value)
         if isinstance(node, ast.BinOp):
-            op, lhs, rhs = _OPS[type(node.op)], build(node.left), build(node.right)
-            return lambda x: op(lhs(x), rhs(x))
-        f, args = _FUNCTIONS[node.func.id], [build(a) for a in node.args]  # ast.Call of min / max (checked)
-        return lambda x: f(*(a(x) for a in args))
+            return ast.BinOp(left=build(node.left), op=node.op, right=build(node.right))
+        f = ast.Name(id=_COMPILED_FUNCTIONS[node.func.id], ctx=ast.Load())  # ast.Call of min / max (checked)
+        args = [build(a) for a in node.args]
+        out = args[0]  # max(a) is a
+        for a in args[1:]:
+            out = ast.Call(func=f, args=[out, a], keywords=[])
+        return out
 
-    return build(_parsed(expr))
+    lam = ast.Expression(body=ast.Lambda(
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="x")], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=build(_parsed(expr).body)))
+    code = compile(ast.fix_missing_locations(lam), f"<term {expr}>", "eval")
+    return eval(code, dict(_GLOBALS))  # noqa: S307 - a checked arithmetic tree, no builtins
 
 
 def evaluate_expr(expr: str, inputs: Mapping[str, object]) -> np.ndarray:
@@ -373,9 +483,11 @@ def evaluate_expr(expr: str, inputs: Mapping[str, object]) -> np.ndarray:
 _ALL = np.asarray(True)
 
 
-def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str, object]]) -> TermParts:
+def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str, object]], *,
+         shared: bool = False) -> TermParts:
     """Build a :class:`TermParts` from (label, expression, condition) rows; ``condition`` is a bool (array) or
-    True. Each part is 0 where its condition is False."""
+    True. Each part is 0 where its condition is False. ``shared``: keep ``inputs`` itself (a dict the caller goes
+    on adding to, :func:`define`) instead of a copy."""
     out = []
     for label, expr, when in parts:
         if when is True:  # applies to every candidate: np.where(True, x, 0.0) is x as float64, without the select
@@ -383,32 +495,105 @@ def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str,
             continue
         applies = np.asarray(when, dtype=bool)
         out.append(PartValue(label, expr, applies, np.where(applies, evaluate_expr(expr, inputs), 0.0)))
-    return TermParts(key, dict(inputs), tuple(out))
+    return TermParts(key, inputs if shared else dict(inputs), tuple(out))
 
 
-def input_names(expr: str) -> list[str]:
-    """The input names of ``expr``, in order of first appearance."""
-    names = [n for n in ast.walk(_parsed(expr)) if isinstance(n, ast.Name) and n.id in SYMBOLS]
-    return list(dict.fromkeys(n.id for n in sorted(names, key=lambda n: n.col_offset)))
+def define(env: dict[str, object], key: str, parts: Sequence[tuple[str, str, object]]) -> TermParts:
+    """A quantity defined from others: :func:`term` over ``env`` (the inputs and every quantity defined before
+    it), its value (the parts' sum) stored as ``env[key]`` so the definitions after it can use ``key`` as an input.
+    ``key`` must be a :data:`SYMBOLS` name. Returns the quantity's :class:`TermParts` (its ``inputs`` is ``env``).
+
+    >>> env = {"GA": 4.0, "t_cf": 0.5, "t_gf": 0.75, "lam": 0.2}
+    >>> tp = define(env, "e_f", [("overlapped", "max(0, t_gf - t_cf) + lam*min(t_gf, t_cf)", True)])
+    >>> float(env["e_f"]), float(define(env, "t_coll", [("micro-steps", "GA*e_f", True)]).value)
+    (0.35, 1.4)
+    """
+    if key not in SYMBOLS:
+        raise ValueError(f"unknown quantity {key!r}; add it to SYMBOLS")
+    tp = term(key, env, parts, shared=True)
+    env[key] = tp.value
+    return tp
 
 
-def is_sum(expr: str) -> bool:
-    """Whether ``expr`` is a sum or difference at its top level."""
+ZeroTest = Callable[[str], bool]
+"""Says whether an input is exactly 0 at the candidate shown (see :func:`latex`'s ``zero``)."""
+
+
+def _pruned(node, zero: ZeroTest):
+    """``node`` without the addends that are exactly 0 (an input that is 0, or a product or quotient of one);
+    None when all of ``node`` is such a 0. The value is unchanged (x + 0 = x); functions are kept (max(0, a - b)
+    stays even where it is 0: that is the lesson of overlap), and so is a call argument that is 0."""
+    if isinstance(node, ast.Name):
+        return None if zero(node.id) else node
+    if isinstance(node, ast.BinOp):
+        lhs, rhs = _pruned(node.left, zero), _pruned(node.right, zero)
+        if isinstance(node.op, ast.Add):
+            if lhs is None or rhs is None:
+                return rhs if lhs is None else lhs
+        elif isinstance(node.op, ast.Sub):
+            if rhs is None:
+                return lhs
+        elif isinstance(node.op, ast.Mult):
+            if lhs is None or rhs is None:
+                return None
+        elif lhs is None:  # 0 / x
+            return None
+        return ast.BinOp(left=lhs or node.left, op=node.op, right=rhs or node.right)
+    if isinstance(node, ast.Call):
+        return ast.Call(func=node.func, args=[_pruned(a, zero) or a for a in node.args], keywords=[])
+    return node
+
+
+def _shown(expr: str, zero: ZeroTest | None):
+    """The body of ``expr`` as displayed: pruned of its zero addends when ``zero`` is given (all of it when all of
+    it is 0)."""
     body = _parsed(expr).body
+    if zero is None:
+        return body
+    pruned = _pruned(body, zero)
+    return body if pruned is None else pruned
+
+
+def _names_in_order(node) -> list[str]:
+    if isinstance(node, ast.Name):
+        return [node.id] if node.id in SYMBOLS else []
+    if isinstance(node, ast.BinOp):
+        return _names_in_order(node.left) + _names_in_order(node.right)
+    if isinstance(node, ast.Call):
+        return [n for a in node.args for n in _names_in_order(a)]
+    return []
+
+
+def input_names(expr: str, zero: ZeroTest | None = None) -> list[str]:
+    """The input names of ``expr`` (as displayed, with ``zero``: see :func:`latex`), in order of first appearance.
+
+    >>> input_names("t_bnd + GA*(e_f + e_b + t_tp)", zero=lambda n: n in ("e_f", "t_tp"))
+    ['t_bnd', 'GA', 'e_b']
+    """
+    return list(dict.fromkeys(_names_in_order(_shown(expr, zero))))
+
+
+def is_sum(expr: str, zero: ZeroTest | None = None) -> bool:
+    """Whether ``expr`` (as displayed, with ``zero``) is a sum or difference at its top level."""
+    body = _shown(expr, zero)
     return isinstance(body, ast.BinOp) and isinstance(body.op, (ast.Add, ast.Sub))
 
 
 _PREC = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.Div: 2}
 
 
-def latex(expr: str, value: Callable[[str], str] | None = None) -> str:
+def latex(expr: str, value: Callable[[str], str] | None = None, zero: ZeroTest | None = None) -> str:
     r"""``expr`` in LaTeX: with the symbols of :data:`SYMBOLS` (``value`` None), or with ``value(name)`` for each
-    input (the numbers substituted; products then use ``\times``).
+    input (the numbers substituted; products then use ``\times``). ``zero(name)``: whether an input is exactly 0
+    at the candidate shown; its addends are then left out (:func:`_pruned`: the value is the same), so the formula
+    shows what applies, as the parts' conditions do.
 
     >>> print(latex("w*Psi_persist*(1-1/N_d)"))
     w\Psi_{pers}(1-1/N_d)
     >>> print(latex("w*Psi_t/N_d", {"w": "2", "Psi_t": "7", "N_d": "8"}.get))
     2\times7/8
+    >>> print(latex("max(0, t_gb + t_rd - t_cb) + lam*min(t_gb + t_rd, t_cb)", zero=lambda n: n == "t_gb"))
+    \max(0,t^{comm}_{red}-t^{comp}_{bwd}) + \lambda\min(t^{comm}_{red},t^{comp}_{bwd})
     """
     numbers = value is not None
 
@@ -421,7 +606,11 @@ def latex(expr: str, value: Callable[[str], str] | None = None) -> str:
         if isinstance(node, ast.Expression):
             return go(node.body)
         if isinstance(node, ast.Name):
-            return name(node.id)
+            text = name(node.id)
+            # a substituted a x 10^k divides as one number: 1/(2.04\times10^{12}), not 1/2.04\times10^{12}
+            if numbers and right and isinstance(parent, ast.Div) and r"\times" in text:
+                return f"({text})"
+            return text
         if isinstance(node, ast.Constant):
             x = node.value
             return str(int(x)) if float(x).is_integer() else f"{x:g}"
@@ -446,4 +635,4 @@ def latex(expr: str, value: Callable[[str], str] | None = None) -> str:
             return f"({text})" if wrap else text
         raise ValueError(f"unsupported expression node {type(node).__name__}")
 
-    return go(_parsed(expr))
+    return go(_shown(expr, zero))
