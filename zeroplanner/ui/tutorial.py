@@ -7,6 +7,14 @@ query string when there is one, :func:`zeroplanner.share.scenario_from_environme
 with the scenario's numbers substituted, and an exercise whose answer the widget checks. Every formula and every
 answer comes from :mod:`zeroplanner.explain` (the cost model's own terms), so the numbers a student reads are the
 numbers the planner uses.
+
+Exercises ask for a number the reader computes from the formulas for another input (twice the GPUs, twice the
+micro-batch, the planner's headroom factor or tolerance), so no answer is on the page before Check or Show answer;
+a wrong answer gets a hint that names the accounting the answer uses (:func:`accounting_note`: DeepSpeed's
+measured 20 bytes of model states per parameter without ZeRO, or the ZeRO paper's 16). "Choosing a stage" states
+the planner's rule (:func:`rule_html`: its tolerance, ``zeroplanner.planner.DEFAULT_TOLERANCE``, and
+:data:`PREFERENCES`, the order of ``rank_candidates``) and shows it applied to :func:`plan_rows`, the recommended
+row marked; :func:`rule_pick` is the stated rule as code (tests/ui/test_tutorial.py: it picks the planner's row).
 """
 
 from __future__ import annotations
@@ -86,26 +94,30 @@ def model_state_bytes(scenario: Scenario) -> float:
 # Exercise
 # --------------------------------------------------------------------------------------------------------------
 class Exercise(w.VBox):
-    """A question whose answer the widget checks.
+    """A question whose answer the widget checks; the answer stays hidden until the reader checks or reveals it.
 
-    ``question()`` returns the question text (HTML); ``answer()`` the expected answer: a number (in ``unit``,
-    accepted within ``rel_tol`` relative or ``abs_tol`` absolute) or, when ``choices`` is given, one of them.
-    :meth:`check` compares the typed/picked value and writes the verdict; :meth:`reveal` shows the answer.
+    ``question()`` returns the question text (HTML). It asks for a number the reader computes from the formulas
+    shown (for another input than the one shown: twice the GPUs, twice the micro-batch, ...), so the answer is
+    nowhere on the page before :meth:`check` or :meth:`reveal`. ``answer()`` is the expected answer in ``unit``,
+    accepted within ``rel_tol`` relative or ``abs_tol`` absolute. ``hint()`` says how to compute it and names the
+    accounting the answer uses (DeepSpeed's measured 20 bytes per parameter of model states without ZeRO, or the
+    ZeRO paper's 16): shown with a wrong answer and with the revealed answer. ``others()`` lists known other
+    answers as (value, why it is not this one), e.g. what the other accounting gives: a typed value that matches one
+    is refused with its reason.
     """
 
-    def __init__(self, question: Callable[[], str], answer: Callable[[], Any], *, unit: str = "GiB",
-                 rel_tol: float = 0.02, abs_tol: float = 0.01, choices: list[tuple[str, Any]] | None = None) -> None:
-        self._question, self._answer = question, answer
-        self.unit, self.rel_tol, self.abs_tol, self.choices = unit, rel_tol, abs_tol, choices
+    def __init__(self, question: Callable[[], str], answer: Callable[[], float], *,
+                 unit: str | Callable[[], str] = "GiB", rel_tol: float | Callable[[], float] = 0.02,
+                 abs_tol: float = 0.01, hint: Callable[[], str] = lambda: "",
+                 others: Callable[[], list[tuple[float, str]]] = lambda: []) -> None:
+        self._question, self._answer, self._hint, self._others = question, answer, hint, others
+        self._unit, self._rel_tol, self.abs_tol = unit, rel_tol, abs_tol
         self.question_html = w.HTML()
-        if choices is not None:
-            self.answer_box = w.Dropdown(options=choices, value=None, description="Answer", style=_DESC)
-        else:
-            self.answer_box = w.FloatText(value=0.0, description=f"Answer ({unit})", style=_DESC,
-                                          layout=w.Layout(width="260px"))
+        self.answer_box = w.FloatText(value=0.0, description=f"Answer ({self.unit})", style=_DESC,
+                                      layout=w.Layout(width="260px"))
         self.check_button = w.Button(description="Check", button_style="primary", layout=w.Layout(width="90px"))
         self.reveal_button = w.Button(description="Show answer", layout=w.Layout(width="110px"))
-        self.feedback = w.HTML()
+        self.feedback = w.HTMLMath()  # the hints quote the formulas above ($...$)
         self.check_button.on_click(lambda _: self.check())
         self.reveal_button.on_click(lambda _: self.reveal())
         super().__init__([self.question_html, w.HBox([self.answer_box, self.check_button, self.reveal_button]),
@@ -113,45 +125,79 @@ class Exercise(w.VBox):
         self.add_class("zp-exercise")
         self.refresh()
 
-    def expected(self) -> Any:
-        return self._answer()
+    @property
+    def unit(self) -> str:
+        return self._unit() if callable(self._unit) else self._unit
+
+    @property
+    def rel_tol(self) -> float:
+        return self._rel_tol() if callable(self._rel_tol) else self._rel_tol
+
+    def expected(self) -> float:
+        return float(self._answer())
+
+    def hint(self) -> str:
+        """How to compute the answer and which accounting it uses (HTML; never the answer itself)."""
+        return self._hint()
+
+    def others(self) -> list[tuple[float, str]]:
+        return list(self._others())
 
     def refresh(self) -> None:
         """Re-ask for the current scenario (clears the verdict)."""
-        self.question_html.value = f"<b>Exercise.</b> {self._question()}"
+        try:
+            self.question_html.value = f"<b>Exercise.</b> {self._question()}"
+        except ValueError as exc:  # its other input is out of range (e.g. twice a micro-batch at the limit)
+            self.question_html.value = (f"<b>Exercise.</b> <span class='zp-muted'>None for this scenario: "
+                                        f"{html.escape(str(exc))}</span>")
+        self.answer_box.description = f"Answer ({self.unit})"
         self.feedback.value = ""
 
-    def is_correct(self, value: Any) -> bool:
-        expected = self.expected()
-        if self.choices is not None:
-            return value == expected
+    def _close(self, value: Any, expected: float) -> bool:
         try:
             x = float(value)
         except (TypeError, ValueError):
             return False
-        return math.isfinite(x) and abs(x - float(expected)) <= max(self.abs_tol, self.rel_tol * abs(float(expected)))
+        return math.isfinite(x) and abs(x - expected) <= max(self.abs_tol, self.rel_tol * abs(expected))
+
+    def is_correct(self, value: Any) -> bool:
+        return self._close(value, self.expected())
 
     def _shown(self, value: Any) -> str:
-        if self.choices is not None:
-            return next((label for label, v in self.choices if v == value), str(value))
-        return f"{float(value):.2f} {self.unit}"
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            return str(value)
+        return f"{x:,.0f} {self.unit}" if self.unit == "tokens/s" else f"{x:.2f} {self.unit}"
 
     def check(self, value: Any = None) -> bool:
-        """Check ``value`` (default: what is in the answer box), show the verdict, return whether it is right."""
+        """Check ``value`` (default: what is in the answer box), show the verdict, return whether it is right. A
+        wrong answer gets the hint (and, when it is a known other answer, why it is not this one), not the answer."""
         value = self.answer_box.value if value is None else value
-        if value is None:
-            self.feedback.value = "<span class='zp-no'>Pick an answer first.</span>"
+        try:
+            ok = self.is_correct(value)
+        except ValueError as exc:  # the exercise's other input is out of range in this scenario
+            self.feedback.value = f"<span class='zp-no'>No exercise for this scenario</span>: {html.escape(str(exc))}"
             return False
-        ok = self.is_correct(value)
+        hint = self.hint()
         if ok:
-            self.feedback.value = f"<span class='zp-ok'>Correct</span>: {html.escape(self._shown(self.expected()))}."
-        else:
-            self.feedback.value = (f"<span class='zp-no'>Not quite</span> ({html.escape(self._shown(value))}). "
-                                   "Read the numbers in the formulas above and try again.")
-        return ok
+            self.feedback.value = (f"<span class='zp-ok'>Correct</span>: {html.escape(self._shown(self.expected()))}."
+                                   f"<div class='zp-muted zp-hint'>{hint}</div>")
+            return True
+        why = next((reason for v, reason in self.others() if self._close(value, v)), "")
+        self.feedback.value = (f"<span class='zp-no'>Not quite</span> ({html.escape(self._shown(value))})."
+                               + (f" <span class='zp-other'>{why}</span>" if why else "")
+                               + f"<div class='zp-muted zp-hint'><b>Hint:</b> {hint}</div>")
+        return False
 
     def reveal(self) -> None:
-        self.feedback.value = f"Answer: <b>{html.escape(self._shown(self.expected()))}</b>"
+        try:
+            self.expected()
+        except ValueError as exc:
+            self.feedback.value = f"<span class='zp-no'>No exercise for this scenario</span>: {html.escape(str(exc))}"
+            return
+        self.feedback.value = (f"Answer: <b>{html.escape(self._shown(self.expected()))}</b>"
+                               f"<div class='zp-muted zp-hint'>{self.hint()}</div>")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -163,8 +209,11 @@ class _StepSpec:
     terms: tuple[str, ...]
     scenario: Callable[["TutorialStep"], Scenario]
     question: Callable[["TutorialStep"], str]
-    answer: Callable[["TutorialStep"], Any]
-    choices: list[tuple[str, Any]] | None = None
+    answer: Callable[["TutorialStep"], float]
+    hint: Callable[["TutorialStep"], str]
+    others: Callable[["TutorialStep"], list[tuple[float, str]]] = lambda step: []
+    unit: str | Callable[["TutorialStep"], str] = "GiB"
+    rel_tol: float | Callable[["TutorialStep"], float] = 0.02
 
 
 def _gib(x: float) -> float:
@@ -187,7 +236,10 @@ class TutorialStep(w.VBox):
         spec = _SPECS[key]
         self._spec = spec
         knob_box = w.HBox(self._make_knobs())
-        self.exercise = Exercise(lambda: spec.question(self), lambda: spec.answer(self), choices=spec.choices)
+        self.exercise = Exercise(lambda: spec.question(self), lambda: spec.answer(self),
+                                 unit=(lambda: spec.unit(self)) if callable(spec.unit) else spec.unit,
+                                 rel_tol=(lambda: spec.rel_tol(self)) if callable(spec.rel_tol) else spec.rel_tol,
+                                 hint=lambda: spec.hint(self), others=lambda: spec.others(self))
         super().__init__([w.HTML(f"<h3>{html.escape(title)}</h3><p>{spec.intro}</p>"), knob_box, self.error,
                           self.math, self.summary, self.exercise])
         self.add_class("zp-tutorial-step")
@@ -266,13 +318,233 @@ def _estimate(step: TutorialStep, scenario: Scenario | None = None):
     return cache[scenario]
 
 
-def _peak_phase(step: TutorialStep) -> str:
-    peak = _estimate(step).step_peak
-    return peak.phase if peak is not None else "none"
-
-
 def _nd(step: TutorialStep) -> int:
     return step.scenario.cluster.data_parallel_degree
+
+
+def with_nodes(scenario: Scenario, nodes: int) -> Scenario:
+    """``scenario`` on ``nodes`` nodes (validated)."""
+    return scenario.model_copy(update={"cluster": replace(scenario.cluster, nodes=nodes)})
+
+
+def with_micro_batch(scenario: Scenario, micro_batch: int) -> Scenario:
+    """``scenario`` with another micro-batch (validated; the accumulation steps unchanged)."""
+    return scenario.model_copy(update={"training": replace(scenario.training, micro_batch=micro_batch)})
+
+
+def with_accounting(scenario: Scenario, accounting: str) -> Scenario:
+    """``scenario`` under another memory accounting (``Assumptions.accounting``: "deepspeed" or "paper")."""
+    return scenario.model_copy(update={"assumptions": replace(scenario.assumptions, accounting=accounting)})
+
+
+def _doubled(step: TutorialStep) -> Scenario:
+    """The step's scenario on twice as many nodes (twice N_d): what the exercises ask about."""
+    return with_nodes(step.scenario, 2 * step.scenario.cluster.nodes)
+
+
+def _twice_nd(step: TutorialStep) -> str:
+    d = _doubled(step).cluster
+    return (f"on twice as many GPUs ({d.nodes} node{'s' if d.nodes > 1 else ''} of {d.gpus_per_node}: "
+            f"N<sub>d</sub> = {d.data_parallel_degree} instead of {_nd(step)})")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Accounting: which bytes per parameter the answers count
+# --------------------------------------------------------------------------------------------------------------
+ACCOUNTING_NAMES = {"deepspeed": "DeepSpeed's measured accounting", "paper": "the ZeRO paper's accounting"}
+"""``Assumptions.accounting`` -> its name in the exercises' hints."""
+
+
+def _other_accounting(scenario: Scenario) -> str:
+    return "paper" if scenario.assumptions.accounting != "paper" else "deepspeed"
+
+
+def bytes_per_parameter(scenario: Scenario) -> list[tuple[str, float]]:
+    """Model states without ZeRO (stage 0) per trainable parameter, by part, in the scenario's accounting:
+    (term: part label, bytes), the cost model's parts (:func:`zeroplanner.explain.explain`) divided by Ψ_t; parts
+    of 0 bytes left out. DeepSpeed's accounting: 2 + 2 + 4 + 4 + 8 = 20 for bf16 Adam; the paper's 2 + 2 + 12 = 16.
+    Counted for a full fine-tune of the scenario's model (with LoRA only the adapters train; the frozen base adds
+    its weights, not per trained parameter)."""
+    s0 = with_zero(scenario, 0)
+    if s0.training.lora_rank or s0.training.qlora:
+        s0 = s0.model_copy(update={"training": replace(s0.training, lora_rank=0, qlora=False)})
+    psi = s0.trainable_parameters
+    out = []
+    for key in MODEL_STATES:
+        e = explain(s0, key)
+        title = e.title.lower()
+        out += [(p.label if title in p.label else f"{title}: {p.label}", p.value / psi)
+                for p in e.parts if p.value > 0]
+    return out
+
+
+def _per_param_text(parts: list[tuple[str, float]]) -> str:
+    return " + ".join(f"{b:g} ({html.escape(label)})" for label, b in parts)
+
+
+def accounting_note(scenario: Scenario) -> str:
+    """Which accounting the answers use, its bytes per parameter of model states without ZeRO part by part, what
+    the other accounting counts and why they differ (HTML; the numbers are the cost model's parts)."""
+    acc, other = scenario.assumptions.accounting, _other_accounting(scenario)
+    mine, theirs = bytes_per_parameter(scenario), bytes_per_parameter(with_accounting(scenario, other))
+    total, total_other = sum(b for _, b in mine), sum(b for _, b in theirs)
+    lora = (" (with LoRA only the adapters train: the frozen base adds its weights alone)"
+            if scenario.training.lora_rank else "")
+    text = (f"<b>Accounting:</b> every number here is {ACCOUNTING_NAMES[acc]} (assumptions.accounting = "
+            f"'{acc}'): {total:g} bytes of model states per trained parameter without ZeRO = "
+            f"{_per_param_text(mine)}{lora}. "
+            f"{ACCOUNTING_NAMES[other][0].upper() + ACCOUNTING_NAMES[other][1:]} counts {total_other:g}")
+    extra = [(label, b) for label, b in mine if (label, b) not in theirs]
+    if acc == "deepspeed" and total > total_other:
+        text += (f": it leaves out {_per_param_text(extra)}, which DeepSpeed allocates: its bf16/fp16 optimizer "
+                 "wrapper keeps fp32 copies of the gradients for the step (under ZeRO, the fp32 gradient partition "
+                 "it hands to the optimizer), measured by a census of live tensors on DeepSpeed 0.19.8 "
+                 f"(docs/validation.md). Answer with {total:g} bytes per parameter, not {total_other:g}.")
+    elif acc == "paper" and total < total_other:
+        text += (" (DeepSpeed also keeps fp32 copies of the gradients for the step). Answer with the paper's "
+                 f"{total:g} bytes per parameter, not {total_other:g}.")
+    else:
+        text += "."
+    return text
+
+
+def _accounting_others(step: TutorialStep, answer: Callable[[Scenario], float]) -> list[tuple[float, str]]:
+    """The answer under the other accounting (``answer`` of the step's scenario with the other accounting), when
+    it differs: a reader who counts the other way is told so."""
+    s = step.tutorial.scenario
+    acc, other = s.assumptions.accounting, _other_accounting(s)
+    mine = answer(s)
+    theirs = answer(with_accounting(s, other))
+    if abs(theirs - mine) <= max(0.01, 0.02 * abs(mine)):
+        return []
+    per = {a: sum(b for _, b in bytes_per_parameter(with_accounting(s, a))) for a in (acc, other)}
+    return [(theirs, f"That is {ACCOUNTING_NAMES[other]} ({per[other]:g} bytes per parameter without ZeRO); the "
+                     f"answer counts {ACCOUNTING_NAMES[acc]} ({per[acc]:g}), as every number on this page does.")]
+
+
+def _formula(e: Explanation) -> str:
+    return f"${e.latex}$"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Choosing a stage: the planner's rule, stated from its constants, and the rows it is applied to
+# --------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RuleRow:
+    """One row of the "Choosing a stage" table: a configuration the planner evaluated, with what its rule reads."""
+
+    label: str
+    fits: bool
+    proven: bool
+    """Fits with at least the model's error of its peak free (``StepPeak.risky`` is False)."""
+    stage: int
+    offloads: int
+    """How many of the optimizer states and the parameters are offloaded (0, 1 or 2)."""
+    param_offload: bool
+    sp: int
+    tp: int
+    zeropp: bool
+    peak_bytes: float
+    free_bytes: float
+    tokens_per_second: float
+    recommended: bool = False
+
+
+def rule_row(label: str, choice, est, scenario: Scenario, recommended: bool = False) -> RuleRow:
+    """The :class:`RuleRow` of a planner choice (``zeroplanner.planner.Choice``) and its estimate."""
+    peak = est.step_peak
+    peak_bytes = float(peak.bytes) if peak is not None else float(est.per_gpu_bytes.total)
+    free = float(peak.headroom_bytes) if peak is not None else float(est.gpu_memory_bytes) - peak_bytes
+    return RuleRow(label=label, fits=bool(est.fits), proven=bool(peak is not None and not peak.risky),
+                   stage=int(choice.stage),
+                   offloads=int(choice.offload_optimizer != "none") + int(choice.offload_param != "none"),
+                   param_offload=choice.offload_param != "none",
+                   sp=int(choice.sequence_parallel_size),
+                   tp=int(choice.autotp_size or scenario.cluster.tensor_parallel_size),
+                   zeropp=bool(choice.zero_hpz_partition_size > 1 or choice.zero_quantized_weights),
+                   peak_bytes=peak_bytes, free_bytes=free, tokens_per_second=float(est.tokens_per_second),
+                   recommended=recommended)
+
+
+@dataclass(frozen=True)
+class Preference:
+    """One preference of the planner among rows of equal speed: ``text`` (HTML), ``key`` (smaller is preferred)."""
+
+    text: str
+    key: Callable[[RuleRow], float]
+
+
+PREFERENCES: tuple[Preference, ...] = (
+    Preference("no offload: fewer of the optimizer states and the parameters offloaded (offload is PCIe- and "
+               "CPU-bound)", lambda r: r.offloads),
+    Preference("the smaller Ulysses sequence-parallel degree (fewer all-to-alls)", lambda r: r.sp),
+    Preference("the smaller AutoTP degree (its all-reduces are serial with compute)", lambda r: r.tp),
+    Preference("ZeRO-0, 1 or 2 over ZeRO-3 (per-layer parameter gathers); ZeRO-0, 1 and 2 count as equal here",
+               lambda r: int(r.stage == 3)),
+    Preference("no ZeRO++", lambda r: int(r.zeropp)),
+    Preference("the most GPU memory free at the step's peak", lambda r: -r.free_bytes),
+    Preference("the most tokens/s", lambda r: -r.tokens_per_second),
+)
+"""The planner's order of preference among candidates within the tolerance of the fastest: the sort keys of
+``zeroplanner.planner.rank_candidates`` after fit and speed, primary first (offloads, Ulysses degree, AutoTP degree,
+stage 3, ZeRO++, headroom, throughput). tests/ui/test_tutorial.py checks this order against ``rank_candidates`` on
+synthetic candidates and against ``plan()`` on scenarios, so the stated rule cannot drift from the ranking."""
+
+
+def _tolerance() -> float:
+    from ..planner import DEFAULT_TOLERANCE
+
+    return DEFAULT_TOLERANCE
+
+
+def rule_candidates(rows: list[RuleRow]) -> tuple[list[RuleRow], bool]:
+    """The rows the rule's speed comparison runs on (fits; proven fits only when there is one; parameter offload
+    only when nothing fits without it) and whether they are proven fits."""
+    kept = [r for r in rows if r.fits]
+    proven = [r for r in kept if r.proven]
+    if proven:
+        kept = proven
+    without = [r for r in kept if not r.param_offload]
+    return (without or kept), bool(proven)
+
+
+def rule_pick(rows: list[RuleRow], tolerance: float | None = None) -> RuleRow | None:
+    """The row the stated rule (:func:`rule_html`) picks from ``rows``; None when nothing fits."""
+    tolerance = _tolerance() if tolerance is None else tolerance
+    kept, proven = rule_candidates(rows)
+    if not kept:
+        return None
+    if not proven:
+        return max(kept, key=lambda r: r.free_bytes)
+    fastest = max(r.tokens_per_second for r in kept)
+    equal = [r for r in kept if r.tokens_per_second >= (1.0 - tolerance) * fastest]
+    return min(equal, key=lambda r: tuple(p.key(r) for p in PREFERENCES))
+
+
+def rule_html(scenario: Scenario, tolerance: float | None = None) -> str:
+    """The planner's rule in words, from its constants: the tolerance (``zeroplanner.planner.DEFAULT_TOLERANCE``),
+    the model's error of the peak (``memory_error_fraction``), the scenario's margin and host buffer factor, and
+    :data:`PREFERENCES` in order."""
+    from ..costmodel.timeline import memory_error_fraction
+
+    tolerance = _tolerance() if tolerance is None else tolerance
+    a = scenario.assumptions
+    err = memory_error_fraction(a.device)
+    margin = f" less the {a.gpu_memory_margin_fraction:.0%} margin" if a.gpu_memory_margin_fraction else ""
+    prefs = "".join(f"<li>{p.text}</li>" for p in PREFERENCES)
+    return ("<div class='zp-rule'><b>The planner's rule</b>, applied to every candidate it evaluates (the table "
+            "below shows the recommended one and the fastest of each other kind):<ol>"
+            f"<li>Keep what fits: the step's peak within the GPU's memory{margin}, the offloaded states "
+            f"&times;{a.host_buffer_factor:g} within host RAM, and NVMe.</li>"
+            f"<li>A fit is <i>proven</i> when it leaves at least the model's error of its peak free ({err:.1%} of "
+            "the peak): if any fit is proven, drop the others.</li>"
+            "<li>Parameter offload only when nothing fits without it: if a row without it is left, drop the rows "
+            "that offload parameters.</li>"
+            "<li>If no proven fit is left, pick the one with the most GPU memory free. Otherwise:</li>"
+            f"<li>Rows within {tolerance:.0%} of the fastest row left count as equally fast (the model's step-time "
+            "error is of that order): drop the slower ones.</li>"
+            "<li>Among the equally fast rows prefer, in this order (the first preference that tells two rows apart "
+            f"decides):<ol type='a' class='zp-preferences'>{prefs}</ol></li></ol></div>")
 
 
 def _plan(step: TutorialStep):
@@ -285,21 +557,122 @@ def _plan(step: TutorialStep):
     return t._plan_cache[1]
 
 
-def _chosen_stage(step: TutorialStep) -> Any:
+def _fastest_plan(step: TutorialStep):
+    """The plan at tolerance 0 with every alternative: its choice is the fastest candidate the ranking keeps, its
+    alternatives the fastest of every other (stage, offload, ZeRO++, AutoTP) group (computed once per scenario)."""
+    from ..planner import plan
+
+    t = step.tutorial
+    if t._fastest_cache is None or t._fastest_cache[0] is not t.scenario:
+        t._fastest_cache = (t.scenario, plan(t.scenario, tolerance=0.0, alternatives=1000, advice=False))
+    return t._fastest_cache[1]
+
+
+def plan_rows(step: TutorialStep) -> list[RuleRow]:
+    """The rows of the "Choosing a stage" table: the recommended configuration, the fastest candidate the
+    planner's ranking keeps of every (stage, offload, ZeRO++, AutoTP) group (so the fastest row is the fastest
+    candidate it kept), and the chart variants that do not fit (the scenario's own checkpointing and micro-batch).
+    Fitting rows fastest first, then the rest by peak."""
     p = _plan(step)
-    return p.choice.stage if p.fits and p.choice is not None else "none"
+    base = step.tutorial.scenario
+    rows: list[RuleRow] = []
+    seen: set[str] = set()
+
+    def add(choice, est, recommended=False):
+        key = choice.model_dump_json()
+        if key not in seen:
+            seen.add(key)
+            rows.append(rule_row(choice.label, choice, est, base, recommended))
+
+    if p.fits and p.choice is not None:
+        add(p.choice, p.estimate, True)
+        f = _fastest_plan(step)
+        if f.fits and f.choice is not None:
+            add(f.choice, f.estimate)
+            for alt in f.alternatives:
+                add(alt.choice, alt.estimate)
+        for v in p.variants:
+            if not v.estimate.fits:
+                add(v.choice, v.estimate)
+    else:
+        for v in p.variants:
+            add(v.choice, v.estimate)
+    fitting = sorted((r for r in rows if r.fits), key=lambda r: -r.tokens_per_second)
+    return fitting + sorted((r for r in rows if not r.fits), key=lambda r: r.peak_bytes)
+
+
+def _threshold(step: TutorialStep) -> float:
+    """Tokens/s below which a row no longer counts as fast as the fastest row the rule compares."""
+    kept, _ = rule_candidates(plan_rows(step))
+    return (1.0 - _tolerance()) * max(r.tokens_per_second for r in kept)
+
+
+def _choose_answer(step: TutorialStep) -> float:
+    if _plan(step).fits:
+        return _threshold(step)
+    from ..costmodel.timeline import memory_error_fraction
+
+    smallest = min(r.peak_bytes for r in plan_rows(step))
+    return _gib(smallest * (1.0 + memory_error_fraction(step.scenario.assumptions.device)))
+
+
+def _choose_question(step: TutorialStep) -> str:
+    tol = _tolerance()
+    if _plan(step).fits:
+        return (f"Rows within {tol:.0%} of the fastest row the rule compares count as equally fast. Below how many "
+                "tokens/s would a row no longer count as equally fast in this scenario?")
+    return ("Nothing fits. How many GiB of memory per GPU would the row with the smallest peak need to be a "
+            "proven fit (its peak plus the model's error of the peak, as the rule says)?")
+
+
+def _choose_hint(step: TutorialStep) -> str:
+    tol = _tolerance()
+    if _plan(step).fits:
+        return (f"(1 &minus; {tol:g}) &times; the tokens/s of the fastest row that fits (a proven fit, without "
+                f"parameter offload when there is one): {tol:.0%} is the planner's tolerance "
+                "(zeroplanner.planner.DEFAULT_TOLERANCE).")
+    return "Peak &times; (1 + the error fraction in rule 2), with the smallest peak in the table."
+
+
+def _logit_bytes(est) -> float | None:
+    """The logits' bytes in the loss backward of ``est``'s step timeline (None without one)."""
+    peak = est.step_peak
+    point = _point(peak.timeline, "loss backward") if peak is not None and peak.timeline else None
+    return float(point.bytes.get("logits", 0)) if point is not None else None
+
+
+def _twice_b(step: TutorialStep) -> Scenario:
+    """The step's scenario at twice the micro-batch (raises ValueError past the input's limit)."""
+    return with_micro_batch(step.scenario, 2 * step.scenario.training.micro_batch)
+
+
+def _peak_question(step: TutorialStep) -> str:
+    b = step.scenario.training.micro_batch
+    return (f"With twice the micro-batch (b = {_twice_b(step).training.micro_batch} instead of {b}), how many GiB "
+            "would the logits' fp32 gradients take in the loss backward?")
+
+
+def _peak_answer(step: TutorialStep) -> float:
+    return _gib(_logit_bytes(_estimate(step, _twice_b(step))) or 0.0)
+
+
+def _states_gib(s: Scenario) -> float:
+    return _gib(model_state_bytes(s))
 
 
 _SPECS: dict[str, _StepSpec] = {
     "dp": _StepSpec(
         intro="Plain data parallelism (DeepSpeed stage 0) copies the whole model to every GPU: each GPU keeps all "
               "parameters, all gradients and all optimizer states, and the GPUs all-reduce the gradients every "
-              "step. Adding GPUs adds throughput, not memory: the model states per GPU do not depend on N_d.",
+              "step. Adding GPUs adds throughput, not memory.",
         terms=MODEL_STATES,
         scenario=_dp_scenario,
-        question=lambda s: (f"How many GiB of model states (parameters + gradients + optimizer states) does each of "
-                            f"the {_nd(s)} GPUs hold?"),
-        answer=lambda s: _gib(model_state_bytes(s.scenario)),
+        question=lambda s: (f"How many GiB of model states (parameters + gradients + optimizer states) would each "
+                            f"GPU hold with plain data parallelism {_twice_nd(s)}?"),
+        answer=lambda s: _states_gib(with_zero(_doubled(s), 0)),
+        hint=lambda s: ("Add the three terms above; plain data parallelism divides none of them by "
+                        "N<sub>d</sub>. " + accounting_note(s.scenario)),
+        others=lambda s: _accounting_others(s, lambda sc: _states_gib(with_zero(sc, 0))),
     ),
     "zero1": _StepSpec(
         intro="ZeRO-1 (P<sub>os</sub>) splits the optimizer states, the largest part of the model states for Adam "
@@ -307,8 +680,12 @@ _SPECS: dict[str, _StepSpec] = {
               "each GPU updates only its 1/N<sub>d</sub> of the parameters.",
         terms=("optimizer_states", "gradients"),
         scenario=_stage(1),
-        question=lambda s: f"How many GiB of optimizer states does each GPU hold with ZeRO-1 on {_nd(s)} GPUs?",
-        answer=lambda s: _gib(explain(s.scenario, "optimizer_states").value),
+        question=lambda s: f"How many GiB of optimizer states would each GPU hold with ZeRO-1 {_twice_nd(s)}?",
+        answer=lambda s: _gib(explain(with_zero(_doubled(s), 1), "optimizer_states").value),
+        hint=lambda s: (f"The formula above, {_formula(s.explanations[0])}, with N<sub>d</sub> = "
+                        f"{_doubled(s).cluster.data_parallel_degree}. " + accounting_note(s.scenario)),
+        others=lambda s: _accounting_others(
+            s, lambda sc: _gib(explain(with_zero(with_nodes(sc, 2 * sc.cluster.nodes), 1), "optimizer_states").value)),
     ),
     "zero2": _StepSpec(
         intro="ZeRO-2 (P<sub>os+g</sub>) also partitions the gradients: each gradient bucket is reduced to the GPU "
@@ -317,7 +694,13 @@ _SPECS: dict[str, _StepSpec] = {
         scenario=_stage(2),
         question=lambda s: "How many GiB of model states per GPU does ZeRO-2 save compared with ZeRO-1 in this "
                            "scenario? (Compare with step 2's numbers.)",
-        answer=lambda s: _gib(model_state_bytes(with_zero(s.tutorial.scenario, 1)) - model_state_bytes(s.scenario)),
+        answer=lambda s: _states_gib(with_zero(s.tutorial.scenario, 1)) - _states_gib(s.scenario),
+        hint=lambda s: (f"Only the gradients differ (the parameters are whole and the optimizer states split "
+                        f"N<sub>d</sub> ways at both stages): ZeRO-1 "
+                        f"{_formula(explain(with_zero(s.tutorial.scenario, 1), 'gradients'))} (step 2), ZeRO-2 "
+                        f"{_formula(s.explanations[0])} (above). " + accounting_note(s.scenario)),
+        others=lambda s: _accounting_others(
+            s, lambda sc: _states_gib(with_zero(sc, 1)) - _states_gib(with_zero(sc, 2))),
     ),
     "zero3": _StepSpec(
         intro="ZeRO-3 (P<sub>os+g+p</sub>) partitions the parameters too: each layer's parameters are gathered "
@@ -325,8 +708,15 @@ _SPECS: dict[str, _StepSpec] = {
               "working set of gathered parameters (buffers) and 3&Psi; instead of 2&Psi; of communication.",
         terms=("parameters", "buffers"),
         scenario=_stage(3),
-        question=lambda s: f"How many GiB of parameters does each GPU keep with ZeRO-3 on {_nd(s)} GPUs?",
-        answer=lambda s: _gib(explain(s.scenario, "parameters").value),
+        question=lambda s: (f"How many GiB of model states (parameters + gradients + optimizer states) would each "
+                            f"GPU hold with ZeRO-3 {_twice_nd(s)}?"),
+        answer=lambda s: _states_gib(with_zero(_doubled(s), 3)),
+        hint=lambda s: ("ZeRO-3 divides all three by N<sub>d</sub>: the parameters above "
+                        f"({_formula(s.explanations[0])}), and the gradients and optimizer states as in steps 2 and "
+                        f"3, each with N<sub>d</sub> = {_doubled(s).cluster.data_parallel_degree}. "
+                        + accounting_note(s.scenario)),
+        others=lambda s: _accounting_others(
+            s, lambda sc: _states_gib(with_zero(with_nodes(sc, 2 * sc.cluster.nodes), 3))),
     ),
     "offload": _StepSpec(
         intro="ZeRO-Offload moves the optimizer states (and with ZeRO-3 optionally the parameters) to host RAM; "
@@ -334,9 +724,13 @@ _SPECS: dict[str, _StepSpec] = {
               "and PCIe traffic and CPU time are added to the step.",
         terms=("optimizer_states", "host_memory", "offload", "optimizer"),
         scenario=_offload_scenario,
-        question=lambda s: "How many GiB of host RAM does each node need for the offloaded states (all its GPUs "
-                           "together)?",
-        answer=lambda s: _gib(explain(s.scenario, "host_memory").value),
+        question=lambda s: ("How many GiB of host RAM must each node have for the planner to accept this offload "
+                            "(the offloaded states of all its GPUs, with the planner's headroom)?"),
+        answer=lambda s: _gib(_estimate(s).host_required_bytes),
+        hint=lambda s: (f"The host RAM above &times; {s.scenario.assumptions.host_buffer_factor:g}, DeepSpeed's "
+                        "additional_buffer_factor, which the planner requires. " + accounting_note(s.scenario)),
+        others=lambda s: _accounting_others(
+            s, lambda sc: _gib(_estimate(s, with_zero(sc, *s.knobs["variant"].value)).host_required_bytes)),
     ),
     "comm": _StepSpec(
         intro="Every step the GPUs exchange gradients (and with ZeRO-3 parameters). Ring collectives send "
@@ -345,8 +739,12 @@ _SPECS: dict[str, _StepSpec] = {
               "Change the network above and watch the exposed time.",
         terms=("communication_volume", "communication"),
         scenario=_comm_scenario,
-        question=lambda s: "How many GiB does each GPU send per optimizer step with this stage?",
-        answer=lambda s: _gib(explain(s.scenario, "communication_volume").value),
+        question=lambda s: f"How many GiB would each GPU send per optimizer step with this stage {_twice_nd(s)}?",
+        answer=lambda s: _gib(explain(_doubled(s), "communication_volume").value),
+        hint=lambda s: (f"The formula above, {_formula(s.explanations[0])}, with N<sub>d</sub> = "
+                        f"{_doubled(s).cluster.data_parallel_degree}: the messages (S, all the step's micro-steps "
+                        "together) do not depend on N<sub>d</sub>, only the share (N<sub>d</sub>-1)/N<sub>d</sub> "
+                        "each GPU sends does."),
     ),
     "peak": _StepSpec(
         intro="A step does not hold every term at its largest at once. Memory rises through the forward as each "
@@ -362,30 +760,37 @@ _SPECS: dict[str, _StepSpec] = {
               "the peak move.",
         terms=("activations", "optimizer_states"),
         scenario=_peak_scenario,
-        question=lambda s: "In which phase does this step peak?",
-        answer=_peak_phase,
-        choices=[("forward", "forward"), ("loss forward", "loss forward"), ("loss backward", "loss backward"),
-                 ("backward", "backward"), ("optimizer step", "optimizer step")],
+        question=_peak_question,
+        answer=_peak_answer,
+        hint=lambda s: ("12 bytes per logit (fp32: the log-softmax output, its incoming gradient and the gradient "
+                        "it produces) &times; b&middot;s&middot;V logits, as in the loss backward's line above, "
+                        "with b doubled."),
     ),
     "choose": _StepSpec(
-        intro="The planner evaluates every stage, offload choice, checkpointing mode and micro-batch, keeps what "
-              "fits (with a safety margin) and prefers the fastest; within 10% it prefers no offload and lower "
-              "stages. Try a bigger model or fewer GPUs above and see the choice move. Before the stage it says what an "
-              "experienced engineer says first: which defaults it assumed, whether fewer nodes would be faster "
-              "(try 2 nodes on eth-1g: one node is an order of magnitude faster) and whether a cheaper method "
-              "(LoRA, QLoRA) avoids offload.",
+        intro="The planner evaluates every stage, offload choice, checkpointing mode and micro-batch (and, where "
+              "they apply, ZeRO++, Ulysses and AutoTP degrees), then picks one by the rule below: the rule its "
+              "ranking code applies, in the same order, with its own tolerance. Try a bigger model or fewer GPUs "
+              "above and see the choice move. Before the stage it says what an experienced engineer says first: "
+              "which defaults it assumed, whether fewer nodes would be faster (try 2 nodes on eth-1g: one node is "
+              "an order of magnitude faster) and whether a cheaper method (LoRA, QLoRA) avoids offload.",
         terms=("step",),
         scenario=lambda s: _plan(s).scenario if _plan(s).fits else s.tutorial.scenario,
-        question=lambda s: "Which ZeRO stage does the planner recommend for this scenario?",
-        answer=_chosen_stage,
-        choices=[("ZeRO-0", 0), ("ZeRO-1", 1), ("ZeRO-2", 2), ("ZeRO-3", 3), ("nothing fits", "none")],
+        question=_choose_question,
+        answer=_choose_answer,
+        hint=_choose_hint,
+        unit=lambda s: "tokens/s" if _plan(s).fits else "GiB",
+        rel_tol=lambda s: 0.005 if _plan(s).fits else 0.02,
     ),
 }
 
 
 def _summary(step: TutorialStep) -> str:
     s = step.scenario
-    if step.key in ("dp", "zero1", "zero2", "zero3"):
+    if step.key == "dp":  # no total here: with plain DP it is also the exercise's answer at any N_d
+        return (f"<div class='zp-muted'>GPU memory: {fmt_bytes_text(s.cluster.memory_per_gpu_bytes)} per GPU "
+                f"(N<sub>d</sub> = {s.cluster.data_parallel_degree}). Add the three terms: do the model states "
+                "alone fit?</div>")
+    if step.key in ("zero1", "zero2", "zero3"):
         cap = s.cluster.memory_per_gpu_bytes
         return (f"<div class='zp-muted'>Model states per GPU at this stage: <b>"
                 f"{fmt_bytes_text(model_state_bytes(s))}</b> of {fmt_bytes_text(cap)} GPU memory "
@@ -477,20 +882,36 @@ def _peak_moves(step: TutorialStep) -> str:
             f"<table class='zp-peak-moves'><tr><th>stage</th>{head}</tr>{''.join(rows)}</table>")
 
 
+def _fit_text(r: RuleRow) -> str:
+    if not r.fits:
+        return "does not fit"
+    return "fits" if r.proven else "fits, not proven"
+
+
 def _plan_table(step: TutorialStep) -> str:
+    """The planner's rule (:func:`rule_html`) and the rows it is applied to (:func:`plan_rows`), the recommended
+    row marked; then the defaults the plan assumed and its advice."""
     p = _plan(step)
-    rows = []
-    for v in p.variants:
-        e = v.estimate
-        rows.append(f"<tr><td>{html.escape(v.label)}</td><td>{fmt_bytes_text(e.per_gpu_bytes.total)}</td>"
-                    f"<td>{'fits' if e.fits else 'does not fit'}</td><td>{e.tokens_per_second:,.0f}</td></tr>")
+    s = step.tutorial.scenario
+    rows = plan_rows(step)
+    body = []
+    for r in rows:
+        attrs = " class='zp-plan-row zp-recommended' style='font-weight:bold'" if r.recommended else \
+            " class='zp-plan-row'"
+        body.append(f"<tr{attrs}><td>{'&#9733; recommended' if r.recommended else ''}</td>"
+                    f"<td>{html.escape(r.label)}</td><td>{_fit_text(r)}</td><td>{fmt_bytes_text(r.peak_bytes)}</td>"
+                    f"<td>{fmt_bytes_text(r.free_bytes) if r.fits else '&mdash;'}</td>"
+                    f"<td>{r.tokens_per_second:,.0f}</td></tr>")
     head = ("<b>Recommended: " + html.escape(p.choice.label) + "</b>") if p.fits and p.choice else \
         "<b>Nothing fits this cluster.</b>"
     # what an experienced engineer says before the stage: the defaults assumed, fewer nodes, a cheaper method
     head += "".join(f"<div class='zp-assume'>{html.escape(sentence(a))}</div>" for a in p.assumptions)
     head += "".join(f"<div class='zp-advice'><b>Advice:</b> {html.escape(a)}</div>" for a in p.advice)
-    return (f"<div>{head}</div><table><tr><th>variant</th><th>GiB per GPU</th><th>fit</th><th>tokens/s</th></tr>"
-            + "".join(rows) + "</table>")
+    return (f"<div>{head}</div>{rule_html(s)}"
+            f"<div class='zp-muted'>GPU memory {fmt_bytes_text(s.cluster.memory_per_gpu_bytes)} per GPU, host RAM "
+            f"{fmt_bytes_text(s.cluster.cpu_memory_bytes)} per node. Free: GPU memory less the step's peak.</div>"
+            "<table class='zp-plan-rows'><tr><th></th><th>configuration</th><th>fit</th><th>peak per GPU</th>"
+            f"<th>free per GPU</th><th>tokens/s</th></tr>{''.join(body)}</table>")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -518,6 +939,7 @@ class Tutorial:
         self._steps: dict[str, TutorialStep] = {}
         self._quiet = False
         self._plan_cache: tuple[Scenario, Any] | None = None
+        self._fastest_cache: tuple[Scenario, Any] | None = None
         self._estimates: dict[Scenario, Any] = {}
         self.widgets: dict[str, w.Widget] = {}
         for key, overrides in TUTORIAL_CONTROLS.items():
