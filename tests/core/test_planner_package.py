@@ -76,3 +76,10 @@ def test_every_name_of_the_former_module_is_still_importable():
              "sweep", "variant_options", "varied_axes", "zeropp_parts", "_split_values", "_variant_candidates"]
     assert [n for n in names if not hasattr(planner, n)] == []
     assert all(hasattr(planner, n) for n in planner.__all__)
+
+
+def test_every_tie_break_has_its_sentence():
+    """rank_candidates sorts on PREFERENCE_ORDER and the tutorial states it from PREFERENCE_TEXT: one entry each."""
+    from zeroplanner.planner import PREFERENCE_ORDER, PREFERENCE_TEXT
+
+    assert len(set(PREFERENCE_ORDER)) == len(PREFERENCE_ORDER) and set(PREFERENCE_TEXT) == set(PREFERENCE_ORDER)

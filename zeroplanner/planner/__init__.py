@@ -21,8 +21,8 @@ from __future__ import annotations
 from .grid import (AUTOTP_DEGREES, SEARCH_INPUTS, SP_MIN_SEQUENCE_TOKENS, apply_choice, autotp_degrees,
                    candidate_grid, quantized_zeropp_allowed, sequence_parallel_options, split_values, varied_axes)
 from .models import Choice, Option, Plan
-from .rank import DEFAULT_TOLERANCE, nearest_fit, rank_candidates
-from .reasons import ZERO_PP_PAPER, choice_changes, largest_limit_text, step_breakdown, zeropp_parts
+from .rank import DEFAULT_TOLERANCE, PREFERENCE_ORDER, nearest_fit, rank_candidates
+from .reasons import PREFERENCE_TEXT, ZERO_PP_PAPER, choice_changes, largest_limit_text, step_breakdown, zeropp_parts
 from .search import plan
 from .sweeps import (GRID_TOP, LIMIT_NAMES, LONGEST_SEQUENCE_QUANTUM, VARIANTS, largest_model, largest_model_limits,
                      longest_sequence, scaling, sweep, variant_candidates, variant_options)

@@ -31,6 +31,13 @@ from .reasons import choice_changes
 
 DEFAULT_TOLERANCE = 0.10
 
+PREFERENCE_ORDER: tuple[str, ...] = ("offloads", "sequence_parallel", "autotp", "stage3", "zeropp", "headroom",
+                                     "tokens_per_second")
+"""Step 3 of the ranking policy: among candidates within ``tolerance`` of the fastest, the keys
+:func:`rank_candidates` sorts on, primary first, smaller preferred: offloaded state kinds (0-2), Ulysses degree,
+AutoTP degree, ZeRO-3 (1) or not, ZeRO++ (1) or not, minus the headroom, minus tokens/s. Their sentences are
+:data:`zeroplanner.planner.reasons.PREFERENCE_TEXT`; the tutorial states the rule from both."""
+
 
 def check_tolerance(tolerance: float) -> None:
     """Raises ValueError for a tolerance outside [0, 1)."""
@@ -67,8 +74,10 @@ def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: 
     # among equals the smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), after offload, then
     # the smaller AutoTP degree
     sp = cand.sp[fits]
-    # np.lexsort: last key is primary
-    order = np.lexsort((-tps, -headroom, zpp, stage3, degree, sp, offloads, ~near, risky_headroom))
+    keys = {"offloads": offloads, "sequence_parallel": sp, "autotp": degree, "stage3": stage3, "zeropp": zpp,
+            "headroom": -headroom, "tokens_per_second": -tps}
+    # np.lexsort: last key is primary: risky headroom, then within the tolerance or not, then PREFERENCE_ORDER
+    order = np.lexsort((*(keys[k] for k in reversed(PREFERENCE_ORDER)), ~near, risky_headroom))
     return fits[order]
 
 

@@ -464,3 +464,17 @@ def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand,
            f"{counts['backward'] + counts['recompute']} in backward over the node's link, not overlapped: "
            f"{values['autotp_seconds'][best_i]:.3f} s of the {step:.3f} s step.")
     return [head, why]
+
+
+PREFERENCE_TEXT: dict[str, str] = {
+    "offloads": "no offload: fewer of the optimizer states and the parameters offloaded (offload is PCIe- and "
+                "CPU-bound)",
+    "sequence_parallel": "the smaller Ulysses sequence-parallel degree (fewer all-to-alls)",
+    "autotp": "the smaller AutoTP degree (its all-reduces are serial with compute)",
+    "stage3": "ZeRO-0, 1 or 2 over ZeRO-3 (per-layer parameter gathers); ZeRO-0, 1 and 2 count as equal here",
+    "zeropp": "no ZeRO++",
+    "headroom": "the most GPU memory free at the step's peak",
+    "tokens_per_second": "the most tokens/s",
+}
+"""The sentence of each tie-break of :data:`zeroplanner.planner.rank.PREFERENCE_ORDER` (the tutorial lists them in
+that order)."""

@@ -474,21 +474,25 @@ class Preference:
     key: Callable[[RuleRow], float]
 
 
-PREFERENCES: tuple[Preference, ...] = (
-    Preference("no offload: fewer of the optimizer states and the parameters offloaded (offload is PCIe- and "
-               "CPU-bound)", lambda r: r.offloads),
-    Preference("the smaller Ulysses sequence-parallel degree (fewer all-to-alls)", lambda r: r.sp),
-    Preference("the smaller AutoTP degree (its all-reduces are serial with compute)", lambda r: r.tp),
-    Preference("ZeRO-0, 1 or 2 over ZeRO-3 (per-layer parameter gathers); ZeRO-0, 1 and 2 count as equal here",
-               lambda r: int(r.stage == 3)),
-    Preference("no ZeRO++", lambda r: int(r.zeropp)),
-    Preference("the most GPU memory free at the step's peak", lambda r: -r.free_bytes),
-    Preference("the most tokens/s", lambda r: -r.tokens_per_second),
-)
-"""The planner's order of preference among candidates within the tolerance of the fastest: the sort keys of
-``zeroplanner.planner.rank_candidates`` after fit and speed, primary first (offloads, Ulysses degree, AutoTP degree,
-stage 3, ZeRO++, headroom, throughput). tests/ui/test_tutorial.py checks this order against ``rank_candidates`` on
-synthetic candidates and against ``plan()`` on scenarios, so the stated rule cannot drift from the ranking."""
+_ROW_KEYS: dict[str, Callable[[RuleRow], float]] = {
+    "offloads": lambda r: r.offloads, "sequence_parallel": lambda r: r.sp, "autotp": lambda r: r.tp,
+    "stage3": lambda r: int(r.stage == 3), "zeropp": lambda r: int(r.zeropp), "headroom": lambda r: -r.free_bytes,
+    "tokens_per_second": lambda r: -r.tokens_per_second,
+}
+"""Each tie-break of ``zeroplanner.planner.PREFERENCE_ORDER`` read from a table row (smaller is preferred)."""
+
+
+def _preferences() -> tuple[Preference, ...]:
+    from ..planner import PREFERENCE_ORDER, PREFERENCE_TEXT
+
+    return tuple(Preference(PREFERENCE_TEXT[k], _ROW_KEYS[k]) for k in PREFERENCE_ORDER)
+
+
+PREFERENCES: tuple[Preference, ...] = _preferences()
+"""The planner's order of preference among candidates within the tolerance of the fastest, primary first: its
+order and sentences are the planner's own (``zeroplanner.planner.PREFERENCE_ORDER``, the keys ``rank_candidates``
+sorts on, and ``PREFERENCE_TEXT``), so the stated rule follows the ranking; tests/ui/test_tutorial.py also checks
+it against ``rank_candidates`` on synthetic candidates and against ``plan()`` on scenarios."""
 
 
 def _tolerance() -> float:
