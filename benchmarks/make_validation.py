@@ -1077,6 +1077,19 @@ def render_step_time(loo: bool = True, cpu_adam: dict | None = None) -> list[str
                 + ". Not put into the model's default: the rate is host-bound (cores, memory bandwidth) and no row "
                 "states its host; `zeroplanner probe --benchmarks` measures it on the user's host (every core) and "
                 "`--cluster-from` applies it (`ClusterSpec.cpu_adam_params_per_second`)."]
+    ranks_path = STORE / "cpu_adam_ranks.json"
+    if ranks_path.exists():
+        doc = json.loads(ranks_path.read_text())
+        cells = "; ".join(f"{r['threads_per_rank']} thread{'s' if r['threads_per_rank'] > 1 else ''} x "
+                          f"{r['ranks']} rank{'s' if r['ranks'] > 1 else ''}: {r['node_params_per_second']:.3g}/s per "
+                          f"node (load average {r['load_average_1min']:.1f})" for r in doc["rows"])
+        first = doc["rows"][0]
+        out += [f"- DeepSpeedCPUAdam by threads per rank and ranks per node (`benchmarks/measure_cpu_adam_ranks.py`, "
+                f"{first['params_per_rank']:,} parameters per rank, the ranks stepping together as ZeRO-Offload's "
+                f"do, node rate = sum of params / median step; {doc['cpu_count']} cores, {doc['measured_at']}): "
+                f"{cells}. On these cores the rate is per core: two threads in one rank and one thread in each of "
+                "two ranks give the same node rate, about twice one thread's, so a node's rate is the cores given "
+                "to CPU-Adam times the per-core rate until memory bandwidth binds (not reached on 2 cores)."]
     out += [
             "", "Regenerate this section alone: `python benchmarks/make_validation.py --from-stored` (no engine "
             "run; about a minute, most of it the leave-one-out refits); `--cpu-adam` measures DeepSpeedCPUAdam "
