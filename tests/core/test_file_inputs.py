@@ -203,6 +203,16 @@ def test_a_symlink_to_a_regular_file_is_read(tmp_path, cli_main, capsys):
     assert json.loads(capsys.readouterr().out)["parameters"] == 6_738_415_616
 
 
+def test_a_deeply_nested_cluster_from_file_is_refused_before_parsing(tmp_path, cli_main, capsys):
+    """'[' x 10,000 made json.loads recurse until RecursionError; the nesting pre-check (files.nesting_over, as for
+    the HF config.json and DeepSpeed config readers) refuses it in one line, exit 2, without parsing."""
+    path = tmp_path / "probe.json"
+    path.write_text("[" * 10_000 + "]" * 10_000, encoding="utf-8")
+    assert cli_main(["estimate", "--cluster-from", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nested deeper than 20 levels" in err and "--cluster-from" in err
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The helper itself
 # ----------------------------------------------------------------------------------------------------------------

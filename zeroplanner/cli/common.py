@@ -151,18 +151,30 @@ def _file_usage_error(option: str, path: str, exc: InputFileError) -> UsageError
     return UsageError(option, f"{path!r} {exc.problem}{hint}")
 
 
+MAX_JSON_DEPTH = 20
+"""Deepest nesting of a ``--cluster-from`` file, checked before parsing (a probe result nests a few levels; the HF
+config.json reader's limit is 20 too)."""
+
+
 def _read_json_file(option: str, path: str) -> Any:
     """The JSON value in the file ``path`` given to ``option`` (``--cluster-from``; ``--hf-config`` goes through
     :func:`_read_hf_config`), read by
     :func:`read_input_file` (a regular file of at most :data:`MAX_INPUT_FILE_BYTES`); text that is not JSON
     raises :class:`UsageError` naming the option and the path (one line, exit status 2)."""
+    from ..files import nesting_over
+
     raw = read_input_file(option, path, MAX_INPUT_FILE_BYTES)
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         fail(option, f"{path!r} is not valid JSON ({exc})")
-    except RecursionError:  # a hostile file nested thousands of levels deep
-        fail(option, f"{path!r} is nested too deeply to be a config")
+    # refused before parsing, like the other JSON readers of user text (json.loads recurses once per level)
+    if nesting_over(text, MAX_JSON_DEPTH):
+        fail(option, f"{path!r} is nested deeper than {MAX_JSON_DEPTH} levels, which no probe result is")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(option, f"{path!r} is not valid JSON ({exc})")
 
 
 def _read_hf_config(option: str, path: str) -> dict:
