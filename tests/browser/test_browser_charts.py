@@ -9,6 +9,7 @@ Playwright), at 1440 x 900 and 800 x 900: what a new user reported.
 - A 12 MB config.json is refused in the page with the CLI's size message and the page keeps working.
 - The tutorial's formula blocks fit the window (they scroll inside their own box) and the page does not scroll
   sideways.
+- The capacity labels of the memory and host-RAM charts lie whole inside the plot ("node 1024 G" was cut).
 - The page logs no "Unsatisfied version" warning on load (expected to fail with Voila 0.5.13: see the test).
 """
 
@@ -243,3 +244,22 @@ def test_no_unsatisfied_version_warning_on_load(browser, app_url):
     finally:
         ctx.close()
     assert not found, found
+
+
+CAPACITY_LABEL_JS = """fig => {
+  const r = e => { const b = e.getBoundingClientRect(); return {x: b.x, y: b.y, w: b.width, h: b.height}; };
+  return {plot: r(fig.querySelector('rect.plotarea_background')),
+          labels: [...fig.querySelectorAll('svg text')].filter(t => /^(GPU|node|host RAM) [0-9,]+ GiB$/
+                   .test(t.textContent.trim())).map(t => ({text: t.textContent.trim(), ...r(t)}))};
+}"""
+
+
+def test_the_capacity_labels_lie_whole_inside_the_plot(slow_page):
+    """The dashed capacity line's label of the memory and host-RAM charts: whole inside the plot area (the host
+    chart's "node 1024 GiB" ran past the plot's right edge and was cut to "node 1024 G")."""
+    for tab in ("Memory per GPU", "Host RAM"):
+        got = _open_tab(slow_page, tab).evaluate(CAPACITY_LABEL_JS)
+        assert len(got["labels"]) == 1, (tab, got)
+        p, lab = got["plot"], got["labels"][0]
+        assert p["x"] - 0.5 <= lab["x"] and lab["x"] + lab["w"] <= p["x"] + p["w"] + 0.5, (tab, got)
+    slow_page.get_by_role("tab", name="Memory per GPU").click()

@@ -326,8 +326,9 @@ class HostMemoryChart(bq.Figure):
                             labels=["Host RAM used"], display_legend=False)
         self.capacity = bq.Lines(x=[], y=[], colors=[OOM_COLOR], line_style="dashed", stroke_width=2,
                                  labels=["Host RAM per node"], display_legend=False, scales=scales)
-        self.capacity_label = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="start", default_size=11,
-                                       y_offset=-7, x_offset=-30, scales=scales)
+        # ending at the last bar's centre: "node 1024 GiB" started 30 px left of it ran past the plot and was cut
+        self.capacity_label = bq.Label(x=[], y=[], text=[], colors=[OOM_COLOR], align="end", default_size=11,
+                                       y_offset=-7, scales=scales)
         self.bars.tooltip = bq.Tooltip(fields=["x", "y"], labels=["variant", "GiB per node"], formats=["", ",.1f"])
         self.legend = w.HTML()
         axes = [
