@@ -11,17 +11,21 @@ optimizer). The config-text rules (which need the JSON itself) live in :mod:`zer
 every rule of both modules with what checks it in the real stack, which the tests use to compare zeroplanner's
 verdicts with DeepSpeed's own config classes.
 
-Core module: imports only :mod:`zeroplanner.specs` and :mod:`zeroplanner.units` (no numpy, torch, deepspeed, ui).
+Core module: imports only :mod:`zeroplanner.specs` and :mod:`zeroplanner.units` (no numpy, torch, deepspeed, ui;
+the cost model's :class:`~zeroplanner.costmodel.Evaluation` for type checking only).
 """
 
 from __future__ import annotations
 
-from typing import Literal, Mapping
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from .specs import Scenario, hardware_precision
 from .units import GIB
+
+if TYPE_CHECKING:  # the values' type only: pitfalls imports no numpy (costmodel.evaluate imports this module)
+    from .costmodel.evaluation import Evaluation
 
 Client = Literal["deepspeed", "hf_trainer"]
 Severity = Literal["error", "warning", "info"]
@@ -143,14 +147,14 @@ def node_gbps(scenario: Scenario) -> float:
     return network.link_gbps * network.nics_per_node
 
 
-def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = None,
+def scenario_pitfalls(scenario: Scenario, values: Evaluation | None = None,
                       client: Client = "deepspeed") -> list[Pitfall]:
     """The run-level pitfalls of ``scenario``.
 
-    ``values``: the cost model's numbers for the scenario (the flat ``dict`` of
-    :func:`zeroplanner.costmodel.evaluate` for this one candidate: ``step_seconds``, ``comm_exposed_seconds``,
-    ``host_per_node``, ``fits_cpu``); without them the two cost-model rules (communication share, host RAM) are
-    skipped. ``client`` is the program that runs the config; no run-level rule differs between the two today
+    ``values``: the cost model's numbers for the scenario (:func:`zeroplanner.costmodel.evaluate` at this one
+    candidate, :meth:`~zeroplanner.costmodel.Evaluation.at`: ``step_seconds``,
+    ``communication.exposed_seconds_per_step``, ``per_node_cpu_bytes``, ``fits_cpu``); without them the two
+    cost-model rules (communication share, host RAM) are skipped. ``client`` is the program that runs the config; no run-level rule differs between the two today
     (they are about the cluster and DeepSpeed's ZeRO, which both clients run), it is accepted so callers state it.
     """
     del client  # every run-level rule below holds for DeepSpeed alone and under the HF Trainer alike
@@ -224,10 +228,10 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
              "(DeepSpeed #1130, #3000)", "Check that the async_io op builds (ds_report) and the drive is local.")
     if values is None:
         return out
-    step = float(values["step_seconds"])
-    exposed = float(values["comm_exposed_seconds"])
+    step = float(values.step_seconds)
+    exposed = float(values.communication.exposed_seconds_per_step)
     share = exposed / step if step > 0 else 0.0
-    network = float(values.get("collectives_exposed_seconds", exposed))
+    network = float(values.communication.collectives_exposed_seconds_per_step)
     host = max(0.0, exposed - network)  # ZeRO's host-side work: gradient hooks, ZeRO-3 fetch coordination
     if share > COMMUNICATION_SHARE_LIMIT and host > network:
         _add(out, "communication_share", "warning", "zero_optimization",
@@ -255,9 +259,9 @@ def scenario_pitfalls(scenario: Scenario, values: Mapping[str, float] | None = N
                 else ""), "Try " + ", ".join(fixes) + ".")
     offloaded = [(name, spec) for name, spec in (("offload_optimizer", z.offload_optimizer),
                                                  ("offload_param", z.offload_param)) if spec.device != "none"]
-    if not bool(values["fits_cpu"]):
+    if not bool(values.fits_cpu):
         factor = scenario.assumptions.host_buffer_factor
-        need = float(values["host_per_node"])
+        need = float(values.per_node_cpu_bytes)
         have = c.cpu_memory_bytes
         text = (f"host RAM: offload needs {_gib(need)} per node x {factor:g} buffer factor = {_gib(need * factor)}, "
                 f"the node has {_gib(have)}")

@@ -157,7 +157,7 @@ def test_alternatives_are_the_best_variant_of_their_group():
                        & (cand.offload_optimizer[ranked] == {"none": 0, "cpu": 1, "nvme": 2}[c.offload_optimizer])
                        & (cand.offload_param[ranked] == {"none": 0, "cpu": 1, "nvme": 2}[c.offload_param])
                        & (cand.hpz[ranked] == c.zero_hpz_partition_size)]
-        assert a.estimate.tokens_per_second == pytest.approx(values["tokens_per_second"][group].max(), rel=1e-9)
+        assert a.estimate.tokens_per_second == pytest.approx(values.tokens_per_second[group].max(), rel=1e-9)
 
 
 @pytest.mark.parametrize("kw", [dict(model="qwen2.5-7b", gpu="RTX-4090", gpus_per_node=4),
@@ -169,12 +169,12 @@ def test_reasons_name_the_whole_variant_they_compare_with(kw):
     ctx = make_context(sc)
     cand = candidate_grid(sc)
     values = evaluate(ctx, cand)
-    po = np.flatnonzero(values["fits"] & (cand.offload_param > 0))
-    j = int(po[np.argmax(values["tokens_per_second"][po])])
+    po = np.flatnonzero(values.fits & (cand.offload_param > 0))
+    j = int(po[np.argmax(values.tokens_per_second[po])])
     assert cand.offload_optimizer[j] == 1  # the faster one offloads the optimizer as well
     [r] = [r for r in p.reasons if "offloads the parameters" in r and "is predicted" in r]
     assert r.startswith("ZeRO-3, offload_optimizer cpu, offload_param cpu")
-    gain = values["tokens_per_second"][j] / p.estimate.tokens_per_second - 1
+    gain = values.tokens_per_second[j] / p.estimate.tokens_per_second - 1
     assert f"is predicted {gain:.0%} faster" in r
 
 
@@ -269,8 +269,8 @@ def test_warnings_say_what_the_planner_priced_for_the_stage_they_suggest(kw):
     hits = [m for w in p.warnings for m in re.finditer(r"ZeRO-([0-3]) (?:if|where) it fits \(([^)]*)\)", w)]
     assert hits
     for m in hits:
-        ok = values["fits"] & (cand.stage == int(m.group(1)))
-        expected = (f"priced here: at best {values['tokens_per_second'][ok].max():,.0f} tokens/s" if ok.any()
+        ok = values.fits & (cand.stage == int(m.group(1)))
+        expected = (f"priced here: at best {values.tokens_per_second[ok].max():,.0f} tokens/s" if ok.any()
                     else f"priced here: no ZeRO-{m.group(1)} candidate fits")
         assert expected in m.group(2)
 

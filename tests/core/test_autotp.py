@@ -107,12 +107,13 @@ def test_autotp_time_is_an_exposed_additive_term_of_the_step():
     # what is left is ZeRO-2's 16-bit gradient all-reduce of the rank's Ψ/tp every micro-step, over world / tp
     assert float(comm["all_reduce"][0]) - ga * float(tp["all_reduce_micro"][0]) == pytest.approx(
         ga * ctx.trainable * ctx.grad_bytes, rel=1e-12)
-    exposed = float(values["collectives_exposed_seconds"][0])
+    exposed = float(values.communication.collectives_exposed_seconds_per_step[0])
     assert exposed >= ga * float(tp["seconds_micro"][0]) > 0.0
-    # step seconds = compute + exposed collectives + host + offload + optimizer (evaluate.step_parts)
-    parts = (values["compute_seconds"] + values["collectives_exposed_seconds"] + values["fetch_overhead_seconds"]
-             + values["hook_seconds"] + values["offload_seconds"] + values["optimizer_seconds"])
-    assert float(values["step_seconds"][0]) == pytest.approx(float(parts[0]), rel=1e-12)
+    # step seconds = compute + exposed collectives + host + offload + optimizer (evaluate.step_terms' t_step)
+    parts = (values.compute_seconds_per_step + values.communication.collectives_exposed_seconds_per_step
+             + values.fetch_overhead_seconds_per_step + values.hook_seconds_per_step
+             + values.offload_seconds_per_step + values.optimizer_seconds_per_step)
+    assert float(values.step_seconds[0]) == pytest.approx(float(parts[0]), rel=1e-12)
 
 
 def test_tensor_parallel_shards_the_states_over_tp_and_zero_over_the_rest():

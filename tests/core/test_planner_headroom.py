@@ -28,8 +28,8 @@ SCENARIOS = {"llama-2-13b x 8": dict(model="llama-2-13b", gpus_per_node=8),
 
 
 def _near(values, tolerance=DEFAULT_TOLERANCE):
-    fits = np.flatnonzero(values["fits"])
-    tps = values["tokens_per_second"][fits]
+    fits = np.flatnonzero(values.fits)
+    tps = values.tokens_per_second[fits]
     return fits[tps >= (1 - tolerance) * tps.max()]
 
 
@@ -43,7 +43,7 @@ def test_pick_is_a_proven_fit_whenever_one_exists(key):
     peak = p.estimate.step_peak
     assert peak.error_fraction == GPU_MEMORY_ERROR_FRACTION
     assert peak.risky == (peak.headroom_bytes < GPU_MEMORY_ERROR_FRACTION * peak.bytes)
-    proven = values["fits"] & ~values["memory_risky"]
+    proven = values.fits & ~values.step_peak.risky
     assert proven.any() and not peak.risky
 
 
@@ -51,13 +51,13 @@ def test_pick_is_a_proven_fit_whenever_one_exists(key):
 def test_fastest_candidate_is_risky_and_not_picked(key):
     sc = build_scenario(**SCENARIOS[key])
     values = evaluate(make_context(sc), candidate_grid(sc, set()))
-    fits = np.flatnonzero(values["fits"])
-    fastest = fits[np.argmax(values["tokens_per_second"][fits])]
-    assert values["memory_risky"][fastest]
+    fits = np.flatnonzero(values.fits)
+    fastest = fits[np.argmax(values.tokens_per_second[fits])]
+    assert values.step_peak.risky[fastest]
     p = plan(sc)
     assert not p.estimate.step_peak.risky
-    assert p.estimate.step_peak.headroom_bytes > values["headroom"][fastest]
-    if values["tokens_per_second"][fastest] > 1.01 * p.estimate.tokens_per_second:  # the answer says what it gave up
+    assert p.estimate.step_peak.headroom_bytes > values.step_peak.headroom_bytes[fastest]
+    if values.tokens_per_second[fastest] > 1.01 * p.estimate.tokens_per_second:  # the answer says what it gave up
         assert any("not a proven fit" in r and f"below the model's error of {GPU_MEMORY_ERROR_FRACTION:.1%}" in r for r in p.reasons)
 
 
@@ -69,10 +69,11 @@ def test_only_risky_candidates_the_most_headroom_is_picked_and_said():
                         checkpointing="full", offload_optimizer="none")
     held = {"stage", "checkpointing", "offload_optimizer", "autotp_size"}
     values = evaluate(make_context(sc), candidate_grid(sc, held))
-    assert values["fits"].sum() >= 1 and not (values["fits"] & ~values["memory_risky"]).any()
+    assert values.fits.sum() >= 1 and not (values.fits & ~values.step_peak.risky).any()
     p = plan(sc, held=held)
     assert p.estimate.step_peak.risky and "risky" in p.reasons[0]
-    assert p.estimate.step_peak.headroom_bytes == pytest.approx(values["headroom"][values["fits"]].max(), rel=1e-9)
+    assert p.estimate.step_peak.headroom_bytes == pytest.approx(values.step_peak.headroom_bytes[values.fits].max(),
+                                                                rel=1e-9)
 
 
 def test_every_answer_states_peak_phase_and_headroom():

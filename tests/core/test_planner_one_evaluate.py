@@ -3,6 +3,8 @@ halves a plan's time (benchmarks/bench_costmodel.py); the values must be exactly
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -19,6 +21,15 @@ SCENARIOS = [
 ]
 
 
+def _leaves(values, prefix: str = "") -> dict:
+    """Every field of an Evaluation by its dotted path (nested groups flattened)."""
+    out = {}
+    for f in dataclasses.fields(values):
+        v = getattr(values, f.name)
+        out.update(_leaves(v, f"{prefix}{f.name}.") if dataclasses.is_dataclass(v) else {prefix + f.name: v})
+    return out
+
+
 @pytest.mark.parametrize("kw", SCENARIOS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
 def test_one_evaluate_call_gives_the_values_of_two(kw):
     s = build_scenario(**kw)
@@ -27,8 +38,9 @@ def test_one_evaluate_call_gives_the_values_of_two(kw):
     _, vcand = _variant_candidates(s, np.array([s.cluster.nodes]))
     main, var = _split_values(evaluate(ctx, Candidates.concat(cand, vcand)), cand.shape, vcand.shape)
     for got, want in ((main, evaluate(ctx, cand)), (var, evaluate(ctx, vcand))):
-        assert set(got) == set(want)
-        for k in want:
-            assert np.array_equal(np.asarray(got[k]), np.asarray(want[k])), k
+        got_leaves, want_leaves = _leaves(got), _leaves(want)
+        assert set(got_leaves) == set(want_leaves)
+        for k, a in want_leaves.items():
+            assert np.array_equal(np.asarray(got_leaves[k]), np.asarray(a)), k
     p = plan(s)
     assert [o.model_dump() for o in p.variants] == [o.model_dump() for o in variant_options(s)]

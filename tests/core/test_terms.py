@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from zeroplanner.costmodel import Candidates, evaluate, make_context
-from zeroplanner.costmodel import explain_terms as et
 from zeroplanner.costmodel.terms import (
     MEMORY_SEGMENTS,
     TERM_INFO,
     TIME_SEGMENTS,
     estimate_value,
     segment_value,
+    term_value,
 )
 from zeroplanner.explain import KEYS, explain, fmt_bytes_text, fmt_seconds_text
 from zeroplanner.planner import plan
@@ -56,7 +56,7 @@ NAMES = [*SCENARIOS, "stage1-ga4-paper", "stage3-2nodes-paper"]
 
 def _evaluated(scenario) -> dict[str, float]:
     values = evaluate(make_context(scenario), Candidates.from_scenario(scenario))
-    return {k: float(np.asarray(values[et.EVALUATE_KEYS[k]]).reshape(-1)[0]) for k in KEYS}
+    return {k: float(np.asarray(term_value(values, k)).reshape(-1)[0]) for k in KEYS}
 
 
 def _shown(value: float, unit: str) -> str:
@@ -148,7 +148,7 @@ def test_every_term_is_stated_once_in_the_registry():
     from zeroplanner import report
     from zeroplanner.ui import charts, compare, explain_panel, state
 
-    assert set(TERM_INFO) == set(KEYS) == set(et.EVALUATE_KEYS)
+    assert set(TERM_INFO) == set(KEYS)
     memory = tuple((s.key, s.label) for s in MEMORY_SEGMENTS)
     time = tuple((s.key, s.label) for s in TIME_SEGMENTS)
     assert state.MEMORY_TERMS == compare.MEMORY_TERMS == memory

@@ -232,9 +232,10 @@ def test_sweep_and_candidates_default_to_no_sequence_parallelism():
                             grad_accum=8, nodes=1, hpz=1, qwz=0, qgz=0, overlap=-1, reduce_bucket=500_000_000)
     assert int(cand.sp.item()) == 1
     v = evaluate(make_context(sc), cand)
-    assert float(v["step_seconds"].item()) == estimate(sc).step_seconds
-    assert "sequence_parallel_size" not in v  # the long-context figures appear only when something splits
-    assert np.isfinite(float(v["tokens_per_second"].item()))
+    assert float(v.step_seconds.item()) == estimate(sc).step_seconds
+    assert int(v.sequence_parallel_size.item()) == 1 and float(v.sp_all_to_all_seconds_per_step.item()) == 0.0
+    assert float(v.communication.all_to_all.item()) == 0.0  # no split: the long-context figures are 1 and 0
+    assert np.isfinite(float(v.tokens_per_second.item()))
 
 
 def test_ulysses_is_refused_for_recurrent_mixers_and_never_searched():

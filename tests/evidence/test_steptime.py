@@ -219,7 +219,7 @@ def test_parameter_offload_is_picked_when_it_is_the_only_fit():
     p = plan(sc)
     cand = candidate_grid(sc)
     v = evaluate(make_context(sc), cand)
-    assert not (v["fits"] & (cand.offload_param == 0)).any()
+    assert not (v.fits & (cand.offload_param == 0)).any()
     assert p.fits and p.choice.offload_param != "none"
 
 
@@ -249,10 +249,12 @@ def test_recommendation_prints_the_breakdown_and_why_not_for_faster_alternatives
 def test_breakdown_sums_to_the_step():
     sc = build_scenario(model="llama-2-13b", stage=3, nodes=2)
     v = evaluate(make_context(sc), Candidates.from_scenario(sc))
-    total = (v["compute_seconds"] + v["comm_exposed_seconds"] + v["offload_seconds"] + v["optimizer_seconds"])
-    np.testing.assert_allclose(total, v["step_seconds"], rtol=1e-12)
-    host = v["fetch_overhead_seconds"] + v["hook_seconds"]
-    np.testing.assert_allclose(v["comm_exposed_seconds"] - host, v["collectives_exposed_seconds"], rtol=1e-12)
+    total = (v.compute_seconds_per_step + v.communication.exposed_seconds_per_step + v.offload_seconds_per_step
+             + v.optimizer_seconds_per_step)
+    np.testing.assert_allclose(total, v.step_seconds, rtol=1e-12)
+    host = v.fetch_overhead_seconds_per_step + v.hook_seconds_per_step
+    np.testing.assert_allclose(v.communication.exposed_seconds_per_step - host,
+                               v.communication.collectives_exposed_seconds_per_step, rtol=1e-12)
 
 
 def test_leave_one_out_is_reported():

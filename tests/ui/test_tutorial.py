@@ -9,6 +9,7 @@ import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -515,7 +516,8 @@ def test_the_stated_preferences_are_the_ranking_codes_order():
         cand = Candidates(stage=stage, offload_optimizer=oo, offload_param=op, checkpointing=0 * one,
                           micro_batch=one, grad_accum=one, nodes=one, hpz=hpz, qwz=qwz, qgz=0 * one,
                           overlap=-one, reduce_bucket=one * 5 * 10**8, sp=sp)
-        values = {"fits": fits, "memory_risky": risky, "tokens_per_second": tps, "peak": peak}
+        # the fields of an Evaluation that the ranking reads
+        values = SimpleNamespace(fits=fits, tokens_per_second=tps, step_peak=SimpleNamespace(risky=risky, bytes=peak))
         ranked = rank(values, cand, DEFAULT_TOLERANCE, mem, tp)
         rows = [RuleRow(label=str(i), fits=bool(fits[i]), proven=not risky[i], stage=int(stage[i]),
                         offloads=int(oo[i] > 0) + int(op[i] > 0), param_offload=bool(op[i] > 0), sp=int(sp[i]),

@@ -487,11 +487,13 @@ def compare(name: str, scenario: Scenario, hf_config: dict[str, Any], per_rank: 
     the activation term."""
     from ..costmodel import Candidates, evaluate, make_context
 
-    v = evaluate(make_context(scenario), Candidates.from_scenario(scenario))
-    pred = {k: float(v[k].reshape(-1)[0]) for k in ("parameters", "gradients", "optimizer_states", "buffers",
-                                                     "activations",
-                                                     "host_per_node", "comm_all_reduce", "comm_reduce_scatter",
-                                                     "comm_all_gather", "comm_wire_bytes")}
+    v = evaluate(make_context(scenario), Candidates.from_scenario(scenario)).at(0)
+    m, c = v.per_gpu_bytes, v.communication
+    pred = {"parameters": float(m.parameters), "gradients": float(m.gradients),
+            "optimizer_states": float(m.optimizer_states), "buffers": float(m.buffers),
+            "activations": float(m.activations), "host_per_node": float(v.per_node_cpu_bytes),
+            "comm_all_reduce": float(c.all_reduce), "comm_reduce_scatter": float(c.reduce_scatter),
+            "comm_all_gather": float(c.all_gather), "comm_wire_bytes": float(c.bytes_per_gpu_per_step)}
     offload = scenario.zero.offload_optimizer.device != "none"
     world = len(per_rank)
     terms = [measured_terms(r, offload) for r in per_rank]

@@ -598,7 +598,7 @@ def checkpoint_offload_bytes_per_micro(ctx: Context, cand: Candidates) -> np.nda
     (a_b·s·b·h / P each) to the host in forward and back in backward, 2·L·a_b·s·b·h / P; 0 without it (or without
     full checkpointing). ArcticTraining's ``CheckpointFunctionWithCPUOffload`` (the ALST implementation) copies
     them blocking ("isn't yet efficient (blocking)", ArcticTraining projects/sequence-parallelism USAGE.md), so
-    evaluate.step_parts prices the transfer as exposed. Float array, bytes."""
+    evaluate.step_terms prices the transfer as exposed. Float array, bytes."""
     t = ctx.scenario.training
     if not t.checkpoint_offload:
         return np.zeros(cand.shape)

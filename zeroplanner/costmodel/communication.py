@@ -126,7 +126,7 @@ def ulysses_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     "all_gather" of the same message size: over NVLink when the P ranks share a node (P <= GPUs per node; the HF/
     accelerate launchers place consecutive ranks, and DeepSpeed's sequence-parallel groups are consecutive ranks,
     ``groups._create_sequence_parallel_group``), over the node's NICs otherwise. The exchanges sit between
-    projections and the attention kernel on the critical path, so evaluate.step_parts counts them exposed.
+    projections and the attention kernel on the critical path, so evaluate.step_terms counts them exposed.
 
     Returns "a2a_message_bytes_micro" (all-to-all message bytes of one micro-step), "a2a_calls_micro",
     "position_ids_bytes_micro", "seconds_micro" (all of it, forward + backward). Zero where P = 1.

@@ -19,7 +19,8 @@ from .compute import compute_terms
 from .context import OPTIMIZER_BYTES_TOUCHED, Candidates, Context, data_parallel_degree, make_context, overlap_comm
 from .memory import TERMS, memory_term_parts, memory_terms
 from .timeline import PHASES, memory_error_fraction, timeline, peak
-from .terms import TERM_INFO, TermParts, define
+from .evaluation import CommunicationArrays, Evaluation, MemoryArrays, StepPeakArrays
+from .terms import TERM_INFO, TIME_TERM_QUANTITIES, TermParts, define
 
 COMM_SHARE_WARNING = COMMUNICATION_SHARE_LIMIT
 """Exposed communication above 30% of the step is a bottleneck (one value with :mod:`zeroplanner.pitfalls`)."""
@@ -45,14 +46,15 @@ STEP_OWNERS: dict[str, str] = {
 """Step-time quantity -> the explained term whose explanation shows its formula (explain mode's where-lines); the
 others a formula uses are listed with their values. :data:`REPORTED_APART` are not in any formula."""
 
-REPORTED_APART: dict[str, str] = {"t_fetch": "fetch_overhead_seconds", "t_hooks": "hook_seconds",
-                                  "t_sp": "sp_all_to_all_seconds", "t_ckpt": "checkpoint_offload_seconds"}
-"""Quantities of :func:`step_terms` that are parts of the step reported on their own (Estimate's
-``fetch_overhead_seconds_per_step``, ...; they are inside t_host, t_coll and t_offload) -> evaluate's key."""
+REPORTED_APART: dict[str, str] = {"t_fetch": "fetch_overhead_seconds_per_step", "t_hooks": "hook_seconds_per_step",
+                                  "t_sp": "sp_all_to_all_seconds_per_step",
+                                  "t_ckpt": "checkpoint_offload_seconds_per_step"}
+"""Quantities of :func:`step_terms` that are parts of the step reported on their own (they are inside t_host,
+t_coll and t_offload) -> their field of :class:`~.evaluation.Evaluation` and of :class:`Estimate`."""
 
-TIME_TERM_SYMBOLS: dict[str, str] = {"compute": "t_compute", "communication": "t_comm", "offload": "t_offload",
-                                     "optimizer": "t_opt", "step": "t_step"}
-"""Explained step-time term (:data:`~.terms.TERM_INFO` key) -> its quantity in :class:`StepTerms`."""
+TIME_TERM_SYMBOLS: dict[str, str] = TIME_TERM_QUANTITIES
+"""Explained step-time term (:data:`~.terms.TERM_INFO` key) -> its quantity in :class:`StepTerms` (from the
+registry: :attr:`~.terms.TermInfo.quantity`)."""
 
 
 @dataclass(frozen=True)
@@ -171,26 +173,9 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
     return StepTerms(terms, env)
 
 
-def step_parts(ctx: Context, cand: Candidates, comm: dict | None = None, comp: dict | None = None,
-               steps: StepTerms | None = None) -> dict[str, np.ndarray]:
-    """Step seconds and its parts (compute, exposed communication, ZeRO host overhead, offload, optimizer) by
-    evaluate's names, from :func:`step_terms` (``steps``, computed when None). Float arrays shaped like ``cand``.
-
-    "comm_exposed_seconds" includes the ZeRO host overhead (fetch + hooks: the collectives' coordination),
-    "collectives_exposed_seconds" is the collectives alone.
-    """
-    v = (steps or step_terms(ctx, cand, comm, comp)).values
-    zero = 0.0 * v["GA"]
-    return {"compute_seconds": v["t_compute"], "comm_exposed_seconds": v["t_comm"],
-            "collectives_exposed_seconds": v["t_coll"], "offload_seconds": v["t_offload"],
-            "optimizer_seconds": v["t_opt"], "fetch_overhead_seconds": v["t_fetch"], "hook_seconds": v["t_hooks"],
-            "step_seconds": v["t_step"], "fwd_exposed_micro": v["e_f"], "bwd_exposed_micro": v["e_b"],
-            "pcie_exposed_micro": v["e_p"], "sp_all_to_all_seconds": v.get("t_sp", zero),
-            "checkpoint_offload_seconds": v.get("t_ckpt", zero)}
-
-
-def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
-    """Every number of the cost model for every candidate. Float/bool arrays shaped like ``cand``.
+def evaluate(ctx: Context, cand: Candidates) -> Evaluation:
+    """Every number of the cost model for every candidate: an :class:`~.evaluation.Evaluation` of float/bool
+    arrays shaped like ``cand``, its fields named like :class:`Estimate`'s.
 
     Step time = compute + exposed communication (incl. ZeRO host overhead) + exposed offload traffic + optimizer
     step, as :func:`step_terms` composes it (each part one expression): overlap (overlap_comm: stage 3 gathers
@@ -207,10 +192,9 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     a = ctx.scenario.assumptions
     c = ctx.scenario.cluster
     ga = cand.grad_accum.astype(np.float64)
-    parts = step_parts(ctx, cand, comm, comp)
-    comm_exposed = parts["comm_exposed_seconds"]
-    offload_seconds = parts["offload_seconds"]
-    step = parts["step_seconds"]
+    v = step_terms(ctx, cand, comm, comp).values
+    zero = 0.0 * v["GA"]
+    step = v["t_step"]
 
     n = data_parallel_degree(ctx, cand)
     # ZeRO shards over the whole world (n, Ulysses ranks included: ulysses.zero_shard_degree); the batch is split
@@ -225,45 +209,39 @@ def evaluate(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]:
     headroom = ctx.gpu_memory_bytes - step_peak
     fits_cpu = mem["host_per_node"] * a.host_buffer_factor <= c.cpu_memory_bytes
     fits_nvme = mem["nvme_per_node"] <= c.nvme_bytes
-    out = dict(mem)
-    out.update(
-        {
-            "peak": step_peak,
-            "peak_phase": peak_phase.astype(np.float64),
-            "headroom": headroom,
-            # headroom below the model's measured error of the peak: the fit is not proven (timeline.py)
-            "memory_risky": headroom < memory_error_fraction(a.device) * step_peak,
-            "data_parallel_degree": n,
-            "comm_all_reduce": comm["all_reduce"],
-            "comm_reduce_scatter": comm["reduce_scatter"],
-            "comm_all_gather": comm["all_gather"],
-            "comm_wire_bytes": comm["wire_bytes"],
-            "comm_seconds": comm["seconds"],
-            "comm_exposed_seconds": comm_exposed,
-            "autotp_seconds": ga * comm["tp_seconds_micro"],  # AutoTP's all-reduces, exposed (in the above)
-            "compute_seconds": parts["compute_seconds"],
-            "achieved_fraction": comp["achieved_fraction"],
-            "collectives_exposed_seconds": parts["collectives_exposed_seconds"],
-            "fetch_overhead_seconds": parts["fetch_overhead_seconds"],
-            "hook_seconds": parts["hook_seconds"],
-            "offload_seconds": offload_seconds,
-            "optimizer_seconds": parts["optimizer_seconds"],
-            "step_seconds": step,
-            "tokens_per_second": tokens / step,
-            "tflops_per_gpu": comp["model_flops"] / step / 1e12,
-            "mfu": comp["model_flops"] / step / ctx.peak_flops,
-            "fits_gpu": fits_gpu,
-            "fits_cpu": fits_cpu,
-            "fits_nvme": fits_nvme,
-            "fits": fits_gpu & fits_cpu & fits_nvme,
-        }
+    return Evaluation(
+        per_gpu_bytes=MemoryArrays(**{k: mem[k] for k in (*TERMS, "total")}),
+        per_node_cpu_bytes=mem["host_per_node"],
+        nvme_bytes=mem["nvme_per_node"],
+        # headroom below the model's measured error of the peak: the fit is not proven (timeline.py)
+        step_peak=StepPeakArrays(bytes=step_peak, phase_index=peak_phase, headroom_bytes=headroom,
+                                 risky=headroom < memory_error_fraction(a.device) * step_peak),
+        data_parallel_degree=n,
+        batch_data_parallel_degree=batch_n,
+        sequence_parallel_size=cand.sp,
+        communication=CommunicationArrays(
+            bytes_per_gpu_per_step=comm["wire_bytes"], seconds_per_step=comm["seconds"],
+            exposed_seconds_per_step=v["t_comm"], collectives_exposed_seconds_per_step=v["t_coll"],
+            all_reduce=comm["all_reduce"], reduce_scatter=comm["reduce_scatter"], all_gather=comm["all_gather"],
+            all_to_all=comm["all_to_all"]),
+        compute_seconds_per_step=v["t_compute"],
+        achieved_fraction=comp["achieved_fraction"],
+        offload_seconds_per_step=v["t_offload"],
+        optimizer_seconds_per_step=v["t_opt"],
+        fetch_overhead_seconds_per_step=v["t_fetch"],
+        hook_seconds_per_step=v["t_hooks"],
+        autotp_seconds_per_step=ga * comm["tp_seconds_micro"],  # AutoTP's all-reduces, exposed (in t_comm)
+        sp_all_to_all_seconds_per_step=v.get("t_sp", zero),
+        checkpoint_offload_seconds_per_step=v.get("t_ckpt", zero),
+        step_seconds=step,
+        tokens_per_second=tokens / step,
+        tflops_per_gpu=comp["model_flops"] / step / 1e12,
+        mfu=comp["model_flops"] / step / ctx.peak_flops,
+        fits_gpu=fits_gpu,
+        fits_cpu=fits_cpu,
+        fits_nvme=fits_nvme,
+        fits=fits_gpu & fits_cpu & fits_nvme,
     )
-    if split or ctx.scenario.training.checkpoint_offload:
-        # the long-context figures (absent = 1 / 0: keeps the common case's per-estimate work unchanged)
-        out.update({"batch_data_parallel_degree": batch_n, "sequence_parallel_size": cand.sp,
-                    "comm_all_to_all": comm["all_to_all"], "sp_all_to_all_seconds": parts["sp_all_to_all_seconds"],
-                    "checkpoint_offload_seconds": parts["checkpoint_offload_seconds"]})
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -428,10 +406,10 @@ def _with_fix(p) -> str:
     return f"{p.message}; {fix[:1].lower()}{fix[1:]}" if fix else p.message
 
 
-def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]:
-    """Plain-language warnings for one evaluated scenario: the shared run-level pitfalls
-    (:func:`zeroplanner.pitfalls.scenario_pitfalls`, the same rules ``zeroplanner check`` reports) followed by what
-    this estimate itself does not price or does not fit."""
+def scenario_warnings(scenario: Scenario, values: Evaluation) -> list[str]:
+    """Plain-language warnings for one evaluated scenario (``values``: its candidate's :meth:`Evaluation.at`):
+    the shared run-level pitfalls (:func:`zeroplanner.pitfalls.scenario_pitfalls`, the same rules
+    ``zeroplanner check`` reports) followed by what this estimate itself does not price or does not fit."""
     z, t, c, m = scenario.zero, scenario.training, scenario.cluster, scenario.model
     pitfalls = scenario_pitfalls(scenario, values)
     host = ("pinned_exceeds_host", "host_ram_short")
@@ -439,19 +417,20 @@ def scenario_warnings(scenario: Scenario, values: dict[str, float]) -> list[str]
     if m.max_position_embeddings and t.seq_len > m.max_position_embeddings:
         w.append(f"seq_len {t.seq_len} exceeds the model's max_position_embeddings {m.max_position_embeddings} "
                  "(context extension changes the model; memory is still estimated)")
-    step = values["step_seconds"]
-    if z.stage == 3 and c.data_parallel_degree > 1 and values.get("fetch_overhead_seconds", 0.0) > 0.1 * step:
+    step = float(values.step_seconds)
+    fetch = float(values.fetch_overhead_seconds_per_step)
+    if z.stage == 3 and c.data_parallel_degree > 1 and fetch > 0.1 * step:
         w.append(f"ZeRO-3's per-module host work (hooks, fetch coordination) is "
-                 f"{values['fetch_overhead_seconds'] / step:.0%} of the step: the GPU waits for the host, as in the "
+                 f"{fetch / step:.0%} of the step: the GPU waits for the host, as in the "
                  "measured small-model runs (ZeRO-3 2.5-3.3x slower than ZeRO-1, LianjiaTech/BELLE #402: "
                  "BLOOM-560M on 2 GPUs); a larger micro-batch or ZeRO-1/2 hides it")
-    if not values["fits_gpu"]:
-        w.append(f"GPU memory: the step peaks at {gib(values['peak']):.1f} GiB per GPU, "
+    if not values.fits_gpu:
+        w.append(f"GPU memory: the step peaks at {gib(float(values.step_peak.bytes)):.1f} GiB per GPU, "
                  f"{gib(c.memory_per_gpu_bytes * (1 - scenario.assumptions.gpu_memory_margin_fraction)):.1f} GiB "
                  "usable")
     w += [_with_fix(p) for p in pitfalls if p.rule in host]
-    if not values["fits_nvme"]:
-        w.append(f"NVMe: needs {gib(values['nvme_per_node']):.0f} GiB per node, node has {gib(c.nvme_bytes):.0f} GiB")
+    if not values.fits_nvme:
+        w.append(f"NVMe: needs {gib(float(values.nvme_bytes)):.0f} GiB per node, node has {gib(c.nvme_bytes):.0f} GiB")
     return w
 
 
@@ -464,61 +443,61 @@ def estimate(scenario: Scenario) -> Estimate:
     return estimate_from_values(scenario, values, 0)
 
 
-def estimate_from_values(scenario: Scenario, values: dict[str, np.ndarray], index) -> Estimate:
-    """The Estimate of candidate ``index`` of an :func:`evaluate` result; ``scenario`` must be that candidate's
-    scenario (same stage, offload, checkpointing, batch and nodes)."""
-    shape = np.shape(values["total"])
-    flat = int(np.ravel_multi_index(index, shape)) if isinstance(index, tuple) else int(index)
-    v = {k: float(a.item(flat)) for k, a in values.items()}
-    mem = MemoryBreakdown(**{k: int(round(v[k])) for k in (*TERMS, "total")})
+def estimate_from_values(scenario: Scenario, values: Evaluation, index) -> Estimate:
+    """The Estimate of candidate ``index`` (flat, or a multi-index) of an :func:`evaluate` result; ``scenario``
+    must be that candidate's scenario (same stage, offload, checkpointing, batch and nodes)."""
+    v = values.at(index)
+    pg, cm = v.per_gpu_bytes, v.communication
+    mem = MemoryBreakdown(**{k: int(round(getattr(pg, k))) for k in (*TERMS, "total")})
     terms = [
         Term(name=TERM_INFO[k].name, category=k, bytes=getattr(mem, k), formula=TERM_INFO[k].formula,
              source=TERM_INFO[k].source)
         for k in TERMS
     ]
+    a2a = float(cm.all_to_all)
     return Estimate(
         parameters=scenario.parameters,
         trainable_parameters=scenario.trainable_parameters,
         data_parallel_degree=scenario.cluster.data_parallel_degree,
         per_gpu_bytes=mem,
         gpu_memory_bytes=scenario.cluster.memory_per_gpu_bytes,
-        per_node_cpu_bytes=int(round(v["host_per_node"])),
-        host_required_bytes=int(round(v["host_per_node"] * scenario.assumptions.host_buffer_factor)),
+        per_node_cpu_bytes=int(round(v.per_node_cpu_bytes)),
+        host_required_bytes=int(round(v.per_node_cpu_bytes * scenario.assumptions.host_buffer_factor)),
         cpu_memory_bytes=int(scenario.cluster.cpu_memory_bytes),
-        nvme_bytes=int(round(v["nvme_per_node"])),
-        fits_gpu=bool(v["fits_gpu"]),
-        fits_cpu=bool(v["fits_cpu"]),
-        fits=bool(v["fits"]),
+        nvme_bytes=int(round(v.nvme_bytes)),
+        fits_gpu=bool(v.fits_gpu),
+        fits_cpu=bool(v.fits_cpu),
+        fits=bool(v.fits),
         communication=Communication(
-            bytes_per_gpu_per_step=int(round(v["comm_wire_bytes"])),
-            seconds_per_step=v["comm_seconds"],
-            exposed_seconds_per_step=v["comm_exposed_seconds"],
-            by_collective={k: int(round(v[f"comm_{k}"])) for k in ("all_reduce", "reduce_scatter", "all_gather")}
-            | ({"all_to_all": int(round(v["comm_all_to_all"]))} if v.get("comm_all_to_all", 0.0) > 0 else {}),
+            bytes_per_gpu_per_step=int(round(cm.bytes_per_gpu_per_step)),
+            seconds_per_step=float(cm.seconds_per_step),
+            exposed_seconds_per_step=float(cm.exposed_seconds_per_step),
+            by_collective={"all_reduce": int(round(cm.all_reduce)), "reduce_scatter": int(round(cm.reduce_scatter)),
+                           "all_gather": int(round(cm.all_gather))}
+            | ({"all_to_all": int(round(a2a))} if a2a > 0 else {}),
         ),
-        compute_seconds_per_step=v["compute_seconds"],
-        offload_seconds_per_step=v["offload_seconds"],
-        optimizer_seconds_per_step=v["optimizer_seconds"],
-        step_seconds=v["step_seconds"],
-        tokens_per_second=v["tokens_per_second"],
-        tflops_per_gpu=v["tflops_per_gpu"],
-        mfu=v["mfu"],
-        fetch_overhead_seconds_per_step=v["fetch_overhead_seconds"],
-        hook_seconds_per_step=v["hook_seconds"],
-        **({"sequence_parallel_size": int(v["sequence_parallel_size"]),
-            "sp_all_to_all_seconds_per_step": v["sp_all_to_all_seconds"],
-            "checkpoint_offload_seconds_per_step": v["checkpoint_offload_seconds"]}
-           if "sequence_parallel_size" in v else {}),
-        achieved_fraction=v["achieved_fraction"],
+        compute_seconds_per_step=float(v.compute_seconds_per_step),
+        offload_seconds_per_step=float(v.offload_seconds_per_step),
+        optimizer_seconds_per_step=float(v.optimizer_seconds_per_step),
+        step_seconds=float(v.step_seconds),
+        tokens_per_second=float(v.tokens_per_second),
+        tflops_per_gpu=float(v.tflops_per_gpu),
+        mfu=float(v.mfu),
+        fetch_overhead_seconds_per_step=float(v.fetch_overhead_seconds_per_step),
+        hook_seconds_per_step=float(v.hook_seconds_per_step),
+        sequence_parallel_size=int(v.sequence_parallel_size),
+        sp_all_to_all_seconds_per_step=float(v.sp_all_to_all_seconds_per_step),
+        checkpoint_offload_seconds_per_step=float(v.checkpoint_offload_seconds_per_step),
+        achieved_fraction=float(v.achieved_fraction),
         warnings=scenario_warnings(scenario, v),
         terms=terms,
         step_peak=step_peak_of(scenario, v),
     )
 
 
-def step_peak_of(scenario: Scenario, v: dict[str, float]) -> StepPeak:
+def step_peak_of(scenario: Scenario, v: Evaluation) -> StepPeak:
     """The :class:`StepPeak` of one scenario: its timeline (recomputed for this one candidate) and the peak, phase
-    and headroom of the evaluated values ``v``."""
+    and headroom of the evaluated values ``v`` (its candidate's :meth:`Evaluation.at`)."""
     ctx = make_context(scenario)
     pts = timeline(ctx, Candidates.from_scenario(scenario))
     points = [TimelinePoint(phase=p.phase, label=p.label, bytes={k: int(round(float(x.item())))
@@ -537,6 +516,9 @@ def step_peak_of(scenario: Scenario, v: dict[str, float]) -> StepPeak:
             fraction_of_live=scenario.assumptions.allocator_fragmentation_fraction,
             source=f"Assumptions.allocator_fragmentation_fraction; default: the median of {len(ALLOCATOR_SLACK_SAMPLES)} "
                    "published reserved/allocated pairs (zeroplanner/costmodel/gpu_runtime.py ALLOCATOR_SLACK_SAMPLES)"))
-    return StepPeak(runtime_parts=runtime, bytes=int(round(v["peak"])), phase=PHASES[int(v["peak_phase"])], gpu_memory_bytes=mem,
-                    headroom_bytes=int(round(v["headroom"])), headroom_fraction=v["headroom"] / mem,
-                    error_fraction=memory_error_fraction(scenario.assumptions.device), risky=bool(v["memory_risky"]), timeline=points)
+    sp = v.step_peak
+    headroom = float(sp.headroom_bytes)
+    return StepPeak(runtime_parts=runtime, bytes=int(round(sp.bytes)), phase=PHASES[int(sp.phase_index)],
+                    gpu_memory_bytes=mem, headroom_bytes=int(round(headroom)), headroom_fraction=headroom / mem,
+                    error_fraction=memory_error_fraction(scenario.assumptions.device), risky=bool(sp.risky),
+                    timeline=points)

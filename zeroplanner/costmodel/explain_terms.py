@@ -27,8 +27,9 @@ from .communication import communication_terms
 from .compute import compute_terms
 from .context import Candidates, Context, data_parallel_degree, make_context, overlap_comm
 from .evaluate import STEP_OWNERS, TIME_TERM_SYMBOLS, StepTerms, evaluate, step_terms
+from .evaluation import Evaluation
 from .memory import memory_term_parts, nvme_parts
-from .terms import SYMBOLS, TERM_INFO, TermParts, input_names
+from .terms import SYMBOLS, TERM_INFO, TermParts, input_names, term_value
 
 
 @dataclass(frozen=True)
@@ -60,28 +61,25 @@ class TermValues:
 INPUT_UNITS = {k: v.unit for k, v in SYMBOLS.items()}
 """Unit of each input symbol."""
 
-EVALUATE_KEYS = {
-    "parameters": "parameters", "gradients": "gradients", "optimizer_states": "optimizer_states",
-    "activations": "activations", "buffers": "buffers", "overhead": "overhead", "host_memory": "host_per_node",
-    "communication_volume": "comm_wire_bytes", "compute": "compute_seconds", "communication": "comm_exposed_seconds",
-    "offload": "offload_seconds", "optimizer": "optimizer_seconds", "step": "step_seconds",
-}
-"""Term key -> the key of :func:`~.evaluate.evaluate`'s output that holds its value (the chart's number)."""
-
-
 def _one(x) -> float:
     return float(np.asarray(x, dtype=np.float64).reshape(-1)[0])
 
 
+def _value(point: _Point, key: str) -> float:
+    """Term ``key``'s value at the scenario's candidate: its field of the evaluation (:attr:`~.terms.TermInfo.field`,
+    the number the chart draws)."""
+    return float(term_value(point.values, key))
+
+
 @dataclass(frozen=True)
 class _Point:
-    """One scenario's context, candidate, :func:`evaluate` output, memory terms' parts, the communication volume's
-    parts and the step-time quantities (read-only)."""
+    """One scenario's context, candidate, :func:`evaluate` output at it (:meth:`Evaluation.at`), memory terms'
+    parts, the communication volume's parts and the step-time quantities (read-only)."""
 
     ctx: Context
     cand: Candidates
     n: float
-    values: Mapping[str, float]
+    values: Evaluation
     memory: Mapping[str, TermParts]
     volume: TermParts
     steps: StepTerms
@@ -92,10 +90,10 @@ def _setup(scenario: Scenario) -> _Point:
     """Evaluated once per scenario (frozen, hashable), however many of its terms are explained."""
     ctx = make_context(scenario)
     cand = Candidates.from_scenario(scenario)
-    values = {k: _one(v) for k, v in evaluate(ctx, cand).items()}
+    values = evaluate(ctx, cand).at(0)
     comm = communication_terms(ctx, cand)
     steps = step_terms(ctx, cand, comm, compute_terms(ctx, cand))
-    return _Point(ctx, cand, _one(data_parallel_degree(ctx, cand)), MappingProxyType(values),
+    return _Point(ctx, cand, _one(data_parallel_degree(ctx, cand)), values,
                   MappingProxyType(memory_term_parts(ctx, cand)), comm["wire_parts"], steps)
 
 
@@ -129,7 +127,7 @@ def from_parts(scenario: Scenario, tp: TermParts, value: float, *, case: str | N
 def _memory(scenario: Scenario, key: str) -> TermValues:
     point = _setup(scenario)
     tp = point.memory[key]
-    return from_parts(scenario, tp, point.values[EVALUATE_KEYS[key]])
+    return from_parts(scenario, tp, _value(point, key))
 
 
 def parameters(scenario: Scenario) -> TermValues:
@@ -215,21 +213,21 @@ def offload_storage(scenario: Scenario) -> dict[str, dict]:
     return {
         "host_memory": {"parts_bytes": host_parts, "formulas": formulas, "offloaded_bytes": offloaded,
                         "safety_factor": f, "required_bytes": sum(host_parts.values()),
-                        "available_bytes": c.cpu_memory_bytes, "fits": bool(point.values["fits_cpu"])},
+                        "available_bytes": c.cpu_memory_bytes, "fits": bool(point.values.fits_cpu)},
         "nvme": {"parts_bytes": {label: v for label, _, v in nvme},
                  "formulas": {label: expr for label, expr, _ in nvme},
                  "required_bytes": sum(v for _, _, v in nvme), "capacity_bytes": c.nvme_bytes,
-                 "fits": bool(point.values["fits_nvme"])},
+                 "fits": bool(point.values.fits_nvme)},
     }
 
 
 def communication_volume(scenario: Scenario) -> TermValues:
-    """Bytes each GPU sends per step over the rings (evaluate's ``comm_wire_bytes``): the parts
-    communication.communication_terms computes it with (communication.wire_parts: all-reduce 2(N_d-1)/N_d x its
+    """Bytes each GPU sends per step over the rings (evaluate's ``communication.bytes_per_gpu_per_step``): the
+    parts communication.communication_terms computes it with (communication.wire_parts: all-reduce 2(N_d-1)/N_d x its
     message, reduce-scatter and all-gather (N_d-1)/N_d x theirs, Ulysses' all-to-alls (p-1)/p, AutoTP's
     collectives (t-1)/t every micro-step)."""
     point = _setup(scenario)
-    return from_parts(scenario, point.volume, point.values["comm_wire_bytes"])
+    return from_parts(scenario, point.volume, _value(point, "communication_volume"))
 
 
 def _zero(inputs: Mapping[str, float]):
@@ -256,7 +254,7 @@ def _time(scenario: Scenario, key: str) -> TermValues:
     point = _setup(scenario)
     steps = point.steps
     inputs = {k: _one(v) for k, v in steps.values.items()}
-    tv = from_parts(scenario, steps.terms[TIME_TERM_SYMBOLS[key]], point.values[EVALUATE_KEYS[key]],
+    tv = from_parts(scenario, steps.terms[TIME_TERM_SYMBOLS[key]], _value(point, key),
                     case=_time_case(scenario, point, key), inputs=inputs)
     queue = [*_shown_names(tv), *SHOWN_WITH.get(key, ())]
     seen, definitions = set(), []
@@ -285,7 +283,7 @@ def _time_case(scenario: Scenario, point: _Point, key: str) -> str:
 
 
 def compute(scenario: Scenario) -> TermValues:
-    """Compute seconds per step (evaluate's ``compute_seconds``): GA x one micro-step's compute, the tokens x
+    """Compute seconds per step (evaluate's ``compute_seconds_per_step``): GA x one micro-step's compute, the tokens x
     executed FLOPs per token at ``eta`` of the dense peak, the memory-bound kernels and QLoRA dequantisation
     (compute.COMPUTE_DEFINITIONS); definitions: the micro-step, the executed FLOPs (model + recompute), and the
     forward / backward split."""
@@ -293,22 +291,22 @@ def compute(scenario: Scenario) -> TermValues:
 
 
 def communication(scenario: Scenario) -> TermValues:
-    """Exposed communication seconds per step (evaluate's ``comm_exposed_seconds``) = exposed collectives (the step
-    boundary's, plus per micro-step the forward / backward collectives that compute does not hide with
-    overlap_comm, Ulysses' all-to-alls and AutoTP's all-reduces) + the ZeRO host overhead (ZeRO-3 module hooks
+    """Exposed communication seconds per step (evaluate's ``communication.exposed_seconds_per_step``) = exposed
+    collectives (the step boundary's, plus per micro-step the forward / backward collectives that compute does not
+    hide with overlap_comm, Ulysses' all-to-alls and AutoTP's all-reduces) + the ZeRO host overhead (ZeRO-3 module hooks
     beyond the GPU's micro-step, ZeRO-2/3 gradient hooks), each a quantity of evaluate.step_terms."""
     return _time(scenario, "communication")
 
 
 def offload(scenario: Scenario) -> TermValues:
-    """Exposed offload seconds per step (evaluate's ``offload_seconds``): PCIe traffic compute does not hide (and
-    the checkpoint offload's blocking copies), the boundary upload, NVMe swapping (evaluate.step_terms)."""
+    """Exposed offload seconds per step (evaluate's ``offload_seconds_per_step``): PCIe traffic compute does not
+    hide (and the checkpoint offload's blocking copies), the boundary upload, NVMe swapping (evaluate.step_terms)."""
     return _time(scenario, "offload")
 
 
 def optimizer(scenario: Scenario) -> TermValues:
-    """Optimizer-step seconds (evaluate's ``optimizer_seconds``): on GPU, bytes touched per parameter of the shard
-    / HBM bandwidth; offloaded, GPUs per node x Ψ_t/N_d updates at DeepSpeed CPU-Adam's rate
+    """Optimizer-step seconds (evaluate's ``optimizer_seconds_per_step``): on GPU, bytes touched per parameter of the
+    shard / HBM bandwidth; offloaded, GPUs per node x Ψ_t/N_d updates at DeepSpeed CPU-Adam's rate
     (evaluate.step_terms)."""
     return _time(scenario, "optimizer")
 

@@ -23,12 +23,15 @@ Pure Python + numpy; no UI imports.
 from __future__ import annotations
 
 import ast
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import Literal, NamedTuple
 
 import numpy as np
+
+from .evaluation import field_value
 
 Unit = Literal["bytes", "seconds"]
 Category = Literal["memory", "host", "communication", "time"]
@@ -41,7 +44,8 @@ Category = Literal["memory", "host", "communication", "time"]
 class TermInfo:
     """How one term is named, drawn and cited. ``label``: the charts' and tables' name; ``title``: explain mode's
     heading; ``symbol``: LaTeX left-hand side; ``colour``: its segment in the stacked charts (None when it is not
-    a segment of its own); ``formula``: the formula in words (``Estimate.terms``); ``source``: where it comes from."""
+    a segment of its own); ``formula``: the formula in words (``Estimate.terms``); ``source``: where it comes from;
+    ``field``: where its value is (:data:`TERM_FIELDS`); ``quantity``: a step-time term's expression."""
 
     key: str
     label: str
@@ -53,6 +57,12 @@ class TermInfo:
     words: str
     formula: str
     source: str
+    field: str
+    """Where its value lives: the dotted attribute path on :class:`~.evaluate.Estimate` and, the same path, on
+    :class:`~.evaluation.Evaluation` (``"per_gpu_bytes.parameters"``, ``"communication.exposed_seconds_per_step"``)."""
+    quantity: str | None = None
+    """A step-time term's quantity in :func:`~.evaluate.step_terms` (a :data:`SYMBOLS` name, ``"t_comm"``); None
+    for the others."""
 
     @cached_property
     def name(self) -> str:
@@ -66,18 +76,21 @@ _INFO = (
              "(+ small persistent tensors) at ZeRO-3.",
              "16-bit weights: Ψ·2 (stages 0-2), Ψ·2/N_d + persistent small tensors (stage 3); a QLoRA base: 0.5 B "
              "per 4-bit weight (/N_d at stage 3 only with bnb_4bit_quant_storage = the training dtype) + 0.016 B "
-             "of constants", "ZeRO paper Sec. 5; deepspeed/runtime/zero/stage3.py; QLoRA arXiv 2305.14314 Sec. 3"),
+             "of constants", "ZeRO paper Sec. 5; deepspeed/runtime/zero/stage3.py; QLoRA arXiv 2305.14314 Sec. 3",
+             field="per_gpu_bytes.parameters"),
     TermInfo("gradients", "Gradients", "Gradients", r"M_{grads}", "memory", "bytes", "#f58518",
              "Gradients each GPU holds at the step's gradient peak: working precision, plus the fp32 copy DeepSpeed "
              "hands to the optimizer; partitioned over N_d from ZeRO-2 (ZeRO-1 as measured).",
              "16-bit gradients Ψ_t·2 (stages 0-1) or Ψ_t·2/N_d (stages 2-3), plus DeepSpeed's fp32 gradient "
              "partition Ψ_t·4/N_d (stages 1-3, no optimizer offload)",
-             "deepspeed/runtime/zero/stage_1_and_2.py estimate_zero2_model_states_mem_needs (18 = 2+4+4+8)"),
+             "deepspeed/runtime/zero/stage_1_and_2.py estimate_zero2_model_states_mem_needs (18 = 2+4+4+8)",
+             field="per_gpu_bytes.gradients"),
     TermInfo("optimizer_states", "Optimizer states", "Optimizer states", r"M_{opt}", "memory", "bytes", "#e45756",
              "fp32 master weights and optimizer states (Adam: momentum + variance); partitioned over N_d from "
              "ZeRO-1; moved to the host with offload_optimizer.",
              "fp32 master 4·Ψ_t + optimizer states (Adam 8·Ψ_t, SGD 4, 8-bit Adam 2), divided by N_d from stage 1; "
-             "0 on GPU with offload_optimizer", "ZeRO paper Sec. 3.1 (K = 12)"),
+             "0 on GPU with offload_optimizer", "ZeRO paper Sec. 3.1 (K = 12)",
+             field="per_gpu_bytes.optimizer_states"),
     TermInfo("activations", "Activations", "Activations", r"M_{act}", "memory", "bytes", "#72b7b2",
              "Tensors saved for backward for one micro-batch, from the architecture; with full checkpointing only "
              "each layer's input plus one layer being recomputed.",
@@ -85,17 +98,20 @@ _INFO = (
              "checkpointing), plus 16-bit logits and fp32 log-softmax 6·s·b·V, plus the vision tower's blocks "
              "over its images' patches (Qwen-VL, Gemma 3)",
              "Korthikanti et al. arXiv 2205.05198 Eq. 1-2, generalised (zeroplanner/costmodel/activations.py, "
-             "vision.py)"),
+             "vision.py)",
+             field="per_gpu_bytes.activations"),
     TermInfo("buffers", "Buffers", "Buffers", r"M_{buf}", "memory", "bytes", "#54a24b",
              "Communication buckets and the ZeRO-3 working set of gathered parameters.",
              "reduce bucket (x2 with overlap_comm); stage 3: gathered live parameters min(max_live, largest module "
              "+ prefetch bucket) + largest module's gradient",
-             "deepspeed/runtime/zero/stage_1_and_2.py ipg_buffer; stage3.py prefetch coordinator"),
+             "deepspeed/runtime/zero/stage_1_and_2.py ipg_buffer; stage3.py prefetch coordinator",
+             field="per_gpu_bytes.buffers"),
     TermInfo("overhead", "Overhead", "Overhead", r"M_{ovh}", "memory", "bytes", "#b279a2",
              "CUDA context, cuBLAS workspace and NCCL buffers, plus the caching allocator's slack on the live bytes.",
              "CUDA context + cuBLAS workspace + NCCL buffers + allocator slack × live bytes",
              "pytorch/pytorch#86509 (context), CublasHandlePool.cpp (workspace), NCCL init.cc (buffers), 7 published "
-             "reserved/allocated pairs (slack): zeroplanner/costmodel/gpu_runtime.py"),
+             "reserved/allocated pairs (slack): zeroplanner/costmodel/gpu_runtime.py",
+             field="per_gpu_bytes.overhead"),
     TermInfo("host_memory", "Host RAM per node", "Host RAM per node", r"M_{host}", "host", "bytes", None,
              "Host RAM each node needs for what is offloaded, summed over its GPUs (before the safety factor the "
              "fit multiplies it by). With NVMe offload: DeepSpeed's pinned swap buffers and what stays on the CPU.",
@@ -104,12 +120,14 @@ _INFO = (
              "sub-group, the 16-bit gradient partition, parameters up to max_in_cpu, the parameter swap buffers",
              "zeroplanner/costmodel/memory.py host_parts; DeepSpeed 0.19.8 swap_tensor/optimizer_utils.py, "
              "partitioned_param_swapper.py, zero/stage3.py and offload_config.py defaults (buffer_count, "
-             "buffer_size, max_in_cpu, sub_group_size); measured on CPU ranks (docs/validation.md sections 1, 7)"),
+             "buffer_size, max_in_cpu, sub_group_size); measured on CPU ranks (docs/validation.md sections 1, 7)",
+             field="per_node_cpu_bytes"),
     TermInfo("communication_volume", "Bytes sent per GPU per step", "Bytes sent per GPU per step", r"V_{comm}",
              "communication", "bytes", None, "Bytes each GPU sends per optimizer step in ring collectives.",
              "all-reduce 2(N_d-1)/N_d x its size, reduce-scatter and all-gather (N_d-1)/N_d x theirs",
              "ZeRO paper (arXiv 1910.02054) Sec. 7: 2Ψ for DP and ZeRO-1/2, 3Ψ for ZeRO-3; what DeepSpeed 0.19.8 "
-             "sends (zeroplanner/costmodel/communication.py)"),
+             "sends (zeroplanner/costmodel/communication.py)",
+             field="communication.bytes_per_gpu_per_step"),
     TermInfo("compute", "Compute", "Compute time", r"t_{compute}", "time", "seconds", "#4c78a8",
              "Executed FLOPs of the step at the GEMM rate plus the memory-bound kernels (norms, activations, "
              "eager attention scores, logits) at HBM bandwidth; MFU is the effective rate of the two together.",
@@ -118,7 +136,8 @@ _INFO = (
              "PaLM (arXiv 2204.02311) App. B: 6N + 12LHQT FLOPs per token; recompute: Korthikanti et al. "
              "(arXiv 2205.05198) Sec. 5; memory-bound bytes per token counted on real transformers models "
              "(compute.ELEMENTWISE_BYTES_PER_HIDDEN); MFU assumption (Assumptions.mfu); "
-             "zeroplanner/costmodel/compute.py COMPUTE_DEFINITIONS"),
+             "zeroplanner/costmodel/compute.py COMPUTE_DEFINITIONS",
+             field="compute_seconds_per_step", quantity="t_compute"),
     TermInfo("communication", "Exposed communication", "Exposed communication time", r"t_{comm}", "time", "seconds",
              "#e45756",
              "Collective time that compute does not hide: step-boundary collectives, and with overlap_comm only "
@@ -130,23 +149,27 @@ _INFO = (
              "alpha-beta ring model (Hockney 1994) with NCCL's latency model (src/graph/tuning.cc) and busbw "
              "(nccl-tests PERFORMANCE.md); overlap as in DeepSpeed stage_1_and_2.py / stage3.py; overlap_loss, "
              "hook costs fitted on measured runs (steptime_constants.FITTED); "
-             "zeroplanner/costmodel/communication.py and evaluate.py step_terms"),
+             "zeroplanner/costmodel/communication.py and evaluate.py step_terms",
+             field="communication.exposed_seconds_per_step", quantity="t_comm"),
     TermInfo("offload", "Offload", "Exposed offload time", r"t_{offload}", "time", "seconds", None,
              "PCIe traffic to and from the host that compute does not hide (and the checkpoint offload's blocking "
              "copies), the boundary upload, NVMe swapping.",
              "GA x exposed PCIe (+ checkpoint offload) + parameter upload + NVMe",
              "PCIe and NVMe bandwidths from the GPU and cluster specs; DeepSpeed stage_1_and_2.py / stage3.py "
-             "offload paths; zeroplanner/costmodel/evaluate.py step_terms"),
+             "offload paths; zeroplanner/costmodel/evaluate.py step_terms",
+             field="offload_seconds_per_step", quantity="t_offload"),
     TermInfo("optimizer", "Optimizer step", "Optimizer step time", r"t_{optimizer}", "time", "seconds", None,
              "The optimizer step: memory-bound on the GPU (roofline), or DeepSpeed CPU-Adam on the host.",
              "bytes touched / HBM bandwidth (GPU), or GPUs per node x Ψ_t/N_d / CPU-Adam rate (offloaded)",
              "GPU: roofline (Williams et al., CACM 2009) with OPTIMIZER_BYTES_TOUCHED; CPU: DeepSpeed CPU-Adam rate "
-             "ClusterSpec.cpu_adam_params_per_second (calibration); zeroplanner/costmodel/evaluate.py step_terms"),
+             "ClusterSpec.cpu_adam_params_per_second (calibration); zeroplanner/costmodel/evaluate.py step_terms",
+             field="optimizer_seconds_per_step", quantity="t_opt"),
     TermInfo("step", "Step", "Step time", r"t_{step}", "time", "seconds", None,
              "Step time = compute + exposed communication (its collectives and the ZeRO host overhead) + exposed "
              "offload + optimizer step.",
              "compute + exposed collectives + ZeRO host overhead + exposed offload + optimizer step",
-             "zeroplanner/costmodel/evaluate.py step_terms"),
+             "zeroplanner/costmodel/evaluate.py step_terms",
+             field="step_seconds", quantity="t_step"),
 )
 TERM_INFO: dict[str, TermInfo] = {t.key: t for t in _INFO}
 """Every explained term, by key: the six per-GPU memory terms (``Estimate.per_gpu_bytes``), "host_memory" (bytes
@@ -179,25 +202,24 @@ TIME_SEGMENTS: tuple[Segment, ...] = (
 """The step-time chart's segments, bottom to top; "offload" stacks the offload time and the optimizer step."""
 
 
-ESTIMATE_FIELDS: dict[str, str] = {
-    **{k: f"per_gpu_bytes.{k}" for k in MEMORY_TERM_KEYS},
-    "host_memory": "per_node_cpu_bytes",
-    "communication_volume": "communication.bytes_per_gpu_per_step",
-    "compute": "compute_seconds_per_step",
-    "communication": "communication.exposed_seconds_per_step",
-    "offload": "offload_seconds_per_step",
-    "optimizer": "optimizer_seconds_per_step",
-    "step": "step_seconds",
-}
-"""Term key -> where :class:`~.evaluate.Estimate` holds its value (dotted attribute path)."""
+TERM_FIELDS: dict[str, str] = {k: t.field for k, t in TERM_INFO.items()}
+"""Term key -> where its value lives (:attr:`TermInfo.field`): the dotted attribute path on
+:class:`~.evaluate.Estimate` and on :class:`~.evaluation.Evaluation` alike."""
+
+TIME_TERM_QUANTITIES: dict[str, str] = {k: t.quantity for k, t in TERM_INFO.items() if t.quantity}
+"""Step-time term key -> its quantity in :func:`~.evaluate.step_terms` (:attr:`TermInfo.quantity`)."""
+
+
+def term_value(values: object, key: str):
+    """The value of term ``key`` in an :class:`~.evaluate.Estimate` or an :class:`~.evaluation.Evaluation`
+    (arrays over its candidates; scalars at one, :meth:`~.evaluation.Evaluation.at`), by :data:`TERM_FIELDS`."""
+    return field_value(values, TERM_FIELDS[key])
 
 
 def estimate_value(estimate: object, key: str) -> float:
-    """The value of term ``key`` in an :class:`~.evaluate.Estimate` (bytes or seconds)."""
-    obj = estimate
-    for name in ESTIMATE_FIELDS[key].split("."):
-        obj = getattr(obj, name)
-    return float(obj)
+    """The value of term ``key`` in an :class:`~.evaluate.Estimate` (bytes or seconds), or in one candidate's
+    :class:`~.evaluation.Evaluation`, as a float."""
+    return float(term_value(estimate, key))
 
 
 def segment_value(estimate: object, segment: Segment) -> float:
@@ -436,38 +458,37 @@ _ALLOWED = (ast.Expression, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.
             ast.Call)
 
 
-_COMPILED_FUNCTIONS = {"max": "_maximum", "min": "_minimum"}
-_GLOBALS = {"__builtins__": {}, "_maximum": np.maximum, "_minimum": np.minimum}
+_FUNCTIONS = {"max": np.maximum, "min": np.minimum}
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
 @cache
 def _evaluator(expr: str) -> Callable[[Mapping[str, object]], object]:
-    """``expr`` as one Python function of the inputs mapping, compiled once from its checked syntax tree
-    (:func:`_parsed`: only ``+ - * /``, number constants, :data:`SYMBOLS` names and ``min``/``max`` get here):
-    each name becomes ``x["name"]``, ``max(a, b, c)`` becomes ``np.maximum(np.maximum(a, b), c)`` (``min``
-    likewise). No builtins are reachable. The same operators in the same order as the expression, so the result
-    is what plain numpy arithmetic written the same way gives, bit for bit."""
+    """``expr`` as one Python function of the inputs mapping, built once from its checked syntax tree
+    (:func:`_parsed`: only ``+ - * /``, number constants, :data:`SYMBOLS` names and ``min``/``max`` get here) as
+    nested closures: each name reads ``x["name"]``, each operator applies :mod:`operator`'s function,
+    ``max(a, b, c)`` is ``np.maximum(np.maximum(a, b), c)`` (``min`` likewise). Nothing is compiled or evaluated
+    from text (tests/server/test_security.py forbids ``eval``/``compile`` in the package). The same operators in
+    the same order as the expression, so the result is what plain numpy arithmetic written the same way gives, bit
+    for bit."""
 
-    def build(node):
+    def build(node) -> Callable[[Mapping[str, object]], object]:
         if isinstance(node, ast.Name):
-            return ast.Subscript(value=ast.Name(id="x", ctx=ast.Load()), slice=ast.Constant(value=node.id),
-                                 ctx=ast.Load())
+            name = node.id
+            return lambda x: x[name]
         if isinstance(node, ast.Constant):
-            return ast.Constant(value=node.value)
+            value = node.value
+            return lambda x: value
         if isinstance(node, ast.BinOp):
-            return ast.BinOp(left=build(node.left), op=node.op, right=build(node.right))
-        f = ast.Name(id=_COMPILED_FUNCTIONS[node.func.id], ctx=ast.Load())  # ast.Call of min / max (checked)
-        args = [build(a) for a in node.args]
-        out = args[0]  # max(a) is a
-        for a in args[1:]:
-            out = ast.Call(func=f, args=[out, a], keywords=[])
+            op, left, right = _OPERATORS[type(node.op)], build(node.left), build(node.right)
+            return lambda x: op(left(x), right(x))
+        f = _FUNCTIONS[node.func.id]  # ast.Call of min / max (checked)
+        out = build(node.args[0])  # max(a) is a
+        for arg in node.args[1:]:
+            out = (lambda g, h: lambda x: f(g(x), h(x)))(out, build(arg))
         return out
 
-    lam = ast.Expression(body=ast.Lambda(
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="x")], kwonlyargs=[], kw_defaults=[], defaults=[]),
-        body=build(_parsed(expr).body)))
-    code = compile(ast.fix_missing_locations(lam), f"<term {expr}>", "eval")
-    return eval(code, dict(_GLOBALS))  # noqa: S307 - a checked arithmetic tree, no builtins
+    return build(_parsed(expr).body)
 
 
 def evaluate_expr(expr: str, inputs: Mapping[str, object]) -> np.ndarray:

@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..pitfalls import scenario_pitfalls
 from ..specs import Scenario, hpz_divides
@@ -90,6 +90,9 @@ from .keys import (
     clip_key,
 )
 from .read import batch_world_size, deepspeed_sequence_parallel_size, lf_sequence_parallel, ulysses_problem
+
+if TYPE_CHECKING:
+    from ..costmodel.evaluation import Evaluation
 
 SMALL_BUCKET_ELEMENTS = 100_000_000
 """Buckets below this on a multi-node run are flagged: a rule of thumb, not a measured threshold. DeepSpeed's config
@@ -567,9 +570,9 @@ def _rule_cluster(config: dict[str, Any], scenario: Scenario, out: list[Finding]
                  f"Use {cluster.gpus_per_node} (GPUs per node) or one of its divisors.")
 
 
-def _scenario_values(scenario: Scenario) -> dict[str, float] | None:
-    """The cost model's numbers for the scenario (what ``estimate`` computes its warnings from); None if the cost
-    model cannot price it."""
+def _scenario_values(scenario: Scenario) -> Evaluation | None:
+    """The cost model's numbers for the scenario's one candidate (what ``estimate`` computes its warnings from);
+    None if the cost model cannot price it."""
     from ..costmodel.context import Candidates, make_context
     from ..costmodel.evaluate import evaluate
 
@@ -577,7 +580,7 @@ def _scenario_values(scenario: Scenario) -> dict[str, float] | None:
         values = evaluate(make_context(scenario), Candidates.from_scenario(scenario))
     except (ValueError, ArithmeticError):
         return None
-    return {k: float(v.reshape(-1)[0]) for k, v in values.items()}
+    return values.at(0)
 
 
 def _rule_pitfalls(scenario: Scenario, mode: Mode, out: list[Finding]) -> None:

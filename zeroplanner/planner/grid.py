@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..costmodel import Candidates, evaluate, make_context
+from ..costmodel import Candidates, Evaluation, evaluate, make_context
 from ..costmodel.context import CHECKPOINT_CODES, OFFLOAD_CODES
 from ..specs import Scenario, hardware_precision
 from .models import Choice
@@ -270,7 +270,7 @@ def apply_choice(scenario: Scenario, choice: Choice, *, validate: bool = True) -
     return scenario.model_copy(update={"zero": z, "training": t, "cluster": c})
 
 
-def autotp_degrees(scenario: Scenario, held, values, cand: Candidates) -> tuple[int, ...]:
+def autotp_degrees(scenario: Scenario, held, values: Evaluation, cand: Candidates) -> tuple[int, ...]:
     """The AutoTP degrees to add to the search, by the rule of the module docstring: one node, ``autotp_size`` not
     held, the scenario at tp 1, a full fine-tune (AutoTP with LoRA adapters is not priced), and no tp-1 candidate
     at ZeRO stage 0-2 that fits without offload with a headroom of at least the model's error of the peak
@@ -280,14 +280,14 @@ def autotp_degrees(scenario: Scenario, held, values, cand: Candidates) -> tuple[
     even ones do not waste the largest rank's memory) and, with Ulysses, world / sp."""
     c, m, t = scenario.cluster, scenario.model, scenario.training
     if (c.nodes != 1 or "autotp_size" in held or c.tensor_parallel_size != 1 or t.lora_rank or t.qlora
-            or (values["fits"] & ~values["memory_risky"] & (cand.stage < 3) & (cand.offload_optimizer == 0)).any()):
+            or (values.fits & ~values.step_peak.risky & (cand.stage < 3) & (cand.offload_optimizer == 0)).any()):
         return ()
     world = c.world_size // c.sequence_parallel_size
     return tuple(d for d in AUTOTP_DEGREES
                  if c.gpus_per_node % d == 0 and m.kv_heads % d == 0 and m.n_heads % d == 0 and world % d == 0)
 
 
-def with_autotp(scenario: Scenario, held, cand: Candidates, values, tp: np.ndarray, degrees):
+def with_autotp(scenario: Scenario, held, cand: Candidates, values: Evaluation, tp: np.ndarray, degrees):
     """The candidate grid, its values and AutoTP column with one more grid per degree appended (each evaluated with
     its own context: the shards, the data-parallel degree and AutoTP's all-reduces change)."""
     cands, vals, tps = [cand], [values], [tp]
@@ -297,26 +297,13 @@ def with_autotp(scenario: Scenario, held, cand: Candidates, values, tp: np.ndarr
         cands.append(cd)
         vals.append(evaluate(make_context(sd), cd))
         tps.append(np.full(cd.shape, d, dtype=np.int64))
-    n = cand.stage.size
-
-    def joined(k):  # per-candidate arrays are joined; entries that are not per candidate (scalars) are shared
-        a = values[k]
-        return np.concatenate([np.reshape(v[k], -1) for v in vals]) if np.ndim(a) and np.size(a) == n else a
-
-    return Candidates.concat(*cands), {k: joined(k) for k in values}, np.concatenate(tps)
+    return Candidates.concat(*cands), Evaluation.concat(*vals), np.concatenate(tps)
 
 
-def split_values(values: dict[str, np.ndarray], *shapes: tuple[int, ...]) -> list[dict[str, np.ndarray]]:
+def split_values(values: Evaluation, *shapes: tuple[int, ...]) -> list[Evaluation]:
     """Cut the :func:`~zeroplanner.costmodel.evaluate` result of ``Candidates.concat`` of candidate sets back into
-    one result per set (shapes in concatenation order); entries that are not per candidate (scalars) are shared."""
-    total = sum(int(np.prod(sh)) for sh in shapes)
-    out, start = [], 0
-    for sh in shapes:
-        n = int(np.prod(sh))
-        out.append({k: (a.reshape(-1)[start:start + n].reshape(sh) if np.size(a) == total and np.ndim(a) else a)
-                    for k, a in values.items()})
-        start += n
-    return out
+    one result per set (shapes in concatenation order): :meth:`~zeroplanner.costmodel.Evaluation.split`."""
+    return values.split(*shapes)
 
 
 def activation_parts_at(ctx, cand: Candidates, i: int, tp: np.ndarray | None = None) -> dict[str, float]:
@@ -343,8 +330,8 @@ def sequence_parallel_fit(scenario: Scenario, held: frozenset[str], ctx) -> tupl
         return None
     c2 = candidate_grid(scenario, held - {"sequence_parallel_size"}, free_sp)
     v2 = evaluate(ctx, c2)
-    ok = np.flatnonzero(v2["fits"])
+    ok = np.flatnonzero(v2.fits)
     if not ok.size:
         return None
     j = int(ok[np.argmin(c2.sp[ok])])
-    return int(c2.sp[j]), float(v2["peak"][j])
+    return int(c2.sp[j]), float(v2.step_peak.bytes[j])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..costmodel import Candidates, evaluate, make_context
+from ..costmodel import Candidates, Evaluation, evaluate, make_context
 from ..costmodel.evaluate import estimate_from_values
 from ..specs import Scenario
 from .grid import apply_choice, axis_values, candidate_grid, choice_at
@@ -45,16 +45,16 @@ def check_tolerance(tolerance: float) -> None:
         raise ValueError(f"tolerance={tolerance} must be in [0, 1)")
 
 
-def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: float = DEFAULT_TOLERANCE,
+def rank_candidates(values: Evaluation, cand: Candidates, tolerance: float = DEFAULT_TOLERANCE,
                     gpu_memory_bytes: float = 0.0, tp: np.ndarray | None = None) -> np.ndarray:
     """Indices of fitting candidates, best first, by the module's ranking policy (``tp``: each candidate's AutoTP
     degree, when the plan varied it)."""
-    fits = np.flatnonzero(values["fits"])
+    fits = np.flatnonzero(values.fits)
     if fits.size == 0:
         return fits
     # a headroom below the model's measured error of the peak (costmodel/timeline.py memory_error_fraction) is not a
     # proven fit: such candidates come after every proven one, and among themselves the most headroom first
-    proven = fits[~values["memory_risky"][fits]]
+    proven = fits[~values.step_peak.risky[fits]]
     if proven.size:
         fits = proven
     # parameter offload only when nothing fits without it: it moves every parameter over PCIe in every forward
@@ -62,12 +62,12 @@ def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: 
     no_param_offload = fits[cand.offload_param[fits] == 0]
     if no_param_offload.size:
         fits = no_param_offload
-    tps = values["tokens_per_second"][fits]
+    tps = values.tokens_per_second[fits]
     near = tps >= (1.0 - tolerance) * tps.max()
     offloads = (cand.offload_optimizer[fits] > 0).astype(int) + (cand.offload_param[fits] > 0).astype(int)
     stage3 = (cand.stage[fits] == 3).astype(int)
     zpp = ((cand.hpz[fits] > 1) | (cand.qwz[fits] > 0)).astype(int)
-    headroom = gpu_memory_bytes - values["peak"][fits]
+    headroom = gpu_memory_bytes - values.step_peak.bytes[fits]
     # only risky candidates left: the most headroom first, before speed
     risky_headroom = -headroom if not proven.size else np.zeros(fits.size)
     degree = np.ones(fits.size, dtype=np.int64) if tp is None else tp[fits]
@@ -81,15 +81,17 @@ def rank_candidates(values: dict[str, np.ndarray], cand: Candidates, tolerance: 
     return fits[order]
 
 
-def alternative_indices(values, cand: Candidates, tp: np.ndarray, ranked: np.ndarray, count: int) -> list[int]:
+def alternative_indices(values: Evaluation, cand: Candidates, tp: np.ndarray, ranked: np.ndarray,
+                        count: int) -> list[int]:
     """The alternatives to list beside the pick (``ranked[0]``): per (stage, offload, ZeRO++, AutoTP degree) group
     other than the pick's, its fastest candidate the ranking keeps, in the order the ranking first meets the group;
     at most ``count`` of them (at least one when there is another group)."""
     keys = np.stack([cand.stage, cand.offload_optimizer, cand.offload_param, cand.hpz, tp], axis=1)
     fastest: dict[tuple, int] = {}
+    tps = values.tokens_per_second
     for i in ranked:
         key = tuple(keys[i])
-        if key not in fastest or values["tokens_per_second"][i] > values["tokens_per_second"][fastest[key]]:
+        if key not in fastest or tps[i] > tps[fastest[key]]:
             fastest[key] = int(i)
     del fastest[tuple(keys[int(ranked[0])])]  # the pick's own group
     return list(fastest.values())[:max(count, 1)]
@@ -104,12 +106,12 @@ def nearest_fit(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE) -> 
     ctx = make_context(scenario)
     cand = candidate_grid(scenario)
     values = evaluate(ctx, cand)
-    fits = np.flatnonzero(values["fits"])
+    fits = np.flatnonzero(values.fits)
     if fits.size == 0:
         return None
     ranked = rank_candidates(values, cand, tolerance, ctx.gpu_memory_bytes)
     rest = np.setdiff1d(fits, ranked)
-    order = np.concatenate([ranked, rest[np.argsort(-values["tokens_per_second"][rest], kind="stable")]])
+    order = np.concatenate([ranked, rest[np.argsort(-values.tokens_per_second[rest], kind="stable")]])
     own = axis_values(Candidates.from_scenario(scenario))
     axes = axis_values(cand)
     if scenario.zero.overlap_comm is None:  # DeepSpeed's default: any candidate's overlap_comm is no change

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..costmodel import Candidates, Estimate
+from ..costmodel import Candidates, Estimate, Evaluation
 from ..costmodel.communication import autotp_collectives_per_micro_step
 from ..costmodel.timeline import memory_error_fraction
 from ..specs import Scenario, hardware_precision
@@ -152,17 +152,17 @@ def precision_notes(scenario: Scenario) -> list[str]:
 _IF_IT_FITS = re.compile(r"(?i)(ZeRO-([0-3]) (?:if|where) it fits)(?: \(([^)]*)\))?")
 
 
-def _priced_fixes(warnings: list[str], values, cand: Candidates, pick_tps: float) -> list[str]:
+def _priced_fixes(warnings: list[str], values: Evaluation, cand: Candidates, pick_tps: float) -> list[str]:
     """The estimate's warnings with every "ZeRO-N if it fits" fix followed by what the planner priced for it (the
     fastest fitting ZeRO-N candidate, or that none fits), so a warning never sends the user to try a stage the
     plan already rejected without saying so."""
     def priced(m: re.Match) -> str:
         st = int(m.group(2))
-        ok = np.flatnonzero(values["fits"] & (cand.stage == st))
+        ok = np.flatnonzero(values.fits & (cand.stage == st))
         why = f"{m.group(3)}; " if m.group(3) else ""
         if not ok.size:
             return f"{m.group(1)} ({why}priced here: no ZeRO-{st} candidate fits)"
-        tps = float(values["tokens_per_second"][ok].max())
+        tps = float(values.tokens_per_second[ok].max())
         than = "slower than" if tps < pick_tps else "faster than"
         return f"{m.group(1)} ({why}priced here: at best {tps:,.0f} tokens/s, {than} the pick)"
 
@@ -173,7 +173,7 @@ def fit_warnings(scenario: Scenario, found: Search, est: Estimate) -> list[str]:
     """The pick's warnings: the estimate's, with each "ZeRO-N if it fits" fix priced, and QLoRA's stage advice."""
     values, cand = found.values, found.cand
     warnings = _priced_fixes(list(est.warnings), values, cand, est.tokens_per_second)
-    if scenario.training.qlora and np.any(values["fits"] & (cand.stage < 3)):
+    if scenario.training.qlora and np.any(values.fits & (cand.stage < 3)):
         # not when only ZeRO-3 fits (a base sharded with bnb_4bit_quant_storage = the training dtype)
         warnings.append("QLoRA: ZeRO-1 or 2 is enough; ZeRO-3 adds per-layer parameter all-gathers of the 4-bit "
                         "base for little memory gain (the base is frozen: no gradients or optimizer states to shard).")
@@ -210,15 +210,15 @@ def nothing_fits_warnings(scenario: Scenario, held: frozenset[str], found: Searc
         remedies.insert(0, f"split the sequence with Ulysses sequence parallelism "
                            f"(--sequence-parallel-size {sp_fit[0]} fits: "
                            f"{gib(sp_fit[1]):.1f} GiB per GPU at the step's peak)")
-    if not t.tiled_loss and act["logits"] > 0.25 * values["peak"][smallest]:
+    if not t.tiled_loss and act["logits"] > 0.25 * values.step_peak.bytes[smallest]:
         remedies.insert(0, f"compute the loss in chunks (--tiled-loss: the logits and their fp32 log-softmax "
                            f"are {gib(act['logits']):.1f} GiB)")
     within = f" with the options held ({held_text(scenario, held)})" if held else ""
     a = scenario.assumptions
-    host = values["host_per_node"][smallest]
+    host = values.per_node_cpu_bytes[smallest]
     warn = [f"Nothing fits{within}. The candidate needing the least GPU memory "
             f"({choice_at(cand, smallest, tp).label}) "
-            f"peaks at {gib(values['peak'][smallest]):.1f} GiB per GPU of "
+            f"peaks at {gib(values.step_peak.bytes[smallest]):.1f} GiB per GPU of "
             f"{gib(ctx.gpu_memory_bytes * (1 - a.gpu_memory_margin_fraction)):.1f} GiB usable "
             f"and {gib(host):.0f} GiB host RAM per node (x{a.host_buffer_factor:g} buffer factor: "
             f"{gib(host * a.host_buffer_factor):.0f} GiB needed of "
@@ -280,12 +280,12 @@ def fit_reasons(scenario: Scenario, held: frozenset[str], found: Search, ranked:
          + _autotp_reasons(scenario, best, int(ranked[0]), values, cand, tp, found.degrees)
          + [search_reason(scenario, held, cand, tp)])
     r += [f"Alternative {short_label(a.choice)}: {a.why_not}" for a in alts if a.why_not]
-    po = np.flatnonzero(values["fits"] & (cand.offload_param > 0))
+    po = np.flatnonzero(values.fits & (cand.offload_param > 0))
     if po.size:
-        j = int(po[np.argmax(values["tokens_per_second"][po])])
-        if values["tokens_per_second"][j] > est.tokens_per_second * 1.01:
+        j = int(po[np.argmax(values.tokens_per_second[po])])
+        if values.tokens_per_second[j] > est.tokens_per_second * 1.01:
             r.append(f"{short_label(choice_at(cand, j, tp))} is predicted "
-                     f"{values['tokens_per_second'][j] / est.tokens_per_second - 1:.0%} faster but offloads the "
+                     f"{values.tokens_per_second[j] / est.tokens_per_second - 1:.0%} faster but offloads the "
                      "parameters (every forward and backward fetches them over PCIe), which the planner uses "
                      "only when nothing fits without it.")
     return r
@@ -300,7 +300,7 @@ def search_reason(scenario: Scenario, held: frozenset[str], cand: Candidates, tp
     return f"Held as given: {held_text(scenario, held)}. {said}."
 
 
-def _pick_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand, ranked, tolerance,
+def _pick_reasons(scenario: Scenario, best: Choice, est: Estimate, values: Evaluation, cand, ranked, tolerance,
                   tp=None) -> list[str]:
     """Why the pick fits, what the faster fitting candidates lacked, what the smaller stages need, and what the
     pick's stage, bucket and ZeRO++ settings do."""
@@ -310,25 +310,25 @@ def _pick_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand,
     kept = f", {margin:.0%} kept free" if margin > 0 else ""
     r.append(f"{best.label} fits: {est.step_peak.verdict()}{kept}; "
              f"{est.tokens_per_second:,.0f} tokens/s predicted ({est.step_seconds:.2f} s per step).")
-    fastest = ranked[np.argmax(values["tokens_per_second"][ranked])]
-    if values["tokens_per_second"][fastest] > est.tokens_per_second * 1.01:
+    fastest = ranked[np.argmax(values.tokens_per_second[ranked])]
+    if values.tokens_per_second[fastest] > est.tokens_per_second * 1.01:
         fc = choice_at(cand, int(fastest), tp)
         label = fc.label
         if label == best.label:  # it differs in a setting the label does not show (overlap_comm, bucket)
             label += " with " + ", ".join(f"{k} {getattr(fc, k)}" for k in Choice.model_fields
                                           if getattr(fc, k) != getattr(best, k))
-        top = values["tokens_per_second"][fastest]
+        top = values.tokens_per_second[fastest]
         r.append(f"The fastest fitting option, {label}, is {top / est.tokens_per_second - 1:.0%} faster; this choice "
                  f"is {1 - est.tokens_per_second / top:.1%} slower than it, within the {tolerance:.0%} model "
                  "tolerance, and simpler or safer.")
-    fitting = np.flatnonzero(values["fits"])
-    quickest = int(fitting[np.argmax(values["tokens_per_second"][fitting])])
-    if values["memory_risky"][quickest] and not est.step_peak.risky \
-            and values["tokens_per_second"][quickest] > est.tokens_per_second * 1.01:
-        room = values["headroom"][quickest]
+    fitting = np.flatnonzero(values.fits)
+    quickest = int(fitting[np.argmax(values.tokens_per_second[fitting])])
+    if values.step_peak.risky[quickest] and not est.step_peak.risky \
+            and values.tokens_per_second[quickest] > est.tokens_per_second * 1.01:
+        room = values.step_peak.headroom_bytes[quickest]
         r.append(f"{choice_at(cand, quickest, tp).label} would be "
-                 f"{values['tokens_per_second'][quickest] / est.tokens_per_second - 1:.0%} faster, but its step "
-                 f"peaks at {gib(values['peak'][quickest]):.1f} GiB, leaving {gib(room):.1f} GiB "
+                 f"{values.tokens_per_second[quickest] / est.tokens_per_second - 1:.0%} faster, but its step "
+                 f"peaks at {gib(values.step_peak.bytes[quickest]):.1f} GiB, leaving {gib(room):.1f} GiB "
                  f"({room / est.gpu_memory_bytes:.0%}): below the model's error of {est.step_peak.error_fraction:.1%} "
                  "of the peak, not a proven fit.")
     if n == 1:
@@ -339,8 +339,8 @@ def _pick_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand,
         mask = (cand.stage == st) & (cand.offload_optimizer == 0) & (cand.offload_param == 0)
         if tp is not None:
             mask &= tp == (best.autotp_size or 1)
-        if mask.any() and not values["fits_gpu"][mask].any():
-            need = values["peak"][mask].min()
+        if mask.any() and not values.fits_gpu[mask].any():
+            need = values.step_peak.bytes[mask].min()
             r.append(f"ZeRO-{st} without offload does not fit: at least {gib(need):.1f} GiB per GPU.")
     if best.offload_optimizer != "none" or best.offload_param != "none":
         f = scenario.assumptions.host_buffer_factor
@@ -380,7 +380,7 @@ def _pick_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand,
     return r
 
 
-def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand: Candidates, ctx,
+def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values: Evaluation, cand: Candidates, ctx,
                 searched: bool) -> list[str]:
     """Why the plan's Ulysses degree: what smaller degrees lacked (memory, with the activations, or speed) and
     what the split costs (tokens per GPU, all-to-all time, ZeRO and batch degrees)."""
@@ -391,24 +391,24 @@ def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand: C
             if v > p:
                 continue
             mask = cand.sp == v
-            fit = mask & values["fits"]
+            fit = mask & values.fits
             if not fit.any():
-                i = int(np.flatnonzero(mask)[np.argmin(values["peak"][mask])])
+                i = int(np.flatnonzero(mask)[np.argmin(values.step_peak.bytes[mask])])
                 r.append(f"Sequence parallelism {p} is needed: with sequence_parallel_size={v} nothing fits; the "
                          f"candidate needing the least GPU memory ({choice_at(cand, i).label}) needs "
-                         f"{gib(values['peak'][i]):.1f} GiB per GPU, of it "
+                         f"{gib(values.step_peak.bytes[i]):.1f} GiB per GPU, of it "
                          f"{activation_text(activation_parts_at(ctx, cand, i))}: "
                          "no ZeRO stage shards activations, splitting the sequence does.")
             else:
                 plain = fit & (cand.offload_optimizer == 0) & (cand.offload_param == 0)
                 pick_plain = best.offload_optimizer == "none" and best.offload_param == "none"
                 if pick_plain and not plain.any():
-                    tps = float(values["tokens_per_second"][fit].max())
+                    tps = float(values.tokens_per_second[fit].max())
                     r.append(f"With sequence_parallel_size={v} only candidates with offload fit (the fastest "
                              f"{tps:,.0f} tokens/s, against the pick's {est.tokens_per_second:,.0f}); offload is a "
                              "last resort (PCIe/host-bound), so the larger degree without it is picked.")
                 else:
-                    tps = float(values["tokens_per_second"][plain if pick_plain else fit].max())
+                    tps = float(values.tokens_per_second[plain if pick_plain else fit].max())
                     rel = tps / est.tokens_per_second - 1.0
                     r.append(f"With sequence_parallel_size={v} the fastest fitting candidate"
                              f"{' without offload' if pick_plain else ''} is predicted {tps:,.0f} tokens/s, "
@@ -432,12 +432,13 @@ def _sp_reasons(scenario: Scenario, best: Choice, est: Estimate, values, cand: C
     return r
 
 
-def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand, tp, degrees) -> list[str]:
+def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values: Evaluation, cand, tp,
+                    degrees) -> list[str]:
     """Why AutoTP was tried and was or was not picked (figures of the evaluated candidates)."""
     if not degrees:
         return []
     plain = (tp == 1) & (cand.stage < 3) & (cand.offload_optimizer == 0)
-    need = gib(values["peak"][plain].min()) if plain.any() else float("nan")
+    need = gib(values.step_peak.bytes[plain].min()) if plain.any() else float("nan")
     tried = ", ".join(str(d) for d in degrees)
     head = (f"AutoTP degrees {tried} were tried because at tensor-parallel degree 1 no ZeRO-0/1/2 configuration "
             f"fits without offload with the model's {memory_error_fraction(scenario.assumptions.device):.0%} error "
@@ -452,17 +453,18 @@ def _autotp_reasons(scenario: Scenario, best: Choice, best_i: int, values, cand,
         (cand.offload_optimizer == cand.offload_optimizer[best_i]) & (cand.offload_param == cand.offload_param[best_i])
     versus = ""
     if same.any():
-        j = int(np.flatnonzero(same)[np.argmin(values["peak"][same])])
-        versus = (f" (the same configuration at degree 1 needs {gib(values['peak'][j]):.1f} GiB per GPU, "
-                  f"activations {gib(values['activations'][j]):.1f} GiB; here {gib(values['peak'][best_i]):.1f} and "
-                  f"{gib(values['activations'][best_i]):.1f} GiB)")
-    step = values["step_seconds"][best_i]
+        peak, act = values.step_peak.bytes, values.per_gpu_bytes.activations
+        j = int(np.flatnonzero(same)[np.argmin(peak[same])])
+        versus = (f" (the same configuration at degree 1 needs {gib(peak[j]):.1f} GiB per GPU, "
+                  f"activations {gib(act[j]):.1f} GiB; here {gib(peak[best_i]):.1f} and "
+                  f"{gib(act[best_i]):.1f} GiB)")
+    step = values.step_seconds[best_i]
     why = (f"AutoTP {d} (tensor_parallel.autotp_size {d}) splits each layer's linear weights, their gradients, "
            f"optimizer states and activations {d} ways inside the node and ZeRO-{best.stage} shards the rest over "
            f"world / {d} = {n} data-parallel ranks, so this configuration fits{versus}; the price is "
            f"{counts['forward']} all-reduces of one activation per micro-step in forward and "
            f"{counts['backward'] + counts['recompute']} in backward over the node's link, not overlapped: "
-           f"{values['autotp_seconds'][best_i]:.3f} s of the {step:.3f} s step.")
+           f"{values.autotp_seconds_per_step[best_i]:.3f} s of the {step:.3f} s step.")
     return [head, why]
 
 

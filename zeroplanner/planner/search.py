@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..costmodel import Candidates, Estimate, estimate, evaluate, make_context
+from ..costmodel import Candidates, Estimate, Evaluation, estimate, evaluate, make_context
 from ..costmodel.evaluate import estimate_from_values
 from ..specs import Scenario
 from .grid import (SP_MIN_SEQUENCE_TOKENS, activation_parts_at, apply_choice, at_hardware_precision, autotp_degrees,
                    candidate_grid, check_held, choice_at, held_values, sequence_parallel_fit,
-                   sequence_parallel_options, split_values, varied_axes, with_autotp)
+                   sequence_parallel_options, varied_axes, with_autotp)
 from .models import Choice, Option, Plan
 from .rank import DEFAULT_TOLERANCE, alternative_indices, check_tolerance, rank_candidates
 from .reasons import fit_reasons, fit_warnings, nothing_fits_warnings, precision_notes, why_not
@@ -31,9 +31,9 @@ class Search:
 
     ctx: Context
     cand: Candidates
-    values: dict[str, np.ndarray]
+    values: Evaluation
     tp: np.ndarray
-    variant_values: dict[str, np.ndarray]
+    variant_values: Evaluation
     sp_searched: bool
     degrees: tuple[int, ...]
 
@@ -53,8 +53,8 @@ def search(scenario: Scenario, held: frozenset[str]) -> Search:
     if len(sp_options) > 1:
         cand = candidate_grid(scenario, held, sp_options)
     _, vcand = variant_candidates(scenario, np.array([scenario.cluster.nodes]))
-    values, vvalues = split_values(evaluate(ctx, Candidates.concat(cand, vcand)), cand.shape, vcand.shape)
-    if not long and not values["fits"].any():
+    values, vvalues = evaluate(ctx, Candidates.concat(cand, vcand)).split(cand.shape, vcand.shape)
+    if not long and not values.fits.any():
         sp_options = sequence_parallel_options(scenario, held)
         if len(sp_options) > 1:
             cand = candidate_grid(scenario, held, sp_options)
@@ -126,7 +126,7 @@ def _nothing_fits(scenario: Scenario, held: frozenset[str], found: Search, notes
     from ..advice import method_advice, verdict_assumptions
 
     est = estimate(scenario)
-    smallest = int(np.argmin(found.values["peak"]))
+    smallest = int(np.argmin(found.values.step_peak.bytes))
     methods = method_advice(scenario, None, held, tolerance) if advice else []
     act = activation_parts_at(found.ctx, found.cand, smallest, found.tp)
     warnings = nothing_fits_warnings(scenario, held, found, est, smallest, act, methods, advice,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..costmodel import Candidates, evaluate, make_context
+from ..costmodel import Candidates, Evaluation, evaluate, make_context
 from ..costmodel.context import CHECKPOINT_CODES
 from ..costmodel.evaluate import estimate_from_values
 from ..specs import Architecture, Scenario
@@ -31,7 +31,14 @@ VARIANTS: tuple[tuple[str, int, int, int], ...] = (
 
 LIMIT_NAMES = {"fits_gpu": "GPU memory", "fits_cpu": "host RAM", "fits_nvme": "NVMe"}
 """The resources a candidate must fit in (the cost model's ``evaluate``: ``fits = fits_gpu & fits_cpu & fits_nvme``),
-by the names :func:`largest_model_limits` gives them."""
+by the names :func:`largest_model_limits` gives them; keys name the fields of
+:class:`~zeroplanner.costmodel.Evaluation` (:func:`_limits` reads them)."""
+
+
+def _limits(values: Evaluation, index) -> dict[str, bool]:
+    """Whether candidate ``index`` fits in each resource of :data:`LIMIT_NAMES`."""
+    return {"fits_gpu": bool(values.fits_gpu[index]), "fits_cpu": bool(values.fits_cpu[index]),
+            "fits_nvme": bool(values.fits_nvme[index])}
 GRID_TOP = "the search's top"
 """:func:`largest_model_limits`' ``limited_by`` for a variant that fits even the largest model searched."""
 
@@ -63,7 +70,7 @@ def variant_options(scenario: Scenario, ctx=None) -> list[Option]:
     return variant_options_from(scenario, evaluate(ctx, cand))
 
 
-def variant_options_from(scenario: Scenario, values: dict[str, np.ndarray]) -> list[Option]:
+def variant_options_from(scenario: Scenario, values: Evaluation) -> list[Option]:
     """:func:`variant_options` from the variants' :func:`evaluate` values (shape ``(len(VARIANTS), 1)``)."""
     t = scenario.training
     out = []
@@ -89,8 +96,8 @@ def scaling(scenario: Scenario, nodes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64))
     labels, cand = variant_candidates(scenario, nodes_arr)
     values = evaluate(make_context(scenario), cand)
     return {
-        label: {"nodes": nodes_arr.tolist(), "tokens_per_second": values["tokens_per_second"][i].tolist(),
-                "fits": values["fits"][i].tolist()}
+        label: {"nodes": nodes_arr.tolist(), "tokens_per_second": values.tokens_per_second[i].tolist(),
+                "fits": values.fits[i].tolist()}
         for i, label in enumerate(labels)
     }
 
@@ -137,8 +144,8 @@ def largest_model_limits(scenario: Scenario, *, low: float = 1e8, high: float = 
         _, cand = variant_candidates(sc, np.array([sc.cluster.nodes]))
         values = evaluate(make_context(sc), cand)
         for i, label in enumerate(labels):
-            seen[label].append((int(p), {k: bool(values[k][i, 0]) for k in LIMIT_NAMES}))
-            if values["fits"][i, 0]:
+            seen[label].append((int(p), _limits(values, (i, 0))))
+            if values.fits[i, 0]:
                 best[label] = int(p)
     out: dict[str, dict[str, Any]] = {}
     for label in labels:
@@ -184,7 +191,7 @@ def longest_sequence(scenario: Scenario, *, sp_values: Sequence[int] | None = No
         sc = scenario.model_copy(update={"training": scenario.training.model_copy(update={"seq_len": int(seq)})})
         if image_tokens and (seq + image_tokens) % q:  # the split needs every token count to divide evenly
             return np.zeros((n_var, len(sps)), dtype=bool)[rows]
-        return evaluate(make_context(sc), cand.take(rows))["fits"]
+        return evaluate(make_context(sc), cand.take(rows)).fits
 
     last = np.zeros(n_var, dtype=np.int64)  # longest multiple of q known to fit, per variant
     k = q
@@ -215,10 +222,10 @@ def longest_sequence(scenario: Scenario, *, sp_values: Sequence[int] | None = No
     return out
 
 
-def sweep(scenario: Scenario, **axes: Sequence[int]) -> dict[str, np.ndarray]:
+def sweep(scenario: Scenario, **axes: Sequence[int]) -> tuple[Evaluation, dict[str, np.ndarray]]:
     """Evaluate the cartesian product of candidate axes (Candidates field names -> values); unspecified axes take
-    the scenario's value. Returns the raw arrays of :func:`zeroplanner.costmodel.evaluate` (flattened) plus the
-    axes. Raises TypeError for unknown axis names."""
+    the scenario's value. Returns the :func:`zeroplanner.costmodel.evaluate` result over the flattened product
+    and each axis' value per candidate (axis name -> array). Raises TypeError for unknown axis names."""
     base = Candidates.from_scenario(scenario)
     names = list(axes)
     unknown = set(names) - set(base.__dataclass_fields__)
@@ -229,6 +236,4 @@ def sweep(scenario: Scenario, **axes: Sequence[int]) -> dict[str, np.ndarray]:
     for n, g in zip(names, grids):
         fields[n] = g.reshape(-1)
     cand = Candidates.build(**fields)
-    out = evaluate(make_context(scenario), cand)
-    out.update({f"axis_{n}": fields[n] for n in names})
-    return out
+    return evaluate(make_context(scenario), cand), {n: fields[n] for n in names}

@@ -18,18 +18,22 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import catalog
 from ..advice import sentence
-from ..costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS
+from ..costmodel import Estimate
+from ..costmodel.terms import MEMORY_SEGMENTS, TIME_SEGMENTS, segment_value
 from ..inputs import BY_KEY, INPUTS, Input, input_for_error, set_path
 from ..report import TIMELINE_SERIES
 from ..specs import Scenario
 from ..units import GIB
+
+if TYPE_CHECKING:
+    from ..planner import Plan
 
 CUSTOM_MODEL = "(custom size)"
 """Model dropdown entry meaning "a Llama-shaped model of the slider's size" (Architecture.from_parameter_count)."""
@@ -200,23 +204,6 @@ def error_message(exc: BaseException) -> str:
 # --------------------------------------------------------------------------------------------------------------
 # Derived view
 # --------------------------------------------------------------------------------------------------------------
-def _attr(obj: Any, name: str, default: Any = None) -> Any:
-    # Called ~500 times per change. isinstance against typing.Mapping goes through typing's __instancecheck__
-    # (18% of a node-slider change in the app, cProfile, 99 changes) and against collections.abc.Mapping through
-    # abc's (still 5%), so plain dicts and objects (the planner's results) are tried first.
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    value = getattr(obj, name, _MISSING)
-    if value is not _MISSING:
-        return value
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return default
-
-
-_MISSING = object()
-
-
 @dataclass(frozen=True)
 class MemoryView:
     """Per-GPU memory per variant. ``gib[t, v]`` is term ``t`` of :data:`MEMORY_TERMS` for variant ``v``, GiB."""
@@ -231,7 +218,7 @@ class MemoryView:
     host_gib: np.ndarray
     host_capacity_gib: float
     fits_cpu: tuple[bool, ...]
-    estimates: tuple = field(default=(), repr=False, compare=False)
+    estimates: tuple[Estimate, ...] = field(default=(), repr=False, compare=False)
     """The cost-model ``Estimate`` of each variant (what :attr:`term_formulas` is read from)."""
 
     @cached_property
@@ -305,34 +292,33 @@ class StepView:
         return f"peak {self.peak_gib:.1f} GiB in {self.peak_phase}" if self.labels else ""
 
 
-def _estimate_of(plan: Any, variant: str) -> tuple[str, Any]:
+def _estimate_of(plan: AnyPlan, variant: str) -> tuple[str, Estimate]:
     """(label, estimate) of ``variant``: the recommendation (the scenario as requested when nothing fits) or a named
     chart variant; an unknown name falls back to the recommendation."""
     if variant != RECOMMENDED:
         for label, _, est in _variants(plan):
             if label == variant:
                 return label, est
-    if _attr(plan, "fits", False):
-        return RECOMMENDED, _attr(plan, "estimate")
-    return "your settings (nothing fits)", _attr(plan, "estimate")
+    if plan.fits:
+        return RECOMMENDED, plan.estimate
+    return "your settings (nothing fits)", plan.estimate
 
 
-def step_view(plan: Any, variant: str = RECOMMENDED) -> StepView:
+def step_view(plan: AnyPlan, variant: str = RECOMMENDED) -> StepView:
     """Timeline data for the "Memory over one step" chart of ``variant`` (the config preview's choice), from its
     estimate's ``step_peak``: bytes by term per point in GiB, the peak point, the headroom line. An estimate
     without a step timeline gives an empty view (no points)."""
     label, est = _estimate_of(plan, variant)
-    peak = _attr(est, "step_peak")
-    points = list(_attr(peak, "timeline", []) or []) if peak is not None else []
+    peak = est.step_peak
+    points = list(peak.timeline) if peak is not None else []
     n = len(points)
     gib = np.zeros((len(TIMELINE_PARTS), n))
     for p, point in enumerate(points):
-        terms = _attr(point, "bytes", {}) or {}
         for t, (key, _) in enumerate(TIMELINE_PARTS):
-            gib[t, p] = float(terms.get(key, 0) or 0) / GIB
+            gib[t, p] = float(point.bytes.get(key, 0) or 0) / GIB
     total = gib.sum(axis=0)
-    phases = tuple(str(_attr(pt, "phase", "")) for pt in points)
-    phase = str(_attr(peak, "phase", "")) if peak is not None else ""
+    phases = tuple(pt.phase for pt in points)
+    phase = peak.phase if peak is not None else ""
     in_phase = [i for i in range(n) if phases[i] == phase] or list(range(n))
     at = max(in_phase, key=lambda i: (total[i], -i)) if n else -1
     ticks, boundaries = [], []
@@ -343,35 +329,34 @@ def step_view(plan: Any, variant: str = RECOMMENDED) -> StepView:
             if i < n:
                 boundaries.append(i - 0.5)
             start = i
-    capacity = float(_attr(peak, "gpu_memory_bytes", 0) or _attr(est, "gpu_memory_bytes", 0) or 0) / GIB
+    capacity = float((peak.gpu_memory_bytes if peak is not None else 0) or est.gpu_memory_bytes) / GIB
     return StepView(
         variant=label,
-        labels=tuple(str(_attr(pt, "label", "")) for pt in points),
+        labels=tuple(pt.label for pt in points),
         phases=phases,
         gib=gib,
         total_gib=total,
         capacity_gib=capacity,
         peak_index=int(at),
-        peak_gib=float(_attr(peak, "bytes", 0) or 0) / GIB if peak is not None else 0.0,
+        peak_gib=float(peak.bytes) / GIB if peak is not None else 0.0,
         peak_phase=phase,
-        headroom_gib=float(_attr(peak, "headroom_bytes", 0) or 0) / GIB if peak is not None else 0.0,
-        headroom_fraction=float(_attr(peak, "headroom_fraction", 0.0) or 0.0) if peak is not None else 0.0,
-        risky=bool(_attr(peak, "risky", False)) if peak is not None else False,
+        headroom_gib=float(peak.headroom_bytes) / GIB if peak is not None else 0.0,
+        headroom_fraction=float(peak.headroom_fraction) if peak is not None else 0.0,
+        risky=peak.risky if peak is not None else False,
         verdict=peak.verdict() if peak is not None else "",
         ticks=tuple(ticks),
         boundaries=tuple(boundaries),
     )
 
 
-def step_peak_html(estimate: Any, prefix: str = "Over one step") -> str:
+def step_peak_html(estimate: Estimate, prefix: str = "Over one step") -> str:
     """The headroom line under the verdict: ``StepPeak.verdict()`` of ``estimate`` (peak GiB per GPU, its phase, the
     headroom in GiB and %), amber when the headroom is below the model's error ("risky"), red when the peak exceeds
     the GPU's memory. "" when the estimate has no step timeline."""
-    peak = _attr(estimate, "step_peak")
+    peak = estimate.step_peak
     if peak is None:
         return ""
-    kind = (" zp-peak-over" if _attr(peak, "headroom_bytes", 0) < 0 else " zp-peak-risky" if _attr(peak, "risky")
-            else "")
+    kind = " zp-peak-over" if peak.headroom_bytes < 0 else " zp-peak-risky" if peak.risky else ""
     return (f"<div class='zp-step-peak{kind}'><b>{html.escape(prefix)}:</b> {html.escape(peak.verdict())}."
             "</div>")
 
@@ -381,7 +366,7 @@ class View:
     """Everything the app draws, derived from one :class:`AppState`."""
 
     state: AppState
-    plan: Any
+    plan: AnyPlan
     memory: MemoryView
     banner_html: str
     variant_options: tuple[str, ...]
@@ -435,16 +420,16 @@ class View:
         return scaling_view(self.plan, self.state.scenario)
 
 
-def _variants(plan: Any) -> list[tuple[str, Scenario, Any]]:
+def _variants(plan: AnyPlan) -> list[tuple[str, Scenario, Estimate]]:
     """(label, scenario, estimate) of every chart bar: the planner's recommendation first (when something fits;
     it may differ from every fixed variant in micro-batch, checkpointing or ZeRO++), then ``Plan.variants``, then
     the app's extra variants."""
     out = []
-    if _attr(plan, "fits", False) and _attr(plan, "choice") is not None:
-        out.append((RECOMMENDED, _attr(plan, "scenario"), _attr(plan, "estimate")))
-    for v in _attr(plan, "variants", []) or []:
-        out.append((str(_attr(v, "label")), _attr(v, "scenario"), _attr(v, "estimate")))
-    for label, scenario, estimate in _attr(plan, "extra_variants", ()) or ():
+    if plan.fits and plan.choice is not None:
+        out.append((RECOMMENDED, plan.scenario, plan.estimate))
+    for v in plan.variants:
+        out.append((v.label, v.scenario, v.estimate))
+    for label, scenario, estimate in (plan.extra_variants if isinstance(plan, PlanWithExtras) else ()):
         out.append((str(label), scenario, estimate))
     return out
 
@@ -471,28 +456,30 @@ def zeropp_scenario(state: AppState) -> Scenario:
 
 @dataclass(frozen=True)
 class PlanWithExtras:
-    """A planner Plan plus the app's extra chart variants (``extra_variants``: label, scenario, estimate)."""
+    """A planner Plan plus the app's extra chart variants (``extra_variants``: label, scenario, estimate). Reads
+    the plan's fields as the plan's own (``fits``, ``estimate``, ...): the app's views take either."""
 
-    plan: Any
-    extra_variants: tuple = ()
+    plan: Plan
+    extra_variants: tuple[tuple[str, Scenario, Estimate], ...] = ()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.plan, name)
 
 
-def _term_text(estimate: Any) -> dict[str, list[str]]:
+AnyPlan = Union["Plan", PlanWithExtras]
+"""What the views read: a planner :class:`~zeroplanner.planner.Plan`, or one with the app's extra variants."""
+
+
+def _term_text(estimate: Estimate) -> dict[str, list[str]]:
     """Category -> "name: formula" lines from ``Estimate.terms``."""
     by_cat: dict[str, list[str]] = {}
-    for term in _attr(estimate, "terms", []) or []:
-        cat = str(_attr(term, "category", ""))
-        name = str(_attr(term, "name", ""))
-        formula = str(_attr(term, "formula", ""))
-        nbytes = _attr(term, "bytes", 0) or 0
-        by_cat.setdefault(cat, []).append(f"{name} = {formula} = {nbytes / GIB:.2f} GiB" if formula else name)
+    for term in estimate.terms:
+        line = f"{term.name} = {term.formula} = {term.bytes / GIB:.2f} GiB" if term.formula else term.name
+        by_cat.setdefault(term.category, []).append(line)
     return by_cat
 
 
-def memory_view(plan: Any) -> MemoryView:
+def memory_view(plan: AnyPlan) -> MemoryView:
     """Stacked-bar data for the per-GPU memory chart (GiB) and host RAM per node (GiB) of every variant."""
     variants = _variants(plan)
     n = len(variants)
@@ -501,14 +488,13 @@ def memory_view(plan: Any) -> MemoryView:
     fits_gpu, fits_cpu, fits = [], [], []
     capacity = usable = host_cap = 0.0
     for v, (_, scenario, est) in enumerate(variants):
-        per_gpu = _attr(est, "per_gpu_bytes")
-        for t, (key, _) in enumerate(MEMORY_TERMS):
-            gib[t, v] = float(_attr(per_gpu, key, 0.0) or 0.0) / GIB
+        for t, seg in enumerate(MEMORY_SEGMENTS):  # each segment's terms, where the registry says they live
+            gib[t, v] = segment_value(est, seg) / GIB
         # what the verdict compares with the node's RAM: held bytes x host_buffer_factor (Estimate.summary)
-        host[v] = float(_attr(est, "host_required_bytes", 0.0) or _attr(est, "per_node_cpu_bytes", 0.0) or 0.0) / GIB
-        fits_gpu.append(bool(_attr(est, "fits_gpu", True)))
-        fits_cpu.append(bool(_attr(est, "fits_cpu", True)))
-        fits.append(bool(_attr(est, "fits", True)))
+        host[v] = float(est.host_required_bytes or est.per_node_cpu_bytes) / GIB
+        fits_gpu.append(est.fits_gpu)
+        fits_cpu.append(est.fits_cpu)
+        fits.append(est.fits)
         capacity = scenario.cluster.memory_per_gpu_bytes / GIB
         usable = capacity * (1.0 - scenario.assumptions.gpu_memory_margin_fraction)
         host_cap = scenario.cluster.cpu_memory_bytes / GIB
@@ -528,7 +514,7 @@ def memory_view(plan: Any) -> MemoryView:
     )
 
 
-def time_view(plan: Any) -> TimeView:
+def time_view(plan: AnyPlan) -> TimeView:
     """Stacked-bar data for the step-time chart (seconds) and tokens/s of every variant."""
     variants = _variants(plan)
     n = len(variants)
@@ -537,15 +523,11 @@ def time_view(plan: Any) -> TimeView:
     tps = np.zeros(n)
     fits = []
     for v, (_, _, est) in enumerate(variants):
-        comm = _attr(est, "communication")
-        seconds[0, v] = float(_attr(est, "compute_seconds_per_step", 0.0) or 0.0)
-        seconds[1, v] = float(_attr(comm, "exposed_seconds_per_step", 0.0) or 0.0)
-        seconds[2, v] = float(_attr(est, "offload_seconds_per_step", 0.0) or 0.0) + float(
-            _attr(est, "optimizer_seconds_per_step", 0.0) or 0.0
-        )
-        step[v] = float(_attr(est, "step_seconds", 0.0) or 0.0)
-        tps[v] = float(_attr(est, "tokens_per_second", 0.0) or 0.0)
-        fits.append(bool(_attr(est, "fits", True)))
+        for t, seg in enumerate(TIME_SEGMENTS):  # "offload" stacks the offload time and the optimizer step
+            seconds[t, v] = segment_value(est, seg)
+        step[v] = est.step_seconds
+        tps[v] = est.tokens_per_second
+        fits.append(est.fits)
     return TimeView(
         labels=tuple(label for label, _, _ in variants),
         seconds=seconds,
@@ -572,7 +554,7 @@ def _scaling_row(scenario: Scenario, nodes: np.ndarray) -> dict[str, Any]:
     arrays = {name: getattr(base, name) for name in base.__dataclass_fields__}
     arrays["nodes"] = nodes.astype(np.int64)
     out = evaluate(make_context(scenario), Candidates.build(**arrays))
-    return {"tokens_per_second": out["tokens_per_second"], "fits": out["fits"]}
+    return {"tokens_per_second": out.tokens_per_second, "fits": out.fits}
 
 
 @lru_cache(maxsize=64)
@@ -582,7 +564,7 @@ def _scaling_table(scenario_one_node: Scenario, nodes: tuple[int, ...]) -> dict[
     return scaling(scenario_one_node, nodes=list(nodes))
 
 
-def scaling_view(plan: Any, scenario: Scenario) -> ScalingView:
+def scaling_view(plan: AnyPlan, scenario: Scenario) -> ScalingView:
     """Tokens/s of each chart variant at each node count (NaN where it does not fit), per GPU batch fixed, from
     ``zeroplanner.planner.scaling`` (one vectorised evaluation). The table does not depend on the scenario's own
     node count (nodes is a candidate axis), so it is cached on the scenario with ``nodes=1``: moving the node
@@ -628,65 +610,64 @@ def choice_text(choice: Any) -> str:
     return Choice.model_validate(dict(choice)).label
 
 
-def banner_html(plan: Any) -> str:
+def banner_html(plan: AnyPlan) -> str:
     """The recommendation banner (HTML), in the order a reader needs it: the headline (the planner's choice and its
     key numbers, ``zp-headline``), the step's peak, the warnings, the advice, the assumptions, then the reasons in a
     collapsed ``<details>`` ("Why this pick"). The page shows the banner in a box of bounded height; the headline and
     the first warning come first so that they are read without scrolling it."""
-    est = _attr(plan, "estimate")
-    scenario = _attr(plan, "scenario")
-    reasons = [str(r) for r in (_attr(plan, "reasons", []) or [])]
-    warnings = [str(w) for w in (_attr(plan, "warnings", []) or [])]
+    est = plan.estimate
+    scenario = plan.scenario
+    reasons = [str(r) for r in plan.reasons]
+    warnings = [str(w) for w in plan.warnings]
     esc = html.escape
-    if not _attr(plan, "fits", False):
+    if not plan.fits:
         head = (
             '<div class="zp-banner zp-bad"><div class="zp-headline"><b>Does not fit.</b> No ZeRO stage or offload '
             "choice fits this model on this cluster.</div>"
         )
     else:
         # the step's peak (costmodel/timeline.py), the figure the fit is decided by
-        peak = _attr(est, "step_peak")
-        total = (_attr(peak, "bytes", 0.0) if peak is not None
-                 else _attr(_attr(est, "per_gpu_bytes"), "total", 0.0)) or 0.0
+        peak = est.step_peak
+        total = (peak.bytes if peak is not None else est.per_gpu_bytes.total) or 0.0
         cap = scenario.cluster.memory_per_gpu_bytes if scenario is not None else 0
         head = (
             f'<div class="zp-banner zp-good"><div class="zp-headline"><b>Recommended: '
-            f'{esc(choice_text(_attr(plan, "choice")))}.</b> '
-            f"peak {_fmt_gib(total)} of {_fmt_gib(cap)} per GPU, step {float(_attr(est, 'step_seconds', 0)):.3g} s, "
-            f"{_fmt_rate(float(_attr(est, 'tokens_per_second', 0)))}.</div>"
+            f'{esc(choice_text(plan.choice))}.</b> '
+            f"peak {_fmt_gib(total)} of {_fmt_gib(cap)} per GPU, step {float(est.step_seconds):.3g} s, "
+            f"{_fmt_rate(float(est.tokens_per_second))}.</div>"
         )
-    head += step_peak_html(est, "Over one step" if _attr(plan, "fits", False) else "Your settings over one step")
+    head += step_peak_html(est, "Over one step" if plan.fits else "Your settings over one step")
     witems = "".join(f"<li>{esc(w)}</li>" for w in warnings)
     # warnings right under the headline: the banner is a box of bounded height, and a warning must not scroll away
     body = f"<div class='zp-warn-title'>Warnings</div><ul class='zp-warnings'>{witems}</ul>" if witems else ""
-    advice = [str(a) for a in (_attr(plan, "advice", []) or [])]
+    advice = [str(a) for a in plan.advice]
     if advice:
         body += "<ul class='zp-advice'>" + "".join(f"<li><b>Advice:</b> {esc(a)}</li>" for a in advice) + "</ul>"
-    assumed = [str(a) for a in (_attr(plan, "assumptions", []) or [])]
+    assumed = [str(a) for a in plan.assumptions]
     # the defaults the verdict rests on, with the verdict (before the reasons)
     body += "".join(f"<div class='zp-assume'>{esc(sentence(a))}</div>" for a in assumed)
     if reasons:
         items = "".join(f"<li>{esc(r)}</li>" for r in reasons)
-        why = "Why this pick" if _attr(plan, "fits", False) else "How the candidates compare"
+        why = "Why this pick" if plan.fits else "How the candidates compare"
         body += (f"<details class='zp-why'><summary>{why} ({len(reasons)} reason"
                  f"{'s' if len(reasons) != 1 else ''})</summary><ul class='zp-reasons'>{items}</ul></details>")
     return head + body + "</div>"
 
 
-def variant_scenario(plan: Any, variant: str) -> Scenario:
+def variant_scenario(plan: AnyPlan, variant: str) -> Scenario:
     """The scenario of the config preview's selection: the plan's chosen one, or the named variant's.
 
     Raises ``KeyError`` naming the known variants if ``variant`` is unknown.
     """
     if variant == RECOMMENDED:
-        return _attr(plan, "scenario")
+        return plan.scenario
     for label, scenario, _ in _variants(plan):
         if label == variant:
             return scenario
     raise KeyError(f"unknown variant {variant!r}; known: {[label for label, _, _ in _variants(plan)]}")
 
 
-def config_text(plan: Any, variant: str, mode: ConfigMode) -> tuple[str, str, str | None]:
+def config_text(plan: AnyPlan, variant: str, mode: ConfigMode) -> tuple[str, str, str | None]:
     """(JSON text, file name, error) of the DeepSpeed config for the selected variant, via
     ``zeroplanner.deepspeed.to_deepspeed_config(scenario, mode=...)``. On failure the text is empty and error says
     why (e.g. the selected variant does not fit, or the generator failed)."""
@@ -729,6 +710,6 @@ def derive(state: AppState) -> View:
         memory=memory_view(plan),
         banner_html=banner_html(plan),
         variant_options=(RECOMMENDED, *(label for label, _, _ in bars if label != RECOMMENDED)),
-        warnings=tuple(str(w) for w in (_attr(plan, "warnings", []) or [])),
+        warnings=tuple(str(w) for w in plan.warnings),
         variant_scenarios=tuple(sc for _, sc, _ in bars),
     )

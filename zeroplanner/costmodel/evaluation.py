@@ -1,0 +1,194 @@
+"""What :func:`~.evaluate.evaluate` returns: one typed, frozen :class:`Evaluation` per call, its fields named like
+:class:`~.evaluate.Estimate`'s.
+
+Every field is an array shaped like the candidates (float; bool for the fit verdicts; int for degrees and the
+peak's phase index). A quantity :class:`~.evaluate.Estimate` reports has the name and the nesting it has there:
+``ev.per_gpu_bytes.parameters`` is ``est.per_gpu_bytes.parameters`` for every candidate,
+``ev.communication.exposed_seconds_per_step`` is ``est.communication.exposed_seconds_per_step``,
+``ev.step_peak.bytes`` is ``est.step_peak.bytes``, so one dotted path (:attr:`~.terms.TermInfo.field`) finds a
+term's value in both. :meth:`Evaluation.at` is one candidate's values (Python scalars in the same fields; what
+``estimate_from_values`` builds the Estimate from); :meth:`~Evaluation.take`, :meth:`~Evaluation.split` and
+:meth:`~Evaluation.concat` cut and join evaluations the way :meth:`~.context.Candidates.take` and
+:meth:`~.context.Candidates.concat` cut and join their candidates (the planner evaluates its grid and the chart
+variants in one call and splits the result).
+
+Pure numpy; no UI imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any, TypeVar, Union
+
+import numpy as np
+
+Value = Union[np.ndarray, float, int, bool]
+"""A field's value: an array over the candidates, or (:meth:`Evaluation.at`) one candidate's Python scalar."""
+
+_G = TypeVar("_G", bound="_Group")
+
+
+@cache
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+class _Group:
+    """Leaf-wise operations shared by :class:`Evaluation` and its nested groups."""
+
+    __slots__ = ()
+
+    @classmethod
+    def _join(cls: type[_G], items: Sequence[_G], leaf: Callable[[list], Any]) -> _G:
+        """One ``cls`` whose every leaf is ``leaf`` of the same leaf of each of ``items`` (nested groups
+        recursively)."""
+        out = {}
+        for name in _names(cls):
+            values = [getattr(it, name) for it in items]
+            first = values[0]
+            out[name] = type(first)._join(values, leaf) if isinstance(first, _Group) else leaf(values)
+        return cls(**out)
+
+    def _map(self: _G, leaf: Callable[[Any], Any]) -> _G:
+        return type(self)._join([self], lambda values: leaf(values[0]))
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryArrays(_Group):
+    """Per-GPU bytes by term, as :class:`~.evaluate.MemoryBreakdown` (``Estimate.per_gpu_bytes``): each term at
+    its own maximum, and their sum ``total``."""
+
+    parameters: Value
+    gradients: Value
+    optimizer_states: Value
+    activations: Value
+    buffers: Value
+    overhead: Value
+    total: Value
+
+
+@dataclass(frozen=True, slots=True)
+class CommunicationArrays(_Group):
+    """Per-GPU communication per optimizer step, as :class:`~.evaluate.Communication`
+    (``Estimate.communication``): bytes sent, seconds on the wire, seconds exposed (incl. the ZeRO host overhead),
+    the exposed collectives alone, and the message bytes per collective (``by_collective``)."""
+
+    bytes_per_gpu_per_step: Value
+    seconds_per_step: Value
+    exposed_seconds_per_step: Value
+    collectives_exposed_seconds_per_step: Value
+    """The exposed collectives without the ZeRO host overhead (module and gradient hooks)."""
+    all_reduce: Value
+    reduce_scatter: Value
+    all_gather: Value
+    all_to_all: Value
+    """Ulysses' all-to-alls and position_ids all-gathers (0 without sequence parallelism)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepPeakArrays(_Group):
+    """The step's peak per GPU (costmodel/timeline.py), as :class:`~.evaluate.StepPeak` (``Estimate.step_peak``):
+    bytes, the index of its phase in :data:`~.timeline.PHASES` (``StepPeak.phase`` is the name), the headroom
+    left of the GPU's memory (bytes), and whether that headroom is below the model's measured error (``risky``)."""
+
+    bytes: Value
+    phase_index: Value
+    headroom_bytes: Value
+    risky: Value
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation(_Group):
+    """Every number of the cost model for every candidate (:func:`~.evaluate.evaluate`). Bytes, seconds per
+    optimizer step, tokens/s, TFLOP/s; names as :class:`~.evaluate.Estimate`'s."""
+
+    per_gpu_bytes: MemoryArrays
+    per_node_cpu_bytes: Value
+    """Host RAM per node for what is offloaded (before ``Assumptions.host_buffer_factor``)."""
+    nvme_bytes: Value
+    """NVMe per node."""
+    step_peak: StepPeakArrays
+    data_parallel_degree: Value
+    """GPUs ZeRO shards over (Ulysses ranks included)."""
+    batch_data_parallel_degree: Value
+    """GPUs the batch is split over: data_parallel_degree / sequence_parallel_size."""
+    sequence_parallel_size: Value
+    communication: CommunicationArrays
+    compute_seconds_per_step: Value
+    achieved_fraction: Value
+    offload_seconds_per_step: Value
+    optimizer_seconds_per_step: Value
+    fetch_overhead_seconds_per_step: Value
+    """ZeRO-3 module-hook host time the GPU waits for (part of communication.exposed_seconds_per_step)."""
+    hook_seconds_per_step: Value
+    """ZeRO-2/3 gradient-hook host time (part of communication.exposed_seconds_per_step)."""
+    autotp_seconds_per_step: Value
+    """AutoTP's all-reduces, exposed (part of communication.exposed_seconds_per_step)."""
+    sp_all_to_all_seconds_per_step: Value
+    """Ulysses' all-to-alls, exposed (part of communication.exposed_seconds_per_step; 0 without Ulysses)."""
+    checkpoint_offload_seconds_per_step: Value
+    """ALST's checkpoint-offload copies (part of offload_seconds_per_step; 0 without checkpoint offload)."""
+    step_seconds: Value
+    tokens_per_second: Value
+    tflops_per_gpu: Value
+    mfu: Value
+    fits_gpu: Value
+    """The step's peak within the usable GPU memory."""
+    fits_cpu: Value
+    """per_node_cpu_bytes x host_buffer_factor within the node's RAM."""
+    fits_nvme: Value
+    fits: Value
+    """fits_gpu & fits_cpu & fits_nvme."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The candidates' shape."""
+        return np.shape(self.per_gpu_bytes.total)
+
+    def at(self, index: int | tuple[int, ...]) -> Evaluation:
+        """Candidate ``index`` (flat, or a multi-index into :attr:`shape`): the same fields as Python scalars
+        (float, bool, int)."""
+        flat = int(np.ravel_multi_index(index, self.shape)) if isinstance(index, tuple) else int(index)
+        return self._map(lambda a: a.item(flat))
+
+    def take(self, index) -> Evaluation:
+        """The candidates ``index`` selects (numpy indexing of the candidate arrays, as
+        :meth:`~.context.Candidates.take`); values that are not per candidate are kept."""
+        shape = self.shape
+        return self._map(lambda a: a[index] if np.shape(a) == shape else a)
+
+    def split(self, *shapes: tuple[int, ...]) -> list[Evaluation]:
+        """The evaluation of :meth:`~.context.Candidates.concat` of candidate sets cut back into one per set
+        (``shapes`` in concatenation order); values that are not per candidate (scalars) are shared."""
+        total = sum(int(np.prod(sh)) for sh in shapes)
+        out, start = [], 0
+        for sh in shapes:
+            n = int(np.prod(sh))
+            out.append(self._map(lambda a, start=start, n=n, sh=sh:
+                                 a.reshape(-1)[start:start + n].reshape(sh)
+                                 if np.size(a) == total and np.ndim(a) else a))
+            start += n
+        return out
+
+    @classmethod
+    def concat(cls, *parts: Evaluation) -> Evaluation:
+        """One flat (1-D) evaluation of ``parts``' candidates, in order (the values of
+        :meth:`~.context.Candidates.concat` of their candidates); values that are not per candidate (scalars)
+        are taken from the first."""
+        n = int(np.prod(parts[0].shape))
+
+        def joined(values: list):
+            a = values[0]
+            return np.concatenate([np.reshape(v, -1) for v in values]) if np.ndim(a) and np.size(a) == n else a
+
+        return cls._join(parts, joined)
+
+
+def field_value(obj: object, path: str) -> Any:
+    """The value at the dotted attribute ``path`` ("per_gpu_bytes.parameters") of an :class:`Evaluation` or an
+    :class:`~.evaluate.Estimate` (the same paths name the same quantities in both)."""
+    for name in path.split("."):
+        obj = getattr(obj, name)
+    return obj
