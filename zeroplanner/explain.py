@@ -137,8 +137,9 @@ def _latex_unit(text: str) -> str:
 
 
 def fmt_bytes_text(x: float) -> str:
-    """Bytes for people: "12.55 GiB" (MiB below 0.01 GiB)."""
-    return _in_unit(x, 0.01 * GIB, (1 / GIB, ".2f", "GiB"), (2**-20, ".2f", "MiB"))
+    """Bytes for people: "12.55 GiB", and "512.00 MiB" below 1 GiB (in GiB with two decimals, 12 MiB read "0.01 GiB",
+    and a sum of MiB parts did not add up to it by hand)."""
+    return _in_unit(x, GIB, (1 / GIB, ".2f", "GiB"), (2**-20, ".2f", "MiB"))
 
 
 def fmt_bytes(x: float) -> str:
