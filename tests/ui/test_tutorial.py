@@ -303,6 +303,15 @@ def test_tutorial_opens_on_the_query_string(monkeypatch):
     assert "nodes" in t.message.value and t.scenario == build_scenario()
 
 
+def test_tutorial_applies_a_link_with_one_bad_key_and_names_it(monkeypatch):
+    """As the planner page does (zeroplanner.share.read_link): the typo is left out and named, the rest applied,
+    so the tutorial and the planner open the same scenario from one workshop link."""
+    monkeypatch.setenv("QUERY_STRING", "model=llama-2-13b&nodez=4")
+    t = Tutorial()
+    assert t.scenario == build_scenario(model="llama-2-13b")
+    assert "nodez" in t.message.value and "did you mean nodes" in t.message.value
+
+
 def test_unknown_step_is_refused():
     with pytest.raises(KeyError, match="steps: dp, zero1"):
         Tutorial(build_scenario()).step("zero4")

@@ -2,7 +2,8 @@
 -> ZeRO-3 -> offload -> communication and networks -> where a step peaks -> choosing a stage.
 
 ``t = Tutorial()`` holds one shared scenario (model, GPU, GPUs per node, nodes, network; opened from the page's
-query string when there is one, :func:`zeroplanner.share.scenario_from_environment`). ``t.controls`` changes it;
+query string when there is one, :func:`zeroplanner.share.link_from_environment`: what a link gets wrong is left out
+and named). ``t.controls`` changes it;
 ``t.step("zero2")`` is the widget of one step: a short text, the formulas rendered as math (``ipywidgets.HTMLMath``)
 with the scenario's numbers substituted, and an exercise whose answer the widget checks. Every formula and every
 answer comes from :mod:`zeroplanner.explain` (the cost model's own terms), so the numbers a student reads are the
@@ -932,13 +933,21 @@ class Tutorial:
     def __init__(self, scenario: Scenario | None = None) -> None:
         self.message = w.HTML()
         if scenario is None:
-            from ..share import ShareError, scenario_from_environment
+            # a link is applied as far as it can be, as on the planner page (zeroplanner.share.read_link): an
+            # unknown key or a bad value is left out and named, so one typo in a workshop link does not put a
+            # participant on a different scenario than the planner page shows
+            from ..share import ShareError, link_from_environment
 
             try:
-                scenario = scenario_from_environment()
-            except ShareError as exc:
+                link = link_from_environment()
+            except ShareError as exc:  # refused as a whole (too long, malformed)
                 self.message.value = (f"<div class='zp-no'>The link's scenario was not used: "
                                       f"{html.escape(str(exc))}</div>")
+            else:
+                if link is not None:
+                    scenario = link.scenario
+                    if link.note:
+                        self.message.value = f"<div class='zp-no'>{html.escape(link.note)}</div>"
         self.scenario = scenario or build_scenario()
         self._steps: dict[str, TutorialStep] = {}
         self._quiet = False
