@@ -64,21 +64,26 @@ def rank_candidates(values: Evaluation, cand: Candidates, tolerance: float = DEF
         fits = no_param_offload
     tps = values.tokens_per_second[fits]
     near = tps >= (1.0 - tolerance) * tps.max()
-    offloads = (cand.offload_optimizer[fits] > 0).astype(int) + (cand.offload_param[fits] > 0).astype(int)
-    stage3 = (cand.stage[fits] == 3).astype(int)
-    zpp = ((cand.hpz[fits] > 1) | (cand.qwz[fits] > 0)).astype(int)
-    headroom = gpu_memory_bytes - values.step_peak.bytes[fits]
+    keys = preference_keys(values, cand, fits, gpu_memory_bytes, tp)
     # only risky candidates left: the most headroom first, before speed
-    risky_headroom = -headroom if not proven.size else np.zeros(fits.size)
-    degree = np.ones(fits.size, dtype=np.int64) if tp is None else tp[fits]
-    # among equals the smaller Ulysses degree (fewer all-to-alls, a larger data-parallel batch), after offload, then
-    # the smaller AutoTP degree
-    sp = cand.sp[fits]
-    keys = {"offloads": offloads, "sequence_parallel": sp, "autotp": degree, "stage3": stage3, "zeropp": zpp,
-            "headroom": -headroom, "tokens_per_second": -tps}
+    risky_headroom = keys["headroom"] if not proven.size else np.zeros(fits.size)
     # np.lexsort: last key is primary: risky headroom, then within the tolerance or not, then PREFERENCE_ORDER
     order = np.lexsort((*(keys[k] for k in reversed(PREFERENCE_ORDER)), ~near, risky_headroom))
     return fits[order]
+
+
+def preference_keys(values: Evaluation, cand: Candidates, idx: np.ndarray, gpu_memory_bytes: float = 0.0,
+                    tp: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The tie-break keys of :data:`PREFERENCE_ORDER` for the candidates ``idx`` (smaller is preferred): offloaded
+    state kinds, Ulysses degree, AutoTP degree (``tp``, 1 when not varied), ZeRO-3 or not, ZeRO++ or not, minus the
+    headroom (bytes: ``gpu_memory_bytes`` - the step's peak), minus tokens/s."""
+    offloads = (cand.offload_optimizer[idx] > 0).astype(int) + (cand.offload_param[idx] > 0).astype(int)
+    stage3 = (cand.stage[idx] == 3).astype(int)
+    zpp = ((cand.hpz[idx] > 1) | (cand.qwz[idx] > 0)).astype(int)
+    headroom = gpu_memory_bytes - values.step_peak.bytes[idx]
+    degree = np.ones(np.size(idx), dtype=np.int64) if tp is None else tp[idx]
+    return {"offloads": offloads, "sequence_parallel": cand.sp[idx], "autotp": degree, "stage3": stage3,
+            "zeropp": zpp, "headroom": -headroom, "tokens_per_second": -values.tokens_per_second[idx]}
 
 
 def alternative_indices(values: Evaluation, cand: Candidates, tp: np.ndarray, ranked: np.ndarray,

@@ -318,9 +318,9 @@ def _pick_reasons(scenario: Scenario, best: Choice, est: Estimate, values: Evalu
             label += " with " + ", ".join(f"{k} {getattr(fc, k)}" for k in Choice.model_fields
                                           if getattr(fc, k) != getattr(best, k))
         top = values.tokens_per_second[fastest]
-        r.append(f"The fastest fitting option, {label}, is {top / est.tokens_per_second - 1:.0%} faster; this choice "
-                 f"is {1 - est.tokens_per_second / top:.1%} slower than it, within the {tolerance:.0%} model "
-                 "tolerance, and simpler or safer.")
+        r.append(f"The fastest fitting option, {label}, is {top / est.tokens_per_second - 1:.0%} faster, within the "
+                 f"{tolerance:.0%} model tolerance; the planner prefers this choice because "
+                 f"{_preferred_because(scenario, values, cand, int(ranked[0]), int(fastest), tp)}.")
     fitting = np.flatnonzero(values.fits)
     quickest = int(fitting[np.argmax(values.tokens_per_second[fitting])])
     if values.step_peak.risky[quickest] and not est.step_peak.risky \
@@ -488,3 +488,28 @@ PREFERENCE_TEXT: dict[str, str] = {
 }
 """The sentence of each tie-break of :data:`zeroplanner.planner.rank.PREFERENCE_ORDER` (the tutorial lists them in
 that order)."""
+
+
+def _preferred_because(scenario: Scenario, values: Evaluation, cand, pick: int, other: int, tp=None) -> str:
+    """Why the ranking puts candidate ``pick`` before the faster ``other`` within the tolerance: the first tie-break
+    of :data:`~zeroplanner.planner.rank.PREFERENCE_ORDER` on which they differ, in words."""
+    from .rank import PREFERENCE_ORDER, preference_keys
+
+    keys = preference_keys(values, cand, np.array([pick, other]), scenario.cluster.memory_per_gpu_bytes, tp)
+    first = next((k for k in PREFERENCE_ORDER if keys[k][0] != keys[k][1]), "tokens_per_second")
+    if first == "headroom":
+        free = [gib(-float(keys["headroom"][i])) for i in (0, 1)]
+        return (f"it leaves {free[0]:.1f} GiB of GPU memory free at the step's peak against {free[1]:.1f} GiB "
+                "(the tie-break after offload, parallel degrees, ZeRO-3 and ZeRO++)")
+    return PREFERENCE_BECAUSE[first]
+
+
+PREFERENCE_BECAUSE: dict[str, str] = {
+    "offloads": "it offloads less to the host (offload is PCIe- and CPU-bound)",
+    "sequence_parallel": "its Ulysses sequence-parallel degree is smaller (fewer all-to-alls)",
+    "autotp": "its AutoTP degree is smaller (its all-reduces are serial with compute)",
+    "stage3": "it avoids ZeRO-3's per-layer parameter gathers",
+    "zeropp": "it needs no ZeRO++",
+    "tokens_per_second": "it ranks first on the planner's tie-breaks",
+}
+"""The reason :func:`_preferred_because` gives for each tie-break but the headroom (whose reason carries its GiB)."""
