@@ -396,6 +396,8 @@ class Estimate(Output):
             f"step {self.step_seconds:.3f} s (compute {self.compute_seconds_per_step:.3f} s, exposed comm "
             f"{self.communication.exposed_seconds_per_step - host:.3f} s"
             + (f" + ZeRO host hooks {host:.3f} s" if host > 0 else "")
+            + (f" + offload {self.offload_seconds_per_step:.3f} s" if self.offload_seconds_per_step > 0 else "")
+            + f" + optimizer {self.optimizer_seconds_per_step:.3f} s"
             + f"), {self.tokens_per_second:,.0f} tokens/s"
         )
 
