@@ -331,9 +331,14 @@ def verdict_assumptions(scenario: Scenario, choice, given: Iterable[str] | None 
                    f"{BY_KEY['cpu_memory_gib'].cli_flag}")
     if oo != "none" and _assumed("cpu_adam_params_per_second", "cpu_adam_params_per_second",
                                  c.cpu_adam_params_per_second, given):
-        out.append(f"assumes DeepSpeedCPUAdam at {c.cpu_adam_params_per_second / 1e9:.3g}e9 parameter updates/s per "
-                   f"node (not given, not measured on your host): set {BY_KEY['cpu_adam_params_per_second'].cli_flag}, "
-                   "or measure with `zeroplanner probe --benchmarks`")
+        from .costmodel.offload import cpu_adam_params_per_second_per_rank
+
+        n = c.cpu_adam_threads_per_rank
+        out.append(f"assumes DeepSpeedCPUAdam on {n} thread{'s' if n != 1 else ''} per rank, "
+                   f"{cpu_adam_params_per_second_per_rank(c) / 1e9:.3g}e9 parameter updates/s per rank (the rate "
+                   f"per thread measured on one core here, not on your host): set "
+                   f"{BY_KEY['cpu_adam_threads_per_rank'].cli_flag} to your launcher's OMP_NUM_THREADS, or "
+                   f"measure with `zeroplanner probe --benchmarks` ({BY_KEY['cpu_adam_params_per_second'].cli_flag})")
     if c.nodes > 1 and (given is None or "inter_node_gbps" not in given):
         n = c.network
         out.append(f"assumes the {n.name} preset between nodes: {n.nics_per_node} x {n.link_gbps:g} Gbit/s per node "

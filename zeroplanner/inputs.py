@@ -503,6 +503,13 @@ def _shown_compute_fraction(s: Scenario) -> float:
     return round(estimate(s).achieved_fraction, 2)
 
 
+def _shown_cpu_adam_node_rate(s: Scenario) -> float:
+    """The node's CPU-Adam rate the cost model uses (given, or derived per rank x GPUs per node)."""
+    from .costmodel.offload import cpu_adam_params_per_second_per_rank
+
+    return cpu_adam_params_per_second_per_rank(s.cluster) * s.cluster.gpus_per_node
+
+
 def _read_gpu_memory_gib(s: Scenario) -> float | None:
     return None if s.cluster.gpu_memory_bytes is None else s.cluster.gpu_memory_bytes / GIB
 
@@ -667,10 +674,21 @@ INPUTS: tuple[Input, ...] = (
           "`zeroplanner probe` measures the free space)", path="cluster.nvme_bytes", scale=GIB,
           widget=Widget("float_text", "NVMe/node GiB", section="offload", round_digits=0)),
     Input("cpu_adam_params_per_second", "CPU-Adam updates per second per node", "float", "cluster",
-          "DeepSpeedCPUAdam parameter updates per second on one node's host, for offload_optimizer (default 4e9: an "
-          "assumption, see ClusterSpec.cpu_adam_params_per_second; measure yours with DeepSpeed's cpu_adam)",
-          path="cluster.cpu_adam_params_per_second",
+          "DeepSpeedCPUAdam parameter updates per second measured on one node's host, for offload_optimizer (the "
+          "node's ranks share it; default: derived per rank from --cpu-adam-threads-per-rank, see "
+          "costmodel/offload.py; `zeroplanner probe --benchmarks` measures yours)",
+          path="cluster.cpu_adam_params_per_second", read_fn=lambda s: s.cluster.cpu_adam_params_per_second,
+          shown_fn=_shown_cpu_adam_node_rate,
           widget=Widget("float_text", "CPU-Adam params/s/node", section="offload", round_digits=0)),
+    Input("cpu_adam_threads_per_rank", "CPU-Adam threads per rank", "int", "cluster",
+          "OpenMP threads of each rank's DeepSpeedCPUAdam and host copies (OMP_NUM_THREADS; default 1, what torchrun "
+          "and accelerate launch set; deepspeed --bind_cores_to_rank gives cores / GPUs per node)",
+          path="cluster.cpu_adam_threads_per_rank",
+          widget=Widget("int_text", "CPU-Adam threads/rank", section="offload")),
+    Input("host_cpu_cores_per_node", "Host CPU cores per node", "int", "cluster",
+          "physical CPU cores of one node's host (default: not given, enough for every rank's CPU-Adam threads); "
+          "with fewer cores than threads x GPUs per node each rank gets its share",
+          path="cluster.host_cpu_cores_per_node", read_fn=lambda s: s.cluster.host_cpu_cores_per_node),
     # -- long context: Ulysses sequence parallelism and ALST (costmodel/ulysses.py) --
     Input("sequence_parallel_size", "Ulysses sequence-parallel degree (GPUs)", "int", "cluster",
           "Ulysses sequence-parallel degree: each sample's sequence split over this many GPUs (1 = none; must "

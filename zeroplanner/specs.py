@@ -766,14 +766,25 @@ class ClusterSpec(_Frozen):
         "(8 x 3.84 TB) option (NVIDIA DGX A100 datasheet, 2020); `zeroplanner probe` sets the measured free space",
     )
     nvme_gb_per_s: float = Field(default=6.0, gt=0, le=1000, description="NVMe read/write GB/s per node")
-    cpu_adam_params_per_second: float = Field(
-        default=4.0e9, ge=1e6, le=1e13,
-        description="DeepSpeed CPU-Adam parameter updates per second per node. The default is an assumption, not a "
-        "measurement of a GPU host: DeepSpeedCPUAdam did 1.16e9 updates/s on one thread of the 2-core build "
-        "machine (best of 9 steps, docs/validation.md section 5, _measurements/cpu_adam.json), so 4e9 is a few "
-        "such threads' worth; section 4's published run implies 1.4e9/s on its (unstated) host. Measure your "
-        "host with `zeroplanner probe --benchmarks` (applied by --cluster-from) or set "
-        "--cpu-adam-params-per-second",
+    cpu_adam_params_per_second: float | None = Field(
+        default=None, ge=1e6, le=1e13,
+        description="DeepSpeedCPUAdam parameter updates per second per node, measured on your host (`zeroplanner "
+        "probe --benchmarks`, applied by --cluster-from); the node's ranks share it. None = derived per rank from "
+        "cpu_adam_threads_per_rank (costmodel.offload.cpu_adam_params_per_second_per_rank)",
+    )
+    cpu_adam_threads_per_rank: int = Field(
+        default=1, ge=1, le=1024,
+        description="OpenMP threads each rank's DeepSpeedCPUAdam runs on (OMP_NUM_THREADS). Default 1: what torchrun "
+        "(torch/distributed/run.py) and `accelerate launch` (accelerate/commands/launch.py) set for every process "
+        "when a node runs more than one; `deepspeed --bind_cores_to_rank` sets the node's cores / ranks "
+        "(deepspeed/launcher/launch.py); the deepspeed launcher without it leaves torch's default, the node's "
+        "physical cores, in every rank",
+    )
+    host_cpu_cores_per_node: int | None = Field(
+        default=None, ge=1, le=100_000,
+        description="physical CPU cores of one node's host, shared by its ranks' CPU-Adam threads; None = not "
+        "given: enough for every rank's threads. With more threads than cores (cpu_adam_threads_per_rank x "
+        "gpus_per_node > this) the rate falls by the slowdown measured here (costmodel/offload.py)",
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
     sequence_parallel_size: int = Field(

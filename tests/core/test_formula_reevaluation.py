@@ -38,6 +38,9 @@ SCENARIOS: dict[str, dict] = {
     "stage1-overlap-fp32": dict(stage=1, precision="fp32", model="gpt2"),
     "stage2": dict(stage=2),
     "stage2-cpu-optimizer": dict(stage=2, offload_optimizer="cpu"),
+    "stage1-cpu-optimizer-one-backward": dict(stage=1, offload_optimizer="cpu", micro_batch=8, grad_accum=1),
+    "stage3-pageable-offload": dict(stage=3, offload_optimizer="cpu", offload_param="cpu", pin_memory=False,
+                                    model="llama-2-13b", cpu_adam_threads_per_rank=8),
     "stage2-nvme-optimizer": dict(stage=2, offload_optimizer="nvme", model="llama-2-13b", gpus_per_node=4),
     "stage3-2-nodes": dict(model="llama-2-13b", nodes=2, stage=3),
     "stage3-no-overlap": dict(stage=3, overlap_comm=False, nodes=2),
@@ -405,13 +408,15 @@ def test_every_term_and_part_is_displayed_somewhere():
 # --------------------------------------------------------------------------------------------------------------
 def _plain_numpy_step(ctx, cand, comm, comp):
     """The step composition as plain numpy, as costmodel/evaluate.py step_parts and compute.py
-    optimizer_and_offload_terms wrote it before the step-time terms became expressions (commit 53d7cd6): the
+    optimizer_and_offload_terms wrote it before the step-time terms became expressions (commit 53d7cd6), with the
+    offload parts priced since (DeepSpeed's gradient copies, pageable copies exposed, the per-rank host rates): the
     reference the expressions must equal bit for bit (tests/core/test_recommend_golden.py pins the planner's
     output on the same grounds)."""
     import numpy as np
 
     from zeroplanner.costmodel.activations import checkpoint_offload_bytes_per_micro
     from zeroplanner.costmodel.context import OPTIMIZER_BYTES_TOUCHED, data_parallel_degree, overlap_comm
+    from zeroplanner.costmodel.offload import cpu_adam_params_per_second_per_rank, host_conversion_per_second_per_rank
     from zeroplanner.costmodel.steptime_constants import FITTED
 
     def hidden(work, other, loss):
@@ -425,16 +430,30 @@ def _plain_numpy_step(ctx, cand, comm, comp):
     shard = np.where(st >= 1, T / n, T)
     touched = OPTIMIZER_BYTES_TOUCHED[ctx.scenario.training.optimizer] if ctx.mixed else 16.0
     off_opt = cand.offload_optimizer
-    optimizer = np.where(off_opt > 0, ctx.gpus_per_node * T / n / c.cpu_adam_params_per_second,
-                         shard * touched / ctx.hbm_bytes_per_second)
+    # offloaded: the rank's CPU-Adam and host conversion rates (costmodel/offload.py, tests/core/test_offload_host.py)
+    r_cpu, r_cv = cpu_adam_params_per_second_per_rank(c), host_conversion_per_second_per_rank(c)
+    optimizer = np.where(off_opt > 0, T / n / r_cpu + T / n / r_cv, shard * touched / ctx.hbm_bytes_per_second)
     K = ctx.master_bytes + ctx.optimizer_state_bytes
     nvme_bps = c.nvme_gb_per_s * 1e9
     nvme_opt = np.where((off_opt == 2) & (st == 3), 2.0 * ctx.gpus_per_node * K * T / n / nvme_bps, 0.0)
     param_part = P * ctx.weight_bytes / n
     nvme = nvme_opt + np.where(cand.offload_param == 2, 2.0 * ga * ctx.gpus_per_node * param_part / nvme_bps, 0.0)
     pcie = ctx.pcie_bytes_per_second
-    pcie_raw = (np.where(off_opt > 0, T * ctx.grad_bytes / n / pcie, 0.0)
-                + np.where(cand.offload_param > 0, 2.0 * param_part / pcie, 0.0))
+    z = ctx.scenario.zero
+    pageable = FITTED["pageable_copy_gb_per_s"] * 1e9
+    # the gradient copies DeepSpeed makes per step (tests/evidence/test_offload_copies.py), per micro-step
+    grad_bw = pcie if z.offload_optimizer.pin_memory else pageable
+    w_g = ctx.grad_bytes
+    grad_bytes = np.where((st == 1) | ((st == 2) & (ga == 1)), 4.0 * T,
+                          np.where(st == 2, ((2.0 * ga - 1.0) * w_g + 4.0) * T,
+                                   np.where(st == 3, (2.0 * ga * w_g + 4.0) * T, 0.0)))  # none at stage 0
+    grad_copies = np.where(off_opt > 0, grad_bytes / (n * ga * grad_bw), 0.0)
+    param_pcie = np.where(cand.offload_param > 0,
+                          2.0 * param_part / (pcie if z.offload_param.pin_memory else pageable), 0.0)
+    pinned = (grad_copies if z.offload_optimizer.pin_memory else 0.0) + (
+        param_pcie if z.offload_param.pin_memory else 0.0)
+    unpinned = (0.0 if z.offload_optimizer.pin_memory else grad_copies) + (
+        0.0 if z.offload_param.pin_memory else param_pcie)
     upload = np.where((off_opt > 0) & (cand.offload_param == 0), T * ctx.weight_bytes / n / pcie, 0.0)
 
     loss = FITTED["overlap_loss"]
@@ -444,7 +463,7 @@ def _plain_numpy_step(ctx, cand, comm, comp):
     fwd_e = np.where(overlap, hidden(comm["fwd_seconds_micro"], fwd_c, loss), comm["fwd_seconds_micro"])
     bwd_e = np.where(overlap, hidden(bwd_comm, bwd_c, loss), bwd_comm)
     micro_compute = fwd_c + bwd_c + comp["dequant_seconds_micro"]
-    pcie_micro = hidden(pcie_raw, micro_compute, loss)
+    pcie_micro = hidden(pinned, micro_compute, loss) + unpinned
     a2a = comm["a2a_seconds_micro"]
     split = bool(np.any(cand.sp > 1))
     offloading = ctx.scenario.training.checkpoint_offload

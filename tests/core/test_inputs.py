@@ -60,6 +60,8 @@ EXAMPLES: dict[str, tuple[object, dict]] = {
     "allow_lossy_communication": (True, {}),
     "nvme_capacity_gib": (2048.0, {"stage": 3, "offload_optimizer": "nvme"}),
     "cpu_adam_params_per_second": (1.4e9, {"stage": 2, "offload_optimizer": "cpu"}),
+    "cpu_adam_threads_per_rank": (8, {"stage": 2, "offload_optimizer": "cpu"}),
+    "host_cpu_cores_per_node": (16, {"stage": 2, "offload_optimizer": "cpu", "cpu_adam_threads_per_rank": 8}),
     "sequence_parallel_size": (2, {}),
     "tiled_mlp": (True, {}),
     "tiled_loss": (True, {}),
@@ -67,9 +69,11 @@ EXAMPLES: dict[str, tuple[object, dict]] = {
     "bnb_4bit_quant_storage": ("bfloat16", {"lora_rank": 16, "qlora": True, "stage": 3}),
     "autotp_size": (2, {}),
 }
-NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param", "tiled_mlp", "tiled_loss", "checkpoint_offload"}
+NO_APP_CONTROL = {"stage", "offload_optimizer", "offload_param", "tiled_mlp", "tiled_loss", "checkpoint_offload",
+                  "host_cpu_cores_per_node"}
 """The app compares every stage and offload choice side by side (and the planner picks one), so it has no control
-for them; it takes them from a link (checked below). The ALST memory switches are CLI and link inputs."""
+for them; it takes them from a link (checked below). The ALST memory switches and the host's core count (it only
+matters with more CPU-Adam threads than cores) are CLI and link inputs."""
 
 
 def cli_argv(values: dict) -> list[str]:

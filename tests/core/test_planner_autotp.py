@@ -52,14 +52,16 @@ def test_autotp_lets_zero2_fit_without_offload():
 def test_autotp_is_picked_over_recomputation_when_it_is_faster():
     s = build_scenario(model="mistral-7b", gpu="V100-32GB", gpus_per_node=8, seq_len=1536, micro_batch=1,
                        grad_accum=8)
-    p = plan(s)
+    batch = {"micro_batch", "grad_accum"}  # as the CLI holds them when given
+    p = plan(s, held=batch)
     assert (p.choice.stage, p.choice.autotp_size, p.choice.checkpointing) == (3, 2, "none")
     assert p.choice.offload_optimizer == "none"
     at1 = plan(s.model_copy(update={"zero": s.zero.model_copy(update={"stage": 3})}),
-               held={"stage", "offload_optimizer", "offload_param", "autotp_size"})
+               held={"stage", "offload_optimizer", "offload_param", "autotp_size", *batch})
     assert at1.choice.autotp_size == 1 and at1.choice.checkpointing != "none"
-    # AutoTP 2 is 6 % faster than the best degree-1 candidate without offload and, unlike it, within the 10 %
-    # tolerance of the fastest fitting candidate (ZeRO-2 + CPU optimizer, which the ranking puts after no offload)
+    # AutoTP 2 is 4 % faster than the best degree-1 candidate without offload (which recomputes) and, unlike it,
+    # within the 10 % tolerance of the fastest fitting candidate (ZeRO-3 + CPU optimizer, which the ranking puts
+    # after no offload)
     assert p.estimate.tokens_per_second > at1.estimate.tokens_per_second
     fastest = max([p.estimate, *(o.estimate for o in p.alternatives)], key=lambda e: e.tokens_per_second)
     assert p.estimate.tokens_per_second >= 0.9 * fastest.tokens_per_second > at1.estimate.tokens_per_second

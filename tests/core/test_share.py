@@ -78,7 +78,8 @@ def test_round_trip_with_every_key_set():
                        network="eth-25g", inter_node_gbps=50, cpu_memory_gib=512, stage=3,
                        offload_optimizer="cpu", offload_param="cpu", precision="fp16", optimizer="adam8bit",
                        micro_batch=2, grad_accum=16, seq_len=2048, checkpointing="selective", flash_attention=False,
-                       lora_rank=16, qlora=True, mfu=0.33,
+                       lora_rank=16, qlora=True, mfu=0.33, cpu_adam_params_per_second=2e9,
+                       cpu_adam_threads_per_rank=4, host_cpu_cores_per_node=32,
                        zero_overrides={"reduce_bucket_size": 200_000_000, "allgather_bucket_size": 100_000_000,
                                        "stage3_prefetch_bucket_size": 10_000_000, "overlap_comm": False})
     query = scenario_to_query(s, full=True)

@@ -15,6 +15,7 @@ from ..specs import Output, Scenario
 from ..units import gib
 from .communication import communication_terms
 from .activations import checkpoint_offload_bytes_per_micro
+from .offload import cpu_adam_params_per_second_per_rank, host_conversion_per_second_per_rank
 from .compute import compute_terms
 from .context import OPTIMIZER_BYTES_TOUCHED, Candidates, Context, data_parallel_degree, make_context, overlap_comm
 from .memory import TERMS, memory_term_parts, memory_terms
@@ -39,7 +40,7 @@ def _hidden(work: str, other: str) -> str:
 STEP_OWNERS: dict[str, str] = {
     **{name: "compute" for name in ("F_x", "t_micro", "t_cf", "t_cb", "t_compute")},
     **{name: "communication" for name in ("e_f", "e_b", "t_gpu", "e_fe", "t_hk", "t_coll", "t_host", "t_comm")},
-    **{name: "offload" for name in ("t_c", "t_pcie", "e_p", "t_ck", "t_nvme", "t_offload")},
+    **{name: "offload" for name in ("t_c", "t_gh", "t_pcie", "t_pg", "e_p", "t_ck", "t_nvme", "t_offload")},
     "t_opt": "optimizer",
     "t_step": "step",
 }
@@ -77,8 +78,10 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
     dequantisation) plus the communication and PCIe traffic that overlapping does not hide
     (:data:`HIDDEN_BEHIND` with overlap_comm, all of it without): e_f the forward collectives behind the forward,
     e_b the backward ones (ZeRO-3 gathers and reduce-scatters, ZeRO-1/2 reductions) behind the backward, e_p the
-    PCIe traffic (optimizer offload: gradients to the host every micro-step; parameter offload: parameters from
-    the host for forward and backward) behind the whole micro-step. ZeRO-3's host work per module hook (c_fetch x
+    PCIe traffic (optimizer offload: the gradient copies DeepSpeed makes, t_gh, counted in the engine by
+    tests/evidence/test_offload_copies.py; parameter offload: parameters from the host for forward and backward)
+    behind the whole micro-step when pinned, all of it when pageable (pin_memory false: a copy from pageable memory
+    is synchronous with the host, CUDA runtime API "API synchronization behavior"). ZeRO-3's host work per module hook (c_fetch x
     modules with parameters x 2, forward and backward) runs ahead of the GPU and is exposed only where it is longer
     than the GPU's micro-step t_GPU; ZeRO-2/3 gradient hooks (c_hook x parameter tensors) are serial with backward,
     and so are AutoTP's per-layer all-reduces (communication.autotp_terms) and Ulysses' all-to-alls
@@ -88,8 +91,9 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
     2 g K Ψ_t/N_d per node; ZeRO-1/2 run an NVMe optimizer offload as CPU offload, runtime/zero/stage_1_and_2.py;
     offloaded parameters through NVMe every micro-step) and the optimizer step are exposed. Optimizer step: on
     the GPU the bytes it touches per parameter of the local shard / HBM bandwidth (roofline, Williams et al., CACM
-    2009); offloaded, the node's ranks share the host: g Ψ_t/N_d updates at DeepSpeed CPU-Adam's rate
-    (``ClusterSpec.cpu_adam_params_per_second``). The constants fitted on measured runs (lam, c_fetch, c_hook) are
+    2009); offloaded, each rank updates Ψ_t/N_d parameters at its DeepSpeedCPUAdam rate and converts them to 16 bits
+    on the host (:mod:`.offload`: threads per rank x rates measured here, or a measured node rate). The constants
+    fitted on measured runs (lam, c_fetch, c_hook, the pageable copy rate) are
     :data:`~.steptime_constants.FITTED`, read at each call.
 
     ``comm``, ``comp``: :func:`~.communication.communication_terms` and :func:`~.compute.compute_terms` of the
@@ -120,7 +124,8 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
         "N_d": n.astype(np.float64), "g": ctx.gpus_per_node, "K": ctx.master_bytes + ctx.optimizer_state_bytes,
         "beta": OPTIMIZER_BYTES_TOUCHED[sc.training.optimizer] if ctx.mixed else 16.0,
         "BW_HBM": ctx.hbm_bytes_per_second, "BW_pcie": ctx.pcie_bytes_per_second, "BW_nvme": c.nvme_gb_per_s * 1e9,
-        "R_cpu": c.cpu_adam_params_per_second,
+        "R_cpu": cpu_adam_params_per_second_per_rank(c), "R_cv": host_conversion_per_second_per_rank(c),
+        "BW_pg": FITTED["pageable_copy_gb_per_s"] * 1e9,
     })
     if offloading:
         env["A_ck"] = checkpoint_offload_bytes_per_micro(ctx, cand)
@@ -134,9 +139,29 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
               ("not overlapped", "t_gb + t_rd", ~overlap)])
     # PCIe traffic behind the micro-step's compute (with or without overlap_comm: DeepSpeed's offload streams)
     d("t_c", [("forward + backward + dequantisation", "t_cf + t_cb + t_dq")])
-    d("t_pcie", [("gradients to the host", "Psi_t*w_g/N_d/BW_pcie", off_opt > 0),
-                 ("parameters from the host", "2*(Psi*w/N_d)/BW_pcie", off_par > 0)])
-    d("e_p", [("overlapped with compute", _hidden("t_pcie", "t_c"))])
+    # optimizer offload's gradient copies, as DeepSpeed makes them (tests/evidence/test_offload_copies.py counts
+    # them in the engine): ZeRO-1 and single-backward ZeRO-2 copy the fp32 partition once at the boundary;
+    # ZeRO-2 with accumulation copies every micro-step's 16-bit gradient out, and from the second micro-step back
+    # in first (async_accumulate_grad_in_cpu_via_gpu), then the fp32 partition; ZeRO-3 keeps the gradient
+    # partition on the host, out and back to the GPU at micro-step 0, in and out again after, and fp32 out at the
+    # boundary (stage3.py partition_grads, _offload_grad_partition_at_boundary). Per
+    # micro-step: the step's bytes / GA, at the pinned rate, or the pageable one without pin_memory
+    ga = cand.grad_accum
+    bw = "BW_pcie" if sc.zero.offload_optimizer.pin_memory else "BW_pg"
+    d("t_gh", [("fp32 partition at the boundary", f"4*Psi_t/(N_d*GA*{bw})",
+                (off_opt > 0) & ((st == 1) | ((st == 2) & (ga == 1)))),
+               ("16-bit out every micro-step, back in from the second, fp32 at the boundary",
+                f"((2*GA - 1)*w_g + 4)*Psi_t/(N_d*GA*{bw})", (off_opt > 0) & (st == 2) & (ga > 1)),
+               ("partition out and back in every micro-step, fp32 at the boundary",
+                f"(2*GA*w_g + 4)*Psi_t/(N_d*GA*{bw})", (off_opt > 0) & (st == 3))])
+    pinned_p = sc.zero.offload_param.pin_memory
+    d("t_pcie", [("gradient copies", "t_gh", (off_opt > 0) & sc.zero.offload_optimizer.pin_memory),
+                 ("parameters from the host", "2*(Psi*w/N_d)/BW_pcie", (off_par > 0) & pinned_p)])
+    # pageable copies are synchronous with the host (CUDA runtime API, "API synchronization behavior": a copy
+    # from pageable memory returns once staged), so nothing hides them
+    d("t_pg", [("gradient copies, pageable", "t_gh", (off_opt > 0) & (not sc.zero.offload_optimizer.pin_memory)),
+               ("parameters from the host, pageable", "2*(Psi*w/N_d)/BW_pg", (off_par > 0) & (not pinned_p))])
+    d("e_p", [("overlapped with compute", _hidden("t_pcie", "t_c")), ("pageable, not overlapped", "t_pg")])
     if offloading:
         d("t_ck", [("checkpoints to the host and back", "A_ck/BW_pcie")])
     # ZeRO-3's module hooks: host work the GPU waits for beyond its own micro-step; every module with parameters
@@ -160,7 +185,8 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
                     ("NVMe", "t_nvme")])
     d("t_opt", [("GPU, the 1/N_d shard", "beta*(Psi_t/N_d)/BW_HBM", (off_opt == 0) & (st >= 1)),
                 ("GPU, all parameters", "Psi_t*beta/BW_HBM", (off_opt == 0) & (st == 0)),
-                ("CPU-Adam on the host", "g*Psi_t/N_d/R_cpu", off_opt > 0)])
+                ("CPU-Adam on the host", "Psi_t/N_d/R_cpu", off_opt > 0),
+                ("fp32 -> 16-bit copy on the host", "Psi_t/N_d/R_cv", off_opt > 0)])
     d("t_step", [("compute", "t_compute"), ("exposed collectives", "t_coll"), ("ZeRO host overhead", "t_host"),
                  ("offload", "t_offload"), ("optimizer step", "t_opt")])
     # the step's figures reported apart (Estimate fields)

@@ -132,11 +132,14 @@ def runs() -> list[Run]:
                          mlp_bias=True, fused_qkv=True, source="DeepSpeed docs/_tutorials/zero-offload.md")
     sc = _scenario(gpt10, catalog.gpu("V100-32GB"), gpus=1, precision="fp16", mb=10, ga=1, seq=1024, ckpt="full",
                    zero={"stage": 2, "offload_optimizer": {"device": "cpu"}}, flash=False)
+    # one process under the deepspeed launcher: OpenMP's default, every core (capped at one process's rate)
+    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"cpu_adam_threads_per_rank": 64})})
     # the tutorial's log also splits the step: forward 6,383 ms + backward 11,770 ms, optimizer 7,613 ms
     out.append(Run("s4-10b", 4, "GPT-2 10B ZeRO-2 + CPU optimizer, 1 V100", sc, 25.765,
                    extra={"forward_backward_seconds": 6.383 + 11.770, "optimizer_seconds": 7.613},
-                   assumed="vocabulary 50304 (Megatron's padded GPT-2); host CPU-Adam at the cluster default; eager "
-                   "attention (Megatron-LM's GPT-2 of the tutorial predates flash attention)"))
+                   assumed="vocabulary 50304 (Megatron's padded GPT-2); eager "
+                   "attention (Megatron-LM's GPT-2 of the tutorial predates flash attention); CPU-Adam on every core of one "
+                   "process (the tutorial's deepspeed launcher sets no OMP_NUM_THREADS)"))
     # -- 5. ml-engineering: Llama-3.1-8B on 8 x H200, ZeRO-3 + CPU optimizer -------------------------------
     llama8 = catalog.model("llama-3.1-8b")
     for seq, tf in ((8192, 141.0), (32768, 324.0)):
@@ -144,8 +147,121 @@ def runs() -> list[Run]:
                        zero={"stage": 3, "offload_optimizer": {"device": "cpu"}, "overlap_comm": True})
         out.append(Run(f"s5-{seq // 1024}k", 5, f"Llama-3.1-8B {seq // 1024}K, ZeRO-3 + CPU optimizer", sc, tf,
                        kind="tflops", flops_per_gpu_step=source_flops_llama(llama8, seq),
-                       assumed="host CPU-Adam at the cluster default"))
+                       assumed="launcher not stated: CPU-Adam and the host conversion on one thread per rank "
+                       "(ClusterSpec.cpu_adam_threads_per_rank's default, torchrun's and accelerate's OMP_NUM_THREADS; with "
+                       "torch's default of every core, as under the deepspeed launcher, the 8K row predicts 1.52x)"))
     return out
+
+
+A5000 = GPUSpec(
+    name="RTX-A5000", memory_bytes=24 * 10**9, peak_bf16_tflops=111.1, peak_fp16_tflops=111.1,
+    peak_fp32_tflops=27.8, hbm_bandwidth_gb_per_s=768, intra_node_busbw_gb_per_s=48.0,
+    intra_node_latency_seconds=3.4e-6, pcie_gb_per_s=24,
+    source="NVIDIA RTX A5000 datasheet: 24 GB GDDR6 768 GB/s, 27.8 TFLOPS fp32, 222.2 tensor TFLOPS with sparsity "
+    "(111.1 dense), NVLink 112.5 GB/s bidirectional, PCIe Gen4 x16 (24 GB/s as the catalog's other Gen4 cards); "
+    "NVLink busbw: NCCL topo.h SM86_NVLINK_BW 12 GB/s per link x 4 links (inferred, not measured)",
+)
+
+
+def _rwkv_1b5() -> Architecture:
+    """RWKV v4/v5 "L24 D2048" (RWKV-infctx-trainer's 1.5B): no softmax attention; each layer's time-mix holds four
+    D x D projections (receptance, key, value, output: counted as another mixer) and its channel-mix a 4D MLP
+    (key D -> 4D, value 4D -> D) plus a D x D receptance; GPT-NeoX vocabulary 50277, untied."""
+    d, layers = 2048, 24
+    return Architecture(
+        name="rwkv-1b5", family="generic", n_layers=layers, hidden_size=d, n_heads=32, ffn_size=4 * d,
+        ffn_kind="gelu", vocab_size=50277, tied_embeddings=False, norm_kind="layernorm", attention_layers=0,
+        other_mixer_params=layers * 4 * d * d, other_mixer_largest_module=d * d, layer_extra_params=d * d,
+        source="RWKV-infctx-trainer config/baseline-*.yaml: n_layer 24, n_embd 2048; 1.515e9 parameters from the "
+        "logs' ZeRO partition sizes (8 x 189,388,288)",
+    )
+
+
+def _offload(stage: int, opt: bool, par: bool = False, pin: bool = True, **extra) -> dict:
+    z = {"stage": stage, **extra}
+    if opt:
+        z["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
+    if par:
+        z["offload_param"] = {"device": "cpu", "pin_memory": pin}
+    return z
+
+
+# Lightning 2.0's DeepSpeedStrategy defaults (src/pytorch_lightning/strategies/deepspeed.py): overlap_comm True,
+# allgather/reduce buckets 2e8, pin_memory False; its "deepspeed_stage_3_offload" preset offloads the optimizer and
+# the parameters
+_LIGHTNING = {"overlap_comm": True, "allgather_bucket_size": 200_000_000, "reduce_bucket_size": 200_000_000}
+_RWKV_ASSUMED = ("bf16, activation checkpointing (grad_cp), micro-batch 1, Lightning 2.0's DeepSpeed defaults "
+                 "(overlap_comm, buckets 2e8, pin_memory false); an RWKV stand-in with softmax attention's FLOPs "
+                 "removed; Lightning sets no OMP_NUM_THREADS, so every rank runs torch's default of the host's physical "
+                 "cores (cores not stated): the node's cores oversubscribed by the ranks")
+
+
+def offload_runs() -> list[Run]:
+    """Public measured runs with and without CPU offload, and small models on ZeRO-3 vs ZeRO-1/2, gathered from
+    public sources (docs/offload_sources.md A1-A3, A5, B1-B3). Seconds per optimizer step. Only :data:`OFFLOAD_FIT` is
+    fitted on (pageable_copy_gb_per_s); the rest is held out."""
+    out: list[Run] = []
+    rwkv = _rwkv_1b5()
+    # Lightning sets no OMP_NUM_THREADS: torch's default, the host's physical cores, in every rank (cores not
+    # stated: 32 assumed; the oversubscription, ranks x cores / cores, does not depend on it)
+    threads = {"cpu_adam_threads_per_rank": 32, "host_cpu_cores_per_node": 32}
+    # -- 6. RWKV-infctx-trainer simple-deepspeed-benchmarks.ipynb: 8 x RTX 3090, ctx 4096, accumulation 2 ------
+    for key, zero, s_per_it in (("z1", _offload(1, False, **_LIGHTNING), 4.97), ("z2", _offload(2, False, **_LIGHTNING), 4.97),
+                                ("z2off", _offload(2, True, pin=False, **_LIGHTNING), 5.50),
+                                ("z3", _offload(3, False, **_LIGHTNING), 5.23),
+                                ("z3off", _offload(3, True, True, pin=False, **_LIGHTNING), 6.38)):
+        sc = _scenario(rwkv, catalog.gpu("RTX-3090"), gpus=8, precision="bf16", mb=1, ga=2, seq=4096, ckpt="full",
+                       zero=zero)
+        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=threads)})
+        out.append(Run(f"s6-{key}", 6, f"RWKV 1.5B 8 x 3090, {key}", sc, 2 * s_per_it, assumed=_RWKV_ASSUMED))
+    # -- 7, 8. RWKV-infctx-trainer deepspeed-2-and-3.ipynb: 2 GPUs, ctx 1024, accumulation 10 ------------------
+    gpu3090_gen3 = catalog.gpu("RTX-3090").model_copy(update={"pcie_gb_per_s": 12.0})
+    for section, gpu, times in ((7, A5000, (0.568, 0.983, 0.666, 2.340)), (8, gpu3090_gen3, (0.793, 1.335, 1.132, 2.018))):
+        zeros = (_offload(2, False, **_LIGHTNING), _offload(2, True, pin=False, **_LIGHTNING),
+                 _offload(3, False, **_LIGHTNING), _offload(3, True, True, pin=False, **_LIGHTNING))
+        for key, zero, t in zip(("z2", "z2off", "z3", "z3off"), zeros, times):
+            sc = _scenario(rwkv, gpu, gpus=2, precision="bf16", mb=1, ga=10, seq=1024, ckpt="full", zero=zero)
+            sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=threads)})
+            name = "2 x A5000 (NVLink)" if section == 7 else "2 x 3090 (PCIe Gen3)"
+            out.append(Run(f"s{section}-{key}", section, f"RWKV 1.5B {name}, {key}", sc, 10 * t,
+                           assumed=_RWKV_ASSUMED + ("; NVLink busbw inferred (see A5000)" if section == 7 else
+                                                    "; PCIe Gen3 x16 as the notebook states (12 GB/s)")))
+    # -- 9. chenyaofo's gist: LLaMA-7B on 8 x A800, seq 4096, global batch 64 ---------------------------------
+    for key, mb, zero, thput in (("z2", 1, _offload(2, False), 4.19), ("z2off", 1, _offload(2, True), 1.81),
+                                 ("z3", 2, _offload(3, False), 4.45), ("z3off", 2, _offload(3, True), 2.05)):
+        sc = _scenario(catalog.model("llama-2-7b"), catalog.gpu("A800-80GB"), gpus=8, precision="bf16", mb=mb,
+                       ga=64 // (8 * mb), seq=4096, ckpt="full", zero=zero)
+        # launcher not stated: the deepspeed launcher's default leaves torch's threads (the 64 physical cores of
+        # 2 x Intel Xeon 8358) in each of the 8 ranks
+        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(
+            update={"cpu_adam_threads_per_rank": 64, "host_cpu_cores_per_node": 64})})
+        out.append(Run(f"s9-{key}", 9, f"LLaMA-7B 8 x A800, {key}", sc, 64 / thput,
+                       assumed="Th.put read as global samples/s (the gist does not state its unit); bf16; LLaMA-7B "
+                       "as Llama-2-7B's shapes; HF-style offload blocks with pin_memory true; the deepspeed launcher "
+                       "without core binding: 64 threads in each of 8 ranks on 64 cores (2 x Intel 8358)"))
+    # -- 10. DeepSpeed blogs/zenflow-corebinding: Qwen2.5-1.5B on 2 x A100-40GB, ZeRO-2 -----------------------
+    for key, zero, t in (("z2", _offload(2, False), 0.240), ("z2off", _offload(2, True), 1.365)):
+        sc = _scenario(catalog.model("qwen2.5-1.5b"), catalog.gpu("A100-40GB"), gpus=2, precision="bf16", mb=4,
+                       ga=1, seq=512, ckpt="none", zero=zero)
+        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(
+            update={"cpu_adam_threads_per_rank": 64, "host_cpu_cores_per_node": 128})})
+        out.append(Run(f"s10-{key}", 10, f"Qwen2.5-1.5B 2 x A100-40GB, {key}", sc, t,
+                       assumed="sequence 512 (the fork's finetune_llama.py pads Alpaca to 512); no checkpointing; "
+                       "--bind_cores_to_rank: 64 threads per rank (2 x EPYC 7742)"))
+    return out
+
+
+OFFLOAD_RATIOS: list[tuple[str, str, str]] = [
+    *[(f"s{sec}-{z}off/{z}", f"s{sec}-{z}off", f"s{sec}-{z}") for sec in (6, 7, 8, 9) for z in ("z2", "z3")],
+    ("s10-z2off/z2", "s10-z2off", "s10-z2"),
+    ("s6-z3/z1", "s6-z3", "s6-z1"), ("s6-z3/z2", "s6-z3", "s6-z2"), ("s7-z3/z2", "s7-z3", "s7-z2"),
+    ("s8-z3/z2", "s8-z3", "s8-z2"),
+]
+"""Offload on / off (same stage) and ZeRO-3 / ZeRO-1-2 (small model) step-time ratios of :func:`offload_runs`."""
+
+OFFLOAD_FIT = ("s7-z2off", "s7-z2", "s8-z2off", "s8-z2")
+"""The rows pageable_copy_gb_per_s is fitted on (4 of the 19; their ratios s7- and s8-z2off/z2): ZeRO-2 offload
+without pin_memory on two machines. Every other row and ratio of :func:`offload_runs` is held out."""
 
 
 RATIOS: list[tuple[str, str, str]] = [
@@ -216,7 +332,7 @@ def fit(exclude: str | None = None, start: dict[str, float] | None = None) -> di
 
     from .steptime_constants import FITTED
 
-    x0 = start or {k: FITTED[k] for k in FIT_NAMES}
+    x0 = {k: (start or FITTED)[k] for k in FIT_NAMES}
 
     def unpack(x):
         out = {}
@@ -247,3 +363,42 @@ def leave_one_out(constants: dict[str, float], keys: list[str] | None = None) ->
         p = predict(r, c)
         out.append({"key": r.key, "predicted": p, "measured": r.measured, "ratio": p / r.measured})
     return out
+
+
+def offload_table(constants: dict[str, float] | None = None) -> tuple[list[dict], list[dict]]:
+    """(rows, ratios) of :func:`offload_runs` like :func:`table`; each ratio also gives the offload's (or ZeRO-3's)
+    added seconds per step, predicted and measured, and whether it is fitted on (both rows in OFFLOAD_FIT)."""
+    rs = offload_runs()
+    pred = {r.key: predict(r, constants) for r in rs}
+    rows = [{"key": r.key, "section": r.section, "label": r.label, "kind": r.kind, "measured": r.measured,
+             "predicted": pred[r.key], "ratio": pred[r.key] / r.measured, "assumed": r.assumed,
+             "fitted": r.key in OFFLOAD_FIT} for r in rs]
+    by = {r.key: r for r in rs}
+    ratios = []
+    for name, a, b in OFFLOAD_RATIOS:
+        meas = by[a].measured / by[b].measured
+        p = pred[a] / pred[b]
+        ratios.append({"name": name, "section": by[a].section, "measured": meas, "predicted": p, "error": p / meas,
+                       "added_measured": by[a].measured - by[b].measured, "added_predicted": pred[a] - pred[b],
+                       "fitted": a in OFFLOAD_FIT and b in OFFLOAD_FIT})
+    return rows, ratios
+
+
+def fit_pageable(exclude: str | None = None) -> float:
+    """pageable_copy_gb_per_s fitted on the offload's added seconds of the OFFLOAD_FIT pairs (least squares on
+    log(predicted / measured) added time; ``exclude``: a ratio name left out, for the leave-one-out)."""
+    from scipy.optimize import minimize_scalar
+
+    pairs = [(a, b) for name, a, b in OFFLOAD_RATIOS
+             if a in OFFLOAD_FIT and b in OFFLOAD_FIT and name != exclude]
+    by = {r.key: r for r in offload_runs()}
+
+    def loss(log_gbps: float) -> float:
+        c = {"pageable_copy_gb_per_s": math.exp(log_gbps)}
+        err = [math.log((predict(by[a], c) - predict(by[b], c)) / (by[a].measured - by[b].measured))
+               for a, b in pairs]
+        return float(np.sum(np.square(err)))
+
+    res = minimize_scalar(loss, bounds=(math.log(0.5), math.log(64.0)), method="bounded",
+                          options={"xatol": 1e-4})
+    return math.exp(res.x)

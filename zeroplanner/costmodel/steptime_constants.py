@@ -17,14 +17,20 @@ leave-one-out error. Everything else in the step-time model is taken from a cite
   kernels take SMs and HBM bandwidth from the concurrent GEMMs; prefetch is bounded). Carried by section 3
   (ZeRO-3 at 1 x vs 4 x 100 Gb/s) and the overlapped reductions of section 1.
 
+- pageable_copy_gb_per_s: host<->device GB/s of DeepSpeed's offload copies without pin_memory (the CUDA driver
+  stages pageable memory through its own pinned buffer, one CPU memcpy per chunk). Fitted on the fit half of the
+  offload rows only (measured_runs.OFFLOAD_FIT: the RWKV ZeRO-2 pairs on 2 x A5000 and 2 x RTX 3090, Lightning's
+  pin_memory=False); the other offload rows are held out.
+
 The GEMM M-dimension constant (gemm_tokens_half) of the earlier model is gone: with the memory-bound kernels priced
 from their measured bytes its fit ran to its lower bound (no effect), so the step-time model has four fitted
 constants.
 """
 
 FITTED: dict[str, float] = {
-    "gemm_hidden_half": 1047.3,
-    "zero3_fetch_seconds": 0.001123,
-    "grad_hook_seconds": 0.0001731,
-    "overlap_loss": 0.1928,
+    "gemm_hidden_half": 1181.3,
+    "zero3_fetch_seconds": 0.001125,
+    "grad_hook_seconds": 0.0001738,
+    "overlap_loss": 0.1917,
+    "pageable_copy_gb_per_s": 7.723,
 }

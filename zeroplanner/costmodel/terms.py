@@ -154,15 +154,22 @@ _INFO = (
     TermInfo("offload", "Offload", "Exposed offload time", r"t_{offload}", "time", "seconds", None,
              "PCIe traffic to and from the host that compute does not hide (and the checkpoint offload's blocking "
              "copies), the boundary upload, NVMe swapping.",
-             "GA x exposed PCIe (+ checkpoint offload) + parameter upload + NVMe",
-             "PCIe and NVMe bandwidths from the GPU and cluster specs; DeepSpeed stage_1_and_2.py / stage3.py "
-             "offload paths; zeroplanner/costmodel/evaluate.py step_terms",
+             "GA x exposed PCIe (the gradient copies DeepSpeed makes, pinned ones behind compute, pageable ones "
+             "not; + checkpoint offload) + parameter upload + NVMe",
+             "PCIe and NVMe bandwidths from the GPU and cluster specs; the gradient copies of DeepSpeed "
+             "stage_1_and_2.py copy_grads_in_partition / stage3.py partition_grads, counted in the engine "
+             "(tests/evidence/test_offload_copies.py); the pageable rate fitted on 4 public rows "
+             "(steptime_constants.FITTED); zeroplanner/costmodel/evaluate.py step_terms",
              field="offload_seconds_per_step", quantity="t_offload"),
     TermInfo("optimizer", "Optimizer step", "Optimizer step time", r"t_{optimizer}", "time", "seconds", None,
-             "The optimizer step: memory-bound on the GPU (roofline), or DeepSpeed CPU-Adam on the host.",
-             "bytes touched / HBM bandwidth (GPU), or GPUs per node x Ψ_t/N_d / CPU-Adam rate (offloaded)",
-             "GPU: roofline (Williams et al., CACM 2009) with OPTIMIZER_BYTES_TOUCHED; CPU: DeepSpeed CPU-Adam rate "
-             "ClusterSpec.cpu_adam_params_per_second (calibration); zeroplanner/costmodel/evaluate.py step_terms",
+             "The optimizer step: memory-bound on the GPU (roofline), or DeepSpeed CPU-Adam on the host and the fp32 "
+             "-> 16-bit copy DeepSpeed makes there after it.",
+             "bytes touched / HBM bandwidth (GPU), or Ψ_t/N_d / the rank's CPU-Adam rate + Ψ_t/N_d / its host "
+             "conversion rate (offloaded)",
+             "GPU: roofline (Williams et al., CACM 2009) with OPTIMIZER_BYTES_TOUCHED; CPU: per-thread DeepSpeedCPUAdam "
+             "and conversion rates measured here, one process's rate from DeepSpeed PR #735 (costmodel/offload.py), "
+             "or ClusterSpec.cpu_adam_params_per_second measured on your host; zeroplanner/costmodel/evaluate.py "
+             "step_terms",
              field="optimizer_seconds_per_step", quantity="t_opt"),
     TermInfo("step", "Step", "Step time", r"t_{step}", "time", "seconds", None,
              "Step time = compute + exposed communication (its collectives and the ZeRO host overhead) + exposed "
@@ -357,10 +364,19 @@ SYMBOLS: dict[str, Symbol] = {
     "BW_HBM": Symbol(r"BW_{HBM}", "bytes/s", "HBM bandwidth of one GPU"),
     "beta": Symbol(r"\beta", "bytes/parameter", "HBM bytes the optimizer step touches per parameter "
                    "(context.OPTIMIZER_BYTES_TOUCHED; 16 in pure fp32)"),
-    "R_cpu": Symbol(r"R_{cpu}", "parameters/s", "DeepSpeed CPU-Adam parameter updates per second per node "
-                    "(ClusterSpec.cpu_adam_params_per_second)"),
-    "t_pcie": Symbol(r"t_{PCIe}", "s", "PCIe traffic per micro-step: gradients to the host (optimizer offload), "
-                     "parameters from the host for forward and backward (parameter offload)"),
+    "R_cpu": Symbol(r"R_{cpu}", "parameters/s", "DeepSpeed CPU-Adam parameter updates per second of one rank "
+                    "(offload.cpu_adam_params_per_second_per_rank: its threads x the per-thread rate measured here, "
+                    "up to one process's published rate; or ClusterSpec.cpu_adam_params_per_second / g)"),
+    "R_cv": Symbol(r"R_{conv}", "parameters/s", "fp32 -> 16-bit host conversion per second of one rank after the "
+                   "offloaded step (offload.host_conversion_per_second_per_rank: threads x the rate measured here)"),
+    "BW_pg": Symbol(r"BW_{pageable}", "bytes/s", "host<->device rate of copies from pageable (not pinned) memory "
+                    "(fitted once, steptime_constants.FITTED pageable_copy_gb_per_s)"),
+    "t_gh": Symbol(r"t_{grad\to host}", "s", "optimizer offload's gradient copies per micro-step (the step's "
+                   "DeepSpeed copies / GA; tests/evidence/test_offload_copies.py counts them in the engine)"),
+    "t_pcie": Symbol(r"t_{PCIe}", "s", "pinned PCIe traffic per micro-step: the gradient copies (optimizer "
+                     "offload), parameters from the host for forward and backward (parameter offload)"),
+    "t_pg": Symbol(r"t_{pageable}", "s", "PCIe traffic per micro-step from pageable memory (pin_memory false): "
+                   "synchronous with the host, not overlapped"),
     "e_p": Symbol(r"e_{PCIe}", "s", "PCIe traffic per micro-step that compute does not hide"),
     "A_ck": Symbol(r"A_{ckpt}", "bytes", "activation checkpoints copied to the host and back per micro-step "
                    "(ALST checkpoint offload; activations.checkpoint_offload_bytes_per_micro)"),
