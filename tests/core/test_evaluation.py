@@ -49,7 +49,12 @@ def _leaves(obj, prefix: str = "") -> dict[str, object]:
     out = {}
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
-        out.update(_leaves(v, f"{prefix}{f.name}.") if dataclasses.is_dataclass(v) else {prefix + f.name: v})
+        if f.name == "timeline":  # the timeline's points: one leaf per point and term, as the candidates' arrays
+            out.update({f"{prefix}timeline[{k}]": a for k, a in v.by_point().items()})
+        elif dataclasses.is_dataclass(v):
+            out.update(_leaves(v, f"{prefix}{f.name}."))
+        else:
+            out[prefix + f.name] = v
     return out
 
 
@@ -77,6 +82,8 @@ def test_every_field_has_estimates_name_and_value(name):
     ev, est = _one(s), estimate(s)
     at = ev.at(0)
     for path, value in _leaves(at).items():
+        if path.startswith("step_peak.timeline["):  # a list of points in the Estimate: compared below
+            continue
         if path in ESTIMATE_ELSEWHERE:
             assert not _has_path(est, path), path
             continue
@@ -89,6 +96,9 @@ def test_every_field_has_estimates_name_and_value(name):
         else:
             assert float(value) == want, path
     assert at.step_peak.phase_index == PHASES.index(est.step_peak.phase)
+    assert [(p.phase, p.label, p.bytes) for p in est.step_peak.timeline] == [
+        (phase, label, {k: int(round(x)) for k, x in terms.items()})
+        for phase, label, terms in at.step_peak.timeline.points()]
     assert {k: int(round(getattr(at.communication, k))) for k in est.communication.by_collective} \
         == est.communication.by_collective
 

@@ -26,7 +26,12 @@ def _leaves(values, prefix: str = "") -> dict:
     out = {}
     for f in dataclasses.fields(values):
         v = getattr(values, f.name)
-        out.update(_leaves(v, f"{prefix}{f.name}.") if dataclasses.is_dataclass(v) else {prefix + f.name: v})
+        if f.name == "timeline":  # the timeline by point and term (its store and indices differ per call)
+            out.update({f"{prefix}timeline.{k}": a for k, a in v.by_point().items()})
+        elif dataclasses.is_dataclass(v):
+            out.update(_leaves(v, f"{prefix}{f.name}."))
+        else:
+            out[prefix + f.name] = v
     return out
 
 

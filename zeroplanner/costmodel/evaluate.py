@@ -20,7 +20,7 @@ from .compute import compute_terms
 from .context import OPTIMIZER_BYTES_TOUCHED, Candidates, Context, data_parallel_degree, make_context, overlap_comm
 from .memory import TERMS, memory_term_parts, memory_terms
 from .timeline import PHASES, memory_error_fraction, timeline, peak
-from .evaluation import CommunicationArrays, Evaluation, MemoryArrays, StepPeakArrays
+from .evaluation import CommunicationArrays, Evaluation, MemoryArrays, StepPeakArrays, TimelineArrays, TimelineStore
 from .terms import TERM_INFO, TIME_TERM_QUANTITIES, TermParts, define
 
 COMM_SHARE_WARNING = COMMUNICATION_SHARE_LIMIT
@@ -212,7 +212,8 @@ def evaluate(ctx: Context, cand: Candidates) -> Evaluation:
     """
     parts = memory_term_parts(ctx, cand)
     mem = memory_terms(ctx, cand, parts)
-    step_peak, peak_phase = peak(timeline(ctx, cand, parts))
+    points = timeline(ctx, cand, parts)
+    step_peak, peak_phase = peak(points)
     comm = communication_terms(ctx, cand)
     comp = compute_terms(ctx, cand)
     a = ctx.scenario.assumptions
@@ -241,7 +242,10 @@ def evaluate(ctx: Context, cand: Candidates) -> Evaluation:
         nvme_bytes=mem["nvme_per_node"],
         # headroom below the model's measured error of the peak: the fit is not proven (timeline.py)
         step_peak=StepPeakArrays(bytes=step_peak, phase_index=peak_phase, headroom_bytes=headroom,
-                                 risky=headroom < memory_error_fraction(a.device) * step_peak),
+                                 risky=headroom < memory_error_fraction(a.device) * step_peak,
+                                 timeline=TimelineArrays(
+                                     store=TimelineStore.from_points(points, cand.shape),
+                                     index=np.arange(int(np.prod(cand.shape))).reshape(cand.shape))),
         data_parallel_degree=n,
         batch_data_parallel_degree=batch_n,
         sequence_parallel_size=cand.sp,
@@ -524,13 +528,12 @@ def estimate_from_values(scenario: Scenario, values: Evaluation, index) -> Estim
 
 
 def step_peak_of(scenario: Scenario, v: Evaluation) -> StepPeak:
-    """The :class:`StepPeak` of one scenario: its timeline (recomputed for this one candidate) and the peak, phase
-    and headroom of the evaluated values ``v`` (its candidate's :meth:`Evaluation.at`)."""
+    """The :class:`StepPeak` of one scenario: the timeline, peak, phase and headroom of the evaluated values ``v``
+    (its candidate's :meth:`Evaluation.at`)."""
     ctx = make_context(scenario)
-    pts = timeline(ctx, Candidates.from_scenario(scenario))
-    points = [TimelinePoint(phase=p.phase, label=p.label, bytes={k: int(round(float(x.item())))
-                                                                   for k, x in p.terms.items()},
-                            total=int(round(float(p.total.item())))) for p in pts]
+    points = [TimelinePoint(phase=phase, label=label, bytes={k: int(round(x)) for k, x in terms.items()},
+                            total=int(round(sum(terms.values()))))
+              for phase, label, terms in v.step_peak.timeline.points()]
     mem = scenario.cluster.memory_per_gpu_bytes
     runtime = []
     if scenario.assumptions.device != "cpu":

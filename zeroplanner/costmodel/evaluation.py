@@ -87,16 +87,76 @@ class CommunicationArrays(_Group):
     """Ulysses' all-to-alls and position_ids all-gathers (0 without sequence parallelism)."""
 
 
+class TimelineStore:
+    """The timeline of one :func:`~.evaluate.evaluate` call, shared by every evaluation cut from it: each point's
+    phase and label, the term names, and ``stack``, bytes per GPU shaped (points, terms, candidates flat)."""
+
+    __slots__ = ("phases", "labels", "names", "stack")
+
+    def __init__(self, phases: tuple[str, ...], labels: tuple[str, ...], names: tuple[str, ...],
+                 stack: np.ndarray):
+        self.phases, self.labels, self.names, self.stack = phases, labels, names, stack
+
+    @classmethod
+    def from_points(cls, points, shape: tuple[int, ...]) -> TimelineStore:
+        """From costmodel/timeline.py points (every point with the same terms, arrays broadcastable to ``shape``)."""
+        names = tuple(points[0].terms)
+        n = int(np.prod(shape))
+        stack = np.empty((len(points), len(names), n))
+        for i, p in enumerate(points):
+            assert tuple(p.terms) == names, "every timeline point has the same terms"
+            for j, k in enumerate(names):
+                stack[i, j] = np.broadcast_to(p.terms[k], shape).reshape(-1)
+        return cls(tuple(p.phase for p in points), tuple(p.label for p in points), names, stack)
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineArrays(_Group):
+    """The step's timeline (costmodel/timeline.py points), as ``Estimate.step_peak.timeline``: a shared
+    :class:`TimelineStore` and, per candidate, its column there (``index``: an int array shaped like the
+    candidates, or one int after :meth:`Evaluation.at`). Cutting an evaluation cuts ``index`` only."""
+
+    store: TimelineStore
+    index: Value
+
+    @classmethod
+    def _join(cls, items, leaf):
+        """``leaf`` of the indices; evaluations of different calls (:meth:`Evaluation.concat`) get one store with
+        their columns side by side."""
+        first = items[0].store
+        if all(it.store is first for it in items):
+            return cls(store=first, index=leaf([it.index for it in items]))
+        offsets = np.cumsum([0] + [it.store.stack.shape[-1] for it in items[:-1]])
+        store = TimelineStore(first.phases, first.labels, first.names,
+                              np.concatenate([it.store.stack for it in items], axis=-1))
+        return cls(store=store, index=leaf([np.asarray(it.index) + o for it, o in zip(items, offsets)]))
+
+    def by_point(self) -> dict[str, Value]:
+        """``{"<point>.<term>": bytes}`` for every point and term: arrays shaped like the candidates (one value each
+        after :meth:`Evaluation.at`), whatever store the evaluation was cut from."""
+        st, idx = self.store, np.asarray(self.index)
+        return {f"{i}.{k}": st.stack[i, j][idx] for i in range(len(st.phases)) for j, k in enumerate(st.names)}
+
+    def points(self) -> list[tuple[str, str, dict[str, float]]]:
+        """(phase, label, bytes by term) of each point, for one candidate (after :meth:`Evaluation.at`)."""
+        st, i = self.store, int(self.index)
+        col = st.stack[:, :, i]
+        return [(phase, label, dict(zip(st.names, col[p].tolist())))
+                for p, (phase, label) in enumerate(zip(st.phases, st.labels))]
+
+
 @dataclass(frozen=True, slots=True)
 class StepPeakArrays(_Group):
     """The step's peak per GPU (costmodel/timeline.py), as :class:`~.evaluate.StepPeak` (``Estimate.step_peak``):
     bytes, the index of its phase in :data:`~.timeline.PHASES` (``StepPeak.phase`` is the name), the headroom
-    left of the GPU's memory (bytes), and whether that headroom is below the model's measured error (``risky``)."""
+    left of the GPU's memory (bytes), whether that headroom is below the model's measured error (``risky``), and the
+    timeline it is the peak of."""
 
     bytes: Value
     phase_index: Value
     headroom_bytes: Value
     risky: Value
+    timeline: TimelineArrays
 
 
 @dataclass(frozen=True, slots=True)
