@@ -308,6 +308,11 @@ def _assumed(key: str, field: str, value, given: Iterable[str] | None) -> bool:
     return value == _CLUSTER_DEFAULTS[field]
 
 
+ADVICE_CPU_ADAM_THREADS = 8
+"""The thread count the CPU-Adam assumption prices as well: 8 per rank, one socket's share on a 64-core host of 8
+GPUs (a rule of thumb for the example, not an input: the planner prices what --cpu-adam-threads-per-rank says)."""
+
+
 def verdict_assumptions(scenario: Scenario, choice, given: Iterable[str] | None = None) -> list[str]:
     """The defaults the verdict on ``choice`` (a :class:`zeroplanner.planner.Choice`, or None when nothing fits:
     then the scenario's own offload) rests on and the user did not give, one sentence each with the option that
@@ -331,14 +336,21 @@ def verdict_assumptions(scenario: Scenario, choice, given: Iterable[str] | None 
                    f"{BY_KEY['cpu_memory_gib'].cli_flag}")
     if oo != "none" and _assumed("cpu_adam_params_per_second", "cpu_adam_params_per_second",
                                  c.cpu_adam_params_per_second, given):
-        from .costmodel.offload import cpu_adam_params_per_second_per_rank
+        from .costmodel.offload import host_optimizer_seconds
 
         n = c.cpu_adam_threads_per_rank
-        out.append(f"assumes DeepSpeedCPUAdam on {n} thread{'s' if n != 1 else ''} per rank, "
-                   f"{cpu_adam_params_per_second_per_rank(c) / 1e9:.3g}e9 parameter updates/s per rank (the rate "
-                   f"per thread measured on one core here, not on your host): set "
-                   f"{BY_KEY['cpu_adam_threads_per_rank'].cli_flag} to your launcher's OMP_NUM_THREADS, or "
-                   f"measure with `zeroplanner probe --benchmarks` ({BY_KEY['cpu_adam_params_per_second'].cli_flag})")
+        now = host_optimizer_seconds(scenario, c)
+        more = ""
+        if n < ADVICE_CPU_ADAM_THREADS:
+            wider = c.model_copy(update={"cpu_adam_threads_per_rank": ADVICE_CPU_ADAM_THREADS})
+            more = (f"; at {ADVICE_CPU_ADAM_THREADS} threads per rank (OMP_NUM_THREADS={ADVICE_CPU_ADAM_THREADS}, "
+                    f"or deepspeed --bind_cores_to_rank on {ADVICE_CPU_ADAM_THREADS * c.gpus_per_node} cores) "
+                    f"{host_optimizer_seconds(scenario, wider):.2f} s")
+        out.append(f"assumes DeepSpeedCPUAdam on {n} thread{'s' if n != 1 else ''} per rank (the rate per thread "
+                   f"measured on one core here, not on your host; torchrun and accelerate launch set 1): the host's "
+                   f"optimizer step takes {now:.2f} s{more}: set {BY_KEY['cpu_adam_threads_per_rank'].cli_flag} "
+                   "to your launcher's OMP_NUM_THREADS, or measure with `zeroplanner probe --benchmarks` "
+                   f"({BY_KEY['cpu_adam_params_per_second'].cli_flag})")
     if c.nodes > 1 and (given is None or "inter_node_gbps" not in given):
         n = c.network
         out.append(f"assumes the {n.name} preset between nodes: {n.nics_per_node} x {n.link_gbps:g} Gbit/s per node "

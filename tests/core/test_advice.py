@@ -133,7 +133,7 @@ def test_python_api_counts_default_values_as_assumed():
     p = plan(build_scenario(**dict(H100_ETH)))
     assert p.choice.offload_optimizer == "cpu"
     text = " | ".join(p.assumptions)
-    assert "1,024 GiB host RAM per node" in text and "DeepSpeedCPUAdam on 1 thread per rank, 0.758e9" in text
+    assert "1,024 GiB host RAM per node" in text and "DeepSpeedCPUAdam on 1 thread per rank" in text
     assert "eth-100g preset between nodes: 1 x 100 Gbit/s per node" in text
     given = plan(build_scenario(**dict(H100_ETH, cpu_memory_gib=512, inter_node_gbps=100)),
                  given={"cpu_memory_gib", "inter_node_gbps"})

@@ -62,3 +62,21 @@ def test_oversubscribed_ranks_get_their_share_of_the_cores():
 def test_a_measured_node_rate_is_shared_by_the_nodes_ranks():
     c = _cluster(cpu_adam_params_per_second=8e9, gpus_per_node=8, cpu_adam_threads_per_rank=64)
     assert offload.cpu_adam_params_per_second_per_rank(c) == 1e9
+
+
+def test_the_assumption_line_prices_the_host_step_it_names():
+    """The verdict's CPU-Adam assumption gives the host's optimizer step at the assumed thread count and at the
+    example's 8 threads, the same seconds the step time holds (estimate's optimizer_seconds_per_step)."""
+    from zeroplanner import build_scenario, estimate
+    from zeroplanner.advice import ADVICE_CPU_ADAM_THREADS, verdict_assumptions
+    from zeroplanner.planner import plan
+
+    s = build_scenario(model="llama-2-13b", gpus_per_node=2, stage=1, offload_optimizer="cpu")
+    est = estimate(s)
+    assert offload.host_optimizer_seconds(s) == pytest.approx(est.optimizer_seconds_per_step, rel=1e-12)
+    [line] = [a for a in verdict_assumptions(s, plan(s, held={"stage", "offload_optimizer"}).choice)
+              if "DeepSpeedCPUAdam" in a]
+    wider = s.model_copy(update={"cluster": s.cluster.model_copy(
+        update={"cpu_adam_threads_per_rank": ADVICE_CPU_ADAM_THREADS})})
+    assert f"takes {est.optimizer_seconds_per_step:.2f} s" in line
+    assert f"{estimate(wider).optimizer_seconds_per_step:.2f} s" in line

@@ -75,3 +75,12 @@ def host_conversion_per_second_per_rank(cluster: ClusterSpec) -> float:
     """fp32 -> 16-bit elements per second one rank converts on the host: its threads (torch's intra-op threads follow
     OMP_NUM_THREADS too; its share of the cores when oversubscribed) x HOST_CONVERSION_PER_SECOND_PER_THREAD."""
     return _threads_used(cluster) * HOST_CONVERSION_PER_SECOND_PER_THREAD
+
+
+def host_optimizer_seconds(scenario, cluster: ClusterSpec | None = None) -> float:
+    """Seconds of one offloaded optimizer step on the host, per rank: the rank's Ψ_t / N_d parameters through
+    DeepSpeedCPUAdam and the fp32 -> 16-bit conversion (the ``t_opt`` parts of optimizer offload in
+    costmodel/evaluate.py step_terms), for ``scenario`` on ``cluster`` (default: the scenario's own)."""
+    c = cluster or scenario.cluster
+    per_rank = scenario.trainable_parameters / c.data_parallel_degree
+    return per_rank / cpu_adam_params_per_second_per_rank(c) + per_rank / host_conversion_per_second_per_rank(c)
