@@ -309,8 +309,8 @@ def _assumed(key: str, field: str, value, given: Iterable[str] | None) -> bool:
 
 
 ADVICE_CPU_ADAM_THREADS = 8
-"""The thread count the CPU-Adam assumption prices as well: 8 per rank, one socket's share on a 64-core host of 8
-GPUs (a rule of thumb for the example, not an input: the planner prices what --cpu-adam-threads-per-rank says)."""
+"""The thread count the CPU-Adam assumption prices as well: 8 per rank, one rank's share of a 64-core host with 8
+GPUs (an example, not an input: the planner prices what --cpu-adam-threads-per-rank says)."""
 
 
 def verdict_assumptions(scenario: Scenario, choice, given: Iterable[str] | None = None) -> list[str]:

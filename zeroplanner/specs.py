@@ -784,7 +784,7 @@ class ClusterSpec(_Frozen):
         default=None, ge=1, le=100_000,
         description="physical CPU cores of one node's host, shared by its ranks' CPU-Adam threads; None = not "
         "given: enough for every rank's threads. With more threads than cores (cpu_adam_threads_per_rank x "
-        "gpus_per_node > this) the rate falls by the slowdown measured here (costmodel/offload.py)",
+        "gpus_per_node > this) each rank gets cores / gpus_per_node threads' worth (costmodel/offload.py)",
     )
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
     sequence_parallel_size: int = Field(

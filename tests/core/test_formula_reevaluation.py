@@ -39,6 +39,7 @@ SCENARIOS: dict[str, dict] = {
     "stage2": dict(stage=2),
     "stage2-cpu-optimizer": dict(stage=2, offload_optimizer="cpu"),
     "stage1-cpu-optimizer-one-backward": dict(stage=1, offload_optimizer="cpu", micro_batch=8, grad_accum=1),
+    "stage3-cpu-optimizer": dict(stage=3, offload_optimizer="cpu", model="llama-2-13b", grad_accum=4),
     "stage3-pageable-offload": dict(stage=3, offload_optimizer="cpu", offload_param="cpu", pin_memory=False,
                                     model="llama-2-13b", cpu_adam_threads_per_rank=8),
     "stage2-nvme-optimizer": dict(stage=2, offload_optimizer="nvme", model="llama-2-13b", gpus_per_node=4),
@@ -432,7 +433,8 @@ def _plain_numpy_step(ctx, cand, comm, comp):
     off_opt = cand.offload_optimizer
     # offloaded: the rank's CPU-Adam and host conversion rates (costmodel/offload.py, tests/core/test_offload_host.py)
     r_cpu, r_cv = cpu_adam_params_per_second_per_rank(c), host_conversion_per_second_per_rank(c)
-    optimizer = np.where(off_opt > 0, T / n / r_cpu + T / n / r_cv, shard * touched / ctx.hbm_bytes_per_second)
+    optimizer = np.where(off_opt > 0, T / n / r_cpu + (T / n / r_cv if ctx.mixed else 0.0),
+                         shard * touched / ctx.hbm_bytes_per_second)
     K = ctx.master_bytes + ctx.optimizer_state_bytes
     nvme_bps = c.nvme_gb_per_s * 1e9
     nvme_opt = np.where((off_opt == 2) & (st == 3), 2.0 * ctx.gpus_per_node * K * T / n / nvme_bps, 0.0)
@@ -440,21 +442,22 @@ def _plain_numpy_step(ctx, cand, comm, comp):
     nvme = nvme_opt + np.where(cand.offload_param == 2, 2.0 * ga * ctx.gpus_per_node * param_part / nvme_bps, 0.0)
     pcie = ctx.pcie_bytes_per_second
     z = ctx.scenario.zero
-    pageable = FITTED["pageable_copy_gb_per_s"] * 1e9
-    # the gradient copies DeepSpeed makes per step (tests/evidence/test_offload_copies.py), per micro-step
-    grad_bw = pcie if z.offload_optimizer.pin_memory else pageable
+    pageable = min(FITTED["pageable_copy_gb_per_s"] * 1e9, pcie)
+    # the gradient copies DeepSpeed makes (tests/evidence/test_offload_copies.py): every micro-step (ZeRO-2 with
+    # accumulation, ZeRO-3) and the fp32 partition once at the boundary
+    pin_o, pin_p = z.offload_optimizer.pin_memory, z.offload_param.pin_memory
+    grad_bw = pcie if pin_o else pageable
     w_g = ctx.grad_bytes
-    grad_bytes = np.where((st == 1) | ((st == 2) & (ga == 1)), 4.0 * T,
-                          np.where(st == 2, ((2.0 * ga - 1.0) * w_g + 4.0) * T,
-                                   np.where(st == 3, (2.0 * ga * w_g + 4.0) * T, 0.0)))  # none at stage 0
-    grad_copies = np.where(off_opt > 0, grad_bytes / (n * ga * grad_bw), 0.0)
-    param_pcie = np.where(cand.offload_param > 0,
-                          2.0 * param_part / (pcie if z.offload_param.pin_memory else pageable), 0.0)
-    pinned = (grad_copies if z.offload_optimizer.pin_memory else 0.0) + (
-        param_pcie if z.offload_param.pin_memory else 0.0)
-    unpinned = (0.0 if z.offload_optimizer.pin_memory else grad_copies) + (
-        0.0 if z.offload_param.pin_memory else param_pcie)
-    upload = np.where((off_opt > 0) & (cand.offload_param == 0), T * ctx.weight_bytes / n / pcie, 0.0)
+    per_micro = np.where((st == 2) & (ga > 1), (2.0 * ga - 1.0) * w_g * T / (n * ga * grad_bw),
+                         np.where(st == 3, 2.0 * w_g * T / (n * grad_bw), 0.0))
+    grad_copies = np.where(off_opt > 0, per_micro, 0.0)
+    boundary = np.where((off_opt > 0) & (st >= 1), 4.0 * T / (n * grad_bw), 0.0)
+    param_pcie = np.where(cand.offload_param > 0, 2.0 * param_part / (pcie if pin_p else pageable), 0.0)
+    pinned = (grad_copies if pin_o else 0.0) + (param_pcie if pin_p else 0.0)
+    unpinned = (0.0 if pin_o else grad_copies) + (0.0 if pin_p else param_pcie)
+    # ZeRO-1/2 upload from DeepSpeed's host buffer (pinned with pin_memory); ZeRO-3's through a pageable temporary
+    up_bw = np.where((st < 3) & pin_o, pcie, pageable)
+    upload = np.where((off_opt > 0) & (cand.offload_param == 0), T * ctx.weight_bytes / n / up_bw, 0.0)
 
     loss = FITTED["overlap_loss"]
     overlap = overlap_comm(ctx, cand)
@@ -478,7 +481,8 @@ def _plain_numpy_step(ctx, cand, comm, comp):
     micro = (fwd_e + bwd_e + a2a) if split else (fwd_e + bwd_e)
     collectives = comm["boundary_seconds"] + ga * (micro + comm["tp_seconds_micro"])
     host = ga * (fetch + hooks)
-    offload = (ga * (pcie_micro + ckpt) if offloading else ga * pcie_micro) + upload + nvme
+    boundary_exposed = np.where(st == 1, boundary, hidden(boundary, bwd_c, loss) if pin_o else boundary)
+    offload = (ga * (pcie_micro + ckpt) if offloading else ga * pcie_micro) + boundary_exposed + upload + nvme
     step = comp["seconds"] + collectives + host + offload + optimizer
     return {"t_compute": comp["seconds"], "t_coll": collectives, "t_host": host, "t_comm": collectives + host,
             "t_offload": offload, "t_opt": optimizer, "t_step": step, "t_fetch": ga * fetch, "t_hooks": ga * hooks,

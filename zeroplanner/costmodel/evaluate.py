@@ -40,7 +40,8 @@ def _hidden(work: str, other: str) -> str:
 STEP_OWNERS: dict[str, str] = {
     **{name: "compute" for name in ("F_x", "t_micro", "t_cf", "t_cb", "t_compute")},
     **{name: "communication" for name in ("e_f", "e_b", "t_gpu", "e_fe", "t_hk", "t_coll", "t_host", "t_comm")},
-    **{name: "offload" for name in ("t_c", "t_gh", "t_pcie", "t_pg", "e_p", "t_ck", "t_nvme", "t_offload")},
+    **{name: "offload" for name in ("t_c", "t_gh", "t_b32", "t_pcie", "t_pg", "e_p", "e_b32", "t_ck", "t_nvme",
+                                     "t_offload")},
     "t_opt": "optimizer",
     "t_step": "step",
 }
@@ -125,7 +126,7 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
         "beta": OPTIMIZER_BYTES_TOUCHED[sc.training.optimizer] if ctx.mixed else 16.0,
         "BW_HBM": ctx.hbm_bytes_per_second, "BW_pcie": ctx.pcie_bytes_per_second, "BW_nvme": c.nvme_gb_per_s * 1e9,
         "R_cpu": cpu_adam_params_per_second_per_rank(c), "R_cv": host_conversion_per_second_per_rank(c),
-        "BW_pg": FITTED["pageable_copy_gb_per_s"] * 1e9,
+        "BW_pg": min(FITTED["pageable_copy_gb_per_s"] * 1e9, ctx.pcie_bytes_per_second),
     })
     if offloading:
         env["A_ck"] = checkpoint_offload_bytes_per_micro(ctx, cand)
@@ -140,28 +141,29 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
     # PCIe traffic behind the micro-step's compute (with or without overlap_comm: DeepSpeed's offload streams)
     d("t_c", [("forward + backward + dequantisation", "t_cf + t_cb + t_dq")])
     # optimizer offload's gradient copies, as DeepSpeed makes them (tests/evidence/test_offload_copies.py counts
-    # them in the engine): ZeRO-1 and single-backward ZeRO-2 copy the fp32 partition once at the boundary;
-    # ZeRO-2 with accumulation copies every micro-step's 16-bit gradient out, and from the second micro-step back
-    # in first (async_accumulate_grad_in_cpu_via_gpu), then the fp32 partition; ZeRO-3 keeps the gradient
-    # partition on the host, out and back to the GPU at micro-step 0, in and out again after, and fp32 out at the
-    # boundary (stage3.py partition_grads, _offload_grad_partition_at_boundary). Per
-    # micro-step: the step's bytes / GA, at the pinned rate, or the pageable one without pin_memory
+    # them in the engine): every stage copies the fp32 gradient partition to the host once, at the boundary
+    # (ZeRO-1 after the last backward; ZeRO-2/3 in its hooks, behind that backward); with accumulation ZeRO-2
+    # copies every micro-step's 16-bit gradient out, and from the second micro-step back in first
+    # (stage_1_and_2.py async_accumulate_grad_in_cpu_via_gpu), and ZeRO-3 keeps its gradient partition on the host,
+    # out and back to the GPU every micro-step (stage3.py partition_grads). At the pinned rate, or the pageable one
+    # without pin_memory
     ga = cand.grad_accum
-    bw = "BW_pcie" if sc.zero.offload_optimizer.pin_memory else "BW_pg"
-    d("t_gh", [("fp32 partition at the boundary", f"4*Psi_t/(N_d*GA*{bw})",
-                (off_opt > 0) & ((st == 1) | ((st == 2) & (ga == 1)))),
-               ("16-bit out every micro-step, back in from the second, fp32 at the boundary",
-                f"((2*GA - 1)*w_g + 4)*Psi_t/(N_d*GA*{bw})", (off_opt > 0) & (st == 2) & (ga > 1)),
-               ("partition out and back in every micro-step, fp32 at the boundary",
-                f"(2*GA*w_g + 4)*Psi_t/(N_d*GA*{bw})", (off_opt > 0) & (st == 3))])
-    pinned_p = sc.zero.offload_param.pin_memory
-    d("t_pcie", [("gradient copies", "t_gh", (off_opt > 0) & sc.zero.offload_optimizer.pin_memory),
-                 ("parameters from the host", "2*(Psi*w/N_d)/BW_pcie", (off_par > 0) & pinned_p)])
+    pin_o, pin_p = sc.zero.offload_optimizer.pin_memory, sc.zero.offload_param.pin_memory
+    bw = "BW_pcie" if pin_o else "BW_pg"
+    d("t_gh", [("16-bit out every micro-step, back in from the second", f"(2*GA - 1)*w_g*Psi_t/(N_d*GA*{bw})",
+                (off_opt > 0) & (st == 2) & (ga > 1)),
+               ("partition out and back in every micro-step", f"2*w_g*Psi_t/(N_d*{bw})", (off_opt > 0) & (st == 3))])
+    d("t_b32", [("fp32 partition at the boundary", f"4*Psi_t/(N_d*{bw})", (off_opt > 0) & (st >= 1))])
+    d("t_pcie", [("gradient copies", "t_gh", (off_opt > 0) & pin_o),
+                 ("parameters from the host", "2*(Psi*w/N_d)/BW_pcie", (off_par > 0) & pin_p)])
     # pageable copies are synchronous with the host (CUDA runtime API, "API synchronization behavior": a copy
     # from pageable memory returns once staged), so nothing hides them
-    d("t_pg", [("gradient copies, pageable", "t_gh", (off_opt > 0) & (not sc.zero.offload_optimizer.pin_memory)),
-               ("parameters from the host, pageable", "2*(Psi*w/N_d)/BW_pg", (off_par > 0) & (not pinned_p))])
+    d("t_pg", [("gradient copies, pageable", "t_gh", (off_opt > 0) & (not pin_o)),
+               ("parameters from the host, pageable", "2*(Psi*w/N_d)/BW_pg", (off_par > 0) & (not pin_p))])
     d("e_p", [("overlapped with compute", _hidden("t_pcie", "t_c")), ("pageable, not overlapped", "t_pg")])
+    d("e_b32", [("after the last backward (ZeRO-1)", "t_b32", (off_opt > 0) & (st == 1)),
+                ("behind the last backward", _hidden("t_b32", "t_cb"), (off_opt > 0) & (st >= 2) & pin_o),
+                ("pageable, not overlapped", "t_b32", (off_opt > 0) & (st >= 2) & (not pin_o))])
     if offloading:
         d("t_ck", [("checkpoints to the host and back", "A_ck/BW_pcie")])
     # ZeRO-3's module hooks: host work the GPU waits for beyond its own micro-step; every module with parameters
@@ -179,14 +181,20 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
     d("t_comm", [("exposed collectives", "t_coll"), ("ZeRO host overhead", "t_host")])
     d("t_nvme", [("optimizer states (ZeRO-3)", "2*g*K*Psi_t/N_d/BW_nvme", (off_opt == 2) & (st == 3)),
                  ("parameters", "2*GA*g*(Psi*w/N_d)/BW_nvme", off_par == 2)])
+    # the updated 16-bit partition back to the GPU: ZeRO-1/2 from DeepSpeed's own host buffer (pinned with
+    # pin_memory); ZeRO-3 with a blocking fp32 -> 16-bit copy, which ATen converts on the CPU into a new (pageable)
+    # tensor first (aten/src/ATen/native/cuda/Copy.cu: "For blocking transfers conversions are performed on CPU")
     d("t_offload", [("PCIe, exposed" + (" + checkpoint offload" if offloading else ""),
                      "GA*(e_p + t_ck)" if offloading else "GA*e_p"),
-                    ("parameter upload", "Psi_t*w/N_d/BW_pcie", (off_opt > 0) & (off_par == 0)),
+                    ("the boundary's fp32 gradients", "e_b32"),
+                    ("parameter upload", "Psi_t*w/N_d/BW_pcie", (off_opt > 0) & (off_par == 0) & (st < 3) & pin_o),
+                    ("parameter upload, pageable", "Psi_t*w/N_d/BW_pg",
+                     (off_opt > 0) & (off_par == 0) & ((st == 3) | (not pin_o))),
                     ("NVMe", "t_nvme")])
     d("t_opt", [("GPU, the 1/N_d shard", "beta*(Psi_t/N_d)/BW_HBM", (off_opt == 0) & (st >= 1)),
                 ("GPU, all parameters", "Psi_t*beta/BW_HBM", (off_opt == 0) & (st == 0)),
                 ("CPU-Adam on the host", "Psi_t/N_d/R_cpu", off_opt > 0),
-                ("fp32 -> 16-bit copy on the host", "Psi_t/N_d/R_cv", off_opt > 0)])
+                ("fp32 -> 16-bit copy on the host", "Psi_t/N_d/R_cv", (off_opt > 0) & ctx.mixed)])
     d("t_step", [("compute", "t_compute"), ("exposed collectives", "t_coll"), ("ZeRO host overhead", "t_host"),
                  ("offload", "t_offload"), ("optimizer step", "t_opt")])
     # the step's figures reported apart (Estimate fields)

@@ -71,10 +71,26 @@ def cpu_adam_params_per_second_per_rank(cluster: ClusterSpec) -> float:
     return min(_threads_used(cluster) * CPU_ADAM_PARAMS_PER_SECOND_PER_THREAD, CPU_ADAM_PARAMS_PER_SECOND_PER_PROCESS)
 
 
+ADAM_HOST_BYTES_PER_PARAMETER = 28
+"""Host memory bytes one DeepSpeedCPUAdam update moves: it reads and writes the fp32 master, exp_avg and exp_avg_sq
+(3 x 8) and reads the fp32 gradient (4) (csrc/adam/cpu_adam_impl.cpp Step_AVX)."""
+
+CONVERSION_HOST_BYTES_PER_ELEMENT = 6
+"""Host memory bytes one fp32 -> 16-bit conversion moves: 4 read, 2 written."""
+
+HOST_CONVERSION_PER_SECOND_PER_PROCESS = (CPU_ADAM_PARAMS_PER_SECOND_PER_PROCESS * ADAM_HOST_BYTES_PER_PARAMETER
+                                          / CONVERSION_HOST_BYTES_PER_ELEMENT)
+"""The most one process converts: the host memory traffic one process reached in CPU-Adam (PR #735's 1.41e9/s x 28
+bytes, 39.5 GB/s) at the conversion's 6 bytes per element. The conversion's scaling with threads is not measured
+here beyond 1 thread (2 threads ran 0.81x one at load average 2.1, host_conversion.json); the model scales it
+with threads up to this bound, as CPU-Adam's."""
+
+
 def host_conversion_per_second_per_rank(cluster: ClusterSpec) -> float:
     """fp32 -> 16-bit elements per second one rank converts on the host: its threads (torch's intra-op threads follow
-    OMP_NUM_THREADS too; its share of the cores when oversubscribed) x HOST_CONVERSION_PER_SECOND_PER_THREAD."""
-    return _threads_used(cluster) * HOST_CONVERSION_PER_SECOND_PER_THREAD
+    OMP_NUM_THREADS too; its share of the cores when oversubscribed) x HOST_CONVERSION_PER_SECOND_PER_THREAD, up to
+    HOST_CONVERSION_PER_SECOND_PER_PROCESS."""
+    return min(_threads_used(cluster) * HOST_CONVERSION_PER_SECOND_PER_THREAD, HOST_CONVERSION_PER_SECOND_PER_PROCESS)
 
 
 def host_optimizer_seconds(scenario, cluster: ClusterSpec | None = None) -> float:
@@ -83,4 +99,5 @@ def host_optimizer_seconds(scenario, cluster: ClusterSpec | None = None) -> floa
     costmodel/evaluate.py step_terms), for ``scenario`` on ``cluster`` (default: the scenario's own)."""
     c = cluster or scenario.cluster
     per_rank = scenario.trainable_parameters / c.data_parallel_degree
-    return per_rank / cpu_adam_params_per_second_per_rank(c) + per_rank / host_conversion_per_second_per_rank(c)
+    conversion = per_rank / host_conversion_per_second_per_rank(c) if scenario.training.precision != "fp32" else 0.0
+    return per_rank / cpu_adam_params_per_second_per_rank(c) + conversion

@@ -371,8 +371,12 @@ SYMBOLS: dict[str, Symbol] = {
                    "offloaded step (offload.host_conversion_per_second_per_rank: threads x the rate measured here)"),
     "BW_pg": Symbol(r"BW_{pageable}", "bytes/s", "host<->device rate of copies from pageable (not pinned) memory "
                     "(fitted once, steptime_constants.FITTED pageable_copy_gb_per_s)"),
-    "t_gh": Symbol(r"t_{grad\to host}", "s", "optimizer offload's gradient copies per micro-step (the step's "
-                   "DeepSpeed copies / GA; tests/evidence/test_offload_copies.py counts them in the engine)"),
+    "t_gh": Symbol(r"t_{grad\to host}", "s", "optimizer offload's gradient copies made every micro-step (ZeRO-2 "
+                   "with accumulation, ZeRO-3; tests/evidence/test_offload_copies.py counts them in the engine)"),
+    "t_b32": Symbol(r"t_{fp32\,grad}", "s", "optimizer offload's copy of the fp32 gradient partition to the host, "
+                    "once per step at the boundary"),
+    "e_b32": Symbol(r"e_{fp32\,grad}", "s", "the boundary's fp32 gradient copy that the last backward does not "
+                    "hide"),
     "t_pcie": Symbol(r"t_{PCIe}", "s", "pinned PCIe traffic per micro-step: the gradient copies (optimizer "
                      "offload), parameters from the host for forward and backward (parameter offload)"),
     "t_pg": Symbol(r"t_{pageable}", "s", "PCIe traffic per micro-step from pageable memory (pin_memory false): "
