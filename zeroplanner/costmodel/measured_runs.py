@@ -67,11 +67,13 @@ class Run:
 
 
 def _scenario(model, gpu, *, gpus, nodes=1, network=None, precision, mb, ga, seq, ckpt, zero, lora=0,
-              cpu_gib=1024.0, flash=True) -> Scenario:
+              cpu_gib=1024.0, flash=True, host: dict | None = None) -> Scenario:
+    """``host``: ClusterSpec's host fields a source implies (CPU-Adam threads per rank, host cores)."""
     return Scenario(
         model=model,
         cluster=ClusterSpec(gpu=gpu, gpus_per_node=gpus, nodes=nodes,
-                            network=network or catalog.network("ib-hdr"), cpu_memory_bytes=int(cpu_gib * GIB)),
+                            network=network or catalog.network("ib-hdr"), cpu_memory_bytes=int(cpu_gib * GIB),
+                            **(host or {})),
         training=TrainingSpec(precision=precision, micro_batch=mb, grad_accum=ga, seq_len=seq, checkpointing=ckpt,
                               lora_rank=lora, flash_attention=flash),
         zero=ZeroSpec(**zero),
@@ -131,9 +133,10 @@ def runs() -> list[Run]:
                          learned_position_embeddings=1024, norm_kind="layernorm", qkv_bias=True, out_bias=True,
                          mlp_bias=True, fused_qkv=True, source="DeepSpeed docs/_tutorials/zero-offload.md")
     sc = _scenario(gpt10, catalog.gpu("V100-32GB"), gpus=1, precision="fp16", mb=10, ga=1, seq=1024, ckpt="full",
-                   zero={"stage": 2, "offload_optimizer": {"device": "cpu"}}, flash=False)
-    # one process under the deepspeed launcher: OpenMP's default, every core (capped at one process's rate)
-    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"cpu_adam_threads_per_rank": 64})})
+                   zero={"stage": 2, "offload_optimizer": {"device": "cpu"}}, flash=False,
+                   # one process under the deepspeed launcher: OpenMP's default, every core (capped at one
+                   # process's rate)
+                   host={"cpu_adam_threads_per_rank": 64})
     # the tutorial's log also splits the step: forward 6,383 ms + backward 11,770 ms, optimizer 7,613 ms
     out.append(Run("s4-10b", 4, "GPT-2 10B ZeRO-2 + CPU optimizer, 1 V100", sc, 25.765,
                    extra={"forward_backward_seconds": 6.383 + 11.770, "optimizer_seconds": 7.613},
@@ -212,8 +215,7 @@ def offload_runs() -> list[Run]:
                                 ("z3", _offload(3, False, **_LIGHTNING), 5.23),
                                 ("z3off", _offload(3, True, True, pin=False, **_LIGHTNING), 6.38)):
         sc = _scenario(rwkv, catalog.gpu("RTX-3090"), gpus=8, precision="bf16", mb=1, ga=2, seq=4096, ckpt="full",
-                       zero=zero)
-        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=threads)})
+                       zero=zero, host=threads)
         out.append(Run(f"s6-{key}", 6, f"RWKV 1.5B 8 x 3090, {key}", sc, 2 * s_per_it, assumed=_RWKV_ASSUMED))
     # -- 7, 8. RWKV-infctx-trainer deepspeed-2-and-3.ipynb: 2 GPUs, ctx 1024, accumulation 10 ------------------
     gpu3090_gen3 = catalog.gpu("RTX-3090").model_copy(update={"pcie_gb_per_s": 12.0})
@@ -221,8 +223,8 @@ def offload_runs() -> list[Run]:
         zeros = (_offload(2, False, **_LIGHTNING), _offload(2, True, pin=False, **_LIGHTNING),
                  _offload(3, False, **_LIGHTNING), _offload(3, True, True, pin=False, **_LIGHTNING))
         for key, zero, t in zip(("z2", "z2off", "z3", "z3off"), zeros, times):
-            sc = _scenario(rwkv, gpu, gpus=2, precision="bf16", mb=1, ga=10, seq=1024, ckpt="full", zero=zero)
-            sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update=threads)})
+            sc = _scenario(rwkv, gpu, gpus=2, precision="bf16", mb=1, ga=10, seq=1024, ckpt="full", zero=zero,
+                           host=threads)
             name = "2 x A5000 (NVLink)" if section == 7 else "2 x 3090 (PCIe Gen3)"
             out.append(Run(f"s{section}-{key}", section, f"RWKV 1.5B {name}, {key}", sc, 10 * t,
                            assumed=_RWKV_ASSUMED + ("; NVLink busbw inferred (see A5000)" if section == 7 else
@@ -231,11 +233,10 @@ def offload_runs() -> list[Run]:
     for key, mb, zero, thput in (("z2", 1, _offload(2, False), 4.19), ("z2off", 1, _offload(2, True), 1.81),
                                  ("z3", 2, _offload(3, False), 4.45), ("z3off", 2, _offload(3, True), 2.05)):
         sc = _scenario(catalog.model("llama-2-7b"), catalog.gpu("A800-80GB"), gpus=8, precision="bf16", mb=mb,
-                       ga=64 // (8 * mb), seq=4096, ckpt="full", zero=zero)
-        # launcher not stated: the deepspeed launcher's default leaves torch's threads (the 64 physical cores of
-        # 2 x Intel Xeon 8358) in each of the 8 ranks
-        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(
-            update={"cpu_adam_threads_per_rank": 64, "host_cpu_cores_per_node": 64})})
+                       ga=64 // (8 * mb), seq=4096, ckpt="full", zero=zero,
+                       # launcher not stated: the deepspeed launcher's default leaves torch's threads (the 64
+                       # physical cores of 2 x Intel Xeon 8358) in each of the 8 ranks
+                       host={"cpu_adam_threads_per_rank": 64, "host_cpu_cores_per_node": 64})
         out.append(Run(f"s9-{key}", 9, f"LLaMA-7B 8 x A800, {key}", sc, 64 / thput,
                        assumed="Th.put read as global samples/s (the gist does not state its unit); bf16; LLaMA-7B "
                        "as Llama-2-7B's shapes; HF-style offload blocks with pin_memory true; the deepspeed launcher "
@@ -243,9 +244,8 @@ def offload_runs() -> list[Run]:
     # -- 10. DeepSpeed blogs/zenflow-corebinding: Qwen2.5-1.5B on 2 x A100-40GB, ZeRO-2 -----------------------
     for key, zero, t in (("z2", _offload(2, False), 0.240), ("z2off", _offload(2, True), 1.365)):
         sc = _scenario(catalog.model("qwen2.5-1.5b"), catalog.gpu("A100-40GB"), gpus=2, precision="bf16", mb=4,
-                       ga=1, seq=512, ckpt="none", zero=zero)
-        sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(
-            update={"cpu_adam_threads_per_rank": 64, "host_cpu_cores_per_node": 128})})
+                       ga=1, seq=512, ckpt="none", zero=zero,
+                       host={"cpu_adam_threads_per_rank": 64, "host_cpu_cores_per_node": 128})
         out.append(Run(f"s10-{key}", 10, f"Qwen2.5-1.5B 2 x A100-40GB, {key}", sc, t,
                        assumed="sequence 512 (the fork's finetune_llama.py pads Alpaca to 512); no checkpointing; "
                        "--bind_cores_to_rank: 64 threads per rank (2 x EPYC 7742)"))
@@ -295,20 +295,28 @@ def predict(run: Run, constants: dict[str, float] | None = None) -> float:
     return est.tflops_per_gpu
 
 
-def table(constants: dict[str, float] | None = None) -> tuple[list[dict], list[dict]]:
-    """(rows, ratios): predicted vs measured for every row and every in-section ratio."""
-    rs = runs()
+def _table(rs: list[Run], ratio_list: list[tuple[str, str, str]], constants: dict[str, float] | None,
+           fitted: tuple[str, ...] = ()) -> tuple[list[dict], list[dict]]:
+    """(rows, ratios) of ``rs`` and ``ratio_list``: predicted vs measured; each ratio also gives the seconds its
+    numerator adds per step, predicted and measured, and ``fitted`` marks rows (and ratios of two rows) in it."""
     pred = {r.key: predict(r, constants) for r in rs}
     rows = [{"key": r.key, "section": r.section, "label": r.label, "kind": r.kind, "measured": r.measured,
-             "predicted": pred[r.key], "ratio": pred[r.key] / r.measured, "assumed": r.assumed} for r in rs]
+             "predicted": pred[r.key], "ratio": pred[r.key] / r.measured, "assumed": r.assumed,
+             "fitted": r.key in fitted} for r in rs]
     by = {r.key: r for r in rs}
     ratios = []
-    for name, a, b in RATIOS:
+    for name, a, b in ratio_list:
         meas = by[a].measured / by[b].measured
         p = pred[a] / pred[b]
-        ratios.append({"name": name, "section": by[a].section, "measured": meas, "predicted": p,
-                       "error": p / meas})
+        ratios.append({"name": name, "section": by[a].section, "measured": meas, "predicted": p, "error": p / meas,
+                       "added_measured": by[a].measured - by[b].measured, "added_predicted": pred[a] - pred[b],
+                       "fitted": a in fitted and b in fitted})
     return rows, ratios
+
+
+def table(constants: dict[str, float] | None = None) -> tuple[list[dict], list[dict]]:
+    """(rows, ratios): predicted vs measured for every row and every in-section ratio."""
+    return _table(runs(), RATIOS, constants)
 
 
 FIT_NAMES = ("gemm_hidden_half", "zero3_fetch_seconds", "grad_hook_seconds", "overlap_loss")
@@ -367,22 +375,9 @@ def leave_one_out(constants: dict[str, float], keys: list[str] | None = None) ->
 
 
 def offload_table(constants: dict[str, float] | None = None) -> tuple[list[dict], list[dict]]:
-    """(rows, ratios) of :func:`offload_runs` like :func:`table`; each ratio also gives the offload's (or ZeRO-3's)
-    added seconds per step, predicted and measured, and whether it is fitted on (both rows in OFFLOAD_FIT)."""
-    rs = offload_runs()
-    pred = {r.key: predict(r, constants) for r in rs}
-    rows = [{"key": r.key, "section": r.section, "label": r.label, "kind": r.kind, "measured": r.measured,
-             "predicted": pred[r.key], "ratio": pred[r.key] / r.measured, "assumed": r.assumed,
-             "fitted": r.key in OFFLOAD_FIT} for r in rs]
-    by = {r.key: r for r in rs}
-    ratios = []
-    for name, a, b in OFFLOAD_RATIOS:
-        meas = by[a].measured / by[b].measured
-        p = pred[a] / pred[b]
-        ratios.append({"name": name, "section": by[a].section, "measured": meas, "predicted": p, "error": p / meas,
-                       "added_measured": by[a].measured - by[b].measured, "added_predicted": pred[a] - pred[b],
-                       "fitted": a in OFFLOAD_FIT and b in OFFLOAD_FIT})
-    return rows, ratios
+    """(rows, ratios) of :func:`offload_runs` like :func:`table`, the rows and ratios fitted on (OFFLOAD_FIT)
+    marked."""
+    return _table(offload_runs(), OFFLOAD_RATIOS, constants, OFFLOAD_FIT)
 
 
 def fit_pageable(exclude: str | None = None) -> float:
