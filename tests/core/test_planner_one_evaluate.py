@@ -49,3 +49,28 @@ def test_one_evaluate_call_gives_the_values_of_two(kw):
             assert np.array_equal(np.asarray(got_leaves[k]), np.asarray(a)), k
     p = plan(s)
     assert [o.model_dump() for o in p.variants] == [o.model_dump() for o in variant_options(s)]
+
+
+@pytest.mark.parametrize("kw", SCENARIOS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
+def test_lazy_options_build_the_estimate_an_eager_one_would(kw):
+    """Options keep (values, index) and build their Estimate on first read (issue 35 item 2); the figures why_not
+    compares are read from the values without one (reasons.Standing.at). Both must be the eager path's numbers."""
+    from zeroplanner.costmodel.evaluate import estimate_from_values
+    from zeroplanner.planner.reasons import Standing
+    from zeroplanner.planner.search import search
+
+    s = build_scenario(**kw)
+    found = search(s, frozenset())
+    p = plan(s)
+    for o in p.alternatives:
+        i = next(j for j in range(found.cand.stage.size) if _choice_matches(found, j, o.choice))
+        eager = estimate_from_values(o.scenario, found.values, i)
+        assert o.estimate.model_dump() == eager.model_dump()
+        assert Standing.at(o.scenario, found.values, i) == Standing.of(eager)
+    assert p.variants[0].estimate is p.variants[0].estimate  # built once
+
+
+def _choice_matches(found, j, choice) -> bool:
+    from zeroplanner.planner.grid import choice_at
+
+    return choice_at(found.cand, j, found.tp) == choice

@@ -4,13 +4,17 @@ show (:attr:`Choice.label`) are written in :mod:`.reasons`, with the rest of the
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 
 from ..advice import ClusterAdvice, MethodAdvice
 from ..costmodel import Estimate
 from ..specs import Scenario
+
+if TYPE_CHECKING:
+    from ..costmodel import Evaluation
 
 
 class _Out(BaseModel):
@@ -46,13 +50,42 @@ class Choice(_Out):
 
 class Option(_Out):
     """A labelled, evaluated configuration. ``why_not``: for an alternative predicted faster than the pick, why
-    it was not picked (empty otherwise)."""
+    it was not picked (empty otherwise).
+
+    ``estimate`` is built when first read: a plan lists 5 alternatives and 8 chart variants, and building their
+    :class:`~zeroplanner.costmodel.Estimate` objects (about 0.25 ms each: warnings, the timeline's points) was half
+    of a plan's time (docs/performance.md). :meth:`of` keeps the evaluation and the candidate's index instead;
+    ``Option(..., estimate=est)`` takes a built one. Either way ``estimate`` (and ``model_dump()``, where it is a
+    computed field) gives the same Estimate, bit for bit."""
 
     label: str
     choice: Choice
     scenario: Scenario
-    estimate: Estimate
     why_not: str = ""
+    _source: Any = PrivateAttr(default=None)
+
+    def __init__(self, *, estimate: Estimate | None = None, **data: Any) -> None:
+        super().__init__(**data)
+        if estimate is not None:
+            self.__dict__["estimate"] = estimate  # cached_property's slot: read as is
+
+    @classmethod
+    def of(cls, values: Evaluation, index: int | tuple[int, ...], **data: Any) -> Option:
+        """An Option whose estimate is :func:`~zeroplanner.costmodel.evaluate.estimate_from_values` of candidate
+        ``index`` of ``values`` (an :func:`~zeroplanner.costmodel.evaluate` result), at ``data["scenario"]``, built
+        when first read. ``data``: the other fields."""
+        out = cls(**data)
+        out._source = (values, index)
+        return out
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def estimate(self) -> Estimate:
+        """The configuration's :class:`~zeroplanner.costmodel.Estimate` (built once, on first read)."""
+        from ..costmodel.evaluate import estimate_from_values
+
+        values, index = self._source
+        return estimate_from_values(self.scenario, values, index)
 
 
 class Plan(_Out):

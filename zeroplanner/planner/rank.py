@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..costmodel import Candidates, Evaluation, evaluate, make_context
-from ..costmodel.evaluate import estimate_from_values
 from ..specs import Scenario
 from .grid import apply_choice, axis_values, candidate_grid, choice_at
 from .models import Option
@@ -125,5 +124,5 @@ def nearest_fit(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE) -> 
     i = int(order[np.argsort(changed, kind="stable")[0]])
     ch = choice_at(cand, i)
     sc = apply_choice(scenario, ch, validate=False)
-    return Option(label=ch.label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, i),
-                  why_not="; ".join(choice_changes(scenario, ch)))
+    return Option.of(values, i, label=ch.label, choice=ch, scenario=sc,
+                     why_not="; ".join(choice_changes(scenario, ch)))

@@ -8,7 +8,7 @@ the :data:`~.grid.SEARCH_INPUTS` axis names, :data:`~.sweeps.LIMIT_NAMES`) stay 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -231,10 +231,37 @@ def nothing_fits_warnings(scenario: Scenario, held: frozenset[str], found: Searc
 # ---------------------------------------------------------------------------------------------------------------
 # reasons for the pick
 
-def why_not(best: Choice, best_est: Estimate, alt: Choice, alt_est: Estimate, tolerance: float,
+class Standing(NamedTuple):
+    """What :func:`why_not` compares of two configurations: the figures of their
+    :class:`~zeroplanner.costmodel.Estimate` (``tokens_per_second``; ``step_peak``'s ``headroom_bytes``, ``risky``
+    and ``error_fraction``), read without building one (:meth:`at`)."""
+
+    tokens_per_second: float
+    headroom_bytes: int
+    risky: bool
+    error_fraction: float
+
+    @classmethod
+    def of(cls, est: Estimate) -> Standing:
+        """From a built Estimate."""
+        sp = est.step_peak
+        return cls(est.tokens_per_second, sp.headroom_bytes, sp.risky, sp.error_fraction)
+
+    @classmethod
+    def at(cls, scenario: Scenario, values: Evaluation, index: int) -> Standing:
+        """Candidate ``index`` of ``values`` at its ``scenario``: the same numbers
+        :func:`~zeroplanner.costmodel.evaluate.estimate_from_values` puts in its Estimate (same conversions;
+        tests/core/test_planner_one_evaluate.py compares them)."""
+        return cls(float(values.tokens_per_second.flat[index]),
+                   int(round(float(values.step_peak.headroom_bytes.flat[index]))),
+                   bool(values.step_peak.risky.flat[index]), memory_error_fraction(scenario.assumptions.device))
+
+
+def why_not(best: Choice, best_est: Standing, alt: Choice, alt_est: Standing, tolerance: float,
             param_offload_excluded: bool) -> str:
     """Why a faster alternative lost: the ranking rule that put the pick first. Faster is tokens/s (the step
-    seconds' ratio when both have the same data-parallel degree; an AutoTP candidate's step carries fewer tokens)."""
+    seconds' ratio when both have the same data-parallel degree; an AutoTP candidate's step carries fewer tokens).
+    ``best_est``, ``alt_est``: their :class:`Standing`."""
     gain = alt_est.tokens_per_second / best_est.tokens_per_second - 1.0
     if gain <= 0.005:
         return ""
@@ -256,12 +283,12 @@ def why_not(best: Choice, best_est: Estimate, alt: Choice, alt_est: Estimate, to
         what = ("quantised collectives" if alt.zero_quantized_weights or alt.zero_quantized_gradients
                 else "hpZ's secondary weight copy per node")
         return head + f"within the {tolerance:.0%} model tolerance and it needs ZeRO++ ({what})."
-    headroom = best_est.step_peak.headroom_bytes
-    alt_headroom = alt_est.step_peak.headroom_bytes
-    if alt_est.step_peak.risky and not best_est.step_peak.risky:
+    headroom = best_est.headroom_bytes
+    alt_headroom = alt_est.headroom_bytes
+    if alt_est.risky and not best_est.risky:
         return head + (f"within the {tolerance:.0%} model tolerance, but its headroom "
                        f"({gib(alt_headroom):.2f} GiB) is below the model's error of "
-                       f"{alt_est.step_peak.error_fraction:.0%} of its peak; the pick leaves {gib(headroom):.2f} GiB.")
+                       f"{alt_est.error_fraction:.0%} of its peak; the pick leaves {gib(headroom):.2f} GiB.")
     if alt_headroom < headroom:
         return head + (f"within the {tolerance:.0%} model tolerance; the pick leaves more GPU memory free "
                        f"({gib(headroom):.2f} vs {gib(alt_headroom):.2f} GiB), safer against fragmentation and "

@@ -16,7 +16,7 @@ from .grid import (SP_MIN_SEQUENCE_TOKENS, activation_parts_at, apply_choice, at
                    sequence_parallel_options, varied_axes, with_autotp)
 from .models import Choice, Option, Plan
 from .rank import DEFAULT_TOLERANCE, alternative_indices, check_tolerance, rank_candidates
-from .reasons import fit_reasons, fit_warnings, nothing_fits_warnings, precision_notes, why_not
+from .reasons import Standing, fit_reasons, fit_warnings, nothing_fits_warnings, precision_notes, why_not
 from .sweeps import variant_candidates, variant_options_from
 
 if TYPE_CHECKING:
@@ -114,9 +114,9 @@ def _option(scenario: Scenario, found: Search, i: int, best: Choice, best_est: E
     """Candidate ``i`` as an alternative to the pick ``best``, with why it was not picked."""
     ch = choice_at(found.cand, i, found.tp)
     sc = apply_choice(scenario, ch, validate=False)
-    alt_est = estimate_from_values(sc, found.values, int(i))
-    return Option(label=ch.label, choice=ch, scenario=sc, estimate=alt_est,
-                  why_not=why_not(best, best_est, ch, alt_est, tolerance, False))
+    standing = Standing.at(sc, found.values, int(i))
+    return Option.of(found.values, int(i), label=ch.label, choice=ch, scenario=sc,
+                     why_not=why_not(best, Standing.of(best_est), ch, standing, tolerance, False))
 
 
 def _nothing_fits(scenario: Scenario, held: frozenset[str], found: Search, notes: list[str], tolerance: float,

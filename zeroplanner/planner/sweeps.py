@@ -12,7 +12,6 @@ import numpy as np
 
 from ..costmodel import Candidates, Evaluation, evaluate, make_context
 from ..costmodel.context import CHECKPOINT_CODES
-from ..costmodel.evaluate import estimate_from_values
 from ..specs import Architecture, Scenario
 from .grid import OFFLOAD_NAMES, apply_choice, sequence_parallel_options
 from .models import Choice, Option
@@ -80,7 +79,7 @@ def variant_options_from(scenario: Scenario, values: Evaluation) -> list[Option]
                     overlap_comm=scenario.zero.overlap_comm, reduce_bucket_size=scenario.zero.reduce_bucket_size,
                     sequence_parallel_size=scenario.cluster.sequence_parallel_size)
         sc = apply_choice(scenario, ch, validate=False)
-        out.append(Option(label=label, choice=ch, scenario=sc, estimate=estimate_from_values(sc, values, (i, 0))))
+        out.append(Option.of(values, (i, 0), label=label, choice=ch, scenario=sc))
     return out
 
 
