@@ -177,3 +177,39 @@ def test_answers_state_what_they_assume_about_the_model(capsys, tmp_path):
                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)), encoding="utf-8")
     rec = run_json(capsys, "recommend", "--hf-config", str(cfg))
     assert any("read by transformers on the meta device" in a and "approximate" in a for a in rec["assumptions"])
+
+
+def test_subcommand_table_is_what_the_modules_register():
+    """main() builds the parser of the one module a command line names (cli.SUBCOMMANDS, issue 35 item 3); the
+    table must be what each module's register() adds, or a command would parse with the wrong options."""
+    import argparse
+    import importlib
+
+    from zeroplanner import cli
+
+    registered = {}
+    for name in cli.COMMAND_MODULES:
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers()
+        importlib.import_module(f"zeroplanner.cli.{name}").register(sub, cli.add_scenario_options)
+        registered.update(dict.fromkeys(sub.choices, name))
+    assert registered == cli.SUBCOMMANDS
+    full = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(full.choices) == list(registered)  # --help lists every command, in the modules' order
+
+
+def test_estimate_imports_only_what_it_needs():
+    """`zeroplanner estimate` imports neither the planner, the config checker, the probes, ipywidgets, torch nor
+    DeepSpeed (issue 35 item 3; its whole-process time is in benchmarks/bench_cli.py)."""
+    code = ("import sys, io, contextlib\n"
+            "from zeroplanner.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): rc = main(['estimate'])\n"
+            "print(rc, ' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('zeroplanner', 'torch', 'deepspeed', 'ipywidgets', 'transformers'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "0"
+    loaded = set(out[1:])
+    for heavy in ("zeroplanner.planner", "zeroplanner.cli.config", "zeroplanner.cli.probe", "zeroplanner.probe",
+                  "zeroplanner.deepspeed.lint", "torch", "deepspeed", "ipywidgets", "transformers"):
+        assert heavy not in loaded, heavy
+    assert "zeroplanner.costmodel.evaluate" in loaded

@@ -17,24 +17,65 @@ from __future__ import annotations
 
 import sys
 
-from . import app, calibrate, config, diagnose, launch, plan, probe
 from .common import UsageError, _Parser, add_scenario_options, fail, scenario_from_args
 
-COMMANDS = (plan, config, diagnose, app, probe, calibrate, launch)
-"""The subcommand modules, in the order ``--help`` lists them."""
+COMMAND_MODULES = ("plan", "config", "diagnose", "app", "probe", "calibrate", "launch")
+"""The subcommand modules (``zeroplanner.cli.<name>``), in the order ``--help`` lists them."""
 
-__all__ = ["COMMANDS", "UsageError", "add_scenario_options", "build_parser", "fail", "main", "scenario_from_args"]
+SUBCOMMANDS = {
+    **dict.fromkeys(("estimate", "recommend", "deepspeed-estimate", "models", "gpus", "networks"), "plan"),
+    **dict.fromkeys(("config", "check"), "config"),
+    "diagnose": "diagnose", "app": "app", "probe": "probe", "calibrate": "calibrate", "launch-script": "launch",
+}
+"""Subcommand -> the module that registers it. A command line naming one builds the parser of that module alone, so
+``zeroplanner estimate`` imports neither the config checker nor the probes (issue 35 item 3;
+tests/core/test_cli.py checks this table against the modules' own ``register``)."""
+
+__all__ = ["COMMANDS", "COMMAND_MODULES", "SUBCOMMANDS", "UsageError", "add_scenario_options", "build_parser", "fail",
+           "main", "scenario_from_args"]
 
 
-def build_parser():
-    """The ``zeroplanner`` argument parser with every subcommand."""
+def _module(name: str):
+    """The subcommand module ``name`` (one of :data:`COMMAND_MODULES`), imported by an import statement: nothing is
+    imported by a computed name (docs/security.md section 3)."""
+    if name == "plan":
+        from . import plan as module
+    elif name == "config":
+        from . import config as module
+    elif name == "diagnose":
+        from . import diagnose as module
+    elif name == "app":
+        from . import app as module
+    elif name == "probe":
+        from . import probe as module
+    elif name == "calibrate":
+        from . import calibrate as module
+    elif name == "launch":
+        from . import launch as module
+    else:
+        raise ValueError(f"no subcommand module {name!r}; one of {COMMAND_MODULES}")
+    return module
+
+
+def __getattr__(name: str):
+    if name == "COMMANDS":  # every subcommand module, imported
+        return tuple(_module(m) for m in COMMAND_MODULES)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def build_parser(argv: list[str] | None = None):
+    """The ``zeroplanner`` argument parser: every subcommand, or, when ``argv`` (without the program name) starts
+    with a subcommand of :data:`SUBCOMMANDS`, the subcommands of that one module (the same parser for that command
+    line: the top level has no option but ``--help`` and ``--version``, so the first word is the command)."""
     from .. import __version__
 
     parser = _Parser(prog="zeroplanner", description="Plan DeepSpeed ZeRO runs: memory, speed, config.")
     parser.add_argument("--version", action="version", version=f"zeroplanner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in COMMANDS:
-        module.register(sub, add_scenario_options)
+    first = argv[0] if argv else None
+    names = (SUBCOMMANDS[first],) if first in SUBCOMMANDS else COMMAND_MODULES
+    for name in names:
+        _module(name).register(sub, add_scenario_options)
     return parser
 
 
@@ -58,7 +99,8 @@ def main(argv: list[str] | None = None, *, whole_process: bool = False) -> int:
     --hf-trainer`` loads transformers in a child process alongside DeepSpeed in this one
     (:class:`zeroplanner.deepspeed.hf_fill.FillChild`); in-process callers (tests, scripts, the app) fill in their
     own process, where the libraries stay loaded for the next call. The output is the same either way."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     args.whole_process = whole_process
     try:

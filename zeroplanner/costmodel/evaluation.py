@@ -103,10 +103,11 @@ class TimelineStore:
         names = tuple(points[0].terms)
         n = int(np.prod(shape))
         stack = np.empty((len(points), len(names), n))
+        cells = stack.reshape(len(points), len(names), *shape)  # a view: assignment broadcasts each term in place
         for i, p in enumerate(points):
             assert tuple(p.terms) == names, "every timeline point has the same terms"
             for j, k in enumerate(names):
-                stack[i, j] = np.broadcast_to(p.terms[k], shape).reshape(-1)
+                cells[i, j] = p.terms[k]
         return cls(tuple(p.phase for p in points), tuple(p.label for p in points), names, stack)
 
 
