@@ -195,3 +195,38 @@ def test_consumers_read_fields_not_strings():
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
             assert not (len(node.args) > 1 and isinstance(node.args[1], ast.Constant)), \
                 f"ui/state.py:{node.lineno}: {node.func.id} with a constant name"
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS) + ["qlora", "grid"])
+def test_parts_that_apply_nowhere_are_zero_without_being_computed(name, monkeypatch):
+    """terms.term skips the expression of a part whose condition is False for every candidate (issue 35: half the
+    parts of a one-candidate evaluate). Every value, array shape and dtype must be what np.where over the computed
+    expression gives: evaluate once with the skip, once with every expression computed, and compare leaf by leaf."""
+    from zeroplanner.costmodel import activations, communication, memory, terms
+    from zeroplanner.planner.grid import candidate_grid
+
+    kw = {"qlora": dict(model="llama-2-13b", lora_rank=16, qlora=True, stage=3), "grid": {}}.get(name)
+    s = build_scenario(**kw) if kw is not None else _scenario(name)
+    cand = candidate_grid(s) if name == "grid" else Candidates.from_scenario(s)
+    fast = _leaves(evaluate(make_context(s), cand))
+
+    def computing(key, inputs, parts, *, shared=False):  # term() as it was: every expression computed
+        out = []
+        for label, expr, when in parts:
+            value = terms.evaluate_expr(expr, inputs)
+            if when is True:
+                out.append(terms.PartValue(label, expr, terms._ALL, np.asarray(value, dtype=np.float64)))
+            else:
+                applies = np.asarray(when, dtype=bool)
+                out.append(terms.PartValue(label, expr, applies, np.where(applies, value, 0.0)))
+        return terms.TermParts(key, inputs if shared else dict(inputs), tuple(out))
+
+    for module in (terms, memory, activations, communication):
+        if hasattr(module, "term"):
+            monkeypatch.setattr(module, "term", computing)
+    slow = _leaves(evaluate(make_context(s), cand))
+    assert set(fast) == set(slow)
+    for k, a in slow.items():
+        b = fast[k]
+        assert np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype, k
+        assert np.array_equal(np.asarray(a), np.asarray(b)), k

@@ -535,6 +535,13 @@ def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str,
             out.append(PartValue(label, expr, _ALL, np.asarray(evaluate_expr(expr, inputs), dtype=np.float64)))
             continue
         applies = np.asarray(when, dtype=bool)
+        if applies.ndim and not applies.any():
+            # applies to no candidate: np.where(applies, x, 0.0) is 0.0 everywhere whatever x is, so x is not
+            # computed (half the parts of a one-candidate evaluate). A condition array is shaped like the candidates,
+            # as every value is (Candidates.build broadcasts them): the zeros have np.where's shape and dtype
+            # (tests/core/test_evaluation.py compares every value with the expressions all computed)
+            out.append(PartValue(label, expr, applies, np.zeros(applies.shape)))
+            continue
         out.append(PartValue(label, expr, applies, np.where(applies, evaluate_expr(expr, inputs), 0.0)))
     return TermParts(key, inputs if shared else dict(inputs), tuple(out))
 
