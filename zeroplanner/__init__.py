@@ -26,7 +26,7 @@ _HOMES = {
                      "TrainingSpec", "ZeroSpec"), ".specs"),
 }
 """Public name -> the module it lives in. Imported on first use (PEP 562), so ``zeroplanner estimate`` does not
-import the planner and ``import zeroplanner.costmodel`` does not import the rest (issue 35 item 3:
+import the planner and ``import zeroplanner.costmodel`` does not import the rest (its time:
 benchmarks/bench_cli.py)."""
 
 

@@ -28,7 +28,7 @@ SUBCOMMANDS = {
     "diagnose": "diagnose", "app": "app", "probe": "probe", "calibrate": "calibrate", "launch-script": "launch",
 }
 """Subcommand -> the module that registers it. A command line naming one builds the parser of that module alone, so
-``zeroplanner estimate`` imports neither the config checker nor the probes (issue 35 item 3;
+``zeroplanner estimate`` imports neither the config checker nor the probes (benchmarks/bench_cli.py;
 tests/core/test_cli.py checks this table against the modules' own ``register``)."""
 
 __all__ = ["COMMANDS", "COMMAND_MODULES", "SUBCOMMANDS", "UsageError", "add_scenario_options", "build_parser", "fail",
