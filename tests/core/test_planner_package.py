@@ -9,6 +9,9 @@ import inspect
 import textwrap
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 import zeroplanner.planner as planner
 from zeroplanner import build_scenario
 from zeroplanner.planner import grid, search
@@ -83,3 +86,49 @@ def test_every_tie_break_has_its_sentence():
     from zeroplanner.planner import PREFERENCE_ORDER, PREFERENCE_TEXT
 
     assert len(set(PREFERENCE_ORDER)) == len(PREFERENCE_ORDER) and set(PREFERENCE_TEXT) == set(PREFERENCE_ORDER)
+
+
+def _largest_by_scanning_every_size(scenario, points=81):
+    """largest_model_limits as it was before the top-down search: every size of the grid evaluated, ascending."""
+    from zeroplanner.costmodel import evaluate, make_context
+    from zeroplanner.costmodel.ulysses import check_ulysses
+    from zeroplanner.planner.sweeps import GRID_TOP, LIMIT_NAMES, VARIANTS, variant_candidates
+    from zeroplanner.specs import Architecture
+
+    labels = [v[0] for v in VARIANTS]
+    best, seen = dict.fromkeys(labels, 0), {label: [] for label in labels}
+    for p in np.geomspace(1e8, 1e13, points):
+        arch = Architecture.from_parameter_count(int(p))
+        try:
+            check_ulysses(n_heads=arch.n_heads, kv_heads=arch.kv_heads,
+                          sp_size=scenario.cluster.sequence_parallel_size, linear_mixer=arch.linear_mixer)
+        except ValueError:
+            continue
+        sc = scenario.model_copy(update={"model": arch})
+        values = evaluate(make_context(sc), variant_candidates(sc, np.array([sc.cluster.nodes]))[1])
+        for i, label in enumerate(labels):
+            seen[label].append((int(p), {k: bool(getattr(values, k)[i, 0]) for k in LIMIT_NAMES}))
+            if values.fits[i, 0]:
+                best[label] = int(p)
+    out = {}
+    for label in labels:
+        above = [(size, ok) for size, ok in seen[label] if size > best[label]]
+        if not above:
+            out[label] = {"parameters": best[label], "next_parameters": 0, "limited_by": (GRID_TOP,)}
+        else:
+            out[label] = {"parameters": best[label], "next_parameters": above[0][0],
+                          "limited_by": tuple(n for k, n in LIMIT_NAMES.items() if not above[0][1][k])}
+    return out
+
+
+@pytest.mark.parametrize("kw", [{}, {"nodes": 4}, {"model": "llama-2-70b", "nodes": 4}, {"gpus_per_node": 1},
+                                {"model": "llama-3.1-8b", "seq_len": 65536, "sequence_parallel_size": 8},
+                                {"gpu": "rtx-4090", "gpus_per_node": 2, "cpu_memory_gib": 64}],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
+def test_largest_model_top_down_equals_scanning_every_size(kw):
+    """largest_model_limits searches from the largest size down and stops once every variant fits (recommend's
+    time, benchmarks/bench_cli.py); it must give what evaluating every size gives, limits included."""
+    from zeroplanner.planner import largest_model_limits
+
+    s = build_scenario(**kw)
+    assert largest_model_limits(s) == _largest_by_scanning_every_size(s)

@@ -128,12 +128,16 @@ def largest_model_limits(scenario: Scenario, *, low: float = 1e8, high: float = 
     grid = np.geomspace(low, high, points)
     labels = [v[0] for v in VARIANTS]
     best = dict.fromkeys(labels, 0)
-    # per label: (size, {resource: fits}) of every size evaluated, in grid order
-    seen: dict[str, list[tuple[int, dict[str, bool]]]] = {label: [] for label in labels}
+    # per label: the smallest size evaluated above its best so far, and what that size fits in
+    above: dict[str, tuple[int, dict[str, bool]] | None] = dict.fromkeys(labels)
     from ..costmodel.ulysses import check_ulysses
 
     sp = scenario.cluster.sequence_parallel_size
-    for p in grid:
+    # From the largest size down, each variant until the first size that fits it: that is its largest fitting
+    # size, and the size evaluated just before it the next one above. The same answer as evaluating every size (no
+    # assumption that a fit at one size implies a fit at smaller ones), without the sizes below every variant's
+    # answer (a third of them for llama-2-70b on 4 nodes).
+    for p in grid[::-1]:
         arch = Architecture.from_parameter_count(int(p))
         try:
             check_ulysses(n_heads=arch.n_heads, kv_heads=arch.kv_heads, sp_size=sp, linear_mixer=arch.linear_mixer)
@@ -143,16 +147,20 @@ def largest_model_limits(scenario: Scenario, *, low: float = 1e8, high: float = 
         _, cand = variant_candidates(sc, np.array([sc.cluster.nodes]))
         values = evaluate(make_context(sc), cand)
         for i, label in enumerate(labels):
-            seen[label].append((int(p), _limits(values, (i, 0))))
+            if best[label]:
+                continue
             if values.fits[i, 0]:
                 best[label] = int(p)
+            else:
+                above[label] = (int(p), _limits(values, (i, 0)))
+        if all(best.values()):
+            break
     out: dict[str, dict[str, Any]] = {}
     for label in labels:
-        above = [(size, ok) for size, ok in seen[label] if size > best[label]]
-        if not above:
+        if above[label] is None:
             out[label] = {"parameters": best[label], "next_parameters": 0, "limited_by": (GRID_TOP,)}
             continue
-        size, ok = above[0]
+        size, ok = above[label]
         out[label] = {"parameters": best[label], "next_parameters": size,
                       "limited_by": tuple(name for key, name in LIMIT_NAMES.items() if not ok[key])}
     return out
