@@ -132,3 +132,27 @@ def test_largest_model_top_down_equals_scanning_every_size(kw):
 
     s = build_scenario(**kw)
     assert largest_model_limits(s) == _largest_by_scanning_every_size(s)
+
+
+@pytest.mark.parametrize("kw", [{"model": "llama-2-70b", "nodes": 4}, {"gpus_per_node": 1},
+                                {"model": "llama-3.1-8b", "seq_len": 65536}, {"model": "qwen2.5-vl-7b"}],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_each_candidates_fit_does_not_depend_on_the_others_evaluated_with_it(kw):
+    """longest_sequence evaluates every variant at each length once and reads one row for a variant's bisection:
+    a row's values must be those of the row evaluated alone (what it did before)."""
+    from zeroplanner.costmodel import evaluate, make_context
+    from zeroplanner.planner.sweeps import variant_candidates
+
+    s = build_scenario(**kw)
+    for seq in (1024, 8192, 131072):
+        sc = s.model_copy(update={"training": s.training.model_copy(update={"seq_len": seq})})
+        ctx = make_context(sc)
+        _, cand = variant_candidates(sc, np.array([sc.cluster.nodes]))
+        together = evaluate(ctx, cand)
+        for i in range(cand.shape[0]):
+            alone = evaluate(ctx, cand.take(slice(i, i + 1)))
+            for field in ("fits", "step_seconds", "step_peak"):
+                a, b = getattr(alone, field), getattr(together, field)
+                if field == "step_peak":
+                    a, b = a.bytes, b.bytes
+                assert np.array_equal(np.asarray(a)[0], np.asarray(b)[i]), (seq, i, field)

@@ -193,12 +193,20 @@ def longest_sequence(scenario: Scenario, *, sp_values: Sequence[int] | None = No
                             sp=np.asarray(sps, dtype=np.int64)[None, :])
     image_tokens = scenario.sequence_tokens - scenario.training.seq_len
 
+    known: dict[int, np.ndarray] = {}
+
     def fits_at(seq: int, rows=slice(None)) -> np.ndarray:
-        """(variants, degrees) bool: what fits at ``seq`` tokens (only ``rows`` evaluated)."""
-        sc = scenario.model_copy(update={"training": scenario.training.model_copy(update={"seq_len": int(seq)})})
-        if image_tokens and (seq + image_tokens) % q:  # the split needs every token count to divide evenly
-            return np.zeros((n_var, len(sps)), dtype=bool)[rows]
-        return evaluate(make_context(sc), cand.take(rows)).fits
+        """(variants, degrees) bool: what fits at ``seq`` tokens (``rows`` of it). Every variant is evaluated at
+        once and kept: the variants' bisections often try the same lengths, and the last look at each answer is
+        one already evaluated (each candidate's values do not depend on the others evaluated with it:
+        tests/core/test_planner_package.py)."""
+        if seq not in known:
+            sc = scenario.model_copy(update={"training": scenario.training.model_copy(update={"seq_len": int(seq)})})
+            if image_tokens and (seq + image_tokens) % q:  # the split needs every token count to divide evenly
+                known[seq] = np.zeros((n_var, len(sps)), dtype=bool)
+            else:
+                known[seq] = evaluate(make_context(sc), cand).fits
+        return known[seq][rows]
 
     last = np.zeros(n_var, dtype=np.int64)  # longest multiple of q known to fit, per variant
     k = q
