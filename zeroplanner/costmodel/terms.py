@@ -434,11 +434,15 @@ class TermParts:
     inputs: Mapping[str, object]
     parts: tuple[PartValue, ...]
 
-    @property
+    @cached_property
     def value(self) -> np.ndarray:
+        """The parts' sum, in their order; computed once (read several times per evaluate) and read-only, so no
+        reader can change what the next one reads."""
         total = self.parts[0].value
         for p in self.parts[1:]:
             total = total + p.value
+        if isinstance(total, np.ndarray):
+            total.flags.writeable = False
         return total
 
     def sum_of(self, labels: Sequence[str]) -> np.ndarray:
