@@ -57,16 +57,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     rows = commands()
+    run(rows, args.repeats)
+
+
+def run(rows: list[tuple[str, list[str], bool]], repeats: int) -> None:
+    """Time ``rows`` (:func:`commands`; the first is the bare import) ``repeats`` times each, print the medians and
+    their ratios to the first (benchmarks/bench_costmodel.py --cli calls this too)."""
     for _, cmd, ok in rows:  # one warm-up each: the first run after an install compiles bytecode
         if ok:
             wall_seconds(cmd)
     bare = None
-    print(f"median of {args.repeats} whole-process runs; ratio to the bare import measured in this run")
+    print(f"median of {repeats} whole-process runs; ratio to the bare import measured in this run")
     for name, cmd, ok in rows:
         if not ok:
             print(f"{name:58s}  skipped (DeepSpeed or transformers not installed)")
             continue
-        median = statistics.median(wall_seconds(cmd) for _ in range(args.repeats))
+        median = statistics.median(wall_seconds(cmd) for _ in range(repeats))
         bare = bare if bare is not None else median
         print(f"{name:58s} {median:6.2f} s  {median / bare:5.1f}x")
 

@@ -21,6 +21,7 @@ from .specs import ClusterSpec, Scenario
 from .units import GIB
 
 if TYPE_CHECKING:  # planner imports this module lazily, inside plan()
+    from .costmodel import Estimate
     from .planner import Plan
 
 CROSSOVER_MAX_GBPS = 3200.0
@@ -288,7 +289,7 @@ def method_advice(scenario: Scenario, p: Plan | None, held=(), tolerance: float 
                   "check your task." if method != "lora" else
                   " LoRA trains low-rank adapters only: quality can differ from a full fine-tune; check your task.")
         kind = "A QLoRA setting" if method == "qlora_storage" else "Change of method"
-        assumed = [a for a in verdict_assumptions(sc, q.choice) if a not in stated]
+        assumed = [a for a in verdict_assumptions(sc, q.choice, priced=(q.scenario, q.estimate)) if a not in stated]
         also = f" It {'; '.join(assumed)}." if assumed else ""
         text = (f"{kind}, not picked for you: {what} ({flags}) fits as {q.choice.label} at {tps:,.0f} "
                 f"tokens/s, {versus}, {place}{nvme}.{also}{caveat}")
@@ -313,12 +314,17 @@ ADVICE_CPU_ADAM_THREADS = 8
 GPUs (an example, not an input: the planner prices what --cpu-adam-threads-per-rank says)."""
 
 
-def verdict_assumptions(scenario: Scenario, choice, given: Iterable[str] | None = None) -> list[str]:
+def verdict_assumptions(scenario: Scenario, choice, given: Iterable[str] | None = None, *,
+                        priced: tuple[Scenario, Estimate] | None = None) -> list[str]:
     """The defaults the verdict on ``choice`` (a :class:`zeroplanner.planner.Choice`, or None when nothing fits:
     then the scenario's own offload) rests on and the user did not give, one sentence each with the option that
     sets it: NVMe capacity (offload to NVMe), host RAM (any offload), the CPU-Adam rate (optimizer offload) and the
     network preset's numbers (more than one node, no ``--inter-node-gbps``). ``given``: input keys the user set
-    (None: a value equal to ClusterSpec's default counts as not given)."""
+    (None: a value equal to ClusterSpec's default counts as not given). ``priced``: the scenario the verdict prices
+    (``choice`` applied to ``scenario``; ``scenario`` itself when nothing fits) and its Estimate, when the caller
+    has them (computed otherwise): the CPU-Adam sentence states the host's optimizer step as that Estimate's
+    ``optimizer_seconds_per_step`` and, at more threads, as the Estimate of the same scenario with those threads,
+    so the seconds it names are the step time's (AutoTP's smaller shard included)."""
     from .inputs import BY_KEY
 
     given = None if given is None else set(given)
@@ -336,16 +342,23 @@ def verdict_assumptions(scenario: Scenario, choice, given: Iterable[str] | None 
                    f"{BY_KEY['cpu_memory_gib'].cli_flag}")
     if oo != "none" and _assumed("cpu_adam_params_per_second", "cpu_adam_params_per_second",
                                  c.cpu_adam_params_per_second, given):
-        from .costmodel.offload import host_optimizer_seconds
+        from .costmodel import estimate
 
+        if priced is None:
+            from .planner.grid import apply_choice
+
+            sc = scenario if choice is None else apply_choice(scenario, choice, validate=False)
+            priced = (sc, estimate(sc))
+        sc, est = priced
         n = c.cpu_adam_threads_per_rank
-        now = host_optimizer_seconds(scenario, c)
+        now = est.optimizer_seconds_per_step  # offloaded: DeepSpeedCPUAdam + the host's conversion (step_terms t_opt)
         more = ""
         if n < ADVICE_CPU_ADAM_THREADS:
-            wider = c.model_copy(update={"cpu_adam_threads_per_rank": ADVICE_CPU_ADAM_THREADS})
+            wider = sc.model_copy(update={"cluster": sc.cluster.model_copy(
+                update={"cpu_adam_threads_per_rank": ADVICE_CPU_ADAM_THREADS})})
             more = (f"; at {ADVICE_CPU_ADAM_THREADS} threads per rank (OMP_NUM_THREADS={ADVICE_CPU_ADAM_THREADS}, "
                     f"or deepspeed --bind_cores_to_rank on {ADVICE_CPU_ADAM_THREADS * c.gpus_per_node} cores) "
-                    f"{host_optimizer_seconds(scenario, wider):.2f} s")
+                    f"{estimate(wider).optimizer_seconds_per_step:.2f} s")
         out.append(f"assumes DeepSpeedCPUAdam on {n} thread{'s' if n != 1 else ''} per rank (the rate per thread "
                    f"measured on one core here, not on your host; torchrun and accelerate launch set 1): the host's "
                    f"optimizer step takes {now:.2f} s{more}: set {BY_KEY['cpu_adam_threads_per_rank'].cli_flag} "

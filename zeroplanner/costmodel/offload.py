@@ -92,12 +92,3 @@ def host_conversion_per_second_per_rank(cluster: ClusterSpec) -> float:
     HOST_CONVERSION_PER_SECOND_PER_PROCESS."""
     return min(_threads_used(cluster) * HOST_CONVERSION_PER_SECOND_PER_THREAD, HOST_CONVERSION_PER_SECOND_PER_PROCESS)
 
-
-def host_optimizer_seconds(scenario, cluster: ClusterSpec | None = None) -> float:
-    """Seconds of one offloaded optimizer step on the host, per rank: the rank's Ψ_t / N_d parameters through
-    DeepSpeedCPUAdam and the fp32 -> 16-bit conversion (the ``t_opt`` parts of optimizer offload in
-    costmodel/evaluate.py step_terms), for ``scenario`` on ``cluster`` (default: the scenario's own)."""
-    c = cluster or scenario.cluster
-    per_rank = scenario.trainable_parameters / c.data_parallel_degree
-    conversion = per_rank / host_conversion_per_second_per_rank(c) if scenario.training.precision != "fp32" else 0.0
-    return per_rank / cpu_adam_params_per_second_per_rank(c) + conversion

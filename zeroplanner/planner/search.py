@@ -102,7 +102,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
             for i in alternative_indices(found.values, found.cand, found.tp, ranked, alternatives)]
     out = Plan(fits=True, choice=best, scenario=chosen, estimate=est, alternatives=alts,
                reasons=fit_reasons(scenario, held, found, ranked, best, est, alts, tolerance, notes),
-               warnings=fit_warnings(scenario, found, est), assumptions=verdict_assumptions(scenario, best, given),
+               warnings=fit_warnings(scenario, found, est), assumptions=verdict_assumptions(scenario, best, given, priced=(chosen, est)),
                **common)
     if not advice:
         return out
@@ -132,5 +132,5 @@ def _nothing_fits(scenario: Scenario, held: frozenset[str], found: Search, notes
     warnings = nothing_fits_warnings(scenario, held, found, est, smallest, act, methods, advice,
                                      sequence_parallel_fit(scenario, held, found.ctx))
     return Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=warnings + notes,
-                alternatives=[], method_advice=methods, assumptions=verdict_assumptions(scenario, None, given),
+                alternatives=[], method_advice=methods, assumptions=verdict_assumptions(scenario, None, given, priced=(scenario, est)),
                 **common)
