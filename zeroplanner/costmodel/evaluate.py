@@ -252,7 +252,7 @@ def evaluate(ctx: Context, cand: Candidates) -> Evaluation:
         step_peak=StepPeakArrays(bytes=step_peak, phase_index=peak_phase, headroom_bytes=headroom,
                                  risky=headroom < memory_error_fraction(a.device) * step_peak,
                                  timeline=TimelineArrays(
-                                     store=TimelineStore.from_points(points, cand.shape),
+                                     store=TimelineStore.from_timeline(points),
                                      index=np.arange(int(np.prod(cand.shape))).reshape(cand.shape))),
         data_parallel_degree=n,
         batch_data_parallel_degree=batch_n,

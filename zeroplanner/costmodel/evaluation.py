@@ -98,17 +98,12 @@ class TimelineStore:
         self.phases, self.labels, self.names, self.stack = phases, labels, names, stack
 
     @classmethod
-    def from_points(cls, points, shape: tuple[int, ...]) -> TimelineStore:
-        """From costmodel/timeline.py points (every point with the same terms, arrays broadcastable to ``shape``)."""
-        names = tuple(points[0].terms)
-        n = int(np.prod(shape))
-        stack = np.empty((len(points), len(names), n))
-        cells = stack.reshape(len(points), len(names), *shape)  # a view: assignment broadcasts each term in place
-        for i, p in enumerate(points):
-            assert tuple(p.terms) == names, "every timeline point has the same terms"
-            for j, k in enumerate(names):
-                cells[i, j] = p.terms[k]
-        return cls(tuple(p.phase for p in points), tuple(p.label for p in points), names, stack)
+    def from_timeline(cls, points) -> TimelineStore:
+        """From a costmodel/timeline.py :class:`~.timeline.Timeline` (its stack, candidates flattened: a view)."""
+        from .timeline import TIMELINE_TERMS
+
+        st = points.stack
+        return cls(points.phases, points.labels, TIMELINE_TERMS, st.reshape(st.shape[0], st.shape[1], -1))
 
 
 @dataclass(frozen=True, slots=True)

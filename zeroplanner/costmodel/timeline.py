@@ -56,27 +56,37 @@ only, what offload keeps in host RAM, which there is the same memory (``memory.h
 
 
 @dataclass(frozen=True)
-class Point:
-    """One moment of the step: its phase, a label, and bytes per GPU by term (arrays shaped like the candidates)."""
+class Timeline:
+    """The moments of the step: each point's phase and label, and ``stack``, bytes per GPU shaped
+    (points, :data:`TIMELINE_TERMS`, *candidates). Built in one array (no per-point dict of per-term arrays: in a
+    sweep of 10^5 candidates those copies were a third of evaluate's time, benchmarks/bench_costmodel.py)."""
 
-    phase: str
-    label: str
-    terms: dict[str, np.ndarray]
+    phases: tuple[str, ...]
+    labels: tuple[str, ...]
+    stack: np.ndarray
 
     @property
-    def total(self) -> np.ndarray:
-        return sum(self.terms.values())
+    def totals(self) -> np.ndarray:
+        """Each point's bytes, (points, *candidates): its terms added in :data:`TIMELINE_TERMS` order."""
+        total = self.stack[:, 0]
+        for j in range(1, len(TIMELINE_TERMS)):
+            total = total + self.stack[:, j]
+        return total
+
+    def terms(self, i: int) -> dict[str, np.ndarray]:
+        """Point ``i``'s bytes by term (arrays shaped like the candidates)."""
+        return dict(zip(TIMELINE_TERMS, self.stack[i]))
 
 
 def _zeros(cand: Candidates) -> np.ndarray:
     return np.zeros(cand.shape)
 
 
-def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> list[Point]:
+def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> Timeline:
     """The points of one optimizer step (the last micro-step of a gradient-accumulation cycle), per GPU, bytes.
 
-    ``parts``: :func:`zeroplanner.costmodel.memory.memory_term_parts` if already computed. Every term array is shaped
-    like ``cand``. Raises nothing for a valid context."""
+    ``parts``: :func:`zeroplanner.costmodel.memory.memory_term_parts` if already computed. Every term is shaped like
+    ``cand`` (:attr:`Timeline.stack`). Raises nothing for a valid context."""
     from .memory import memory_term_parts
 
     parts = parts if parts is not None else memory_term_parts(ctx, cand)
@@ -143,31 +153,24 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> list[
     head_elems = float(m.vocab_size * m.embed_width) / float(ctx.tp)
     head_grad = w * head_elems + z
 
+    rows: list[tuple[str, str, dict]] = []
+
     def point(phase, label, **terms):
-        full_terms = {k: terms.get(k, z) + z for k in TIMELINE_TERMS}
-        full_terms["parameters"] = params
-        full_terms["optimizer_states"] = states
-        full_terms["offloaded"] = offloaded
-        # GPU runtime: CUDA context, cuBLAS workspace, NCCL buffers, and the caching allocator's slack over what is
-        # live now (memory.overhead_parts)
-        live = sum(full_terms[k] for k in TIMELINE_TERMS if k != "runtime")
-        full_terms["runtime"] = z if cpu else fixed_runtime + a.allocator_fragmentation_fraction * live
-        return Point(phase, label, full_terms)
+        rows.append((phase, label, terms))
 
     # ZeRO-3 allocates its 16-bit gradient partition (grad_partitions_flat_buffer, on the host with optimizer
     # offload) and its reduce bucket once, at initialisation (stage3.py ``__init__``): held in every phase
     held3 = np.where(stage3, bucket + np.where(off_opt, 0.0, w * psi_t / n), 0.0)
-    pts = []
     fwd_bufs = np.where(stage3, gathered, 0.0) + held3 + dequant
     for q in (1, 2, 3, 4):
         done = q / 4.0
-        pts.append(point("forward", f"forward, {q}/4 of the layers", gradients=grad_held,
+        point("forward", f"forward, {q}/4 of the layers", gradients=grad_held,
                          activations=layers_fwd * done + act["inputs"] + (act["final"] if q == 4 else 0.0),
-                         buffers=fwd_bufs))
-    pts.append(point("loss forward", "loss forward: logits, fp32 upcast, log-softmax", gradients=grad_held,
-                     activations=a_fwd, logits=loss_fwd, buffers=fwd_bufs))
-    pts.append(point("loss backward", "loss backward: log-softmax and its gradients", gradients=grad_held,
-                     activations=a_fwd, logits=loss_bwd, buffers=fwd_bufs))
+                         buffers=fwd_bufs)
+    point("loss forward", "loss forward: logits, fp32 upcast, log-softmax", gradients=grad_held,
+          activations=a_fwd, logits=loss_fwd, buffers=fwd_bufs)
+    point("loss backward", "loss backward: log-softmax and its gradients", gradients=grad_held,
+          activations=a_fwd, logits=loss_bwd, buffers=fwd_bufs)
     bwd_bufs = np.where(stage3, gathered + module_grad + held3, bucket) + staging + dequant
     # the gradient flowing back through the layers: the residual stream's gradient and the gradient the layer
     # being differentiated produces for its input, a_b bytes per token and hidden unit each (over the Ulysses ranks)
@@ -176,10 +179,10 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> list[
         done = q / 4.0
         grads = grad_held + (grad_end_bwd - grad_held) * done
         label = "backward start: LM head gradient" if q == 0 else f"backward, {q}/4 of the layers"
-        pts.append(point("backward", label, gradients=grads,
-                         activations=(layers_fwd * (1.0 - done) + np.where(full & (q < 4), recomputed, 0.0)
-                                      + (act["inputs"] + act_grads if q < 4 else 0.0)),
-                         temporaries=head_grad if q == 0 else z, buffers=bwd_bufs))
+        point("backward", label, gradients=grads,
+              activations=(layers_fwd * (1.0 - done) + np.where(full & (q < 4), recomputed, 0.0)
+                           + (act["inputs"] + act_grads if q < 4 else 0.0)),
+              temporaries=head_grad if q == 0 else z, buffers=bwd_bufs)
     # optimizer step
     grad_step = parts["gradients"].value + z
     if cpu:
@@ -202,10 +205,26 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> list[
     # stage 0's all-reduce bucket is a flattened copy made and freed inside the all-reduce (engine.py
     # ``allreduce_and_copy``): gone by the step; ZeRO-1/2 keep their reduce bucket (stage_1_and_2.py ipg buffer)
     step_bucket = np.where(st == 0, bucket - buf.sum_of(("all-reduce bucket",)), bucket)
-    pts.append(point("optimizer step", "optimizer step: gradients for the step + optimizer temporaries",
-                     gradients=grad_step, temporaries=temps,
-                     buffers=np.where(stage3, held3, step_bucket) + staging))
-    return pts
+    point("optimizer step", "optimizer step: gradients for the step + optimizer temporaries",
+          gradients=grad_step, temporaries=temps, buffers=np.where(stage3, held3, step_bucket) + staging)
+
+    # every point's terms in one array; a term a point does not name is 0
+    where = {k: j for j, k in enumerate(TIMELINE_TERMS)}
+    stack = np.zeros((len(rows), len(TIMELINE_TERMS), *cand.shape))
+    for i, (_, _, terms) in enumerate(rows):
+        for k, value in terms.items():
+            stack[i, where[k]] = value
+    stack[:, where["parameters"]] = params
+    stack[:, where["optimizer_states"]] = states
+    stack[:, where["offloaded"]] = offloaded
+    # GPU runtime: CUDA context, cuBLAS workspace, NCCL buffers, and the caching allocator's slack over what is live
+    # at each point (memory.overhead_parts): every other term added in TIMELINE_TERMS order
+    if not cpu:
+        live = stack[:, 0]
+        for j in range(1, where["runtime"]):
+            live = live + stack[:, j]
+        stack[:, where["runtime"]] = fixed_runtime + a.allocator_fragmentation_fraction * live
+    return Timeline(tuple(r[0] for r in rows), tuple(r[1] for r in rows), stack)
 
 
 ENGINE_MEMORY_ERROR_FRACTION = 0.027
@@ -232,10 +251,10 @@ def memory_error_fraction(device: str) -> float:
     return ENGINE_MEMORY_ERROR_FRACTION if device == "cpu" else GPU_MEMORY_ERROR_FRACTION
 
 
-def peak(points: list[Point]) -> tuple[np.ndarray, np.ndarray]:
-    """(peak bytes, index into :data:`PHASES` of the phase the peak falls in), arrays shaped like the points'
-    terms; the first point wins a tie."""
-    totals = np.stack([p.total for p in points])
+def peak(points: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """(peak bytes, index into :data:`PHASES` of the phase the peak falls in), arrays shaped like the candidates;
+    the first point wins a tie."""
+    totals = points.totals
     at = np.argmax(totals, axis=0)
-    phase_index = np.array([PHASES.index(p.phase) for p in points])[at]
+    phase_index = np.array([PHASES.index(p) for p in points.phases])[at]
     return np.max(totals, axis=0), phase_index
