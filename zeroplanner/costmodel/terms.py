@@ -434,15 +434,19 @@ class TermParts:
     inputs: Mapping[str, object]
     parts: tuple[PartValue, ...]
 
-    @cached_property
+    @property
     def value(self) -> np.ndarray:
         """The parts' sum, in their order; computed once (read several times per evaluate) and read-only, so no
-        reader can change what the next one reads."""
-        total = self.parts[0].value
-        for p in self.parts[1:]:
-            total = total + p.value
-        if isinstance(total, np.ndarray):
-            total.flags.writeable = False
+        reader can change what the next one reads. (Cached by hand: functools.cached_property takes a lock on
+        every read in Python 3.11.)"""
+        total = self.__dict__.get("_value")
+        if total is None:
+            total = self.parts[0].value
+            for p in self.parts[1:]:
+                total = total + p.value
+            if isinstance(total, np.ndarray):
+                total.flags.writeable = False
+            self.__dict__["_value"] = total
         return total
 
     def sum_of(self, labels: Sequence[str]) -> np.ndarray:
@@ -539,7 +543,7 @@ def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str,
             out.append(PartValue(label, expr, _ALL, np.asarray(evaluate_expr(expr, inputs), dtype=np.float64)))
             continue
         applies = np.asarray(when, dtype=bool)
-        if applies.ndim and not applies.any():
+        if applies.ndim and not np.count_nonzero(applies):
             # applies to no candidate: np.where(applies, x, 0.0) is 0.0 everywhere whatever x is, so x is not
             # computed (half the parts of a one-candidate evaluate). A condition array is shaped like the candidates,
             # as every value is (Candidates.build broadcasts them): the zeros have np.where's shape and dtype
