@@ -230,3 +230,18 @@ def test_parts_that_apply_nowhere_are_zero_without_being_computed(name, monkeypa
         b = fast[k]
         assert np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype, k
         assert np.array_equal(np.asarray(a), np.asarray(b)), k
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS) + ["grid"])
+def test_memory_only_fits_are_evaluates(name):
+    """costmodel.evaluate.fits (the planner's largest-model and longest-sequence sweeps) skips the step time and
+    ZeRO-3's fetch-schedule replay; what fits must be evaluate's, field by field."""
+    from zeroplanner.costmodel.evaluate import fits
+    from zeroplanner.planner.grid import candidate_grid
+
+    s = build_scenario() if name == "grid" else _scenario(name)
+    cand = candidate_grid(s) if name == "grid" else Candidates.from_scenario(s)
+    ctx = make_context(s)
+    full, only = evaluate(ctx, cand), fits(ctx, cand)
+    for field in ("fits_gpu", "fits_cpu", "fits_nvme", "fits"):
+        assert np.array_equal(getattr(full, field), getattr(only, field)), field

@@ -221,8 +221,6 @@ class Context:
     param_tensors: int = 0  # trainable parameter tensors (one backward gradient hook each in ZeRO-2/3)
     hidden_size: int = 1
     gpu_name: str = ""
-    # stage 3, one micro-step (stage3_fetch_schedule): all-gather calls and elements, forward and backward
-    stage3_fetch_schedule: tuple[int, int, int, int] = (0, 0, 0, 0)
     # QLoRA (0 / False without it): base elements stored in 4 bits per tensor-parallel rank
     # (qlora_quantized_params), whether ZeRO-3 partitions them (qlora_base_shardable), the largest 4-bit weight
     # (largest_quantized_linear, elements), quantisation-constant bytes per 4-bit weight (NF4_CONSTANT_BYTES)
@@ -230,6 +228,20 @@ class Context:
     quantized_shardable: bool = False
     largest_quantized: float = 0.0
     quant_constant_bytes: float = 0.0
+
+    @property
+    def stage3_fetch_schedule(self) -> tuple[int, int, int, int]:
+        """Stage 3, one micro-step: all-gather calls and elements, forward and backward (:func:`stage3_fetch_schedule`
+        at the scenario's ZeRO settings; the paper's accounting: no prefetch, no reuse). Computed when first read,
+        from a cache: only the step time reads it, and for a large model the replay is most of a context's cost
+        (a 10^13-parameter Llama shape: about 35 ms), which a memory-only evaluation (:func:`~.evaluate.fits`)
+        does not pay."""
+        sc = self.scenario
+        z, t = sc.zero, sc.training
+        paper = sc.assumptions.accounting == "paper"  # the paper's 3Ψ: every module gathered, fwd and bwd
+        return stage3_fetch_schedule(
+            sc.model, z.stage3_param_persistence_threshold, 0 if paper else z.stage3_prefetch_bucket_size,
+            z.stage3_max_live_parameters, 0 if paper else z.stage3_max_reuse_distance, bool(t.lora_rank) or t.qlora)
 
     @property
     def stage3_partitioned_elements(self) -> float:
@@ -554,11 +566,6 @@ def make_context(scenario: Scenario) -> Context:
     )
     gpu = c.gpu
     fetch_modules, fetch_elements = stage3_fetch_modules(m, threshold)
-    z = scenario.zero
-    paper = scenario.assumptions.accounting == "paper"  # the paper's 3Ψ: every module gathered, fwd and bwd
-    schedule = stage3_fetch_schedule(
-        m, threshold, 0 if paper else z.stage3_prefetch_bucket_size, z.stage3_max_live_parameters,
-        0 if paper else z.stage3_max_reuse_distance, bool(t.lora_rank) or t.qlora)
     shapes = module_parameter_shapes(m)
     if t.lora_rank:
         # two LoRA matrices per targeted linear per layer (Hu et al., arXiv 2106.09685)
@@ -601,7 +608,6 @@ def make_context(scenario: Scenario) -> Context:
         persistent_trainable_tensors=persistent_trainable,
         hidden_size=int(m.hidden_size),
         gpu_name=gpu.name,
-        stage3_fetch_schedule=schedule,
         quantized_params=float(min(qlora_quantized_params(m) / tp, frozen)) if t.qlora else 0.0,
         quantized_shardable=qlora_base_shardable(t),
         largest_quantized=float(largest_quantized_linear(m) / tp) if t.qlora else 0.0,

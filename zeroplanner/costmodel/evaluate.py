@@ -218,10 +218,7 @@ def evaluate(ctx: Context, cand: Candidates) -> Evaluation:
     and the optimizer step are exposed; ZeRO-3 module hooks cost host time the GPU waits for only beyond its own
     micro-step. The constants fitted on measured runs are in :mod:`.steptime_constants`.
     """
-    parts = memory_term_parts(ctx, cand)
-    mem = memory_terms(ctx, cand, parts)
-    points = timeline(ctx, cand, parts)
-    step_peak, peak_phase = peak(points)
+    mem, points, step_peak, peak_phase, fit = _memory(ctx, cand)
     comm = communication_terms(ctx, cand)
     comp = compute_terms(ctx, cand)
     a = ctx.scenario.assumptions
@@ -238,12 +235,7 @@ def evaluate(ctx: Context, cand: Candidates) -> Evaluation:
     split = bool(np.any(cand.sp > 1))
     batch_n = n // cand.sp if split else n
     tokens = cand.micro_batch * ga * batch_n * ctx.scenario.training.seq_len
-    usable = ctx.gpu_memory_bytes * (1.0 - a.gpu_memory_margin_fraction)
-    # the step's peak (timeline.py), not the sum of every term at its own maximum, decides the fit
-    fits_gpu = step_peak <= usable
     headroom = ctx.gpu_memory_bytes - step_peak
-    fits_cpu = mem["host_per_node"] * a.host_buffer_factor <= c.cpu_memory_bytes
-    fits_nvme = mem["nvme_per_node"] <= c.nvme_bytes
     return Evaluation(
         per_gpu_bytes=MemoryArrays(**{k: mem[k] for k in (*TERMS, "total")}),
         per_node_cpu_bytes=mem["host_per_node"],
@@ -275,11 +267,47 @@ def evaluate(ctx: Context, cand: Candidates) -> Evaluation:
         tokens_per_second=tokens / step,
         tflops_per_gpu=comp["model_flops"] / step / 1e12,
         mfu=comp["model_flops"] / step / ctx.peak_flops,
-        fits_gpu=fits_gpu,
-        fits_cpu=fits_cpu,
-        fits_nvme=fits_nvme,
-        fits=fits_gpu & fits_cpu & fits_nvme,
+        fits_gpu=fit.fits_gpu,
+        fits_cpu=fit.fits_cpu,
+        fits_nvme=fit.fits_nvme,
+        fits=fit.fits,
     )
+
+
+@dataclass(frozen=True)
+class Fits:
+    """Where each candidate fits (bool arrays shaped like the candidates), as :func:`evaluate` decides it:
+    ``fits_gpu`` the step's peak within the usable GPU memory, ``fits_cpu`` host RAM per node x
+    ``Assumptions.host_buffer_factor`` within the node's, ``fits_nvme`` NVMe per node within the node's, ``fits``
+    all three."""
+
+    fits_gpu: np.ndarray
+    fits_cpu: np.ndarray
+    fits_nvme: np.ndarray
+    fits: np.ndarray
+
+
+def _memory(ctx: Context, cand: Candidates):
+    """The memory half of :func:`evaluate`: (memory terms, timeline, step peak, its phase index, :class:`Fits`)."""
+    a, c = ctx.scenario.assumptions, ctx.scenario.cluster
+    parts = memory_term_parts(ctx, cand)
+    mem = memory_terms(ctx, cand, parts)
+    points = timeline(ctx, cand, parts)
+    step_peak, peak_phase = peak(points)
+    usable = ctx.gpu_memory_bytes * (1.0 - a.gpu_memory_margin_fraction)
+    # the step's peak (timeline.py), not the sum of every term at its own maximum, decides the fit
+    fits_gpu = step_peak <= usable
+    fits_cpu = mem["host_per_node"] * a.host_buffer_factor <= c.cpu_memory_bytes
+    fits_nvme = mem["nvme_per_node"] <= c.nvme_bytes
+    return mem, points, step_peak, peak_phase, Fits(fits_gpu, fits_cpu, fits_nvme, fits_gpu & fits_cpu & fits_nvme)
+
+
+def fits(ctx: Context, cand: Candidates) -> Fits:
+    """What :func:`evaluate` says each candidate fits in, from the memory terms alone: no communication, compute or
+    step time (nor ZeRO-3's fetch-schedule replay they need), for sweeps that only ask what fits (the planner's
+    largest model and longest sequence: half an evaluate's time per size). The same code as evaluate's, so the
+    same booleans (tests/core/test_evaluation.py)."""
+    return _memory(ctx, cand)[4]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..costmodel import Candidates, Evaluation, evaluate, make_context
 from ..costmodel.context import CHECKPOINT_CODES
+from ..costmodel.evaluate import Fits, fits
 from ..specs import Architecture, Scenario
 from .grid import OFFLOAD_NAMES, apply_choice, sequence_parallel_options
 from .models import Choice, Option
@@ -34,7 +35,7 @@ by the names :func:`largest_model_limits` gives them; keys name the fields of
 :class:`~zeroplanner.costmodel.Evaluation` (:func:`_limits` reads them)."""
 
 
-def _limits(values: Evaluation, index) -> dict[str, bool]:
+def _limits(values: Fits, index) -> dict[str, bool]:
     """Whether candidate ``index`` fits in each resource of :data:`LIMIT_NAMES`."""
     return {"fits_gpu": bool(values.fits_gpu[index]), "fits_cpu": bool(values.fits_cpu[index]),
             "fits_nvme": bool(values.fits_nvme[index])}
@@ -145,7 +146,7 @@ def largest_model_limits(scenario: Scenario, *, low: float = 1e8, high: float = 
             continue  # the scenario's Ulysses degree does not split this shape's heads
         sc = scenario.model_copy(update={"model": arch})
         _, cand = variant_candidates(sc, np.array([sc.cluster.nodes]))
-        values = evaluate(make_context(sc), cand)
+        values = fits(make_context(sc), cand)
         for i, label in enumerate(labels):
             if best[label]:
                 continue
@@ -205,7 +206,7 @@ def longest_sequence(scenario: Scenario, *, sp_values: Sequence[int] | None = No
             if image_tokens and (seq + image_tokens) % q:  # the split needs every token count to divide evenly
                 known[seq] = np.zeros((n_var, len(sps)), dtype=bool)
             else:
-                known[seq] = evaluate(make_context(sc), cand).fits
+                known[seq] = fits(make_context(sc), cand).fits
         return known[seq][rows]
 
     last = np.zeros(n_var, dtype=np.int64)  # longest multiple of q known to fit, per variant
