@@ -213,3 +213,14 @@ def test_estimate_imports_only_what_it_needs():
                   "zeroplanner.deepspeed.lint", "torch", "deepspeed", "ipywidgets", "transformers"):
         assert heavy not in loaded, heavy
     assert "zeroplanner.costmodel.evaluate" in loaded
+
+
+def test_estimate_of_a_catalog_model_does_not_load_the_config_reader():
+    """The config.json reader (catalog.hfconfig, 20 ms to import) is loaded by `estimate` only for a model read from
+    a config.json; its auto_map note is still said for one (test_answers_state_what_they_assume_about_the_model)."""
+    code = ("import sys, io, contextlib\n"
+            "from zeroplanner.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): main(['estimate', '--model', 'llama-2-7b'])\n"
+            "print('zeroplanner.catalog.hfconfig' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False"]

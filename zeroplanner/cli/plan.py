@@ -80,11 +80,12 @@ def model_assumptions(scenario) -> list[str]:
                    f"kernels save them ({kernels}); without those packages transformers runs a PyTorch reference "
                    f"that keeps more ({ratio} the whole model's activations in the small census config, "
                    "docs/validation.md section 6)")
-    from ..catalog.hfconfig import AUTO_MAP_NOTE
+    if "auto_map" in m.source:  # the config.json reader's note (imported only then: 20 ms of an estimate's start)
+        from ..catalog.hfconfig import AUTO_MAP_NOTE
 
-    if AUTO_MAP_NOTE in m.source:
-        out.append(f"the config.json names custom code (auto_map): never run; priced as the {m.family} "
-                   "architecture, which that code may change")
+        if AUTO_MAP_NOTE in m.source:
+            out.append(f"the config.json names custom code (auto_map): never run; priced as the {m.family} "
+                       "architecture, which that code may change")
     if "checkpoint: logical parameters" in m.source:
         out.append("a quantised checkpoint: priced as its logical parameters trained in the training precision "
                    "(ZeRO fine-tuning loads it dequantised)")
