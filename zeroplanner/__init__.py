@@ -30,25 +30,49 @@ import the planner and ``import zeroplanner.costmodel`` does not import the rest
 benchmarks/bench_cli.py)."""
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home == ".costmodel":  # import statements, not a computed name (docs/security.md section 3)
-        from . import costmodel as module
-    elif home == ".planner":
-        from . import planner as module
-    elif home == ".scenarios":
-        from . import scenarios as module
-    elif home == ".specs":
-        from . import specs as module
+_SUBMODULES = ("advice", "catalog", "costmodel", "inputs", "pitfalls", "planner", "scenarios", "specs", "units")
+"""Submodules reachable as attributes after ``import zeroplanner`` (``zeroplanner.costmodel.evaluate``), as when
+the package imported them all up front."""
+
+
+def _submodule(name: str):
+    """Submodule ``name`` of :data:`_SUBMODULES`, by import statements, not a computed name (docs/security.md
+    section 3). Absolute ones: ``from . import costmodel`` first asks this module for the attribute, which would
+    come back here."""
+    if name == "advice":
+        import zeroplanner.advice as module
+    elif name == "catalog":
+        import zeroplanner.catalog as module
+    elif name == "costmodel":
+        import zeroplanner.costmodel as module
+    elif name == "inputs":
+        import zeroplanner.inputs as module
+    elif name == "pitfalls":
+        import zeroplanner.pitfalls as module
+    elif name == "planner":
+        import zeroplanner.planner as module
+    elif name == "scenarios":
+        import zeroplanner.scenarios as module
+    elif name == "specs":
+        import zeroplanner.specs as module
     else:
+        import zeroplanner.units as module
+    return module
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return _submodule(name)
+    home = _HOMES.get(name)
+    if home is None:
         raise AttributeError(f"module 'zeroplanner' has no attribute {name!r}")
-    value = getattr(module, name)
+    value = getattr(_submodule(home[1:]), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+    return sorted(set(globals()) | set(_HOMES) | set(_SUBMODULES))
 
 
 __version__ = "0.1.0"

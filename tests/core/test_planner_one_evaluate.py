@@ -62,6 +62,7 @@ def test_lazy_options_build_the_estimate_an_eager_one_would(kw):
     s = build_scenario(**kw)
     found = search(s, frozenset())
     p = plan(s)
+    assert all("estimate" not in o.__dict__ for o in p.alternatives + p.variants)  # none built by plan()
     for o in p.alternatives:
         i = next(j for j in range(found.cand.stage.size) if _choice_matches(found, j, o.choice))
         eager = estimate_from_values(o.scenario, found.values, i)
@@ -74,3 +75,25 @@ def _choice_matches(found, j, choice) -> bool:
     from zeroplanner.planner.grid import choice_at
 
     return choice_at(found.cand, j, found.tp) == choice
+
+
+def test_lazy_options_compare_copy_pickle_and_round_trip_as_fields_would():
+    """A lazy Option holds the plan's evaluation; equality, model_dump order, JSON round trips, pickling and
+    model_copy must behave as when estimate was an ordinary field (equality used to raise on the arrays)."""
+    import pickle
+
+    from zeroplanner.planner import Option, Plan
+
+    s = build_scenario(model="llama-2-7b", gpus_per_node=8, stage=2)
+    p1, p2 = plan(s), plan(s)
+    assert p1 == p2 and p1.alternatives[0] == p2.alternatives[0]
+    o = p2.variants[2]
+    assert list(o.model_dump()) == ["label", "choice", "scenario", "estimate", "why_not"]
+    for back in (Plan.model_validate(p1.model_dump()), Plan.model_validate_json(p1.model_dump_json())):
+        assert back == p1 and back.alternatives[0].estimate.tokens_per_second > 0
+    again = pickle.loads(pickle.dumps(p2.alternatives[1]))
+    assert again == p2.alternatives[1] and again._source is None  # the estimate travels, not the evaluation
+    moved = o.model_copy(update={"scenario": build_scenario(model="llama-2-7b", gpus_per_node=4, stage=2)})
+    assert moved.estimate == o.estimate  # priced at the scenario it was evaluated at, as a field would keep it
+    with pytest.raises(ValueError, match="needs an estimate"):
+        Option(label="x", choice=o.choice, scenario=s)

@@ -138,21 +138,25 @@ def test_largest_model_top_down_equals_scanning_every_size(kw):
                                 {"model": "llama-3.1-8b", "seq_len": 65536}, {"model": "qwen2.5-vl-7b"}],
                          ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
 def test_each_candidates_fit_does_not_depend_on_the_others_evaluated_with_it(kw):
-    """longest_sequence evaluates every variant at each length once and reads one row for a variant's bisection:
-    a row's values must be those of the row evaluated alone (what it did before)."""
-    from zeroplanner.costmodel import evaluate, make_context
+    """longest_sequence evaluates every variant at every Ulysses degree at each length once (costmodel's memory-only
+    fits) and reads one variant's row for its bisection: that row must be what evaluating the row alone gives (what
+    it did before), and what evaluate says fits."""
+    from zeroplanner.costmodel import Candidates, evaluate, make_context
+    from zeroplanner.costmodel.evaluate import fits
+    from zeroplanner.planner.grid import sequence_parallel_options
     from zeroplanner.planner.sweeps import variant_candidates
 
     s = build_scenario(**kw)
+    sps = sequence_parallel_options(s, within_node=False)
     for seq in (1024, 8192, 131072):
         sc = s.model_copy(update={"training": s.training.model_copy(update={"seq_len": seq})})
         ctx = make_context(sc)
-        _, cand = variant_candidates(sc, np.array([sc.cluster.nodes]))
-        together = evaluate(ctx, cand)
-        for i in range(cand.shape[0]):
-            alone = evaluate(ctx, cand.take(slice(i, i + 1)))
-            for field in ("fits", "step_seconds", "step_peak"):
-                a, b = getattr(alone, field), getattr(together, field)
-                if field == "step_peak":
-                    a, b = a.bytes, b.bytes
-                assert np.array_equal(np.asarray(a)[0], np.asarray(b)[i]), (seq, i, field)
+        _, base = variant_candidates(sc, np.array([sc.cluster.nodes]))
+        n_var = base.shape[0]
+        cand = Candidates.build(**{f: np.repeat(getattr(base, f).reshape(n_var, 1), len(sps), axis=1)
+                                   for f in base.__dataclass_fields__ if f != "sp"},
+                                sp=np.asarray(sps, dtype=np.int64)[None, :])
+        together = fits(ctx, cand).fits
+        assert np.array_equal(together, evaluate(ctx, cand).fits)
+        for i in range(n_var):
+            assert np.array_equal(fits(ctx, cand.take(slice(i, i + 1))).fits[0], together[i]), (seq, i)

@@ -434,19 +434,12 @@ class TermParts:
     inputs: Mapping[str, object]
     parts: tuple[PartValue, ...]
 
-    @property
+    @cached_property
     def value(self) -> np.ndarray:
-        """The parts' sum, in their order; computed once (read several times per evaluate) and read-only, so no
-        reader can change what the next one reads. (Cached by hand: functools.cached_property takes a lock on
-        every read in Python 3.11.)"""
-        total = self.__dict__.get("_value")
-        if total is None:
-            total = self.parts[0].value
-            for p in self.parts[1:]:
-                total = total + p.value
-            if isinstance(total, np.ndarray):
-                total.flags.writeable = False
-            self.__dict__["_value"] = total
+        """The parts' sum, in their order; computed once (it is read several times per evaluate)."""
+        total = self.parts[0].value
+        for p in self.parts[1:]:
+            total = total + p.value
         return total
 
     def sum_of(self, labels: Sequence[str]) -> np.ndarray:

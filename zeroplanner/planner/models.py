@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
+from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field, model_serializer
 
 from ..advice import ClusterAdvice, MethodAdvice
 from ..costmodel import Estimate
@@ -55,8 +55,11 @@ class Option(_Out):
     ``estimate`` is built when first read: a plan lists 5 alternatives and 8 chart variants, and building their
     :class:`~zeroplanner.costmodel.Estimate` objects (about 0.25 ms each: warnings, the timeline's points) was half
     of a plan's time (docs/performance.md). :meth:`of` keeps the evaluation and the candidate's index instead;
-    ``Option(..., estimate=est)`` takes a built one. Either way ``estimate`` (and ``model_dump()``, where it is a
-    computed field) gives the same Estimate, bit for bit."""
+    ``Option(..., estimate=est)`` takes a built one (an Estimate, or its ``model_dump()``, as
+    ``Plan.model_validate(plan.model_dump())`` passes it). Either way ``estimate``, ``model_dump()`` (keys in the
+    order label, choice, scenario, estimate, why_not), ``==`` and pickling behave as with an ordinary field: the
+    estimate is built first where its value matters (comparing, pickling, ``model_copy`` with changes, which would
+    otherwise price the old candidate at the new scenario). Raises ValueError when neither is given."""
 
     label: str
     choice: Choice
@@ -64,19 +67,24 @@ class Option(_Out):
     why_not: str = ""
     _source: Any = PrivateAttr(default=None)
 
-    def __init__(self, *, estimate: Estimate | None = None, **data: Any) -> None:
+    def __init__(self, *, estimate: Estimate | dict | None = None, _source: tuple | None = None,
+                 **data: Any) -> None:
+        if estimate is None and _source is None:
+            raise ValueError("Option needs an estimate (or Option.of(values, index, ...))")
         super().__init__(**data)
         if estimate is not None:
+            if not isinstance(estimate, Estimate):
+                estimate = Estimate.model_validate(estimate)
             self.__dict__["estimate"] = estimate  # cached_property's slot: read as is
+        else:
+            self._source = _source
 
     @classmethod
     def of(cls, values: Evaluation, index: int | tuple[int, ...], **data: Any) -> Option:
         """An Option whose estimate is :func:`~zeroplanner.costmodel.evaluate.estimate_from_values` of candidate
         ``index`` of ``values`` (an :func:`~zeroplanner.costmodel.evaluate` result), at ``data["scenario"]``, built
         when first read. ``data``: the other fields."""
-        out = cls(**data)
-        out._source = (values, index)
-        return out
+        return cls(_source=(values, index), **data)
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
@@ -86,6 +94,33 @@ class Option(_Out):
 
         values, index = self._source
         return estimate_from_values(self.scenario, values, index)
+
+    @model_serializer(mode="wrap")
+    def _in_field_order(self, handler) -> dict[str, Any]:
+        """``model_dump()`` with ``estimate`` where it stood as a field, before ``why_not``."""
+        out = handler(self)
+        if isinstance(out, dict) and "estimate" in out and "why_not" in out:
+            out["why_not"] = out.pop("why_not")
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Option):
+            return NotImplemented
+        return (self.label, self.choice, self.scenario, self.why_not, self.estimate) == \
+            (other.label, other.choice, other.scenario, other.why_not, other.estimate)
+
+    __hash__ = None  # type: ignore[assignment]  # an Estimate holds lists: never hashable
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Option:
+        if update:
+            self.estimate  # priced at this Option's own scenario before a field changes
+        return super().model_copy(update=update, deep=deep)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        self.estimate  # a pickle carries the Estimate, not the whole plan's evaluation
+        state = super().__getstate__()
+        state["__pydantic_private__"] = {**(state.get("__pydantic_private__") or {}), "_source": None}
+        return state
 
 
 class Plan(_Out):
