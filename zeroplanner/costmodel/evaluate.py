@@ -222,7 +222,6 @@ def evaluate(ctx: Context, cand: Candidates) -> Evaluation:
     comm = communication_terms(ctx, cand)
     comp = compute_terms(ctx, cand)
     a = ctx.scenario.assumptions
-    c = ctx.scenario.cluster
     ga = cand.grad_accum.astype(np.float64)
     v = step_terms(ctx, cand, comm, comp).values
     zero = 0.0 * v["GA"]

@@ -64,18 +64,8 @@ class Timeline:
     phases: tuple[str, ...]
     labels: tuple[str, ...]
     stack: np.ndarray
-
-    @property
-    def totals(self) -> np.ndarray:
-        """Each point's bytes, (points, *candidates): its terms added in :data:`TIMELINE_TERMS` order."""
-        total = self.stack[:, 0]
-        for j in range(1, len(TIMELINE_TERMS)):
-            total = total + self.stack[:, j]
-        return total
-
-    def terms(self, i: int) -> dict[str, np.ndarray]:
-        """Point ``i``'s bytes by term (arrays shaped like the candidates)."""
-        return dict(zip(TIMELINE_TERMS, self.stack[i]))
+    totals: np.ndarray
+    """Each point's bytes, (points, *candidates): its terms added in :data:`TIMELINE_TERMS` order."""
 
 
 def _zeros(cand: Candidates) -> np.ndarray:
@@ -217,14 +207,15 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> Timel
     stack[:, where["parameters"]] = params
     stack[:, where["optimizer_states"]] = states
     stack[:, where["offloaded"]] = offloaded
-    # GPU runtime: CUDA context, cuBLAS workspace, NCCL buffers, and the caching allocator's slack over what is live
-    # at each point (memory.overhead_parts): every other term added in TIMELINE_TERMS order
+    # what is live at each point: every term but the runtime, added in TIMELINE_TERMS order (runtime is last)
+    live = stack[:, 0]
+    for j in range(1, where["runtime"]):
+        live = live + stack[:, j]
     if not cpu:
-        live = stack[:, 0]
-        for j in range(1, where["runtime"]):
-            live = live + stack[:, j]
+        # GPU runtime: CUDA context, cuBLAS workspace, NCCL buffers, and the caching allocator's slack over what is
+        # live (memory.overhead_parts)
         stack[:, where["runtime"]] = fixed_runtime + a.allocator_fragmentation_fraction * live
-    return Timeline(tuple(r[0] for r in rows), tuple(r[1] for r in rows), stack)
+    return Timeline(tuple(r[0] for r in rows), tuple(r[1] for r in rows), stack, live + stack[:, where["runtime"]])
 
 
 ENGINE_MEMORY_ERROR_FRACTION = 0.027

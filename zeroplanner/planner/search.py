@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..costmodel import Candidates, Estimate, Evaluation, estimate, evaluate, make_context
+from ..costmodel import Candidates, Evaluation, estimate, evaluate, make_context
 from ..costmodel.evaluate import estimate_from_values
 from ..specs import Scenario
 from .grid import (SP_MIN_SEQUENCE_TOKENS, activation_parts_at, apply_choice, at_hardware_precision, autotp_degrees,
@@ -98,25 +98,28 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     best = choice_at(found.cand, best_i, found.tp)
     chosen = apply_choice(scenario, best, validate=False)
     est = estimate_from_values(chosen, found.values, best_i)
-    alts = [_option(scenario, found, i, best, est, tolerance)
+    standing = Standing.of(est)
+    alts = [_option(scenario, found, i, best, standing, tolerance)
             for i in alternative_indices(found.values, found.cand, found.tp, ranked, alternatives)]
     out = Plan(fits=True, choice=best, scenario=chosen, estimate=est, alternatives=alts,
                reasons=fit_reasons(scenario, held, found, ranked, best, est, alts, tolerance, notes),
-               warnings=fit_warnings(scenario, found, est), assumptions=verdict_assumptions(scenario, best, given, priced=(chosen, est)),
-               **common)
+               warnings=fit_warnings(scenario, found, est),
+               assumptions=verdict_assumptions(scenario, best, given, priced=(chosen, est)), **common)
     if not advice:
         return out
     return out.model_copy(update={"cluster_advice": cluster_advice(scenario, out, held, tolerance),
                                   "method_advice": method_advice(scenario, out, held, tolerance)})
 
 
-def _option(scenario: Scenario, found: Search, i: int, best: Choice, best_est: Estimate, tolerance: float) -> Option:
-    """Candidate ``i`` as an alternative to the pick ``best``, with why it was not picked."""
+def _option(scenario: Scenario, found: Search, i: int, best: Choice, best_standing: Standing,
+            tolerance: float) -> Option:
+    """Candidate ``i`` as an alternative to the pick ``best`` (whose figures are ``best_standing``), with why it
+    was not picked."""
     ch = choice_at(found.cand, i, found.tp)
     sc = apply_choice(scenario, ch, validate=False)
-    standing = Standing.at(sc, found.values, int(i))
     return Option.of(found.values, int(i), label=ch.label, choice=ch, scenario=sc,
-                     why_not=why_not(best, Standing.of(best_est), ch, standing, tolerance, False))
+                     why_not=why_not(best, best_standing, ch, Standing.at(sc, found.values, int(i)), tolerance,
+                                     False))
 
 
 def _nothing_fits(scenario: Scenario, held: frozenset[str], found: Search, notes: list[str], tolerance: float,
@@ -132,5 +135,6 @@ def _nothing_fits(scenario: Scenario, held: frozenset[str], found: Search, notes
     warnings = nothing_fits_warnings(scenario, held, found, est, smallest, act, methods, advice,
                                      sequence_parallel_fit(scenario, held, found.ctx))
     return Plan(fits=False, choice=None, scenario=scenario, estimate=est, reasons=[], warnings=warnings + notes,
-                alternatives=[], method_advice=methods, assumptions=verdict_assumptions(scenario, None, given, priced=(scenario, est)),
+                alternatives=[], method_advice=methods,
+                assumptions=verdict_assumptions(scenario, None, given, priced=(scenario, est)),
                 **common)

@@ -152,8 +152,8 @@ def largest_model_limits(scenario: Scenario, *, low: float = 1e8, high: float = 
                 continue
             if values.fits[i, 0]:
                 best[label] = int(p)
-            else:
-                above[label] = (int(p), _limits(values, (i, 0)))
+                continue
+            above[label] = (int(p), _limits(values, (i, 0)))
         if all(best.values()):
             break
     out: dict[str, dict[str, Any]] = {}
