@@ -52,7 +52,16 @@ class _Group:
         return cls(**out)
 
     def _map(self: _G, leaf: Callable[[Any], Any]) -> _G:
-        return type(self)._join([self], lambda values: leaf(values[0]))
+        return self._fork(lambda value: (leaf(value),))[0]
+
+    def _fork(self: _G, leaf: Callable[[Any], Sequence[Any]]) -> list[_G]:
+        """One ``type(self)`` per value ``leaf`` returns for each leaf (all return as many): the k-th group's
+        every leaf is the k-th value of ``leaf`` of the same leaf of ``self`` (nested groups recursively). What
+        :meth:`_map` with one ``leaf`` per output would give, visiting each leaf once."""
+        cls = type(self)
+        names = _names(cls)
+        forked = [v._fork(leaf) if isinstance(v, _Group) else leaf(v) for v in (getattr(self, n) for n in names)]
+        return [cls(**dict(zip(names, values))) for values in zip(*forked)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +135,10 @@ class TimelineArrays(_Group):
         store = TimelineStore(first.phases, first.labels, first.names,
                               np.concatenate([it.store.stack for it in items], axis=-1))
         return cls(store=store, index=leaf([np.asarray(it.index) + o for it, o in zip(items, offsets)]))
+
+    def _fork(self, leaf):
+        """``leaf`` of the indices; the store is shared (as :meth:`_join` keeps one store)."""
+        return [type(self)(store=self.store, index=index) for index in leaf(self.index)]
 
     def by_point(self) -> dict[str, Value]:
         """``{"<point>.<term>": bytes}`` for every point and term: arrays shaped like the candidates (one value each
@@ -218,15 +231,17 @@ class Evaluation(_Group):
     def split(self, *shapes: tuple[int, ...]) -> list[Evaluation]:
         """The evaluation of :meth:`~.context.Candidates.concat` of candidate sets cut back into one per set
         (``shapes`` in concatenation order); values that are not per candidate (scalars) are shared."""
-        total = sum(int(np.prod(sh)) for sh in shapes)
-        out, start = [], 0
-        for sh in shapes:
-            n = int(np.prod(sh))
-            out.append(self._map(lambda a, start=start, n=n, sh=sh:
-                                 a.reshape(-1)[start:start + n].reshape(sh)
-                                 if np.size(a) == total and np.ndim(a) else a))
-            start += n
-        return out
+        sizes = [int(np.prod(sh)) for sh in shapes]
+        total = sum(sizes)
+        bounds = np.cumsum([0, *sizes]).tolist()
+
+        def cut(a):
+            if isinstance(a, np.ndarray) and a.ndim and a.size == total:
+                flat = a.reshape(-1)
+                return [flat[start:end].reshape(sh) for start, end, sh in zip(bounds, bounds[1:], shapes)]
+            return [a] * len(shapes)
+
+        return self._fork(cut)
 
     @classmethod
     def concat(cls, *parts: Evaluation) -> Evaluation:

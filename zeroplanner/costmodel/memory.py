@@ -24,6 +24,7 @@ candidate arrays, and shown as is by explain mode), the others float arrays of b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from .activations import activation_term
 from .communication import STAGE0_ALLREDUCE_BUCKET
 from .context import Candidates, Context, data_parallel_degree, overlap_comm
 from .terms import MEMORY_TERM_KEYS, TermParts, term
+
+if TYPE_CHECKING:
+    from ..specs import Scenario
 
 TERMS = MEMORY_TERM_KEYS
 
@@ -399,11 +403,16 @@ def overhead_parts(ctx: Context, cand: Candidates, live: np.ndarray) -> TermPart
 
 def runtime_parts(ctx: Context) -> list[tuple[str, float, str]]:
     """(label, bytes, source) of the CUDA context, cuBLAS workspace and NCCL buffers per GPU of ``ctx``'s cluster."""
+    return scenario_runtime(ctx.scenario)
+
+
+def scenario_runtime(scenario: Scenario) -> list[tuple[str, float, str]]:
+    """:func:`runtime_parts` from the scenario alone (no context needed)."""
     from .gpu_runtime import scenario_runtime_parts
 
-    c = ctx.scenario.cluster
+    c = scenario.cluster
     return scenario_runtime_parts(c.gpu.name, world_size=c.world_size, nodes=c.nodes,
-                                  context_bytes=float(ctx.scenario.assumptions.cuda_context_bytes))
+                                  context_bytes=float(scenario.assumptions.cuda_context_bytes))
 
 
 def memory_term_parts(ctx: Context, cand: Candidates) -> dict[str, TermParts]:

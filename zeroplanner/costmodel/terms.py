@@ -501,7 +501,26 @@ def _evaluator(expr: str) -> Callable[[Mapping[str, object]], object]:
             value = node.value
             return lambda x: value
         if isinstance(node, ast.BinOp):
-            op, left, right = _OPERATORS[type(node.op)], build(node.left), build(node.right)
+            op = _OPERATORS[type(node.op)]
+            # a name or number operand is read in place rather than through a closure of its own (half the calls
+            # of an evaluation); the same operation on the same operands in the same order either way
+            ln, rn = node.left, node.right
+            if isinstance(ln, ast.Name) and isinstance(rn, ast.Name):
+                a, b = ln.id, rn.id
+                return lambda x: op(x[a], x[b])
+            if isinstance(ln, ast.Name) and isinstance(rn, ast.Constant):
+                a, c = ln.id, rn.value
+                return lambda x: op(x[a], c)
+            if isinstance(ln, ast.Constant) and isinstance(rn, ast.Name):
+                c, b = ln.value, rn.id
+                return lambda x: op(c, x[b])
+            left, right = build(ln), build(rn)
+            if isinstance(rn, ast.Name):
+                b = rn.id
+                return lambda x: op(left(x), x[b])
+            if isinstance(ln, ast.Name):
+                a = ln.id
+                return lambda x: op(x[a], right(x))
             return lambda x: op(left(x), right(x))
         f = _FUNCTIONS[node.func.id]  # ast.Call of min / max (checked)
         out = build(node.args[0])  # max(a) is a
@@ -533,7 +552,7 @@ def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str,
     out = []
     for label, expr, when in parts:
         if when is True:  # applies to every candidate: np.where(True, x, 0.0) is x as float64, without the select
-            out.append(PartValue(label, expr, _ALL, np.asarray(evaluate_expr(expr, inputs), dtype=np.float64)))
+            out.append(PartValue(label, expr, _ALL, np.asarray(_evaluator(expr)(inputs), dtype=np.float64)))
             continue
         applies = np.asarray(when, dtype=bool)
         if applies.ndim and not np.count_nonzero(applies):
@@ -543,7 +562,7 @@ def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str,
             # (tests/core/test_evaluation.py compares every value with the expressions all computed)
             out.append(PartValue(label, expr, applies, np.zeros(applies.shape)))
             continue
-        out.append(PartValue(label, expr, applies, np.where(applies, evaluate_expr(expr, inputs), 0.0)))
+        out.append(PartValue(label, expr, applies, np.where(applies, _evaluator(expr)(inputs), 0.0)))
     return TermParts(key, inputs if shared else dict(inputs), tuple(out))
 
 
