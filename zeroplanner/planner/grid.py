@@ -203,18 +203,22 @@ def candidate_grid(scenario: Scenario, held=(), sp_values: Sequence[int] | None 
                     ovs = (0, 1) if stage in (1, 2) else (1,) if stage == 3 else (0,)
                     for ov in (ovs if ov_held is None or stage == 0 else (ov_held,)):
                         for b in (buckets if stage > 0 else (rb,)):
-                            for ck in cks:
-                                for m in micros:
-                                    rows.append((stage, oo, op, ck, m, samples // m, hpz, qw, qg, ov, b))
-    a = np.array(rows, dtype=np.int64).reshape(-1, 11)
+                            rows.append((stage, oo, op, hpz, qw, qg, ov, b))
+    # each configuration row at every (checkpointing, micro-batch) pair, checkpointing the slower axis: built with
+    # numpy rather than one Python tuple per candidate (the grid was a tenth of a plan's time)
+    per_row = len(cks) * len(micros)
+    cfg = np.repeat(np.array(rows, dtype=np.int64).reshape(-1, 8), per_row, axis=0)
+    ck_col = np.tile(np.repeat(np.asarray(cks, dtype=np.int64), len(micros)), len(rows))
+    m_col = np.tile(np.asarray(micros, dtype=np.int64), len(rows) * len(cks))
+    ga_col = samples // m_col
     sp_col = sps[0]
     if len(sps) > 1:  # every configuration at every Ulysses degree
-        sp_col = np.tile(np.asarray(sps, dtype=np.int64), a.shape[0])
-        a = np.repeat(a, len(sps), axis=0)
+        sp_col = np.tile(np.asarray(sps, dtype=np.int64), cfg.shape[0])
+        cfg, ck_col, m_col, ga_col = (np.repeat(x, len(sps), axis=0) for x in (cfg, ck_col, m_col, ga_col))
     return Candidates.build(
-        stage=a[:, 0], offload_optimizer=a[:, 1], offload_param=a[:, 2], checkpointing=a[:, 3],
-        micro_batch=a[:, 4], grad_accum=a[:, 5], nodes=c.nodes, hpz=a[:, 6], qwz=a[:, 7], qgz=a[:, 8],
-        overlap=a[:, 9], reduce_bucket=a[:, 10], sp=sp_col,
+        stage=cfg[:, 0], offload_optimizer=cfg[:, 1], offload_param=cfg[:, 2], checkpointing=ck_col,
+        micro_batch=m_col, grad_accum=ga_col, nodes=c.nodes, hpz=cfg[:, 3], qwz=cfg[:, 4], qgz=cfg[:, 5],
+        overlap=cfg[:, 6], reduce_bucket=cfg[:, 7], sp=sp_col,
     )
 
 
@@ -256,9 +260,13 @@ def apply_choice(scenario: Scenario, choice: Choice, *, validate: bool = True) -
         "overlap_comm": choice.overlap_comm,
         "reduce_bucket_size": choice.reduce_bucket_size or z0.reduce_bucket_size,
     })
-    t = t0.model_copy(update={
-        "checkpointing": choice.checkpointing, "micro_batch": choice.micro_batch, "grad_accum": choice.grad_accum,
-    })
+    t = t0
+    if (t0.checkpointing, t0.micro_batch, t0.grad_accum) != (choice.checkpointing, choice.micro_batch,
+                                                              choice.grad_accum):
+        t = t0.model_copy(update={
+            "checkpointing": choice.checkpointing, "micro_batch": choice.micro_batch,
+            "grad_accum": choice.grad_accum,
+        })
     c = scenario.cluster
     if c.sequence_parallel_size != choice.sequence_parallel_size:
         c = c.model_copy(update={"sequence_parallel_size": choice.sequence_parallel_size})

@@ -90,15 +90,16 @@ def alternative_indices(values: Evaluation, cand: Candidates, tp: np.ndarray, ra
     """The alternatives to list beside the pick (``ranked[0]``): per (stage, offload, ZeRO++, AutoTP degree) group
     other than the pick's, its fastest candidate the ranking keeps, in the order the ranking first meets the group;
     at most ``count`` of them (at least one when there is another group)."""
-    keys = np.stack([cand.stage, cand.offload_optimizer, cand.offload_param, cand.hpz, tp], axis=1)
-    fastest: dict[tuple, int] = {}
-    tps = values.tokens_per_second
-    for i in ranked:
-        key = tuple(keys[i])
-        if key not in fastest or tps[i] > tps[fastest[key]]:
-            fastest[key] = int(i)
-    del fastest[tuple(keys[int(ranked[0])])]  # the pick's own group
-    return list(fastest.values())[:max(count, 1)]
+    # one row of Python values per ranked candidate (a numpy index per candidate was most of this function's time)
+    keys = np.stack([cand.stage, cand.offload_optimizer, cand.offload_param, cand.hpz, tp], axis=1)[ranked].tolist()
+    tps = values.tokens_per_second[ranked].tolist()
+    fastest: dict[tuple, int] = {}  # group -> position in ranked
+    for j, row in enumerate(keys):
+        key = tuple(row)
+        if key not in fastest or tps[j] > tps[fastest[key]]:
+            fastest[key] = j
+    del fastest[tuple(keys[0])]  # the pick's own group
+    return [int(ranked[j]) for j in list(fastest.values())[:max(count, 1)]]
 
 
 def nearest_fit(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE) -> Option | None:

@@ -305,7 +305,7 @@ def fit_reasons(scenario: Scenario, held: frozenset[str], found: Search, ranked:
     r = (notes + _pick_reasons(scenario, best, est, values, cand, ranked, tolerance, tp)
          + _sp_reasons(scenario, best, est, values, cand, found.ctx, found.sp_searched)
          + _autotp_reasons(scenario, best, int(ranked[0]), values, cand, tp, found.degrees)
-         + [search_reason(scenario, held, cand, tp)])
+         + [search_reason(scenario, held, cand, tp, found.varied)])
     r += [f"Alternative {short_label(a.choice)}: {a.why_not}" for a in alts if a.why_not]
     po = np.flatnonzero(values.fits & (cand.offload_param > 0))
     if po.size:
@@ -318,9 +318,11 @@ def fit_reasons(scenario: Scenario, held: frozenset[str], found: Search, ranked:
     return r
 
 
-def search_reason(scenario: Scenario, held: frozenset[str], cand: Candidates, tp: np.ndarray | None = None) -> str:
-    """The reason line saying which search axes the plan varied and which options it held (and at what)."""
-    varied = varied_axes(cand, tp)
+def search_reason(scenario: Scenario, held: frozenset[str], cand: Candidates, tp: np.ndarray | None = None,
+                  varied: list[str] | None = None) -> str:
+    """The reason line saying which search axes the plan varied and which options it held (and at what).
+    ``varied``: :func:`~.grid.varied_axes` of ``cand`` and ``tp`` when already computed."""
+    varied = varied_axes(cand, tp) if varied is None else varied
     said = f"Varied: {', '.join(varied) if varied else 'nothing'} ({cand.stage.size} candidates)"
     if not held:
         return said + "; no option held."

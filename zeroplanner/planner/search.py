@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 class Search:
     """One plan's evaluated candidates: the grid ``cand`` (1-D), its :func:`~zeroplanner.costmodel.evaluate`
     ``values``, each candidate's tensor-parallel degree ``tp``, the chart variants' values ``variant_values``,
-    whether Ulysses degrees were searched (``sp_searched``) and the AutoTP degrees added (``degrees``)."""
+    whether Ulysses degrees were searched (``sp_searched``) and the AutoTP degrees added (``degrees``);
+    ``varied``: the search axes the grid varies (:func:`~.grid.varied_axes`, read by the plan and its reasons)."""
 
     ctx: Context
     cand: Candidates
@@ -36,6 +38,10 @@ class Search:
     variant_values: Evaluation
     sp_searched: bool
     degrees: tuple[int, ...]
+
+    @cached_property
+    def varied(self) -> list[str]:
+        return varied_axes(self.cand, self.tp)
 
 
 def search(scenario: Scenario, held: frozenset[str]) -> Search:
@@ -91,7 +97,7 @@ def plan(scenario: Scenario, *, tolerance: float = DEFAULT_TOLERANCE, alternativ
     found = search(scenario, held)
     ranked = rank_candidates(found.values, found.cand, tolerance, found.ctx.gpu_memory_bytes, found.tp)
     common = {"variants": variant_options_from(scenario, found.variant_values), "held": held_values(scenario, held),
-              "candidates_evaluated": int(found.cand.stage.size), "varied": varied_axes(found.cand, found.tp)}
+              "candidates_evaluated": int(found.cand.stage.size), "varied": found.varied}
     if ranked.size == 0:
         return _nothing_fits(scenario, held, found, notes, tolerance, advice, given, common)
     best_i = int(ranked[0])
