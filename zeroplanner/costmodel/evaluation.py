@@ -17,6 +17,8 @@ Pure numpy; no UI imports.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from functools import cache
@@ -231,14 +233,16 @@ class Evaluation(_Group):
     def split(self, *shapes: tuple[int, ...]) -> list[Evaluation]:
         """The evaluation of :meth:`~.context.Candidates.concat` of candidate sets cut back into one per set
         (``shapes`` in concatenation order); values that are not per candidate (scalars) are shared."""
-        sizes = [int(np.prod(sh)) for sh in shapes]
+        sizes = [math.prod(sh) for sh in shapes]
         total = sum(sizes)
-        bounds = np.cumsum([0, *sizes]).tolist()
+        bounds = [0, *itertools.accumulate(sizes)]
+        # (start, end, shape or None where the 1-D slice already has the shape)
+        pieces = [(start, end, None if len(sh) == 1 else sh) for start, end, sh in zip(bounds, bounds[1:], shapes)]
 
         def cut(a):
             if isinstance(a, np.ndarray) and a.ndim and a.size == total:
-                flat = a.reshape(-1)
-                return [flat[start:end].reshape(sh) for start, end, sh in zip(bounds, bounds[1:], shapes)]
+                flat = a if a.ndim == 1 else a.reshape(-1)
+                return [flat[start:end] if sh is None else flat[start:end].reshape(sh) for start, end, sh in pieces]
             return [a] * len(shapes)
 
         return self._fork(cut)

@@ -455,16 +455,17 @@ def _parsed(expr: str):
     """The checked syntax tree of a term expression; raises ValueError for anything but ``+ - * /``, number
     constants, :data:`SYMBOLS` names and calls of ``min``/``max`` with arguments."""
     tree = ast.parse(expr, mode="eval")
+    nodes = list(ast.walk(tree))  # walked once: the checks below read the same nodes in the same order
     called = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and not node.keywords):
                 raise ValueError(f"only min() and max() may be called in a term expression: {expr!r}")
             called.add(id(node.func))
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Name) and node.id not in SYMBOLS and id(node) not in called:
             raise ValueError(f"unknown input {node.id!r} in term expression {expr!r}; add it to SYMBOLS")
-    for node in ast.walk(tree):
+    for node in nodes:
         if not isinstance(node, _ALLOWED):
             raise ValueError(f"{type(node).__name__} is not allowed in a term expression: {expr!r}")
         if isinstance(node, ast.Constant) and (isinstance(node.value, bool)
