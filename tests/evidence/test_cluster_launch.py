@@ -73,7 +73,8 @@ def test_launcher_environment_torchrun_deepspeed_slurm():
     assert launcher_environment(slurm) == {
         "launcher": "slurm", "rank": 3, "world_size": 4, "local_rank": 1, "local_world_size": 2, "node_rank": 1,
         "master_addr": "gpu07", "master_port": 29500}
-    assert launcher_environment({**slurm, "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "1234"})["master_addr"] == "10.0.0.9"
+    given = launcher_environment({**slurm, "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "1234"})
+    assert given["master_addr"] == "10.0.0.9"
 
 
 @pytest.mark.parametrize("env, match", [
@@ -552,6 +553,49 @@ def test_a_rank_that_dies_mid_job_is_one_clear_line():
     assert last.startswith("zeroplanner probe: error: rank 0"), err[-2000:]
     assert "a collective failed" in last or "rendezvous at" in last
     assert waited < 20 + 30  # within the collective timeout, with start-up slack
+
+
+@pytest.mark.engine
+def test_a_process_group_that_never_connects_is_bounded(monkeypatch):
+    # torch does not bound every wait of the rendezvous: when the peer died after publishing its gloo address but
+    # before connecting, ProcessGroupGloo's constructor returned only after ~5x the timeout (~100 s at 20 s,
+    # measured with torch 2.13). Here torch's init_process_group never returns: the rendezvous still gives up at
+    # the timeout plus the grace, with the one-line error, and leaves the stuck thread behind.
+    import threading
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from zeroplanner.probe import distributed as pd
+
+    release = threading.Event()
+
+    def never_connects(*args, **kwargs):
+        release.wait(60)
+        raise RuntimeError("released by the test")
+
+    monkeypatch.setattr(dist, "init_process_group", never_connects)
+    monkeypatch.setattr(pd, "RENDEZVOUS_GRACE_SECONDS", 0.5)
+    port = _free_port()
+    info = {"launcher": "env", "rank": 0, "world_size": 1, "local_rank": 0, "local_world_size": 1, "node_rank": 0,
+            "master_addr": "127.0.0.1", "master_port": port}
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(port)),
+                        ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1"), ("GLOO_SOCKET_IFNAME", "lo")):
+        monkeypatch.setenv(name, value)  # init_process_group exports these; restored after the test
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    threads = torch.get_num_threads()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(DistributedError) as caught:
+            pd.init_process_group(info, "gloo", timeout_seconds=1)
+    finally:
+        release.set()
+        torch.set_num_threads(threads)
+    assert time.monotonic() - t0 < 10
+    assert str(caught.value) == (f"rank 0 of 1: rendezvous at 127.0.0.1:{port} failed or timed out after 1 s (a "
+                                 "rank left or stalled while the gloo process group was connecting)")
+    assert not dist.is_initialized()
 
 
 def test_distributed_without_a_launcher_exits_1_with_one_line():

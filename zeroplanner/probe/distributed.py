@@ -34,6 +34,7 @@ import ipaddress
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,6 +49,11 @@ DeepSpeed's ``TORCH_DISTRIBUTED_DEFAULT_PORT`` (deepspeed/constants.py)."""
 DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS = 120.0
 """zeroplanner's default bound on the rendezvous and on every collective (torch's own default, 30 min for gloo
 and 10 min for NCCL per torch.distributed.constants.default_pg_timeout, would hide a missing rank for too long)."""
+
+RENDEZVOUS_GRACE_SECONDS = 5.0
+"""Least time past the rendezvous timeout that :func:`init_process_group` waits for torch before it reports the
+rendezvous as failed (a quarter of the timeout when that is more), so that torch's own, more specific error comes
+first whenever torch keeps to the timeout."""
 
 NODE_ID_ENV = "ZEROPLANNER_NODE_ID"
 """Environment variable that overrides a rank's node (host name by default): for simulating nodes on one machine."""
@@ -236,19 +242,47 @@ def init_process_group(info: dict[str, Any], backend: str = "auto",
         torch.set_num_threads(1)  # one core per CPU rank, as the calibration launcher does
     where = f"{info['master_addr']}:{info['master_port']}"
     timeout = timedelta(seconds=float(timeout_seconds))
+    failed = f"rank {info['rank']} of {info['world_size']}: rendezvous at {where} failed or timed out after " \
+             f"{float(timeout_seconds):g} s"
+    outcome: list[BaseException | None] = []
+
+    def connect(store) -> None:
+        try:
+            if device.type == "cuda":
+                torch.cuda.set_device(device)  # the current CUDA device is per thread
+            if store is None:
+                dist.init_process_group(backend, init_method="env://", rank=info["rank"],
+                                        world_size=info["world_size"], timeout=timeout)
+            else:
+                dist.init_process_group(backend, store=store, rank=info["rank"], world_size=info["world_size"],
+                                        timeout=timeout)
+            dist.barrier()  # the rendezvous is complete only once every rank has joined
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - torch raises DistStoreError, RuntimeError, ValueError ...
+            outcome.append(exc)
+
     try:
-        store = _store(info, timeout)
-        if store is None:
-            dist.init_process_group(backend, init_method="env://", rank=info["rank"], world_size=info["world_size"],
-                                    timeout=timeout)
-        else:
-            dist.init_process_group(backend, store=store, rank=info["rank"], world_size=info["world_size"],
-                                    timeout=timeout)
-        dist.barrier()  # the rendezvous is complete only once every rank has joined
-    except Exception as exc:  # noqa: BLE001 - torch raises DistStoreError, RuntimeError, ValueError ...
+        store = _store(info, timeout)  # TCPStore keeps to the timeout itself
+    except Exception as exc:  # noqa: BLE001
+        outcome.append(exc)
+    else:
+        # The process group is made in a daemon thread that this one waits for, at most the timeout and a grace,
+        # because torch's timeout does not bound it: when a peer dies after publishing its gloo address but before
+        # connecting to this rank, ProcessGroupGloo's constructor (connectFullMesh, waiting in gloo's
+        # Pair::waitUntilConnected) returned only after about 5 times the timeout (measured with torch 2.13 on 2
+        # CPU ranks: ~28 s at 5 s, ~100 s at 20 s; "Connect timeout [none]"). Past the bound the thread is left
+        # behind, blocked in C++ without the GIL; the caller gets the one-line error and the process can exit.
+        worker = threading.Thread(target=connect, args=(store,), name="zeroplanner-rendezvous", daemon=True)
+        worker.start()
+        worker.join(float(timeout_seconds) + max(RENDEZVOUS_GRACE_SECONDS, float(timeout_seconds) / 4))
+    if not outcome:
+        raise DistributedError(f"{failed} (a rank left or stalled while the {backend} process group was connecting)")
+    exc = outcome[0]
+    if exc is not None and not isinstance(exc, Exception):
+        raise exc
+    if exc is not None:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise DistributedError(f"rank {info['rank']} of {info['world_size']}: rendezvous at {where} failed or "
-                               f"timed out after {float(timeout_seconds):g} s ({type(exc).__name__}: {first})") from None
+        raise DistributedError(f"{failed} ({type(exc).__name__}: {first})") from None
     return backend, device
 
 
@@ -325,18 +359,24 @@ def gather_topology(node_id: str | None = None, launcher_node_rank: int | None =
 
 
 def measure_levels(topology: dict[str, Any], message_bytes: Sequence[int], iterations: int, warmup: int,
-                   budget_seconds: float, device) -> dict[str, Any]:
+                   budget_seconds: float, device,
+                   timeout_seconds: float = DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS) -> dict[str, Any]:
     """Time the collectives per level on every rank (all ranks must call this, in the same order).
 
     Levels: ``intra_node`` when some node holds 2+ ranks (each such node's ranks at once, one group per node),
     ``inter_node`` when there are 2+ nodes (the lowest rank of each node), ``world`` when there are 2+ ranks.
     Each level gets an equal share of ``budget_seconds`` (the sweep of :func:`zeroplanner.probe._worker.measure`
-    stops once its share is spent). Returns, on every rank, ``{level: {"records" (the slowest node's for
+    stops once its share is spent). ``timeout_seconds`` bounds each collective of the level groups (torch gives a
+    new group its backend's default, 30 min for gloo, not the world's timeout: a stalled peer held an inter-node
+    all-reduce past a 5 s rendezvous timeout). Returns, on every rank, ``{level: {"records" (the slowest node's for
     intra_node), "by_node" (intra_node only), "truncated", "seconds"}}``."""
+    from datetime import timedelta
+
     import torch.distributed as dist
 
     from ._worker import measure
 
+    timeout = timedelta(seconds=float(timeout_seconds))
     rank, world = dist.get_rank(), dist.get_world_size()
     nodes = topology["nodes"]
     multi = [n for n in nodes if len(n["ranks"]) > 1]
@@ -348,7 +388,7 @@ def measure_levels(topology: dict[str, Any], message_bytes: Sequence[int], itera
         t0 = time.perf_counter()
         mine: dict[str, Any] | None = None
         if level == "intra_node":
-            groups = [(n, dist.new_group(n["ranks"])) for n in multi]  # every rank creates every group
+            groups = [(n, dist.new_group(n["ranks"], timeout=timeout)) for n in multi]  # every rank creates every group
             for n, group in groups:
                 if rank in n["ranks"]:
                     recs, trunc = measure(group, len(n["ranks"]), list(message_bytes), iterations, warmup, share,
@@ -356,7 +396,7 @@ def measure_levels(topology: dict[str, Any], message_bytes: Sequence[int], itera
                     mine = {"node": n["node"], "records": recs, "truncated": trunc}
         elif level == "inter_node":
             leaders = [n["ranks"][0] for n in nodes]
-            group = dist.new_group(leaders)
+            group = dist.new_group(leaders, timeout=timeout)
             if rank in leaders:
                 recs, trunc = measure(group, len(leaders), list(message_bytes), iterations, warmup, share, device)
                 mine = {"node": None, "records": recs, "truncated": trunc}
@@ -547,7 +587,7 @@ def start(*, backend: str = "auto", node_id: str | None = None, message_bytes: S
         inventories = gather_inventories(topology, nvme_path)
         sizes = sorted(set(message_bytes or (GPU_MESSAGE_BYTES if backend == "nccl" else CPU_MESSAGE_BYTES)))
         levels = measure_levels(topology, sizes, iterations or (20 if backend == "nccl" else 5), warmup,
-                                budget_seconds, device)
+                                budget_seconds, device, rendezvous_timeout_seconds)
     except DistributedError:
         finish(barrier=False)
         raise
