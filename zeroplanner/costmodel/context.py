@@ -167,8 +167,18 @@ class Candidates:
         missing = set(names) - set(arrays)
         if missing:
             raise TypeError(f"missing candidate fields: {sorted(missing)}")
-        broadcast = np.broadcast_arrays(*(np.asarray(arrays[n], dtype=np.int64) for n in names))
-        return cls(**{n: np.ascontiguousarray(a) for n, a in zip(names, broadcast)})
+        given = [np.asarray(arrays[n], dtype=np.int64) for n in names]
+        shape = np.broadcast_shapes(*(a.shape for a in given))
+        # what np.ascontiguousarray(np.broadcast_arrays(...)) gives, without its per-array Python overhead: an
+        # array already of the shape and contiguous is used as is, any other is copied out at the shape
+        out = {}
+        for n, a in zip(names, given):
+            if a.shape != shape or not a.flags.c_contiguous:
+                full = np.empty(shape, dtype=np.int64)
+                full[...] = a
+                a = full
+            out[n] = a
+        return cls(**out)
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -444,7 +444,12 @@ class TermParts:
 
     def sum_of(self, labels: Sequence[str]) -> np.ndarray:
         """The sum of the parts with these labels (0 where none applies)."""
-        return sum((p.value for p in self.parts if p.label in labels), start=np.zeros_like(self.value))
+        value = self.value
+        total = np.zeros(value.shape, dtype=value.dtype)  # np.zeros_like's result, a fifth of its call time
+        for p in self.parts:
+            if p.label in labels:
+                total = total + p.value
+        return total
 
 
 _FUNCTIONS = frozenset({"min", "max"})
