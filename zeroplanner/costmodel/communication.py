@@ -287,10 +287,18 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     gather_buckets = 1.0
 
     # stage 0: one all-reduce of all gradients per step
-    ar_bytes = np.where(st == 0, grad_msg, 0.0)
-    stage0_buckets = np.ceil(T / STAGE0_ALLREDUCE_BUCKET)
-    ar_t = ring_seconds(ctx, "all_reduce", grad_msg + 0.0 * nf, n, stage0_buckets, cross, cand.nodes)
-    ar_t = np.where(st == 0, ar_t, 0.0)
+    # A stage's collective times are computed only when some candidate is at that stage: each is read through
+    # np.where / np.select on its stage's mask, which give 0.0 wherever the mask is False whatever the value, so a
+    # stage no candidate has contributes the same zeros unpriced (one estimate is one stage; ZeRO-3's count also
+    # replays the fetch schedule, context.stage3_fetch_schedule)
+    is0, is3 = st == 0, st == 3
+    is12 = (st == 1) | (st == 2)
+    ar_bytes = np.where(is0, grad_msg, 0.0)
+    ar_t = 0.0
+    if np.count_nonzero(is0):
+        stage0_buckets = np.ceil(T / STAGE0_ALLREDUCE_BUCKET)
+        ar_t = ring_seconds(ctx, "all_reduce", grad_msg + 0.0 * nf, n, stage0_buckets, cross, cand.nodes)
+    ar_t = np.where(is0, ar_t, 0.0)
 
     # stages 1-2: gradient reduction (stage 1 once, stage 2 every micro-step), all-gather updated params once
     # stage 1 reduces in backward hooks every micro-step only with overlap_comm (stage_1_and_2.py: hooks are
@@ -298,40 +306,44 @@ def communication_terms(ctx: Context, cand: Candidates) -> dict[str, np.ndarray]
     per_micro = (st == 2) | ((st == 1) & overlap_comm(ctx, cand))
     rs_times = np.where(per_micro, ga, 1.0)
     kind12 = "reduce_scatter" if ctx.scenario.assumptions.accounting == "paper" else "all_reduce"
-    rs12_micro = ring_seconds(ctx, kind12, grad_msg + 0.0 * nf, n, reduce_buckets, cross, cand.nodes)
-    ag12 = ring_seconds(ctx, "all_gather", T * w + 0.0 * nf, n, gather_buckets, cross, cand.nodes)
+    rs12_micro = ag12 = 0.0  # read only where a candidate is at stage 1 or 2 (per_micro and is12 imply it)
+    if np.count_nonzero(is12):
+        rs12_micro = ring_seconds(ctx, kind12, grad_msg + 0.0 * nf, n, reduce_buckets, cross, cand.nodes)
+        ag12 = ring_seconds(ctx, "all_gather", T * w + 0.0 * nf, n, gather_buckets, cross, cand.nodes)
 
-    # stage 3: gathers of the partitioned (non-persistent) parameters, forward and backward, every micro-step
-    # QLoRA: the LoRA weights, plus the packed 4-bit base (w-byte elements) when it is partitioned
-    gathered = (ctx.stage3_partitioned_elements if qlora else P) - ctx.persistent_params
-    gathered = max(gathered, 0.0)
-    counts = stage3_collective_counts(ctx, cand)
-    fetches = counts["all_gather_forward"]
-    fwd_elem_bytes = np.where(cand.qwz > 0, 1.0, w)  # qwZ: int8 weights
-    fwd_msg = gathered * fwd_elem_bytes
-    ag3_fwd = ring_seconds(ctx, "all_gather", fwd_msg, n, fetches + 0.0 * nf, cross, cand.nodes)
-    hpz = cand.hpz > 1
-    bwd_ranks = np.where(hpz, np.minimum(cand.hpz, n), n)
-    # Parameters still resident when backward starts are not gathered again: up to stage3_max_live_parameters
-    # within stage3_max_reuse_distance (stage3.py PartitionedParameterCoordinator; measured: with DeepSpeed's
-    # defaults scaled to a tiny model the backward gathers exactly that much less, docs/validation.md).
-    kept = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance, gathered)
-    if ctx.scenario.assumptions.accounting == "paper":
-        kept = 0.0  # the paper's 3Ψ: every parameter gathered again in backward
-    bwd_gathered = gathered - kept
-    ag3_bwd = ring_seconds(ctx, "all_gather", bwd_gathered * w + 0.0 * nf, bwd_ranks,
-                          counts["all_gather_backward"] + 0.0 * nf, cross & ~hpz, cand.nodes)
-    rs3_msg = np.where(cand.qgz > 0, T * 0.5, grad_msg)  # qgZ: int4 gradients
-    rs3 = ring_seconds(ctx, "reduce_scatter", rs3_msg + 0.0 * nf, n, reduce_buckets + 0.0 * nf, cross, cand.nodes)
+    ag3_fwd = ag3_bwd = rs3 = rs3_msg = ag3_bytes = 0.0  # read only where is3
+    if np.count_nonzero(is3):
+        # stage 3: gathers of the partitioned (non-persistent) parameters, forward and backward, every micro-step
+        # QLoRA: the LoRA weights, plus the packed 4-bit base (w-byte elements) when it is partitioned
+        gathered = (ctx.stage3_partitioned_elements if qlora else P) - ctx.persistent_params
+        gathered = max(gathered, 0.0)
+        counts = stage3_collective_counts(ctx, cand)
+        fetches = counts["all_gather_forward"]
+        fwd_elem_bytes = np.where(cand.qwz > 0, 1.0, w)  # qwZ: int8 weights
+        fwd_msg = gathered * fwd_elem_bytes
+        ag3_fwd = ring_seconds(ctx, "all_gather", fwd_msg, n, fetches + 0.0 * nf, cross, cand.nodes)
+        hpz = cand.hpz > 1
+        bwd_ranks = np.where(hpz, np.minimum(cand.hpz, n), n)
+        # Parameters still resident when backward starts are not gathered again: up to stage3_max_live_parameters
+        # within stage3_max_reuse_distance (stage3.py PartitionedParameterCoordinator; measured: with DeepSpeed's
+        # defaults scaled to a tiny model the backward gathers exactly that much less, docs/validation.md).
+        kept = min(z.stage3_max_live_parameters, z.stage3_max_reuse_distance, gathered)
+        if ctx.scenario.assumptions.accounting == "paper":
+            kept = 0.0  # the paper's 3Ψ: every parameter gathered again in backward
+        bwd_gathered = gathered - kept
+        ag3_bwd = ring_seconds(ctx, "all_gather", bwd_gathered * w + 0.0 * nf, bwd_ranks,
+                              counts["all_gather_backward"] + 0.0 * nf, cross & ~hpz, cand.nodes)
+        rs3_msg = np.where(cand.qgz > 0, T * 0.5, grad_msg)  # qgZ: int4 gradients
+        rs3 = ring_seconds(ctx, "reduce_scatter", rs3_msg + 0.0 * nf, n, reduce_buckets + 0.0 * nf, cross,
+                           cand.nodes)
+        ag3_bytes = (fwd_msg + bwd_gathered * w) * ga
 
-    is3 = st == 3
-    is12 = (st == 1) | (st == 2)
     if kind12 == "all_reduce":
         ar_bytes = ar_bytes + np.where(is12, grad_msg * rs_times, 0.0)
         rs_bytes = np.where(is3, rs3_msg * ga, 0.0)
     else:
         rs_bytes = np.select([is12, is3], [grad_msg * rs_times, rs3_msg * ga], 0.0)
-    ag_bytes = np.select([is12, is3], [T * w + 0.0 * nf, (fwd_msg + bwd_gathered * w) * ga], 0.0)
+    ag_bytes = np.select([is12, is3], [T * w + 0.0 * nf, ag3_bytes], 0.0)
 
     fwd_micro = np.where(is3, ag3_fwd, 0.0)
     bwd_micro = np.where(is3, ag3_bwd + rs3, 0.0)
