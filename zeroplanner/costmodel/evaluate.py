@@ -149,21 +149,24 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
     # without pin_memory
     ga = cand.grad_accum
     pin_o, pin_p = sc.zero.offload_optimizer.pin_memory, sc.zero.offload_param.pin_memory
+    # the masks the parts below share, each computed once (the same bool arrays as the comparisons written out)
+    oo, op = off_opt > 0, off_par > 0  # optimizer / parameter offload (cpu or nvme)
+    s3 = st == 3
     bw = "BW_pcie" if pin_o else "BW_pg"
     d("t_gh", [("16-bit out every micro-step, back in from the second", f"(2*GA - 1)*w_g*Psi_t/(N_d*GA*{bw})",
-                (off_opt > 0) & (st == 2) & (ga > 1)),
-               ("partition out and back in every micro-step", f"2*w_g*Psi_t/(N_d*{bw})", (off_opt > 0) & (st == 3))])
-    d("t_b32", [("fp32 partition at the boundary", f"4*Psi_t/(N_d*{bw})", (off_opt > 0) & (st >= 1))])
-    d("t_pcie", [("gradient copies", "t_gh", (off_opt > 0) & pin_o),
-                 ("parameters from the host", "2*(Psi*w/N_d)/BW_pcie", (off_par > 0) & pin_p)])
+                oo & (st == 2) & (ga > 1)),
+               ("partition out and back in every micro-step", f"2*w_g*Psi_t/(N_d*{bw})", oo & s3)])
+    d("t_b32", [("fp32 partition at the boundary", f"4*Psi_t/(N_d*{bw})", oo & (st >= 1))])
+    d("t_pcie", [("gradient copies", "t_gh", oo & pin_o),
+                 ("parameters from the host", "2*(Psi*w/N_d)/BW_pcie", op & pin_p)])
     # pageable copies are synchronous with the host (CUDA runtime API, "API synchronization behavior": a copy
     # from pageable memory returns once staged), so nothing hides them
-    d("t_pg", [("gradient copies, pageable", "t_gh", (off_opt > 0) & (not pin_o)),
-               ("parameters from the host, pageable", "2*(Psi*w/N_d)/BW_pg", (off_par > 0) & (not pin_p))])
+    d("t_pg", [("gradient copies, pageable", "t_gh", oo & (not pin_o)),
+               ("parameters from the host, pageable", "2*(Psi*w/N_d)/BW_pg", op & (not pin_p))])
     d("e_p", [("overlapped with compute", _hidden("t_pcie", "t_c")), ("pageable, not overlapped", "t_pg")])
-    d("e_b32", [("after the last backward (ZeRO-1)", "t_b32", (off_opt > 0) & (st == 1)),
-                ("behind the last backward", _hidden("t_b32", "t_cb"), (off_opt > 0) & (st >= 2) & pin_o),
-                ("pageable, not overlapped", "t_b32", (off_opt > 0) & (st >= 2) & (not pin_o))])
+    d("e_b32", [("after the last backward (ZeRO-1)", "t_b32", oo & (st == 1)),
+                ("behind the last backward", _hidden("t_b32", "t_cb"), oo & (st >= 2) & pin_o),
+                ("pageable, not overlapped", "t_b32", oo & (st >= 2) & (not pin_o))])
     if offloading:
         d("t_ck", [("checkpoints to the host and back", "A_ck/BW_pcie")])
     # ZeRO-3's module hooks: host work the GPU waits for beyond its own micro-step; every module with parameters
@@ -171,7 +174,7 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
     # its parameters available (persistent or still resident)
     d("t_gpu", [("the GPU's micro-step", "t_c + e_f + e_b + e_p" + (" + t_a2a" if split else "")
                  + (" + t_ck" if offloading else ""))])
-    d("e_fe", [("module hooks beyond the GPU's micro-step", "max(0, 2*c_f*n_mod - t_gpu)", st == 3)])
+    d("e_fe", [("module hooks beyond the GPU's micro-step", "max(0, 2*c_f*n_mod - t_gpu)", s3)])
     # ZeRO-2/3 only: ZeRO-1 with overlap_comm also reduces in backward hooks, but the measured ZeRO-2 / ZeRO-1
     # ratios of section 1 (BELLE's config: overlap_comm on for both) price what ZeRO-2's partitioned gradients add
     d("t_hk", [("gradient hooks", "c_h*n_t", (st >= 2) & (n > 1))])
@@ -179,7 +182,7 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
                   "t_bnd + GA*(e_f + e_b + t_a2a + t_tp)" if split else "t_bnd + GA*(e_f + e_b + t_tp)")])
     d("t_host", [("module hooks + gradient hooks", "GA*(e_fe + t_hk)")])
     d("t_comm", [("exposed collectives", "t_coll"), ("ZeRO host overhead", "t_host")])
-    d("t_nvme", [("optimizer states (ZeRO-3)", "2*g*K*Psi_t/N_d/BW_nvme", (off_opt == 2) & (st == 3)),
+    d("t_nvme", [("optimizer states (ZeRO-3)", "2*g*K*Psi_t/N_d/BW_nvme", (off_opt == 2) & s3),
                  ("parameters", "2*GA*g*(Psi*w/N_d)/BW_nvme", off_par == 2)])
     # the updated 16-bit partition back to the GPU: ZeRO-1/2 from DeepSpeed's own host buffer (pinned with
     # pin_memory); ZeRO-3 with a blocking fp32 -> 16-bit copy, which ATen converts on the CPU into a new (pageable)
@@ -187,14 +190,14 @@ def step_terms(ctx: Context, cand: Candidates, comm: dict | None = None, comp: d
     d("t_offload", [("PCIe, exposed" + (" + checkpoint offload" if offloading else ""),
                      "GA*(e_p + t_ck)" if offloading else "GA*e_p"),
                     ("the boundary's fp32 gradients", "e_b32"),
-                    ("parameter upload", "Psi_t*w/N_d/BW_pcie", (off_opt > 0) & (off_par == 0) & (st < 3) & pin_o),
+                    ("parameter upload", "Psi_t*w/N_d/BW_pcie", oo & (off_par == 0) & (st < 3) & pin_o),
                     ("parameter upload, pageable", "Psi_t*w/N_d/BW_pg",
-                     (off_opt > 0) & (off_par == 0) & ((st == 3) | (not pin_o))),
+                     oo & (off_par == 0) & (s3 | (not pin_o))),
                     ("NVMe", "t_nvme")])
     d("t_opt", [("GPU, the 1/N_d shard", "beta*(Psi_t/N_d)/BW_HBM", (off_opt == 0) & (st >= 1)),
                 ("GPU, all parameters", "Psi_t*beta/BW_HBM", (off_opt == 0) & (st == 0)),
-                ("CPU-Adam on the host", "Psi_t/N_d/R_cpu", off_opt > 0),
-                ("fp32 -> 16-bit copy on the host", "Psi_t/N_d/R_cv", (off_opt > 0) & ctx.mixed)])
+                ("CPU-Adam on the host", "Psi_t/N_d/R_cpu", oo),
+                ("fp32 -> 16-bit copy on the host", "Psi_t/N_d/R_cv", oo & ctx.mixed)])
     d("t_step", [("compute", "t_compute"), ("exposed collectives", "t_coll"), ("ZeRO host overhead", "t_host"),
                  ("offload", "t_offload"), ("optimizer step", "t_opt")])
     # the step's figures reported apart (Estimate fields)
