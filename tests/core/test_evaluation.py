@@ -245,3 +245,30 @@ def test_memory_only_fits_are_evaluates(name):
     full, only = evaluate(ctx, cand), fits(ctx, cand)
     for field in ("fits_gpu", "fits_cpu", "fits_nvme", "fits"):
         assert np.array_equal(getattr(full, field), getattr(only, field)), field
+
+
+def test_one_scenario_is_one_candidate_of_shape_1():
+    # Candidates.build broadcasts scalars to one candidate, shape (1,), as np.ascontiguousarray of the broadcast
+    # did (at least 1-D): an estimate's values index, take and concatenate like any evaluation's
+    s = build_scenario()
+    cand = Candidates.from_scenario(s)
+    assert cand.shape == (1,) and all(getattr(cand, f.name).shape == (1,) for f in dataclasses.fields(cand))
+    v = evaluate(make_context(s), cand)
+    assert v.shape == (1,) and isinstance(v.data_parallel_degree, np.ndarray)
+    assert v.take(np.array([0])).tokens_per_second.tolist() == v.tokens_per_second.tolist()
+    assert Evaluation.concat(v, v).shape == (2,)
+    assert v.split((1,))[0].tokens_per_second.tolist() == v.tokens_per_second.tolist()
+    assert v.split(1)[0].shape == (1,)  # an int shape, as np.prod accepted
+
+
+def test_timeline_bytes_beyond_int64_are_exact():
+    # the Estimate's timeline rounds every point's bytes in one numpy call below 2**63 and with int(round(x)) above
+    # it: a 4M-token eager-attention step at ZeRO-0 holds more than 2**63 bytes (no overflow to negative numbers)
+    s = build_scenario(model="llama-2-70b", seq_len=2**22, flash_attention=False, checkpointing="none",
+                       micro_batch=64, grad_accum=1, stage=0)
+    est = estimate(s)
+    v = evaluate(make_context(s), Candidates.from_scenario(s)).at(0)
+    want = [{k: int(round(x)) for k, x in terms.items()} for _, _, terms in v.step_peak.timeline.points()]
+    got = [p.bytes for p in est.step_peak.timeline]
+    assert got == want
+    assert max(max(b.values()) for b in got) > 2**63 and min(min(b.values()) for b in got) >= 0

@@ -598,6 +598,55 @@ def test_a_process_group_that_never_connects_is_bounded(monkeypatch):
     assert not dist.is_initialized()
 
 
+@pytest.mark.engine
+def test_a_process_group_made_after_the_rendezvous_gave_up_is_torn_down(monkeypatch):
+    # torch slow rather than stuck: the rendezvous has already told the caller it failed when the thread's
+    # init_process_group returns; the process group it made is destroyed, so the process is as the error says and
+    # a second rendezvous in the same process succeeds
+    import threading
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from zeroplanner.probe import distributed as pd
+
+    real = dist.init_process_group
+
+    def slow(*args, **kwargs):
+        time.sleep(2.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pd, "RENDEZVOUS_GRACE_SECONDS", 0.5)
+    threads = torch.get_num_threads()
+    try:
+        for attempt, init in enumerate((slow, real)):
+            port = _free_port()
+            info = {"launcher": "env", "rank": 0, "world_size": 1, "local_rank": 0, "local_world_size": 1,
+                    "node_rank": 0, "master_addr": "127.0.0.1", "master_port": port}
+            for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                                ("MASTER_PORT", str(port)), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1"),
+                                ("GLOO_SOCKET_IFNAME", "lo")):
+                monkeypatch.setenv(name, value)
+            monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+            monkeypatch.setattr(dist, "init_process_group", init)
+            if attempt == 0:
+                with pytest.raises(DistributedError, match="a rank left or stalled"):
+                    pd.init_process_group(info, "gloo", timeout_seconds=1)
+                deadline = time.monotonic() + 20
+                while any(t.name == "zeroplanner-rendezvous" for t in threading.enumerate()):
+                    assert time.monotonic() < deadline, "the rendezvous thread did not finish"
+                    time.sleep(0.1)
+                assert not dist.is_initialized()
+            else:
+                pd.init_process_group(info, "gloo", timeout_seconds=5)
+                assert dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        torch.set_num_threads(threads)
+
+
 def test_distributed_without_a_launcher_exits_1_with_one_line():
     run = subprocess.run([sys.executable, "-m", "zeroplanner.cli", "probe", "--distributed"], env=_env(), cwd=ROOT,
                          capture_output=True, text=True, timeout=60, check=False)

@@ -168,9 +168,10 @@ class Candidates:
         if missing:
             raise TypeError(f"missing candidate fields: {sorted(missing)}")
         given = [np.asarray(arrays[n], dtype=np.int64) for n in names]
-        shape = np.broadcast_shapes(*(a.shape for a in given))
-        # what np.ascontiguousarray(np.broadcast_arrays(...)) gives, without its per-array Python overhead: an
-        # array already of the shape and contiguous is used as is, any other is copied out at the shape
+        # what np.ascontiguousarray(np.broadcast_arrays(...)) gives, without its per-array Python overhead: at
+        # least 1-D (all scalars give one candidate, shape (1,)), an array already of the shape and contiguous used
+        # as is, any other copied out at the shape
+        shape = np.broadcast_shapes(*(a.shape for a in given)) or (1,)
         out = {}
         for n, a in zip(names, given):
             if a.shape != shape or not a.flags.c_contiguous:

@@ -576,11 +576,16 @@ def _step_peak_fields(scenario: Scenario, v: Evaluation) -> dict:
     col = tl.store.stack[:, :, int(tl.index)]  # (points, terms) bytes of this candidate
     if not np.isfinite(col).all():
         raise ValueError(f"the step timeline has a non-finite value: {col.tolist()}")
-    # np.rint rounds half to even, as round() does: the same ints as int(round(x)) per value, in one call
-    names, totals = tl.store.names, [int(round(sum(row))) for row in col.tolist()]
+    rows = col.tolist()
+    if np.abs(col).max() < 2.0**63:
+        # np.rint rounds half to even, as round() does: the same ints as int(round(x)) per value, in one call
+        # (int64 holds them below 2**63)
+        ints = np.rint(col).astype(np.int64).tolist()
+    else:
+        ints = [[int(round(x)) for x in row] for row in rows]
+    names, totals = tl.store.names, [int(round(sum(row))) for row in rows]
     points = [{"phase": phase, "label": label, "bytes": dict(zip(names, row)), "total": total}
-              for phase, label, row, total in zip(tl.store.phases, tl.store.labels,
-                                                   np.rint(col).astype(np.int64).tolist(), totals)]
+              for phase, label, row, total in zip(tl.store.phases, tl.store.labels, ints, totals)]
     mem = scenario.cluster.memory_per_gpu_bytes
     runtime = []
     if scenario.assumptions.device != "cpu":

@@ -233,6 +233,7 @@ class Evaluation(_Group):
     def split(self, *shapes: tuple[int, ...]) -> list[Evaluation]:
         """The evaluation of :meth:`~.context.Candidates.concat` of candidate sets cut back into one per set
         (``shapes`` in concatenation order); values that are not per candidate (scalars) are shared."""
+        shapes = tuple((int(sh),) if isinstance(sh, (int, np.integer)) else tuple(sh) for sh in shapes)
         sizes = [math.prod(sh) for sh in shapes]
         total = sum(sizes)
         bounds = [0, *itertools.accumulate(sizes)]

@@ -245,8 +245,11 @@ def init_process_group(info: dict[str, Any], backend: str = "auto",
     failed = f"rank {info['rank']} of {info['world_size']}: rendezvous at {where} failed or timed out after " \
              f"{float(timeout_seconds):g} s"
     outcome: list[BaseException | None] = []
+    lock = threading.Lock()  # the worker's result and the caller's giving up exclude each other
+    abandoned: list[bool] = []
 
     def connect(store) -> None:
+        result: BaseException | None = None
         try:
             if device.type == "cuda":
                 torch.cuda.set_device(device)  # the current CUDA device is per thread
@@ -257,9 +260,19 @@ def init_process_group(info: dict[str, Any], backend: str = "auto",
                 dist.init_process_group(backend, store=store, rank=info["rank"], world_size=info["world_size"],
                                         timeout=timeout)
             dist.barrier()  # the rendezvous is complete only once every rank has joined
-            outcome.append(None)
         except BaseException as exc:  # noqa: BLE001 - torch raises DistStoreError, RuntimeError, ValueError ...
-            outcome.append(exc)
+            result = exc
+        with lock:
+            if not abandoned:
+                outcome.append(result)
+                return
+        # the caller was already told the rendezvous failed: a process group this thread made after that (torch
+        # was slow, not stuck) is torn down, so that the process is as the error says and may try again
+        try:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # noqa: BLE001,S110 - best effort, in a thread nobody waits for
+            pass
 
     try:
         store = _store(info, timeout)  # TCPStore keeps to the timeout itself
@@ -271,10 +284,14 @@ def init_process_group(info: dict[str, Any], backend: str = "auto",
         # connecting to this rank, ProcessGroupGloo's constructor (connectFullMesh, waiting in gloo's
         # Pair::waitUntilConnected) returned only after about 5 times the timeout (measured with torch 2.13 on 2
         # CPU ranks: ~28 s at 5 s, ~100 s at 20 s; "Connect timeout [none]"). Past the bound the thread is left
-        # behind, blocked in C++ without the GIL; the caller gets the one-line error and the process can exit.
+        # behind, blocked in C++ without the GIL; the caller gets the one-line error and the process can exit. If
+        # the thread still makes the process group later, it destroys it (connect).
         worker = threading.Thread(target=connect, args=(store,), name="zeroplanner-rendezvous", daemon=True)
         worker.start()
         worker.join(float(timeout_seconds) + max(RENDEZVOUS_GRACE_SECONDS, float(timeout_seconds) / 4))
+        with lock:
+            if not outcome:
+                abandoned.append(True)
     if not outcome:
         raise DistributedError(f"{failed} (a rank left or stalled while the {backend} process group was connecting)")
     exc = outcome[0]
