@@ -564,16 +564,12 @@ def estimate_from_values(scenario: Scenario, values: Evaluation, index) -> Estim
     })
 
 
-def step_peak_of(scenario: Scenario, v: Evaluation) -> StepPeak:
-    """The :class:`StepPeak` of one scenario: the timeline, peak, phase and headroom of the evaluated values ``v``
-    (its candidate's :meth:`Evaluation.at`)."""
-    return StepPeak.model_validate(_step_peak_fields(scenario, v))
-
-
 def _step_peak_fields(scenario: Scenario, v: Evaluation) -> dict:
-    """:func:`step_peak_of`'s fields, unvalidated (:func:`estimate_from_values` validates them with the rest)."""
+    """The fields of the :class:`StepPeak` of one scenario, unvalidated (:func:`estimate_from_values` validates them
+    with the rest): the timeline, peak, phase and headroom of the evaluated values ``v`` (its candidate's
+    :meth:`Evaluation.at`)."""
     tl = v.step_peak.timeline
-    col = tl.store.stack[:, :, int(tl.index)]  # (points, terms) bytes of this candidate
+    col = tl.column()  # (points, terms) bytes of this candidate
     if not np.isfinite(col).all():
         raise ValueError(f"the step timeline has a non-finite value: {col.tolist()}")
     rows = col.tolist()

@@ -148,10 +148,14 @@ class TimelineArrays(_Group):
         st, idx = self.store, np.asarray(self.index)
         return {f"{i}.{k}": st.stack[i, j][idx] for i in range(len(st.phases)) for j, k in enumerate(st.names)}
 
+    def column(self) -> np.ndarray:
+        """One candidate's timeline (after :meth:`Evaluation.at`): bytes shaped (points, terms), the store's phases,
+        labels and names giving the rows and columns (a view of the store)."""
+        return self.store.stack[:, :, int(self.index)]
+
     def points(self) -> list[tuple[str, str, dict[str, float]]]:
         """(phase, label, bytes by term) of each point, for one candidate (after :meth:`Evaluation.at`)."""
-        st, i = self.store, int(self.index)
-        col = st.stack[:, :, i]
+        st, col = self.store, self.column()
         return [(phase, label, dict(zip(st.names, col[p].tolist())))
                 for p, (phase, label) in enumerate(zip(st.phases, st.labels))]
 

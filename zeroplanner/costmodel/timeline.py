@@ -155,8 +155,7 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> Timel
     for q in (1, 2, 3, 4):
         done = q / 4.0
         point("forward", f"forward, {q}/4 of the layers", gradients=grad_held,
-                         activations=layers_fwd * done + act["inputs"] + (act["final"] if q == 4 else 0.0),
-                         buffers=fwd_bufs)
+              activations=layers_fwd * done + act["inputs"] + (act["final"] if q == 4 else 0.0), buffers=fwd_bufs)
     point("loss forward", "loss forward: logits, fp32 upcast, log-softmax", gradients=grad_held,
           activations=a_fwd, logits=loss_fwd, buffers=fwd_bufs)
     point("loss backward", "loss backward: log-softmax and its gradients", gradients=grad_held,
