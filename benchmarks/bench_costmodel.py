@@ -74,6 +74,17 @@ def timeit(fn, repeats: int) -> list[float]:
     return out
 
 
+def sweep_page_faults(scenario, axes: dict) -> int:
+    """Minor page faults of one sweep (after the timed ones): pages the process touches afresh because glibc's
+    malloc gave the previous sweep's freed arrays back to the kernel. On this VM each costs microseconds, most of a
+    large sweep's time (docs/performance.md); ``MALLOC_TOP_PAD_`` keeps them and shows the sweep without."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    sweep(scenario, **axes)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
 def ensure_llm_analysis() -> Path | None:
     py = VENV / "bin" / "python"
     if not py.exists():
@@ -110,6 +121,7 @@ def main() -> int:
     total = int(np.prod([len(v) for v in axes.values()]))
     sweep_t = timeit(lambda: sweep(s, **axes), max(3, args.repeats // 10))
     per_candidate = statistics.median(sweep_t) / total
+    faults = sweep_page_faults(s, axes)
 
     rows = [
         ("zeroplanner estimate (1 configuration, full)", statistics.median(est_t)),
@@ -149,7 +161,8 @@ def main() -> int:
     plan_ms = statistics.median(plan_t) * 1e3
     print(f"  full plan time: {plan_ms:.2f} ms (target < 1 ms: {'met' if plan_ms < 1 else 'NOT met'})")
     print(f"  sweep throughput: {1 / per_candidate:,.0f} candidates/s (target >= 5,000,000: "
-          f"{'met' if per_candidate <= 2e-7 else 'NOT met'})")
+          f"{'met' if per_candidate <= 2e-7 else 'NOT met'}); {faults:,} page faults per sweep (memory the "
+          "allocator took back from the kernel: see docs/performance.md)")
     if llm is not None:
         ratio = llm / per_candidate
         print(f"  llm-analysis s/config / zeroplanner s/candidate = {ratio:,.0f}x (target >= 100x: "

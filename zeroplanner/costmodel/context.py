@@ -117,7 +117,8 @@ def qlora_base_shardable(training) -> bool:
 
 @dataclass(frozen=True)
 class Candidates:
-    """Equal-shaped arrays, one element per candidate configuration.
+    """Equal-shaped arrays, one element per candidate configuration (or, :attr:`sparse`, arrays that broadcast to
+    one shape, :attr:`shape`).
 
     stage: 0-3; offload_optimizer / offload_param: 0 none, 1 cpu, 2 nvme; checkpointing: 0 none, 1 selective,
     2 full; micro_batch, grad_accum, nodes: positive integers; hpz: zero_hpz_partition_size; qwz / qgz: 0/1 for
@@ -160,18 +161,27 @@ class Candidates:
         )
 
     @classmethod
-    def build(cls, **arrays) -> Candidates:
-        """Broadcast keyword arrays (all fields required but ``sp``, which defaults to 1) to one shape."""
+    def build(cls, *, sparse: bool = False, **arrays) -> Candidates:
+        """Broadcast keyword arrays (all fields required but ``sp``, which defaults to 1) to one shape.
+
+        ``sparse=True`` keeps each array at its own shape (they must broadcast together: a grid's axes as
+        ``np.meshgrid(..., sparse=True)`` gives them) and :attr:`shape` is the shape they broadcast to. The cost
+        model is elementwise, so every value is the same; each is computed over the axes it depends on, not over
+        every candidate (:func:`~.evaluate.evaluate` returns arrays of the full shape either way)."""
         names = [f.name for f in fields(cls)]
         arrays.setdefault("sp", 1)
         missing = set(names) - set(arrays)
         if missing:
             raise TypeError(f"missing candidate fields: {sorted(missing)}")
         given = [np.asarray(arrays[n], dtype=np.int64) for n in names]
+        shape = np.broadcast_shapes(*(a.shape for a in given)) or (1,)
+        if sparse:
+            out = cls(**{n: a.reshape((1,) * (len(shape) - a.ndim) + a.shape) for n, a in zip(names, given)})
+            object.__setattr__(out, "_shape", shape)
+            return out
         # what np.ascontiguousarray(np.broadcast_arrays(...)) gives, without its per-array Python overhead: at
         # least 1-D (all scalars give one candidate, shape (1,)), an array already of the shape and contiguous used
         # as is, any other copied out at the shape
-        shape = np.broadcast_shapes(*(a.shape for a in given)) or (1,)
         out = {}
         for n, a in zip(names, given):
             if a.shape != shape or not a.flags.c_contiguous:
@@ -183,16 +193,30 @@ class Candidates:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.stage.shape
+        """The candidates' shape (every field's, or the one they broadcast to: :meth:`build`)."""
+        return self.__dict__.get("_shape") or self.stage.shape
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the fields are kept at their own shapes (:meth:`build` with ``sparse=True``)."""
+        return "_shape" in self.__dict__
+
+    def full(self) -> Candidates:
+        """These candidates with every field at :attr:`shape` (itself when they already are)."""
+        if not self.sparse:
+            return self
+        return Candidates.build(**{f.name: getattr(self, f.name) for f in fields(self)})
 
     def take(self, index) -> Candidates:
-        return Candidates(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        c = self.full()
+        return Candidates(**{f.name: getattr(c, f.name)[index] for f in fields(c)})
 
     @classmethod
     def concat(cls, *parts: Candidates) -> Candidates:
         """One flat (1-D) set of the candidates of ``parts``, in order: evaluating it once costs about what
         evaluating one of them does (the cost of :func:`~zeroplanner.costmodel.evaluate.evaluate` is per call,
         not per candidate, at these sizes)."""
+        parts = [p.full() for p in parts]
         return cls(**{f.name: np.concatenate([getattr(p, f.name).reshape(-1) for p in parts])
                       for f in fields(cls)})
 

@@ -238,7 +238,7 @@ def evaluate(ctx: Context, cand: Candidates) -> Evaluation:
     batch_n = n // cand.sp if split else n
     tokens = cand.micro_batch * ga * batch_n * ctx.scenario.training.seq_len
     headroom = ctx.gpu_memory_bytes - step_peak
-    return Evaluation(
+    return _full(cand, Evaluation(
         per_gpu_bytes=MemoryArrays(**{k: mem[k] for k in (*TERMS, "total")}),
         per_node_cpu_bytes=mem["host_per_node"],
         nvme_bytes=mem["nvme_per_node"],
@@ -273,7 +273,25 @@ def evaluate(ctx: Context, cand: Candidates) -> Evaluation:
         fits_cpu=fit.fits_cpu,
         fits_nvme=fit.fits_nvme,
         fits=fit.fits,
-    )
+    ))
+
+
+def _full(cand: Candidates, values):
+    """``values`` (an :class:`~.evaluation.Evaluation` or :class:`Fits`) with every per-candidate array at the
+    candidates' full shape: with :meth:`~.context.Candidates.build`'s ``sparse=True`` a value is computed over
+    the axes it depends on and broadcast here (the same numbers: the cost model is elementwise)."""
+    if not cand.sparse:
+        return values
+    shape = cand.shape
+
+    def leaf(a):
+        if isinstance(a, np.ndarray) and a.ndim and a.shape != shape:
+            return np.ascontiguousarray(np.broadcast_to(a, shape))
+        return a
+
+    if isinstance(values, Fits):
+        return Fits(*(leaf(getattr(values, f)) for f in ("fits_gpu", "fits_cpu", "fits_nvme", "fits")))
+    return values._map(leaf)
 
 
 @dataclass(frozen=True)
@@ -309,7 +327,7 @@ def fits(ctx: Context, cand: Candidates) -> Fits:
     step time (nor ZeRO-3's fetch-schedule replay they need), for sweeps that only ask what fits (the planner's
     largest model and longest sequence: half an evaluate's time per size). The same code as evaluate's, so the
     same booleans (tests/core/test_evaluation.py)."""
-    return _memory(ctx, cand)[4]
+    return _full(cand, _memory(ctx, cand)[4])
 
 
 # ---------------------------------------------------------------------------------------------------------------

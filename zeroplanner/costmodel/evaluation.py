@@ -100,21 +100,50 @@ class CommunicationArrays(_Group):
 
 class TimelineStore:
     """The timeline of one :func:`~.evaluate.evaluate` call, shared by every evaluation cut from it: each point's
-    phase and label, the term names, and ``stack``, bytes per GPU shaped (points, terms, candidates flat)."""
+    phase and label, the term names, and :attr:`stack`, bytes per GPU shaped (points, terms, candidates flat).
 
-    __slots__ = ("phases", "labels", "names", "stack")
+    Made from a :class:`~.timeline.Timeline` it keeps the timeline's rows (:attr:`~.timeline.Timeline.rows`: per
+    point and term an array over the candidates, None for 0, or how the runtime term is computed) and builds
+    :attr:`stack` only when it is read; :meth:`column` reads one candidate's bytes from the rows without it."""
+
+    __slots__ = ("phases", "labels", "names", "_stack", "_rows", "_shape")
 
     def __init__(self, phases: tuple[str, ...], labels: tuple[str, ...], names: tuple[str, ...],
-                 stack: np.ndarray):
-        self.phases, self.labels, self.names, self.stack = phases, labels, names, stack
+                 stack: np.ndarray | None = None, *, rows=None, shape: tuple[int, ...] = ()):
+        self.phases, self.labels, self.names = phases, labels, names
+        self._stack, self._rows, self._shape = stack, rows, shape
 
     @classmethod
     def from_timeline(cls, points) -> TimelineStore:
-        """From a costmodel/timeline.py :class:`~.timeline.Timeline` (its stack, candidates flattened: a view)."""
+        """From a costmodel/timeline.py :class:`~.timeline.Timeline`: its stack when it has been built (candidates
+        flattened: a view), else its rows (the stack is built when read)."""
         from .timeline import TIMELINE_TERMS
 
-        st = points.stack
-        return cls(points.phases, points.labels, TIMELINE_TERMS, st.reshape(st.shape[0], st.shape[1], -1))
+        st = points.__dict__.get("stack")
+        if st is not None:
+            return cls(points.phases, points.labels, TIMELINE_TERMS, st.reshape(st.shape[0], st.shape[1], -1))
+        return cls(points.phases, points.labels, TIMELINE_TERMS, rows=points.rows, shape=points.shape)
+
+    @property
+    def stack(self) -> np.ndarray:
+        """Bytes per GPU shaped (points, terms, candidates flat); built from the rows when first read."""
+        if self._stack is None:
+            from .timeline import stack_rows
+
+            st = stack_rows(self._rows, self._shape)
+            self._stack = st.reshape(st.shape[0], st.shape[1], -1)
+        return self._stack
+
+    def column(self, flat: int) -> np.ndarray:
+        """Candidate ``flat``'s bytes (its index with the candidates flattened), shaped (points, terms): the same
+        values as ``stack[:, :, flat]``."""
+        if self._stack is not None:
+            return self._stack[:, :, flat]
+        from .timeline import row_at
+
+        shape = self._shape
+        at = np.unravel_index(flat, shape) if len(shape) > 1 else (flat,)
+        return np.array([row_at(row, at, shape) for row in self._rows], dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +179,8 @@ class TimelineArrays(_Group):
 
     def column(self) -> np.ndarray:
         """One candidate's timeline (after :meth:`Evaluation.at`): bytes shaped (points, terms), the store's phases,
-        labels and names giving the rows and columns (a view of the store)."""
-        return self.store.stack[:, :, int(self.index)]
+        labels and names giving the rows and columns (:meth:`TimelineStore.column`)."""
+        return self.store.column(int(self.index))
 
     def points(self) -> list[tuple[str, str, dict[str, float]]]:
         """(phase, label, bytes by term) of each point, for one candidate (after :meth:`Evaluation.at`)."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache, cached_property
 from typing import Literal, NamedTuple
 
@@ -416,40 +416,63 @@ formula)."""
 # --------------------------------------------------------------------------------------------------------------
 class PartValue(NamedTuple):
     """One labelled part of a term: its expression, where it applies (bool, an array or one for all candidates)
-    and its value (float array, 0 where it does not apply). A named tuple: built for every part of every term at
+    and its value (float array, 0 where it does not apply); ``zero``: it applies to no candidate, so its value is
+    all zeros (:func:`term` sets it; a sum may skip the part). A named tuple: built for every part of every term at
     every evaluate, it must be cheap."""
 
     label: str
     expr: str
     applies: np.ndarray
     value: np.ndarray
+    zero: bool = False
+
+
+def _sum(parts: Sequence[PartValue], labels: Sequence[str] | None = None) -> np.ndarray | None:
+    """The values of ``parts`` (those with ``labels``, or all) added in order; a part that applies to no candidate
+    (``zero``, all zeros) is added only where the sum does not already have its shape (adding zeros changes no
+    value but -0.0, only the shape the sum broadcasts to). None when no part is chosen."""
+    total = None
+    zeros = []
+    for p in parts:
+        if labels is not None and p.label not in labels:
+            continue
+        if p.zero:
+            zeros.append(p.value)
+        else:
+            total = p.value if total is None else total + p.value
+    if total is None:
+        if not zeros:
+            return None
+        total, zeros = zeros[0], zeros[1:]
+    for z in zeros:
+        if z.shape != np.shape(total):
+            total = total + z
+    return total
 
 
 @dataclass(frozen=True)
 class TermParts:
     """A term over the candidate arrays: its inputs (name -> scalar or array) and its labelled parts; ``value`` is
-    their sum."""
+    their sum (computed once, when the term is made: every term's value is read at least once per evaluate)."""
 
     key: str
     inputs: Mapping[str, object]
     parts: tuple[PartValue, ...]
+    value: np.ndarray = field(init=False, repr=False, compare=False)
+    """The parts' sum, in their order. A part that applies to no candidate (``zero``) is all zeros and is not
+    added (x + 0.0 is x), except for the shape it broadcasts to."""
 
-    @cached_property
-    def value(self) -> np.ndarray:
-        """The parts' sum, in their order; computed once (it is read several times per evaluate)."""
-        total = self.parts[0].value
-        for p in self.parts[1:]:
-            total = total + p.value
-        return total
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", _sum(self.parts))
 
     def sum_of(self, labels: Sequence[str]) -> np.ndarray:
-        """The sum of the parts with these labels (0 where none applies)."""
+        """The sum of the parts with these labels (0 where none applies), shaped like :attr:`value`."""
         value = self.value
-        total = np.zeros(value.shape, dtype=value.dtype)  # np.zeros_like's result, a fifth of its call time
-        for p in self.parts:
-            if p.label in labels:
-                total = total + p.value
-        return total
+        zeros = np.zeros(value.shape, dtype=value.dtype)  # np.zeros_like's result, a fifth of its call time
+        total = _sum(self.parts, labels)
+        if total is None:
+            return zeros
+        return total if np.shape(total) == value.shape else total + zeros
 
 
 _FUNCTIONS = frozenset({"min", "max"})
@@ -549,6 +572,20 @@ def evaluate_expr(expr: str, inputs: Mapping[str, object]) -> np.ndarray:
 
 _ALL = np.asarray(True)
 
+_COPYTO_FROM = 4096
+"""Candidates from which :func:`where_zero` fills zeros in place instead of calling np.where (np.where's
+per-element select costs 3-10x a masked copy on a sweep's arrays; on a plan's few hundred the one call is
+cheaper than two: benchmarks/bench_costmodel.py)."""
+
+
+def where_zero(applies: np.ndarray, value) -> np.ndarray:
+    """``np.where(applies, value, 0.0)``, the same float64 array bit for bit: zeros with ``value`` copied in where
+    ``applies`` holds (np.copyto, the value cast as np.where casts it: int and float to float64). :func:`term` calls
+    it from :data:`_COPYTO_FROM` candidates and np.where below."""
+    out = np.zeros(np.broadcast_shapes(applies.shape, np.shape(value)))
+    np.copyto(out, value, where=applies)
+    return out
+
 
 def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str, object]], *,
          shared: bool = False) -> TermParts:
@@ -566,9 +603,11 @@ def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str,
             # computed (half the parts of a one-candidate evaluate). A condition array is shaped like the candidates,
             # as every value is (Candidates.build broadcasts them): the zeros have np.where's shape and dtype
             # (tests/core/test_evaluation.py compares every value with the expressions all computed)
-            out.append(PartValue(label, expr, applies, np.zeros(applies.shape)))
+            out.append(PartValue(label, expr, applies, np.zeros(applies.shape), True))
             continue
-        out.append(PartValue(label, expr, applies, np.where(applies, _evaluator(expr)(inputs), 0.0)))
+        value = _evaluator(expr)(inputs)
+        out.append(PartValue(label, expr, applies, np.where(applies, value, 0.0) if applies.size < _COPYTO_FROM
+                             else where_zero(applies, value)))
     return TermParts(key, inputs if shared else dict(inputs), tuple(out))
 
 

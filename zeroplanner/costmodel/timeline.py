@@ -36,7 +36,9 @@ and the index of the phase it falls in.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -56,20 +58,78 @@ only, what offload keeps in host RAM, which there is the same memory (``memory.h
 
 
 @dataclass(frozen=True)
+class Runtime:
+    """A timeline point's GPU runtime bytes, kept as how to compute them: ``fixed`` (CUDA context, cuBLAS workspace,
+    NCCL buffers) + ``fraction`` (the caching allocator's slack) x the point's live bytes (its other terms added
+    in :data:`TIMELINE_TERMS` order: :func:`live_bytes`). Not stored as an array per point: in a sweep it would be
+    the one term of every point over every candidate."""
+
+    fixed: float
+    fraction: float
+
+    def of(self, live):
+        """The runtime bytes over ``live`` bytes (array or scalar)."""
+        return self.fixed + self.fraction * live
+
+
+def live_bytes(row):
+    """A timeline row's live bytes: its values (arrays or scalars; None is 0, a :class:`Runtime` is not live) added
+    in order, None left out (adding 0.0 changes no value but -0.0)."""
+    live = None
+    for value in row:
+        if value is not None and not isinstance(value, Runtime):
+            live = value if live is None else live + value
+    return live
+
+
+@dataclass(frozen=True)
 class Timeline:
-    """The moments of the step: each point's phase and label, and ``stack``, bytes per GPU shaped
-    (points, :data:`TIMELINE_TERMS`, *candidates). Built in one array (no per-point dict of per-term arrays: in a
-    sweep of 10^5 candidates those copies were a third of evaluate's time, benchmarks/bench_costmodel.py)."""
+    """The moments of the step: each point's phase and label, ``rows``, bytes per GPU by point and
+    :data:`TIMELINE_TERMS` (each an array that broadcasts to the candidates' ``shape``, None where the point holds
+    none of the term, or the :class:`Runtime` that gives the runtime term), and ``totals``, each point's bytes,
+    (points, *candidates): its terms added in :data:`TIMELINE_TERMS` order. :attr:`stack` is the same bytes in one
+    array, (points, terms, *candidates), built when first read (a sweep of 10^5 candidates that only asks for the
+    peak never builds its 108 float64 per candidate: filling it was the largest part of the sweep's timeline,
+    benchmarks/bench_costmodel.py)."""
 
     phases: tuple[str, ...]
     labels: tuple[str, ...]
-    stack: np.ndarray
+    rows: tuple[tuple[object, ...], ...] | None
+    """None when :attr:`stack` was built at once (below ``_ROWS_FROM`` candidates)."""
+    shape: tuple[int, ...]
+    """The candidates' shape."""
     totals: np.ndarray
-    """Each point's bytes, (points, *candidates): its terms added in :data:`TIMELINE_TERMS` order."""
+
+    @cached_property
+    def stack(self) -> np.ndarray:
+        """Bytes per GPU shaped (points, :data:`TIMELINE_TERMS`, *candidates); 0 where a point holds none of a
+        term."""
+        return stack_rows(self.rows, self.shape)
 
 
-def _zeros(cand: Candidates) -> np.ndarray:
-    return np.zeros(cand.shape)
+def stack_rows(rows, shape: tuple[int, ...]) -> np.ndarray:
+    """``rows`` (:attr:`Timeline.rows`) as one float64 array shaped (points, terms, *shape)."""
+    stack = np.zeros((len(rows), len(rows[0]) if rows else 0, *shape))
+    for i, row in enumerate(rows):
+        for j, value in enumerate(row):
+            if isinstance(value, Runtime):
+                stack[i, j] = value.of(live_bytes(row))
+            elif value is not None:
+                stack[i, j] = value
+    return stack
+
+
+def row_at(row, at: tuple, shape: tuple[int, ...]) -> list[float]:
+    """One candidate's values of a timeline row (:attr:`Timeline.rows`; ``at``: its index into the candidates'
+    ``shape``), the runtime computed: the values :func:`stack_rows` gives it."""
+    values = [value if value is None or isinstance(value, Runtime) or np.ndim(value) == 0
+              else value[at] if value.shape == shape else np.broadcast_to(value, shape)[at]
+              for value in row]
+    out = [0.0 if v is None else v for v in values]
+    for j, v in enumerate(values):
+        if isinstance(v, Runtime):
+            out[j] = v.of(live_bytes(values))
+    return out
 
 
 def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> Timeline:
@@ -197,7 +257,26 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> Timel
     point("optimizer step", "optimizer step: gradients for the step + optimizer temporaries",
           gradients=grad_step, temporaries=temps, buffers=np.where(stage3, held3, step_bucket) + staging)
 
-    # every point's terms in one array; a term a point does not name is 0
+    # each point's terms in TIMELINE_TERMS order (None: the point holds none of it, or holds the zeros z); what is
+    # live at a point is its terms but the runtime added in that order (runtime is last). The GPU runtime: CUDA
+    # context, cuBLAS workspace, NCCL buffers, and the caching allocator's slack over what is live
+    # (memory.overhead_parts)
+    runtime = None if cpu else Runtime(fixed_runtime, a.allocator_fragmentation_fraction)
+    held = {"parameters": params, "optimizer_states": states, "offloaded": offloaded if cpu else None,
+            "runtime": runtime}
+    phases, labels = tuple(r[0] for r in rows), tuple(r[1] for r in rows)
+    if math.prod(cand.shape) >= _ROWS_FROM:
+        out_rows = tuple(tuple(None if v is z else v for v in (held[k] if k in held else terms.get(k)
+                                                               for k in TIMELINE_TERMS))
+                         for _, _, terms in rows)
+        # a term that is 0 is not added: x + 0.0 is x for every x but -0.0, and no term here is -0.0
+        totals = np.empty((len(rows), *cand.shape))
+        for i, row in enumerate(out_rows):
+            live = live_bytes(row)
+            totals[i] = live if runtime is None else live + runtime.of(live)
+        return Timeline(phases, labels, out_rows, cand.shape, totals)
+    # few candidates: the stack at once, each term added over all points in one call (fewer, larger numpy calls;
+    # the same sums: a term a point does not hold adds 0.0)
     where = {k: j for j, k in enumerate(TIMELINE_TERMS)}
     stack = np.zeros((len(rows), len(TIMELINE_TERMS), *cand.shape))
     for i, (_, _, terms) in enumerate(rows):
@@ -205,16 +284,23 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> Timel
             stack[i, where[k]] = value
     stack[:, where["parameters"]] = params
     stack[:, where["optimizer_states"]] = states
-    stack[:, where["offloaded"]] = offloaded
-    # what is live at each point: every term but the runtime, added in TIMELINE_TERMS order (runtime is last)
+    if cpu:
+        stack[:, where["offloaded"]] = offloaded
+    at = where["runtime"]
     live = stack[:, 0]
-    for j in range(1, where["runtime"]):
+    for j in range(1, at):
         live = live + stack[:, j]
-    if not cpu:
-        # GPU runtime: CUDA context, cuBLAS workspace, NCCL buffers, and the caching allocator's slack over what is
-        # live (memory.overhead_parts)
-        stack[:, where["runtime"]] = fixed_runtime + a.allocator_fragmentation_fraction * live
-    return Timeline(tuple(r[0] for r in rows), tuple(r[1] for r in rows), stack, live + stack[:, where["runtime"]])
+    if runtime is not None:
+        stack[:, at] = runtime.of(live)
+    out = Timeline(phases, labels, None, cand.shape, live + stack[:, at])
+    out.__dict__["stack"] = stack  # the cached property, already built
+    return out
+
+
+_ROWS_FROM = 4096
+"""Candidates from which :func:`timeline` keeps its points as rows and builds the stack only when it is read (a
+sweep's); below, the stack is built at once (a plan's or an estimate's few candidates: fewer numpy calls, and one
+candidate's column is a view of it). Measured with benchmarks/bench_costmodel.py."""
 
 
 ENGINE_MEMORY_ERROR_FRACTION = 0.027

@@ -247,9 +247,14 @@ def sweep(scenario: Scenario, **axes: Sequence[int]) -> tuple[Evaluation, dict[s
     unknown = set(names) - set(base.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown sweep axes {sorted(unknown)}")
-    grids = np.meshgrid(*[np.asarray(axes[n]) for n in names], indexing="ij")
+    # the axes as a sparse grid: each value is computed over the axes it depends on (Candidates.build's
+    # sparse=True; the same numbers), the result flattened in the grid's C order
+    grids = np.meshgrid(*[np.asarray(axes[n]) for n in names], indexing="ij", sparse=True)
     fields = {f: getattr(base, f) for f in base.__dataclass_fields__}
     for n, g in zip(names, grids):
-        fields[n] = g.reshape(-1)
-    cand = Candidates.build(**fields)
-    return evaluate(make_context(scenario), cand), {n: fields[n] for n in names}
+        fields[n] = g
+    cand = Candidates.build(sparse=True, **fields)
+    flat = cand.shape
+    values = evaluate(make_context(scenario), cand)._map(
+        lambda a: a.reshape(-1) if isinstance(a, np.ndarray) and a.shape == flat else a)
+    return values, {n: np.broadcast_to(fields[n], flat).reshape(-1) for n in names}
