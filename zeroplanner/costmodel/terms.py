@@ -598,14 +598,21 @@ def term(key: str, inputs: Mapping[str, object], parts: Sequence[tuple[str, str,
             out.append(PartValue(label, expr, _ALL, np.asarray(_evaluator(expr)(inputs), dtype=np.float64)))
             continue
         applies = np.asarray(when, dtype=bool)
-        if applies.ndim and not np.count_nonzero(applies):
+        count = np.count_nonzero(applies) if applies.ndim else -1
+        if not count:
             # applies to no candidate: np.where(applies, x, 0.0) is 0.0 everywhere whatever x is, so x is not
-            # computed (half the parts of a one-candidate evaluate). A condition array is shaped like the candidates,
-            # as every value is (Candidates.build broadcasts them): the zeros have np.where's shape and dtype
-            # (tests/core/test_evaluation.py compares every value with the expressions all computed)
+            # computed (half the parts of a one-candidate evaluate). The zeros have the condition's shape: the
+            # candidates' (Candidates.build broadcasts them), or with sparse candidates the axes the condition
+            # depends on, which the sum broadcasts like np.where's (tests/core/test_evaluation.py and
+            # test_sparse_candidates.py compare every value with the expressions all computed)
             out.append(PartValue(label, expr, applies, np.zeros(applies.shape), True))
             continue
         value = _evaluator(expr)(inputs)
+        if count == applies.size and type(value) is np.ndarray and value.dtype == np.float64 \
+                and value.shape == applies.shape:
+            # applies to every candidate: np.where would copy the value as it is (one estimate's every part)
+            out.append(PartValue(label, expr, applies, value))
+            continue
         out.append(PartValue(label, expr, applies, np.where(applies, value, 0.0) if applies.size < _COPYTO_FROM
                              else where_zero(applies, value)))
     return TermParts(key, inputs if shared else dict(inputs), tuple(out))
