@@ -106,6 +106,51 @@ def test_large_arrays_zero_their_parts_as_np_where_does(name, monkeypatch):
     _same_bits(copied, _leaves(evaluate(ctx, _grid(s, sparse=False))))
 
 
+@pytest.mark.parametrize("name", ["default", "fp32-cpu-ranks", "checkpoint-offload", "qlora-70b-1-gpu"])
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "full"])
+def test_the_timelines_rows_give_what_the_stack_built_at_once_gives(name, sparse, monkeypatch):
+    """From timeline._ROWS_FROM candidates the timeline keeps rows (totals summed per point, the runtime computed
+    from them); below, it builds the stack at once and sums each term over all points. The same grid both ways:
+    every leaf (the step's peak, its phase, the headroom, the timeline point by point) as bytes."""
+    from zeroplanner.costmodel import timeline
+
+    s = _scenario(name)
+    ctx = make_context(s)
+    rows = evaluate(ctx, _grid(s, sparse=sparse))
+    assert rows.step_peak.timeline.store._rows is not None
+    monkeypatch.setattr(timeline, "_ROWS_FROM", 10**12)
+    stacked = evaluate(ctx, _grid(s, sparse=sparse))
+    assert stacked.step_peak.timeline.store._rows is None
+    _same_bits(_leaves(stacked), _leaves(rows))
+
+
+def test_cutting_and_joining_an_evaluation_kept_as_rows(monkeypatch):
+    """Evaluation.at / take / split / concat and the timeline's by_point on a rows-backed evaluation of sparse
+    candidates give, as bytes, what they give on the same grid built full with the stack at once."""
+    from zeroplanner.costmodel import Evaluation, timeline
+    from zeroplanner.costmodel.evaluate import estimate_from_values
+
+    s = _scenario("default")
+    ctx = make_context(s)
+    rows = evaluate(ctx, _grid(s, sparse=True))
+    monkeypatch.setattr(timeline, "_ROWS_FROM", 10**12)
+    stacked = evaluate(ctx, _grid(s, sparse=False))
+    n = int(np.prod(rows.shape))
+    pick = np.arange(0, n, 37)
+    for a, b in ((rows.take(np.unravel_index(pick, rows.shape)), stacked.take(np.unravel_index(pick, rows.shape))),
+                 (Evaluation.concat(rows, stacked), Evaluation.concat(stacked, stacked)),
+                 (Evaluation.concat(stacked, rows).split(rows.shape, rows.shape)[1], stacked)):
+        _same_bits(_leaves(a), _leaves(b))
+        assert a.step_peak.timeline.by_point().keys() == b.step_peak.timeline.by_point().keys()
+        for (k, x), y in zip(a.step_peak.timeline.by_point().items(), b.step_peak.timeline.by_point().values()):
+            assert np.asarray(x).tobytes() == np.asarray(y).tobytes(), k
+    for i in (0, 1, n // 2, n - 1, (1, 2, 0, 1, 3, 2, 5)):
+        x, y = rows.at(i), stacked.at(i)
+        _same_bits(_leaves(x), _leaves(y))
+        assert x.step_peak.timeline.column().tobytes() == y.step_peak.timeline.column().tobytes()
+    assert (estimate_from_values(s, rows, 5).model_dump_json() == estimate_from_values(s, stacked, 5).model_dump_json())
+
+
 @pytest.mark.parametrize("name", ["default", "fp32-cpu-ranks", "checkpoint-offload"])
 @pytest.mark.parametrize("kept", [True, False], ids=["kept-at-axes", "full"])
 def test_one_candidates_timeline_is_its_column_of_the_stack(name, kept):
@@ -140,6 +185,9 @@ def test_sweep_is_the_flattened_product():
     _same_bits(_leaves(want), _leaves(values))
     for k, g in zip(axes, grids):
         assert got_axes[k].tolist() == g.reshape(-1).tolist()
+        got_axes[k][0] = 7  # the caller's own arrays (np.broadcast_to alone would give read-only views)
+    one, got = sweep(s, micro_batch=[1, 2, 3])
+    assert one.shape == (3,) and got["micro_batch"].flags.writeable
 
 
 def test_sparse_candidates_take_and_concat_as_full_ones():
@@ -149,21 +197,22 @@ def test_sparse_candidates_take_and_concat_as_full_ones():
     for a, b in ((dense.take(index), sparse.take(index)),
                  (Candidates.concat(dense, dense), Candidates.concat(sparse, dense))):
         for f in dataclasses.fields(a):
-            assert np.array_equal(getattr(a, f.name), getattr(b, f.name)), f.name
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            assert (x.dtype, x.shape) == (y.dtype, y.shape) and x.tobytes() == y.tobytes(), f.name
         assert a.shape == b.shape and not b.sparse
 
 
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_where_zero_is_np_where(data):
-    """terms.where_zero against np.where(applies, value, 0.0), bit for bit (negative zeros, NaN and infinities, int
-    values, scalars, broadcasting)."""
+    """terms.where_zero against np.where(applies, value, 0.0), bit for bit and dtype (negative zeros, NaN and
+    infinities, int and float32 values, broadcasting)."""
     shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=2, max_side=70))
     applies = data.draw(hnp.arrays(np.bool_, shape))
     value_shape = data.draw(hnp.broadcastable_shapes(shape, max_dims=2))
-    dtype = data.draw(st.sampled_from([np.float64, np.int64]))
-    elements = (st.floats(allow_nan=True, allow_infinity=True) | st.just(-0.0)) if dtype == np.float64 \
-        else st.integers(-2**53, 2**53)
+    dtype = data.draw(st.sampled_from([np.float64, np.float32, np.int64]))
+    elements = st.integers(-2**53, 2**53) if dtype == np.int64 \
+        else (st.floats(allow_nan=True, allow_infinity=True, width=np.dtype(dtype).itemsize * 8) | st.just(-0.0))
     value = data.draw(hnp.arrays(dtype, value_shape, elements=elements))
     want = np.where(applies, value, 0.0)
     got = terms.where_zero(applies, value)

@@ -166,8 +166,9 @@ class Candidates:
 
         ``sparse=True`` keeps each array at its own shape (they must broadcast together: a grid's axes as
         ``np.meshgrid(..., sparse=True)`` gives them) and :attr:`shape` is the shape they broadcast to. The cost
-        model is elementwise, so every value is the same; each is computed over the axes it depends on, not over
-        every candidate (:func:`~.evaluate.evaluate` returns arrays of the full shape either way)."""
+        model is elementwise, so every value is the same; most are computed over the axes they depend on, not over
+        every candidate (the timeline's points and a few zeros are built at the full shape;
+        :func:`~.evaluate.evaluate` returns arrays of the full shape either way)."""
         names = [f.name for f in fields(cls)]
         arrays.setdefault("sp", 1)
         missing = set(names) - set(arrays)

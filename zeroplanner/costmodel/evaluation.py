@@ -103,8 +103,9 @@ class TimelineStore:
     phase and label, the term names, and :attr:`stack`, bytes per GPU shaped (points, terms, candidates flat).
 
     Made from a :class:`~.timeline.Timeline` it keeps the timeline's rows (:attr:`~.timeline.Timeline.rows`: per
-    point and term an array over the candidates, None for 0, or how the runtime term is computed) and builds
-    :attr:`stack` only when it is read; :meth:`column` reads one candidate's bytes from the rows without it."""
+    point and term an array that broadcasts to the candidates' shape or a scalar, None for 0, or how the runtime
+    term is computed) and builds :attr:`stack` only when it is read; :meth:`column` reads one candidate's bytes
+    from the rows without it."""
 
     __slots__ = ("phases", "labels", "names", "_stack", "_rows", "_shape")
 
@@ -142,6 +143,7 @@ class TimelineStore:
         from .timeline import row_at
 
         shape = self._shape
+        flat = flat + math.prod(shape) if flat < 0 else flat  # as the stack's indexing reads -1
         at = np.unravel_index(flat, shape) if len(shape) > 1 else (flat,)
         return np.array([row_at(row, at, shape) for row in self._rows], dtype=np.float64)
 

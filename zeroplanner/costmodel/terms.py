@@ -429,8 +429,10 @@ class PartValue(NamedTuple):
 
 def _sum(parts: Sequence[PartValue], labels: Sequence[str] | None = None) -> np.ndarray | None:
     """The values of ``parts`` (those with ``labels``, or all) added in order; a part that applies to no candidate
-    (``zero``, all zeros) is added only where the sum does not already have its shape (adding zeros changes no
-    value but -0.0, only the shape the sum broadcasts to). None when no part is chosen."""
+    (``zero``, all zeros) is added only where the sum does not already have its shape. Adding +0.0 changes no
+    value but -0.0 (to +0.0), so the sum is the sum with every part added except where every other part is -0.0:
+    there it stays -0.0 (no term of the cost model is: its parts are bytes, seconds and counts, and the evaluate
+    golden stores the sign of every zero). None when no part is chosen. The result may be a part's own array."""
     total = None
     zeros = []
     for p in parts:
@@ -459,20 +461,22 @@ class TermParts:
     inputs: Mapping[str, object]
     parts: tuple[PartValue, ...]
     value: np.ndarray = field(init=False, repr=False, compare=False)
-    """The parts' sum, in their order. A part that applies to no candidate (``zero``) is all zeros and is not
-    added (x + 0.0 is x), except for the shape it broadcasts to."""
+    """The parts' sum, in their order (:func:`_sum`: a part that applies to no candidate is not added). It may be
+    the same array as a part's value, and that as an input's (an expression that is one name): never modified in
+    place."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", _sum(self.parts))
 
     def sum_of(self, labels: Sequence[str]) -> np.ndarray:
-        """The sum of the parts with these labels (0 where none applies), shaped like :attr:`value`."""
+        """The sum of the parts with these labels (0 where none applies), shaped like :attr:`value`; as :func:`_sum`,
+        it may be a part's own array (never modified in place)."""
         value = self.value
-        zeros = np.zeros(value.shape, dtype=value.dtype)  # np.zeros_like's result, a fifth of its call time
         total = _sum(self.parts, labels)
-        if total is None:
-            return zeros
-        return total if np.shape(total) == value.shape else total + zeros
+        if total is not None and np.shape(total) == value.shape:
+            return total
+        zeros = np.zeros(value.shape, dtype=value.dtype)  # np.zeros_like's result, a fifth of its call time
+        return zeros if total is None else total + zeros
 
 
 _FUNCTIONS = frozenset({"min", "max"})
@@ -573,16 +577,17 @@ def evaluate_expr(expr: str, inputs: Mapping[str, object]) -> np.ndarray:
 _ALL = np.asarray(True)
 
 _COPYTO_FROM = 4096
-"""Candidates from which :func:`where_zero` fills zeros in place instead of calling np.where (np.where's
-per-element select costs 3-10x a masked copy on a sweep's arrays; on a plan's few hundred the one call is
-cheaper than two: benchmarks/bench_costmodel.py)."""
+"""Elements of a part's condition from which :func:`term` zeroes the part with :func:`where_zero` instead of
+np.where (np.where's per-element select cost 3-10x a masked copy on a sweep's arrays: 292 against 17 us on 79,092
+elements with a random mask; on a plan's few hundred candidates the one call is cheaper than two:
+benchmarks/bench_costmodel.py)."""
 
 
 def where_zero(applies: np.ndarray, value) -> np.ndarray:
-    """``np.where(applies, value, 0.0)``, the same float64 array bit for bit: zeros with ``value`` copied in where
-    ``applies`` holds (np.copyto, the value cast as np.where casts it: int and float to float64). :func:`term` calls
-    it from :data:`_COPYTO_FROM` candidates and np.where below."""
-    out = np.zeros(np.broadcast_shapes(applies.shape, np.shape(value)))
+    """``np.where(applies, value, 0.0)``, the same array bit for bit (dtype: ``np.result_type(value, 0.0)``,
+    np.where's; float64 for the cost model's int and float64 values): zeros with ``value`` copied in where
+    ``applies`` holds (np.copyto). :func:`term` calls it from :data:`_COPYTO_FROM` elements and np.where below."""
+    out = np.zeros(np.broadcast_shapes(applies.shape, np.shape(value)), dtype=np.result_type(value, 0.0))
     np.copyto(out, value, where=applies)
     return out
 

@@ -271,7 +271,8 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> Timel
         out_rows = tuple(tuple(None if v is z else v for v in (held[k] if k in held else terms.get(k)
                                                                for k in TIMELINE_TERMS))
                          for _, _, terms in rows)
-        # a term that is 0 is not added: x + 0.0 is x for every x but -0.0, and no term here is -0.0
+        # a term that is 0 is not added: x + 0.0 is x for every x but -0.0, and the running total is never -0.0
+        # (parameters, added first, is a sum with z's +0.0: never -0.0)
         totals = np.empty((len(rows), *cand.shape))
         for i, row in enumerate(out_rows):
             live = live_bytes(row)

@@ -247,14 +247,15 @@ def sweep(scenario: Scenario, **axes: Sequence[int]) -> tuple[Evaluation, dict[s
     unknown = set(names) - set(base.__dataclass_fields__)
     if unknown:
         raise TypeError(f"unknown sweep axes {sorted(unknown)}")
-    # the axes as a sparse grid: each value is computed over the axes it depends on (Candidates.build's
+    # the axes as a sparse grid: most values are computed over the axes they depend on (Candidates.build's
     # sparse=True; the same numbers), the result flattened in the grid's C order
     grids = np.meshgrid(*[np.asarray(axes[n]) for n in names], indexing="ij", sparse=True)
     fields = {f: getattr(base, f) for f in base.__dataclass_fields__}
     for n, g in zip(names, grids):
         fields[n] = g
     cand = Candidates.build(sparse=True, **fields)
-    flat = cand.shape
+    grid = cand.shape
     values = evaluate(make_context(scenario), cand)._map(
-        lambda a: a.reshape(-1) if isinstance(a, np.ndarray) and a.shape == flat else a)
-    return values, {n: np.broadcast_to(fields[n], flat).reshape(-1) for n in names}
+        lambda a: a.reshape(-1) if isinstance(a, np.ndarray) and a.shape == grid else a)
+    # flatten() copies: each axis' values are the caller's own, writeable arrays
+    return values, {n: np.broadcast_to(fields[n], grid).flatten() for n in names}
