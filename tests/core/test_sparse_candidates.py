@@ -218,3 +218,23 @@ def test_where_zero_is_np_where(data):
     got = terms.where_zero(applies, value)
     assert (got.dtype, got.shape) == (want.dtype, want.shape)
     assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("n", [7, 5000])
+def test_the_peaks_phase_is_the_first_point_at_the_maximum(n):
+    """timeline.peak: the peak and the index of its phase, with ties (the first point wins) and NaN columns, are
+    np.max's and np.argmax's, below and above timeline._ROWS_FROM candidates (a guard for any faster way to find
+    them: a backward scan was tried, and lost to argmax in the sweep)."""
+    from zeroplanner.costmodel.timeline import PHASES, Timeline, peak
+
+    rng = np.random.default_rng(n)
+    phases = ("forward",) * 4 + ("loss forward", "loss backward") + ("backward",) * 5 + ("optimizer step",)
+    totals = rng.integers(0, 4, size=(len(phases), n)).astype(np.float64)  # many ties
+    totals[:, 3] = np.nan if n > 10 else totals[:, 3]
+    top, index = peak(Timeline(phases, phases, None, (n,), totals))
+    lookup = np.array([PHASES.index(p) for p in phases])
+    assert top.tobytes() == np.max(totals, axis=0).tobytes()
+    assert index.dtype == lookup.dtype and np.array_equal(index, lookup[np.argmax(totals, axis=0)])
+    totals[:, 3] = 1.0
+    top, index = peak(Timeline(phases, phases, None, (n,), totals))
+    assert np.array_equal(index, lookup[np.argmax(totals, axis=0)])
