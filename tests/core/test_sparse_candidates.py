@@ -231,10 +231,10 @@ def test_the_peaks_phase_is_the_first_point_at_the_maximum(n):
     phases = ("forward",) * 4 + ("loss forward", "loss backward") + ("backward",) * 5 + ("optimizer step",)
     totals = rng.integers(0, 4, size=(len(phases), n)).astype(np.float64)  # many ties
     totals[:, 3] = np.nan if n > 10 else totals[:, 3]
-    top, index = peak(Timeline(phases, phases, None, (n,), totals))
+    top, index = peak(Timeline(phases, phases, None, None, (n,), totals))
     lookup = np.array([PHASES.index(p) for p in phases])
     assert top.tobytes() == np.max(totals, axis=0).tobytes()
     assert index.dtype == lookup.dtype and np.array_equal(index, lookup[np.argmax(totals, axis=0)])
     totals[:, 3] = 1.0
-    top, index = peak(Timeline(phases, phases, None, (n,), totals))
+    top, index = peak(Timeline(phases, phases, None, None, (n,), totals))
     assert np.array_equal(index, lookup[np.argmax(totals, axis=0)])

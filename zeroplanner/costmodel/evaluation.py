@@ -116,11 +116,11 @@ class TimelineStore:
 
     @classmethod
     def from_timeline(cls, points) -> TimelineStore:
-        """From a costmodel/timeline.py :class:`~.timeline.Timeline`: its stack when it has been built (candidates
+        """From a costmodel/timeline.py :class:`~.timeline.Timeline`: its stack when it has one (candidates
         flattened: a view), else its rows (the stack is built when read)."""
         from .timeline import TIMELINE_TERMS
 
-        st = points.__dict__.get("stack")
+        st = points.stack
         if st is not None:
             return cls(points.phases, points.labels, TIMELINE_TERMS, st.reshape(st.shape[0], st.shape[1], -1))
         return cls(points.phases, points.labels, TIMELINE_TERMS, rows=points.rows, shape=points.shape)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -86,27 +85,24 @@ def live_bytes(row):
 
 @dataclass(frozen=True)
 class Timeline:
-    """The moments of the step: each point's phase and label, ``rows``, bytes per GPU by point and
-    :data:`TIMELINE_TERMS` (each an array that broadcasts to the candidates' ``shape``, None where the point holds
-    none of the term, or the :class:`Runtime` that gives the runtime term), and ``totals``, each point's bytes,
-    (points, *candidates): its terms added in :data:`TIMELINE_TERMS` order. :attr:`stack` is the same bytes in one
-    array, (points, terms, *candidates), built when first read (a sweep of 10^5 candidates that only asks for the
-    peak never builds its 108 float64 per candidate: filling it was the largest part of the sweep's timeline,
-    benchmarks/bench_costmodel.py)."""
+    """The moments of the step: each point's phase and label, its bytes per GPU by :data:`TIMELINE_TERMS` as one of
+    ``stack`` or ``rows``, and ``totals``, each point's bytes, (points, *candidates): its terms added in
+    :data:`TIMELINE_TERMS` order. From ``_ROWS_FROM`` candidates the points are kept as ``rows`` and the stack is
+    not built (a sweep of 10^5 candidates that only asks for the peak never builds its 108 float64 per candidate:
+    filling it was the largest part of the sweep's timeline, benchmarks/bench_costmodel.py);
+    :class:`~.evaluation.TimelineStore` builds it from the rows when it is read (:func:`stack_rows`)."""
 
     phases: tuple[str, ...]
     labels: tuple[str, ...]
+    stack: np.ndarray | None
+    """Bytes per GPU shaped (points, :data:`TIMELINE_TERMS`, *candidates), 0 where a point holds none of a term;
+    None when the points are kept as ``rows``."""
     rows: tuple[tuple[object, ...], ...] | None
-    """None when :attr:`stack` was built at once (below ``_ROWS_FROM`` candidates)."""
+    """Per point, per term: an array that broadcasts to the candidates' ``shape``, None where the point holds none
+    of the term, or the :class:`Runtime` that gives the runtime term; None when ``stack`` was built."""
     shape: tuple[int, ...]
     """The candidates' shape."""
     totals: np.ndarray
-
-    @cached_property
-    def stack(self) -> np.ndarray:
-        """Bytes per GPU shaped (points, :data:`TIMELINE_TERMS`, *candidates); 0 where a point holds none of a
-        term."""
-        return stack_rows(self.rows, self.shape)
 
 
 def stack_rows(rows, shape: tuple[int, ...]) -> np.ndarray:
@@ -138,7 +134,7 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> Timel
     """The points of one optimizer step (the last micro-step of a gradient-accumulation cycle), per GPU, bytes.
 
     ``parts``: :func:`zeroplanner.costmodel.memory.memory_term_parts` if already computed. Every term is shaped like
-    ``cand`` (:attr:`Timeline.stack`). Raises nothing for a valid context."""
+    ``cand`` (:class:`Timeline`). Raises nothing for a valid context."""
     from .memory import memory_term_parts
 
     parts = parts if parts is not None else memory_term_parts(ctx, cand)
@@ -277,7 +273,7 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> Timel
         for i, row in enumerate(out_rows):
             live = live_bytes(row)
             totals[i] = live if runtime is None else live + runtime.of(live)
-        return Timeline(phases, labels, out_rows, cand.shape, totals)
+        return Timeline(phases, labels, None, out_rows, cand.shape, totals)
     # few candidates: the stack at once, each term added over all points in one call (fewer, larger numpy calls;
     # the same sums: a term a point does not hold adds 0.0)
     where = {k: j for j, k in enumerate(TIMELINE_TERMS)}
@@ -285,19 +281,16 @@ def timeline(ctx: Context, cand: Candidates, parts: dict | None = None) -> Timel
     for i, (_, _, terms) in enumerate(rows):
         for k, value in terms.items():
             stack[i, where[k]] = value
-    stack[:, where["parameters"]] = params
-    stack[:, where["optimizer_states"]] = states
-    if cpu:
-        stack[:, where["offloaded"]] = offloaded
+    for k, value in held.items():  # the same in every point (the runtime is computed below)
+        if value is not None and value is not runtime:
+            stack[:, where[k]] = value
     at = where["runtime"]
     live = stack[:, 0]
     for j in range(1, at):
         live = live + stack[:, j]
     if runtime is not None:
         stack[:, at] = runtime.of(live)
-    out = Timeline(phases, labels, None, cand.shape, live + stack[:, at])
-    out.__dict__["stack"] = stack  # the cached property, already built
-    return out
+    return Timeline(phases, labels, stack, None, cand.shape, live + stack[:, at])
 
 
 _ROWS_FROM = 4096
