@@ -55,7 +55,22 @@ for _ in range(n):
                activation_recomputation=ActivationRecomputation.FULL, ds_zero=DSZeRO.STAGE_2,
                mlp_gated_linear_units=True, output_dir=None)
     times.append(time.process_time() - t0)
-print(json.dumps({"seconds": times}))
+calls = {"call": 0, "c_call": 0}
+
+
+def count(frame, event, arg):
+    if event in calls:
+        calls[event] += 1
+
+
+a = LLMAnalysis(model, gpu, DtypeConfig(), ParallelismConfig(dp_size=8), flops_efficiency=0.4,
+                hbm_memory_efficiency=0.9)
+sys.setprofile(count)  # one more configuration, its calls counted (counted_calls in the parent: the same events)
+a.training(batch_size_per_gpu=1, gradient_accumulation_steps=8, seq_len=4096,
+           activation_recomputation=ActivationRecomputation.FULL, ds_zero=DSZeRO.STAGE_2,
+           mlp_gated_linear_units=True, output_dir=None)
+sys.setprofile(None)
+print(json.dumps({"seconds": times, "python_calls": calls["call"], "c_calls": calls["c_call"]}))
 """
 
 
@@ -83,6 +98,25 @@ def sweep_page_faults(scenario, axes: dict) -> int:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     sweep(scenario, **axes)
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def counted_calls(fn) -> tuple[int, int]:
+    """(Python function calls, C function calls) of one ``fn()``, counted with ``sys.setprofile`` ("call" and
+    "c_call" events): the same count the llm-analysis child makes of its ``training()``. numpy's arithmetic
+    operators on arrays (``a * b``) are neither, so zeroplanner's count leaves those out. Structure, not time: a
+    call costs at least what a call costs in Python, however little its body computes."""
+    calls = {"call": 0, "c_call": 0}
+
+    def count(frame, event, arg):
+        if event in calls:
+            calls[event] += 1
+
+    sys.setprofile(count)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls["call"], calls["c_call"]
 
 
 def ensure_llm_analysis() -> Path | None:
@@ -141,14 +175,16 @@ def main() -> int:
         ds_t = None
         print("deepspeed not installed: DeepSpeed estimator row skipped")
 
-    llm = None
+    llm = llm_calls = None
     if not args.no_llm_analysis:
         py = ensure_llm_analysis()
         if py is not None:
             r = subprocess.run([str(py), "-c", LLM_ANALYSIS_CHILD, str(max(5, args.repeats // 5))],
                                capture_output=True, text=True, timeout=600)
             if r.returncode == 0:
-                llm = statistics.median(json.loads(r.stdout.strip().splitlines()[-1])["seconds"])
+                out = json.loads(r.stdout.strip().splitlines()[-1])
+                llm = statistics.median(out["seconds"])
+                llm_calls = out["python_calls"] + out["c_calls"]
                 rows.append(("llm-analysis training() (1 configuration)", llm))
             else:
                 print("llm-analysis run failed:", r.stderr.strip().splitlines()[-1:])
@@ -170,6 +206,17 @@ def main() -> int:
         est_ratio = statistics.median(est_t) / llm
         print(f"  zeroplanner one full estimate / llm-analysis one config = {est_ratio:,.2f}x (target <= 1: "
               f"{'met' if est_ratio <= 1 else 'NOT met'})")
+    est_calls, plan_calls = counted_calls(lambda: estimate(s)), counted_calls(lambda: plan(s))
+    print(f"  calls per run (Python function + C function calls, sys.setprofile): estimate {est_calls[0]:,} + "
+          f"{est_calls[1]:,}, plan {plan_calls[0]:,} + {plan_calls[1]:,}", end="")
+    if llm_calls is not None:
+        per_call = llm / llm_calls
+        print(f", llm-analysis training() {out['python_calls']:,} + {out['c_calls']:,}\n"
+              f"    at llm-analysis's own time per call ({per_call * 1e6:.2f} us), zeroplanner's calls alone take "
+              f"{sum(est_calls) * per_call * 1e3:.2f} ms per estimate ({sum(est_calls) / llm_calls:.1f}x "
+              f"llm-analysis) and {sum(plan_calls) * per_call * 1e3:.2f} ms per plan")
+    else:
+        print()
     if ds_t is not None:
         print(f"  zeroplanner one full estimate / DeepSpeed estimator calls = "
               f"{statistics.median(est_t) / statistics.median(ds_t):,.1f}x (DeepSpeed counts model states only)")
@@ -180,7 +227,7 @@ def main() -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import bench_cli
 
-        bench_cli.run(bench_cli.commands()[:3], repeats=5)
+        bench_cli.run(bench_cli.commands()[:4], repeats=5)
     return 0
 
 
