@@ -132,3 +132,26 @@ def test_readme_shows_the_real_diagnose_output(capsys):
     argv[1] = str(root / argv[1])
     main(argv)
     assert capsys.readouterr().out.splitlines() == lines
+
+
+def test_diagnose_without_a_model_says_it_compares_with_the_default(tmp_path, capsys):
+    """A log does not say which model trained: with no --model / --hf-config / --params the comparison is with the
+    default model, and the output says so up front and in a note (as `check` does), in text and JSON; naming the
+    model drops both (a new user's trial read "outside the model's error" for a model they never named)."""
+    from zeroplanner.inputs import DEFAULT_MODEL
+
+    log = tmp_path / "oom.log"
+    log.write_text("\n".join(BACKWARD + [NEW]))
+    main(["diagnose", str(log), "--gpus-per-node", "8"])
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].startswith(f"Diagnosed against: {DEFAULT_MODEL} (the default: no model named), ")
+    assert f"note: no model named: a training log does not say which model it trained, so it is compared with the " \
+           f"default {DEFAULT_MODEL}" in text
+    main(["diagnose", str(log), "--gpus-per-node", "8", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"]["model_from"] == "default" and out["notes"][0].startswith("no model named")
+    main(["diagnose", str(log), "--gpus-per-node", "8", "--model", "llama-2-13b", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["scenario"]["model_from"] == "--model" and not any("no model named" in n for n in out["notes"])
+    main(["diagnose", str(log), "--gpus-per-node", "8", "--model", "llama-2-13b"])
+    assert "(the default" not in capsys.readouterr().out.splitlines()[0]

@@ -108,6 +108,16 @@ def run(args) -> int:
         scenario = _scenario(args, reading, notes)
     except ValueError as exc:  # ConfigError; a --config path that is no regular file raised UsageError (exit 2)
         return _error(str(exc))
+    from .common import model_source
+
+    model_from = model_source(args)
+    if model_from == "default":
+        # a log (and a DeepSpeed config) does not say which model trained: say the comparison is with the default
+        # model, first, as `check` does, rather than flag its parts as outside the model's error without a word
+        notes.insert(0, f"no model named: a training log does not say which model it trained, so it is compared "
+                        f"with the default {scenario.model.name} ({scenario.parameters / 1e9:.2f}B parameters); its "
+                        "predicted figures are for that model. Name yours: --model NAME (see `zeroplanner "
+                        "models`), --hf-config config.json or --params N")
     d = diagnose(reading, scenario)
     d.notes[:0] = notes
     written = None
@@ -126,14 +136,15 @@ def run(args) -> int:
         written = args.write_calibration
     if getattr(args, "json", False):
         obj = d.to_json()
-        obj["scenario"] = {"model": scenario.model.name, "stage": scenario.zero.stage,
+        obj["scenario"] = {"model": scenario.model.name, "model_from": model_from, "stage": scenario.zero.stage,
                            "gpus_per_node": scenario.cluster.gpus_per_node, "nodes": scenario.cluster.nodes,
                            "micro_batch": scenario.training.micro_batch, "grad_accum": scenario.training.grad_accum,
                            "seq_len": scenario.training.seq_len}
         obj["calibration_written"] = written
         print(json.dumps(obj, indent=1, default=str))
     else:
-        print(f"Diagnosed against: {scenario.model.name}, ZeRO-{scenario.zero.stage}, "
+        named = " (the default: no model named)" if model_from == "default" else ""
+        print(f"Diagnosed against: {scenario.model.name}{named}, ZeRO-{scenario.zero.stage}, "
               f"{scenario.cluster.nodes} x {scenario.cluster.gpus_per_node} {scenario.cluster.gpu.name}, micro-batch "
               f"{scenario.training.micro_batch} x {scenario.training.grad_accum}, sequence {scenario.training.seq_len}")
         print(d.text())
