@@ -34,6 +34,16 @@ LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 _FROZEN = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
 
+def _size_label(parameters: float) -> str:
+    """A parameter count as a model name says it: billions to 3 significant digits ("6.74B", "0.5B"), trillions
+    from 999.5 billion on ("1T", "1.5T", "1000T" at the top of the range), never in exponent notation ("1e+03B")."""
+    billions = parameters / 1e9
+    if billions < 999.5:
+        return f"{billions:.3g}B"
+    trillions = billions / 1e3
+    return f"{trillions:.3g}T" if trillions < 999.5 else f"{trillions:.0f}T"
+
+
 def _field_bound(model: type[BaseModel], field: str, bound: str) -> Any:
     """The ``ge`` / ``le`` / ``gt`` / ``lt`` bound declared on ``model``'s ``field`` (``Field(le=1000)``), so code
     that must stay inside a field's range reads it from the one declaration."""
@@ -680,7 +690,7 @@ class Architecture(_Frozen):
         ffn = int(math.ceil(8 * hidden / 3 / 256) * 256)
         heads = max(1, hidden // 128)
         return cls(
-            name=name or f"generic-{parameters / 1e9:.3g}B",
+            name=name or f"generic-{_size_label(parameters)}",
             family="generic",
             n_layers=layers,
             hidden_size=hidden,
