@@ -317,3 +317,15 @@ def test_two_model_options_name_the_options(cli_main, capsys):
     assert cli_main(["estimate", "--model", "llama-2-7b", "--params", "7e9"]) == 2
     err = capsys.readouterr().err
     assert "--model, --hf-config, --params" in err and err.count("\n") == 1
+
+
+def test_a_verdict_that_does_not_fit_says_it_once(capsys):
+    """The summary line of a configuration over the GPU's memory names what does not fit once: the step peak's own
+    ": does not fit" is left to the bracketed verdict ("(-1714%) (does NOT fit: GPU memory)"), where a new user
+    read "does not fit (does NOT fit: GPU memory)"."""
+    from zeroplanner import build_scenario, estimate
+
+    text = estimate(build_scenario(model="llama-2-70b", gpus_per_node=8, stage=0)).summary()
+    first = text.splitlines()[0]
+    assert first.count("fit") == 1 and "(does NOT fit: GPU memory)" in first, first
+    assert "peak in the optimizer step" in first and "headroom -" in first

@@ -477,6 +477,8 @@ class Estimate(Output):
             ram = f"host {gib(self.per_node_cpu_bytes):.1f} GiB/node"
         peak = (self.step_peak.verdict() if self.step_peak is not None
                 else f"{gib(m.total):.1f} GiB per GPU of {gib(self.gpu_memory_bytes):.1f}")
+        # the verdict in brackets says it, with what does not fit: not "does not fit (does NOT fit: GPU memory)"
+        peak = peak.removesuffix(": does not fit")
         return (
             f"{peak} ({verdict}); {ram}\n"
             f"step {self.step_seconds:.3f} s (compute {self.compute_seconds_per_step:.3f} s, exposed comm "
