@@ -11,6 +11,7 @@ from the commands themselves (after a change that moves a number, then read the 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import re
@@ -84,10 +85,19 @@ def test_quoted_output_is_the_real_output(doc, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # `config -o ds_config.json` writes here, `check ds_config.json` reads it
     runs = _all_console_runs((ROOT / doc).read_text(encoding="utf-8"))
     assert len(runs) >= 2
+    # `check` hands the config to DeepSpeed's own config class and quotes what it says (the `deepspeed` extra);
+    # without DeepSpeed installed those runs print otherwise, so they are left out and the test says so
+    library = importlib.util.find_spec("deepspeed") is not None
+    left_out = []
     for argv, quoted in runs:
+        if argv[0] == "check" and "--no-library-check" not in argv and not library:
+            left_out.append(" ".join(argv))
+            continue
         status, printed, err = run_cli(argv)
         assert status in (0, 1), (argv, err)  # README: 0 fits, 1 does not fit / has findings; never bad input
         assert printed == quoted, (argv, printed)
+    if left_out:
+        pytest.skip(f"DeepSpeed is not installed (pip install -e '.[deepspeed]'): not run: {left_out}")
 
 
 def test_shell_commands_name_things_that_exist():
