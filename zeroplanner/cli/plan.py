@@ -215,7 +215,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
     sp_note = (f", Ulysses sequence_parallel_size {p.choice.sequence_parallel_size} as picked"
                if p.fits and p.choice.sequence_parallel_size > 1 else "")
-    text += f"largest trainable model on this cluster (Llama-shaped, same training settings{sp_note}):\n" + "".join(
+    from ..planner.sweeps import grid_step
+
+    text += (f"largest trainable model on this cluster (Llama-shaped, same training settings{sp_note}; sizes searched "
+             f"{grid_step():.0%} apart, each limited by what the next size does not fit in):\n") + "".join(
         f"  {label:<36} {n / 1e9:8.1f} B parameters (limited by {obj['largest_model_limited_by'][label]})\n"
         for label, n in obj["largest_model_parameters"].items())
     text += (f"longest trainable sequence for {scenario.model.name} on this cluster (same training settings; Ulysses "

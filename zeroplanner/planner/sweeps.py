@@ -42,6 +42,17 @@ def _limits(values: Fits, index) -> dict[str, bool]:
 GRID_TOP = "the search's top"
 """:func:`largest_model_limits`' ``limited_by`` for a variant that fits even the largest model searched."""
 
+LARGEST_LOW, LARGEST_HIGH, LARGEST_POINTS = 1e8, 1e13, 81
+"""The largest-model search's default grid: ``LARGEST_POINTS`` parameter counts spaced evenly in log from
+``LARGEST_LOW`` to ``LARGEST_HIGH`` (:func:`largest_model`)."""
+
+
+def grid_step(low: float = LARGEST_LOW, high: float = LARGEST_HIGH, points: int = LARGEST_POINTS) -> float:
+    """The ratio between neighbouring sizes of the largest-model grid, less 1 (0.155 for the defaults: each size
+    searched is 15.5% above the one below it)."""
+    return (high / low) ** (1 / (points - 1)) - 1
+
+
 LONGEST_SEQUENCE_QUANTUM = 1024
 """Sequence lengths :func:`longest_sequence` tries are multiples of this (and of every Ulysses degree tried)."""
 
@@ -102,7 +113,8 @@ def scaling(scenario: Scenario, nodes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64))
     }
 
 
-def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, points: int = 81) -> dict[str, int]:
+def largest_model(scenario: Scenario, *, low: float = LARGEST_LOW, high: float = LARGEST_HIGH,
+                  points: int = LARGEST_POINTS) -> dict[str, int]:
     """Largest parameter count each variant can train on the scenario's cluster (0 if none on the grid).
 
     Models are Llama-shaped (:meth:`Architecture.from_parameter_count`) on a log grid between ``low`` and
@@ -114,8 +126,8 @@ def largest_model(scenario: Scenario, *, low: float = 1e8, high: float = 1e13, p
                                                                         points=points).items()}
 
 
-def largest_model_limits(scenario: Scenario, *, low: float = 1e8, high: float = 1e13,
-                         points: int = 81) -> dict[str, dict[str, Any]]:
+def largest_model_limits(scenario: Scenario, *, low: float = LARGEST_LOW, high: float = LARGEST_HIGH,
+                         points: int = LARGEST_POINTS) -> dict[str, dict[str, Any]]:
     """:func:`largest_model` with what limits each variant: {label: {"parameters": the largest grid point that
     fits (0 if none), "next_parameters": the next size searched above it (0 if none), "limited_by": the resources
     that size does not fit in, a tuple of :data:`LIMIT_NAMES` values ("GPU memory", "host RAM", "NVMe"), or
