@@ -37,7 +37,7 @@ def commands() -> list[tuple[str, list[str], bool]]:
     libs = all(importlib.util.find_spec(m) is not None for m in ("deepspeed", "transformers"))
     return [
         ("bare: python -c 'import numpy, pydantic'", [sys.executable, "-c", "import numpy, pydantic"], True),
-        ("floor: the same + one pydantic model, validated", [sys.executable, "-c", ONE_MODEL], True),
+        (FLOOR, [sys.executable, "-c", ONE_MODEL], True),
         ("zeroplanner estimate", [exe, "estimate"], True),
         ("zeroplanner recommend --model llama-2-70b --nodes 4", [exe, "recommend", "--model", "llama-2-70b",
                                                                  "--nodes", "4"], True),
@@ -47,6 +47,7 @@ def commands() -> list[tuple[str, list[str], bool]]:
     ]
 
 
+FLOOR = "floor: the same + one pydantic model, validated"
 ONE_MODEL = "import numpy, pydantic\nclass A(pydantic.BaseModel):\n    x: int\nA(x=1)"
 """The floor of any command that validates its input with pydantic: ``import pydantic`` is lazy (pydantic 2 loads
 its model machinery when the first model class is made), so the bare import leaves out what the first model costs:
@@ -100,9 +101,9 @@ def run(rows: list[tuple[str, list[str], bool]], repeats: int) -> None:
         median = statistics.median(seconds)
         if bare is None:
             bare = median
-        elif floor is None and cmd[-1] == ONE_MODEL:
+        elif name == FLOOR:
             floor = median
-        extra = f"  {median / floor:5.2f}x the floor" if floor is not None and cmd[-1] != ONE_MODEL else ""
+        extra = f"  {median / floor:5.2f}x the floor" if floor is not None and name != FLOOR else ""
         print(f"{name:58s} {median:6.2f} s  {median / bare:5.2f}x{extra}")
 
 

@@ -102,9 +102,9 @@ def sweep_page_faults(scenario, axes: dict) -> int:
 
 def counted_calls(fn) -> tuple[int, int]:
     """(Python function calls, C function calls) of one ``fn()``, counted with ``sys.setprofile`` ("call" and
-    "c_call" events): the same count the llm-analysis child makes of its ``training()``. numpy's arithmetic
-    operators on arrays (``a * b``) are neither, so zeroplanner's count leaves those out. Structure, not time: a
-    call costs at least what a call costs in Python, however little its body computes."""
+    "c_call" events): the same count the llm-analysis child makes of its ``training()``. Neither event fires for
+    numpy's ufuncs (``a * b``, ``np.maximum(a, b)``) or for making an instance of a class, so zeroplanner's count
+    leaves those out. Structure, not time: how many calls the code makes, whatever each computes."""
     calls = {"call": 0, "c_call": 0}
 
     def count(frame, event, arg):
@@ -184,7 +184,8 @@ def main() -> int:
             if r.returncode == 0:
                 out = json.loads(r.stdout.strip().splitlines()[-1])
                 llm = statistics.median(out["seconds"])
-                llm_calls = out["python_calls"] + out["c_calls"]
+                llm_py, llm_c = out["python_calls"], out["c_calls"]
+                llm_calls = llm_py + llm_c
                 rows.append(("llm-analysis training() (1 configuration)", llm))
             else:
                 print("llm-analysis run failed:", r.stderr.strip().splitlines()[-1:])
@@ -211,8 +212,9 @@ def main() -> int:
           f"{est_calls[1]:,}, plan {plan_calls[0]:,} + {plan_calls[1]:,}", end="")
     if llm_calls is not None:
         per_call = llm / llm_calls
-        print(f", llm-analysis training() {out['python_calls']:,} + {out['c_calls']:,}\n"
-              f"    at llm-analysis's own time per call ({per_call * 1e6:.2f} us), zeroplanner's calls alone take "
+        print(f", llm-analysis training() {llm_py:,} + {llm_c:,}\n"
+              f"    priced at llm-analysis's average time per call ({per_call * 1e6:.2f} us, its arithmetic "
+              f"included; an estimate, not a bound), zeroplanner's calls come to "
               f"{sum(est_calls) * per_call * 1e3:.2f} ms per estimate ({sum(est_calls) / llm_calls:.1f}x "
               f"llm-analysis) and {sum(plan_calls) * per_call * 1e3:.2f} ms per plan")
     else:

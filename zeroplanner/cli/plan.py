@@ -191,7 +191,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         "candidates_evaluated": p.candidates_evaluated,
         "without_held": None if free is None else {
             "fits": free.fits, "choice": _choice_json(free.choice) if free.choice else None},
-        **_largest(_with_picked_sp(scenario, p)),
+        **_largest(largest_for := _with_picked_sp(scenario, p)),
         "longest_sequence": longest_sequence(scenario),
         "sequence": sequence_json(scenario),
         **advice_json(p),
@@ -217,8 +217,12 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                if p.fits and p.choice.sequence_parallel_size > 1 else "")
     from ..planner.sweeps import grid_step
 
-    text += (f"largest trainable model on this cluster (Llama-shaped, same training settings{sp_note}; sizes searched "
-             f"{grid_step():.0%} apart, each limited by what the next size does not fit in):\n") + "".join(
+    # the sizes searched step by grid_step(); with Ulysses, shapes whose heads its degree does not split are skipped
+    skipped = (", shapes whose heads its Ulysses degree does not split skipped"
+               if largest_for.cluster.sequence_parallel_size > 1 else "")
+    text += (f"largest trainable model on this cluster (Llama-shaped, same training settings{sp_note}; each size "
+             f"searched {grid_step():.1%} above the last{skipped}; a row is limited by what the next size searched "
+             "does not fit in):\n") + "".join(
         f"  {label:<36} {n / 1e9:8.1f} B parameters (limited by {obj['largest_model_limited_by'][label]})\n"
         for label, n in obj["largest_model_parameters"].items())
     text += (f"longest trainable sequence for {scenario.model.name} on this cluster (same training settings; Ulysses "

@@ -120,7 +120,7 @@ def largest_model(scenario: Scenario, *, low: float = LARGEST_LOW, high: float =
     Models are Llama-shaped (:meth:`Architecture.from_parameter_count`) on a log grid between ``low`` and
     ``high``, with the scenario's training settings (its Ulysses degree too: shapes whose heads it does not split
     are skipped); the answer is the largest grid point that fits (grid spacing 10**(log10(high/low)/(points-1)),
-    15% for the defaults). :func:`largest_model_limits` also says what stops each variant there.
+    15.5% for the defaults: :func:`grid_step`). :func:`largest_model_limits` also says what stops each variant there.
     """
     return {label: r["parameters"] for label, r in largest_model_limits(scenario, low=low, high=high,
                                                                         points=points).items()}
