@@ -127,6 +127,15 @@ def test_a_bare_parameter_count_builds_across_the_whole_range():
     # past ~1.9e14 the layer count stays at the field's bound and the width grows instead
     widest = Architecture.from_parameter_count(10**15)
     assert widest.n_layers == N_LAYERS_MAX and widest.hidden_size % 128 == 0
+    # its name says the count in B or T, never in exponent notation (a new user read "generic-1e+06B" for 1e15)
+    assert all("e+" not in Architecture.from_parameter_count(n).name for n in counts + [10**15])
+    names = {n: Architecture.from_parameter_count(n).name for n in
+             (10**6, 5 * 10**8, 6_740_000_000, 999_400_000_000, 999_500_000_000, 10**12, 1_500_000_000_000,
+              999_400_000_000_000, 999_500_000_000_000, 10**15)}
+    assert names == {10**6: "generic-0.001B", 5 * 10**8: "generic-0.5B", 6_740_000_000: "generic-6.74B",
+                     999_400_000_000: "generic-999B", 999_500_000_000: "generic-1T", 10**12: "generic-1T",
+                     1_500_000_000_000: "generic-1.5T", 999_400_000_000_000: "generic-999T",
+                     999_500_000_000_000: "generic-1000T", 10**15: "generic-1000T"}
 
 
 def test_a_model_field_no_option_sets_is_named_through_the_models_option(cli_main, capsys, monkeypatch):
