@@ -450,6 +450,28 @@ def test_cpu_adam_benchmark_runs_deepspeeds_op_and_sets_the_clusters_rate():
         cluster_changes({**result, "benchmarks": {"cpu_adam": {**r, "params_per_second": -1}}}, base)
 
 
+def test_a_timed_out_cpu_adam_benchmark_leaves_no_build_lock(tmp_path, monkeypatch):
+    """A CPU-Adam benchmark that runs out of time in DeepSpeed's first JIT build of the op is interrupted, not
+    killed: torch removes the build's lock file in a ``finally`` (torch/utils/cpp_extension.py ``_jit_compile``),
+    where a killed build left it and every later load of the op, a training run's included, waited on it for
+    ever (seen on this build machine: the probe test's 14 s bound killed a cold build, and the CPU-Adam test after
+    it hung). A lock left by someone else is kept and named in the message."""
+    pytest.importorskip("deepspeed")
+    from zeroplanner.probe import benchmark_cpu_adam
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # an empty build root: this run must build the op
+    # 20 s: interrupted at 15 s, about 7-9 s into a build that takes 47 s here (imports take the first 6-8 s)
+    r = benchmark_cpu_adam(params=1000, repeats=1, threads=1, timeout_seconds=20)
+    assert not r["ok"] and r["message"].startswith("CPU-Adam benchmark timed out after 20 s"), r
+    build = tmp_path / "cpu_adam"
+    assert (build / "build.ninja").is_file(), "the build had not started: nothing here was interrupted"
+    assert not (build / "lock").exists() and "is left from a build" not in r["message"]
+    (build / "lock").touch()  # another process's build, or one killed outright: the next load waits on it
+    r = benchmark_cpu_adam(params=1000, repeats=1, threads=1, timeout_seconds=12)
+    assert not r["ok"] and f"{build / 'lock'} is left from a build that did not finish" in r["message"], r
+    assert (build / "lock").exists()
+
+
 def test_cluster_from_a_cuda_probe_file(tmp_path):
     """A probe written on a CUDA machine: the pure mapping (no torch), from its JSON file."""
     _estimate, default_scenario, _replace = _core()
