@@ -28,7 +28,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -316,7 +315,8 @@ def launch_worker(plan: dict[str, Any], ranks: int, out_dir: Path, timeout_secon
                   worker: Path = WORKER) -> dict[str, Any]:
     """Run ``worker`` (default ``calibrate/_worker.py``; the step-peak census passes ``_peak_worker.py``) on ``ranks`` local ranks through DeepSpeed's launcher; returns per-run, per-rank
     results ``{name: [rank0, rank1, ...]}``. Raises :class:`CalibrationError` on a timeout (the launcher's process
-    group is killed), a failed launch, or a rank that wrote no result."""
+    group is interrupted in the last quarter of ``timeout_seconds``, at most 5 s, then killed), a failed launch, or
+    a rank that wrote no result."""
     _require("torch", "deepspeed", "transformers")
     out_dir.mkdir(parents=True, exist_ok=True)
     plan_path = out_dir / "plan.json"
@@ -330,13 +330,17 @@ def launch_worker(plan: dict[str, Any], ranks: int, out_dir: Path, timeout_secon
         env["CUDA_VISIBLE_DEVICES"] = ""
     log_path = out_dir / "launcher.log"
     started = time.perf_counter()
+    # the last quarter of the time (at most 5 s) is the ranks' to stop in: interrupted, not killed, a rank in
+    # DeepSpeed's first JIT build of cpu_adam (an offload run) removes the build's lock (probe.stop_process_group)
+    interrupt_seconds = min(5.0, timeout_seconds / 4)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            rc = proc.wait(timeout=timeout_seconds)
+            rc = proc.wait(timeout=timeout_seconds - interrupt_seconds)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            from ..probe.benchmarks import stop_process_group
+
+            stop_process_group(proc, interrupt_seconds)
             raise CalibrationError(f"DeepSpeed launch did not finish within {timeout_seconds:.0f} s (log: {log_path})")
     results: dict[str, Any] = {"_wall_seconds": time.perf_counter() - started}
     errors = []

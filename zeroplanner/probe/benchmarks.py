@@ -259,15 +259,10 @@ def benchmark_collectives(
 
 def _run_bounded(cmd: list[str], timeout_seconds: float, env: dict | None = None,
                  interrupt_seconds: float = 0.0) -> tuple[int, str, str, bool]:
-    """Run ``cmd`` (a fixed argument list, no shell) in a new session; on timeout kill that session's process
-    group (the command and the ranks it started, nothing else). Returns (exit code, stdout, stderr, timed_out).
-
-    ``interrupt_seconds`` > 0: the last that many seconds of ``timeout_seconds`` are the command's to clean up in:
-    at ``timeout_seconds - interrupt_seconds`` the group gets SIGINT (Python raises KeyboardInterrupt, so
-    ``finally`` blocks run), and SIGKILL only if it is still running at ``timeout_seconds``. torch's JIT build of
-    an extension holds a lock file that only such a ``finally`` removes (``FileBaton`` in
-    torch/utils/cpp_extension.py ``_jit_compile``); a build killed outright leaves it, and every later load of that
-    op, a training run's included, waits on it for ever."""
+    """Run ``cmd`` (a fixed argument list, no shell) in a new session; on timeout stop that session's process
+    group (the command and the ranks it started, nothing else: :func:`stop_process_group`, interrupted for the
+    last ``interrupt_seconds`` of ``timeout_seconds``, then killed). Returns (exit code, stdout, stderr,
+    timed_out)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     interrupt_seconds = min(max(0.0, interrupt_seconds), timeout_seconds)
@@ -276,11 +271,22 @@ def _run_bounded(cmd: list[str], timeout_seconds: float, env: dict | None = None
         return proc.returncode, out, err, False
     except subprocess.TimeoutExpired:
         pass
-    if interrupt_seconds:
+    out, err = stop_process_group(proc, interrupt_seconds)
+    return proc.returncode if proc.returncode is not None else -9, out, err, True
+
+
+def stop_process_group(proc: subprocess.Popen, interrupt_seconds: float = 0.0) -> tuple[Any, Any]:
+    """Stop ``proc``'s process group (``proc`` started with ``start_new_session=True``) and return what
+    ``proc.communicate()`` then gives (None, None for output not piped). ``interrupt_seconds`` > 0: SIGINT first
+    (Python raises KeyboardInterrupt, so ``finally`` blocks run) and SIGKILL only if the group's leader still runs
+    after that many seconds; else SIGKILL at once. torch's JIT build of an extension (DeepSpeed's cpu_adam, built on
+    first use) holds a lock file that only such a ``finally`` removes (``FileBaton`` in
+    torch/utils/cpp_extension.py ``_jit_compile``): a build killed outright leaves it, and every later load of that
+    op, a training run's included, waits on it for ever."""
+    if interrupt_seconds > 0:
         try:
             os.killpg(proc.pid, signal.SIGINT)
-            out, err = proc.communicate(timeout=interrupt_seconds)
-            return proc.returncode, out, err, True
+            return proc.communicate(timeout=interrupt_seconds)
         except ProcessLookupError:
             pass
         except subprocess.TimeoutExpired:
@@ -289,8 +295,7 @@ def _run_bounded(cmd: list[str], timeout_seconds: float, env: dict | None = None
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    out, err = proc.communicate()
-    return proc.returncode if proc.returncode is not None else -9, out, err, True
+    return proc.communicate()
 
 
 def _extension_locks(name: str, env: dict) -> list[str]:
