@@ -670,13 +670,14 @@ INPUTS: tuple[Input, ...] = (
           widget=Widget("checkbox", "Allow lossy ZeRO++ (int8/int4)", section="zero")),
     # -- offload storage (its cost-model use: evaluate.fits_nvme against memory.nvme_parts) --
     Input("nvme_capacity_gib", "NVMe capacity per node (GiB)", "float", "cluster",
-          "NVMe capacity per node for offload_* device nvme, GiB (default 4096: see ClusterSpec.nvme_bytes; "
-          "`zeroplanner probe` measures the free space)", path="cluster.nvme_bytes", scale=GIB,
+          "NVMe capacity per node for offload_* device nvme, GiB (default 4096, 4 TiB: less than the 15 TB of NVMe "
+          "in an NVIDIA DGX A100; `zeroplanner probe` measures the free space)", path="cluster.nvme_bytes", scale=GIB,
           widget=Widget("float_text", "NVMe/node GiB", section="offload", round_digits=0)),
     Input("cpu_adam_params_per_second", "CPU-Adam updates per second per node", "float", "cluster",
           "DeepSpeedCPUAdam parameter updates per second measured on one node's host, for offload_optimizer (the "
-          "node's ranks share it; default: derived per rank from --cpu-adam-threads-per-rank, see "
-          "costmodel/offload.py; `zeroplanner probe --benchmarks` measures yours)",
+          "node's ranks share it; default: each rank's threads (--cpu-adam-threads-per-rank) x the rate of one "
+          "thread measured for zeroplanner, up to one process's published rate (docs/validation.md); "
+          "`zeroplanner probe --benchmarks` measures yours)",
           path="cluster.cpu_adam_params_per_second", read_fn=lambda s: s.cluster.cpu_adam_params_per_second,
           shown_fn=_shown_cpu_adam_node_rate,
           widget=Widget("float_text", "CPU-Adam params/s/node", section="offload", round_digits=0)),

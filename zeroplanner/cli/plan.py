@@ -330,7 +330,7 @@ def register(sub, add_scenario_options) -> None:
     p.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node", 1, 1024), default=1,
                    help="GPUs per node, 1-1024 (default 1)")
     p.add_argument("--nodes", type=_positive_int("--nodes", 1, int(BY_KEY["nodes"].high)), default=1,
-                   help="nodes (default 1)")
+                   help=f"nodes, 1-{int(BY_KEY['nodes'].high)} (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_deepspeed_estimate)
     for kind in ("models", "gpus", "networks"):
