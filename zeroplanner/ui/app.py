@@ -624,7 +624,8 @@ class PlannerApp(w.VBox):
         result = {label: r["parameters"] for label, r in limits.items()}
         top = max(result.values(), default=0) or 1
         self._largest_table = _bar_table(
-            "zp-largest", ("variant", "largest model (parameters)", "limited by"), "#4c78a8", 200,
+            "zp-largest", ("variant", "largest model (parameters)", "limited by (the next size searched)"), "#4c78a8",
+            200,
             [((label, f"{p / 1e9:,.1f} B" if p else "none on the grid", largest_limit_text(limits[label])), p / top)
              for label, p in result.items()])
         self._largest_for = scenario
