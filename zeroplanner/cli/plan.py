@@ -212,6 +212,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     text += sequence_text(obj["sequence"])
     text += "".join(f"warning: {w}\n" for w in p.warnings)
     text += "".join(f"assumes: {a}\n" for a in about_model)
+    if p.alternatives:
+        from ..planner.rank import DEFAULT_TOLERANCE
+
+        # listed in the ranking's order, which is not tokens/s: say so (a new user read it as unsorted)
+        text += (f"alternatives (each other stage and offload's best) in the planner's order, not by speed: within "
+                 f"{DEFAULT_TOLERANCE:.0%} of the fastest first, then less offload, smaller Ulysses and AutoTP "
+                 "degrees, no ZeRO-3, no ZeRO++, more memory free, then tokens/s:\n")
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
     sp_note = (f", Ulysses sequence_parallel_size {p.choice.sequence_parallel_size} as picked"
                if p.fits and p.choice.sequence_parallel_size > 1 else "")
