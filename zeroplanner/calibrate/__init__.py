@@ -330,16 +330,16 @@ def launch_worker(plan: dict[str, Any], ranks: int, out_dir: Path, timeout_secon
         env["CUDA_VISIBLE_DEVICES"] = ""
     log_path = out_dir / "launcher.log"
     started = time.perf_counter()
-    # the last quarter of the time (at most 5 s) is the ranks' to stop in: interrupted, not killed, a rank in
-    # DeepSpeed's first JIT build of cpu_adam (an offload run) removes the build's lock (probe.stop_process_group)
-    interrupt_seconds = min(5.0, timeout_seconds / 4)
+    from ..probe.benchmarks import interrupt_seconds_for, stop_process_group
+
+    # interrupted, not killed, at the end of its time: a rank in DeepSpeed's first JIT build of cpu_adam (an
+    # offload run) removes the build's lock
+    interrupt_seconds = interrupt_seconds_for(timeout_seconds)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             rc = proc.wait(timeout=timeout_seconds - interrupt_seconds)
         except subprocess.TimeoutExpired:
-            from ..probe.benchmarks import stop_process_group
-
             stop_process_group(proc, interrupt_seconds)
             raise CalibrationError(f"DeepSpeed launch did not finish within {timeout_seconds:.0f} s (log: {log_path})")
     results: dict[str, Any] = {"_wall_seconds": time.perf_counter() - started}

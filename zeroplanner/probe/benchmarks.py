@@ -275,6 +275,13 @@ def _run_bounded(cmd: list[str], timeout_seconds: float, env: dict | None = None
     return proc.returncode if proc.returncode is not None else -9, out, err, True
 
 
+def interrupt_seconds_for(timeout_seconds: float) -> float:
+    """How much of ``timeout_seconds`` a child that may be in a JIT build of DeepSpeed's op gets to stop in after
+    SIGINT (:func:`stop_process_group`): the last quarter, at most 5 s (an interrupted build removed its lock in
+    1 s on the 2-core build machine)."""
+    return min(5.0, timeout_seconds / 4)
+
+
 def stop_process_group(proc: subprocess.Popen, interrupt_seconds: float = 0.0) -> tuple[Any, Any]:
     """Stop ``proc``'s process group (``proc`` started with ``start_new_session=True``) and return what
     ``proc.communicate()`` then gives (None, None for output not piped). ``interrupt_seconds`` > 0: SIGINT first
@@ -361,9 +368,9 @@ def benchmark_cpu_adam(params: int = 20_000_000, repeats: int = 5, threads: int 
         raise ValueError(f"threads={threads} must be >= 1")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     cmd = [sys.executable, "-c", CPU_ADAM_CHILD, str(int(params)), str(int(repeats)), str(int(threads))]
-    # the last quarter of the time (at most 5 s) is the child's to stop in: interrupted, not killed, a JIT build of
-    # the op removes its lock file (1 s measured on the 2-core build machine)
-    code, out, err, timed_out = _run_bounded(cmd, timeout_seconds, env, interrupt_seconds=min(5.0, timeout_seconds / 4))
+    # interrupted, not killed, at the end of its time: a JIT build of the op removes its lock file
+    code, out, err, timed_out = _run_bounded(cmd, timeout_seconds, env,
+                                             interrupt_seconds=interrupt_seconds_for(timeout_seconds))
     if timed_out:
         locks = _extension_locks("cpu_adam", env)
         left = (f"; {locks[0]} is left from a build that did not finish, and torch waits on it for ever: if no "
