@@ -177,6 +177,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         fail(BY_KEY[held[0]].cli_flag, str(exc))
     # what the search finds with every option free
     free = plan(scenario, advice=False, given=given) if not p.fits and held else None
+    largest_for = _with_picked_sp(scenario, p)  # the largest-model table answers for the picked Ulysses degree
     obj = {
         "inputs": {**inputs_json(args, scenario), "given": given},
         "fits": p.fits,
@@ -191,7 +192,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         "candidates_evaluated": p.candidates_evaluated,
         "without_held": None if free is None else {
             "fits": free.fits, "choice": _choice_json(free.choice) if free.choice else None},
-        **_largest(largest_for := _with_picked_sp(scenario, p)),
+        **_largest(largest_for),
         "longest_sequence": longest_sequence(scenario),
         "sequence": sequence_json(scenario),
         **advice_json(p),
@@ -213,12 +214,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     text += "".join(f"warning: {w}\n" for w in p.warnings)
     text += "".join(f"assumes: {a}\n" for a in about_model)
     if p.alternatives:
-        from ..planner.rank import DEFAULT_TOLERANCE
+        from ..planner.rank import DEFAULT_TOLERANCE, PREFERENCE_ORDER
+        from ..planner.reasons import PREFERENCE_TEXT
 
-        # listed in the ranking's order, which is not tokens/s: say so (a new user read it as unsorted)
+        # listed in the ranking's order, which is not tokens/s: say so (a new user read it as unsorted), each
+        # preference by the head of its sentence ("no offload: fewer of ..." -> "no offload")
+        order = "; ".join(PREFERENCE_TEXT[k].split(" (")[0].split(": ")[0] for k in PREFERENCE_ORDER)
         text += (f"alternatives (each other stage and offload's best) in the planner's order, not by speed: within "
-                 f"{DEFAULT_TOLERANCE:.0%} of the fastest first, then less offload, smaller Ulysses and AutoTP "
-                 "degrees, no ZeRO-3, no ZeRO++, more memory free, then tokens/s:\n")
+                 f"{DEFAULT_TOLERANCE:.0%} of the fastest first, then {order}:\n")
     text += "".join(f"alternative: {a.label}: {a.estimate.tokens_per_second:,.0f} tokens/s\n" for a in p.alternatives)
     sp_note = (f", Ulysses sequence_parallel_size {p.choice.sequence_parallel_size} as picked"
                if p.fits and p.choice.sequence_parallel_size > 1 else "")
