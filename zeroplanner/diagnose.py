@@ -409,13 +409,13 @@ def _diagnose_oom(d: Diagnosis, o, scenario: Scenario, est) -> None:
     if not predicted_fits and peak:
         fit = nearest_fit(scenario)
         if fit is not None:
-            d.remedy = {"text": f"the model agrees this configuration does not fit ({peak.verdict()}); the nearest "
+            d.remedy = {"text": f"the model agrees this configuration does not fit ({peak.verdict(unfit_said=True)}); the nearest "
                         f"configuration that fits: {fit.label} ({fit.why_not}), {fit.estimate.tokens_per_second:,.0f} "
                         f"tokens/s predicted, {fit.estimate.step_peak.verdict()}",
                         "changes": fit.why_not.split("; "), "label": fit.label,
                         "tokens_per_second": fit.estimate.tokens_per_second}
         else:
-            d.remedy = {"text": f"the model agrees this configuration does not fit ({peak.verdict()}), and nothing the "
+            d.remedy = {"text": f"the model agrees this configuration does not fit ({peak.verdict(unfit_said=True)}), and nothing the "
                         "planner searches fits this cluster: more GPUs, a smaller model, LoRA/QLoRA "
                         "(`zeroplanner recommend` prices them)", "changes": [], "label": None,
                         "tokens_per_second": None}

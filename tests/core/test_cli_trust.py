@@ -325,7 +325,30 @@ def test_a_verdict_that_does_not_fit_says_it_once(capsys):
     read "does not fit (does NOT fit: GPU memory)"."""
     from zeroplanner import build_scenario, estimate
 
-    text = estimate(build_scenario(model="llama-2-70b", gpus_per_node=8, stage=0)).summary()
-    first = text.splitlines()[0]
+    est = estimate(build_scenario(model="llama-2-70b", gpus_per_node=8, stage=0))
+    first = est.summary().splitlines()[0]
     assert first.count("fit") == 1 and "(does NOT fit: GPU memory)" in first, first
     assert "peak in the optimizer step" in first and "headroom -" in first
+    # StepPeak.verdict says ": does not fit" unless the sentence around it has (the app, reports and tutorial keep it)
+    peak = est.step_peak
+    assert peak.verdict().endswith(": does not fit")
+    assert peak.verdict(unfit_said=True) == peak.verdict().removesuffix(": does not fit")
+    assert first.startswith(peak.verdict(unfit_said=True) + " (does NOT fit")
+
+
+def test_diagnose_says_a_predicted_misfit_once(tmp_path, capsys):
+    """diagnose's remedy when the model agrees the run does not fit: "does not fit (peak ...; headroom -X)", not
+    "does not fit (peak ...: does not fit)" (the twin of the summary line above)."""
+    import json
+
+    from zeroplanner.cli import main
+
+    from .test_runlog_diagnose import BACKWARD, NEW
+
+    log = tmp_path / "oom.log"
+    log.write_text("\n".join(BACKWARD + [NEW]))
+    main(["diagnose", str(log), "--model", "llama-2-70b", "--stage", "0", "--gpus-per-node", "8", "--json"])
+    text = json.loads(capsys.readouterr().out)["remedy"]["text"]
+    head = text.split("; the nearest configuration")[0]
+    assert head.startswith("the model agrees this configuration does not fit (peak in the optimizer step: "), text
+    assert head.count("does not fit") == 1 and "headroom -" in head, head

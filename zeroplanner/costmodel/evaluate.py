@@ -404,14 +404,15 @@ class StepPeak(Output):
     """The GPU-only parts inside every point's ``runtime`` (none on CPU ranks): CUDA context, cuBLAS workspace,
     NCCL buffers, each with its source, and the allocator's slack fraction of the live bytes."""
 
-    def verdict(self) -> str:
-        """One line: the peak of GPU memory, its phase, the headroom in GiB and %, and whether that is below the
-        model's error, e.g. "peak in the loss backward: 37.5 of 39.5 GiB per GPU; headroom 2.0 GiB (5%): below
-        the model's error of 11.2% of the peak, risky"."""
+    def verdict(self, *, unfit_said: bool = False) -> str:
+        """One line: the peak of GPU memory, its phase, the headroom in GiB and %, and whether that is below 0 or
+        below the model's error, e.g. "peak in the loss backward: 37.5 of 39.5 GiB per GPU; headroom 2.0 GiB (5%):
+        below the model's error of 11.2% of the peak, risky". ``unfit_said``: the sentence around it already says
+        the configuration does not fit, so a negative headroom is not followed by ": does not fit" again."""
         line = (f"peak in the {self.phase}: {gib(self.bytes):.1f} of {gib(self.gpu_memory_bytes):.1f} GiB per GPU; "
                 f"headroom {gib(self.headroom_bytes):.1f} GiB ({self.headroom_fraction:.0%})")
         if self.headroom_bytes < 0:
-            return line + ": does not fit"
+            return line if unfit_said else line + ": does not fit"
         if self.risky:
             return line + f": below the model's error of {self.error_fraction:.1%} of the peak, risky"
         return line
@@ -475,10 +476,9 @@ class Estimate(Output):
                    f"{self.host_required_bytes / self.per_node_cpu_bytes:.2g} headroom)")
         else:
             ram = f"host {gib(self.per_node_cpu_bytes):.1f} GiB/node"
-        peak = (self.step_peak.verdict() if self.step_peak is not None
+        # the bracketed verdict after it says what does not fit: not "does not fit (does NOT fit: GPU memory)"
+        peak = (self.step_peak.verdict(unfit_said=not self.fits) if self.step_peak is not None
                 else f"{gib(m.total):.1f} GiB per GPU of {gib(self.gpu_memory_bytes):.1f}")
-        # the verdict in brackets says it, with what does not fit: not "does not fit (does NOT fit: GPU memory)"
-        peak = peak.removesuffix(": does not fit")
         return (
             f"{peak} ({verdict}); {ram}\n"
             f"step {self.step_seconds:.3f} s (compute {self.compute_seconds_per_step:.3f} s, exposed comm "
